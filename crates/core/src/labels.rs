@@ -1,0 +1,119 @@
+//! Well-known label keys, annotations and the normalization of deprecated beta keys.
+//!
+//! Workloads written for Karpenter or the kube-scheduler keep working because joiner speaks the
+//! same keys; deprecated beta keys are rewritten to their GA names before any comparison.
+
+/// Zone of a node.
+pub const ZONE: &str = "topology.kubernetes.io/zone";
+/// Region of a node.
+pub const REGION: &str = "topology.kubernetes.io/region";
+/// Instance type of a node.
+pub const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
+/// CPU architecture (amd64, arm64).
+pub const ARCH: &str = "kubernetes.io/arch";
+/// Operating system (linux, windows).
+pub const OS: &str = "kubernetes.io/os";
+/// Node name label.
+pub const HOSTNAME: &str = "kubernetes.io/hostname";
+/// spot or on-demand.
+pub const CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
+/// Owning provisioner of a joiner node.
+pub const PROVISIONER_NAME: &str = "joiner.sh/provisioner-name";
+/// Owning NodeClaim of a joiner node.
+pub const NODECLAIM: &str = "joiner.sh/nodeclaim";
+/// Karpenter's provisioner label, honored on imported nodes.
+pub const KARPENTER_PROVISIONER_NAME: &str = "karpenter.sh/provisioner-name";
+
+/// Instance family (m5).
+pub const INSTANCE_FAMILY: &str = "karpenter.k8s.aws/instance-family";
+/// Instance category (m).
+pub const INSTANCE_CATEGORY: &str = "karpenter.k8s.aws/instance-category";
+/// Instance generation (5).
+pub const INSTANCE_GENERATION: &str = "karpenter.k8s.aws/instance-generation";
+/// Instance size (large).
+pub const INSTANCE_SIZE: &str = "karpenter.k8s.aws/instance-size";
+/// vCPUs.
+pub const INSTANCE_CPU: &str = "karpenter.k8s.aws/instance-cpu";
+/// Memory in MiB.
+pub const INSTANCE_MEMORY: &str = "karpenter.k8s.aws/instance-memory";
+/// CPU manufacturer (intel, amd, aws).
+pub const INSTANCE_CPU_MANUFACTURER: &str = "karpenter.k8s.aws/instance-cpu-manufacturer";
+/// Hypervisor (nitro, xen, "" for metal).
+pub const INSTANCE_HYPERVISOR: &str = "karpenter.k8s.aws/instance-hypervisor";
+/// Network bandwidth in Mbit/s.
+pub const INSTANCE_NETWORK_BANDWIDTH: &str = "karpenter.k8s.aws/instance-network-bandwidth";
+/// EBS bandwidth in Mbit/s.
+pub const INSTANCE_EBS_BANDWIDTH: &str = "karpenter.k8s.aws/instance-ebs-bandwidth";
+/// Local NVMe in GiB.
+pub const INSTANCE_LOCAL_NVME: &str = "karpenter.k8s.aws/instance-local-nvme";
+/// GPU name (t4, a10g).
+pub const INSTANCE_GPU_NAME: &str = "karpenter.k8s.aws/instance-gpu-name";
+/// GPU manufacturer (nvidia, amd).
+pub const INSTANCE_GPU_MANUFACTURER: &str = "karpenter.k8s.aws/instance-gpu-manufacturer";
+/// GPU count.
+pub const INSTANCE_GPU_COUNT: &str = "karpenter.k8s.aws/instance-gpu-count";
+/// GPU memory in MiB.
+pub const INSTANCE_GPU_MEMORY: &str = "karpenter.k8s.aws/instance-gpu-memory";
+
+/// Pod/node annotation that blocks voluntary disruption.
+pub const DO_NOT_DISRUPT: &str = "joiner.sh/do-not-disrupt";
+
+/// Keys whose values come from the instance type or its offerings. A pod may require them even
+/// when a Provisioner does not mention them; the chosen instance type decides.
+pub const WELL_KNOWN: &[&str] = &[
+    ZONE,
+    REGION,
+    INSTANCE_TYPE,
+    ARCH,
+    OS,
+    CAPACITY_TYPE,
+    INSTANCE_FAMILY,
+    INSTANCE_CATEGORY,
+    INSTANCE_GENERATION,
+    INSTANCE_SIZE,
+    INSTANCE_CPU,
+    INSTANCE_MEMORY,
+    INSTANCE_CPU_MANUFACTURER,
+    INSTANCE_HYPERVISOR,
+    INSTANCE_NETWORK_BANDWIDTH,
+    INSTANCE_EBS_BANDWIDTH,
+    INSTANCE_LOCAL_NVME,
+    INSTANCE_GPU_NAME,
+    INSTANCE_GPU_MANUFACTURER,
+    INSTANCE_GPU_COUNT,
+    INSTANCE_GPU_MEMORY,
+    PROVISIONER_NAME,
+];
+
+/// True for keys the instance type (or joiner) defines on every node it launches.
+pub fn is_well_known(key: &str) -> bool {
+    WELL_KNOWN.contains(&key)
+}
+
+/// Rewrites deprecated beta label keys to their GA names.
+pub fn normalize(key: &str) -> &str {
+    match key {
+        "failure-domain.beta.kubernetes.io/zone" => ZONE,
+        "failure-domain.beta.kubernetes.io/region" => REGION,
+        "beta.kubernetes.io/arch" => ARCH,
+        "beta.kubernetes.io/os" => OS,
+        "beta.kubernetes.io/instance-type" => INSTANCE_TYPE,
+        // Karpenter's provisioner label means the same thing on joiner nodes.
+        KARPENTER_PROVISIONER_NAME => PROVISIONER_NAME,
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn beta_keys_normalize() {
+        assert_eq!(normalize("failure-domain.beta.kubernetes.io/zone"), ZONE);
+        assert_eq!(normalize("beta.kubernetes.io/instance-type"), INSTANCE_TYPE);
+        assert_eq!(normalize("example.com/rack"), "example.com/rack");
+        assert!(is_well_known(ZONE));
+        assert!(!is_well_known("example.com/rack"));
+    }
+}

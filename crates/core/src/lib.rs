@@ -1,0 +1,24 @@
+//! joiner-core: the pure model and scheduling simulation of joiner.
+//!
+//! Nothing here performs I/O: the CLI and the controller gather state, call into this crate,
+//! and carry out what it decides. That keeps every decision testable from plain data.
+
+pub mod error;
+pub mod instance_type;
+pub mod labels;
+pub mod pod;
+pub mod provisioner;
+pub mod quantity;
+pub mod requirements;
+pub mod resources;
+pub mod snapshot;
+pub mod taints;
+
+pub use error::{QuantityError, RequirementError};
+pub use instance_type::{CapacityType, InstanceType, Offering};
+pub use pod::{DaemonSet, HostPort, Node, Owner, Pod, PodAffinityTerm, TopologySpread};
+pub use provisioner::{Limits, Provisioner};
+pub use requirements::{Operator, Requirement, Requirements};
+pub use resources::Resources;
+pub use snapshot::Snapshot;
+pub use taints::{Effect, Taint, Toleration};

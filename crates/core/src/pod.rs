@@ -1,0 +1,145 @@
+//! The simulation's own pod, node and DaemonSet records: only what scheduling decisions read.
+//!
+//! These are built from Kubernetes objects (by the CLI's loader or the controller's reflectors)
+//! so the simulation never depends on the API types and stays cheap to copy.
+
+use std::collections::BTreeMap;
+
+use crate::requirements::Requirements;
+use crate::resources::Resources;
+use crate::taints::{Taint, Toleration};
+
+/// A label selector (matchLabels and matchExpressions) expressed as requirements on pod labels.
+pub type LabelSelector = Requirements;
+
+/// A topology spread constraint.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopologySpread {
+    /// Node label that defines the domains.
+    pub topology_key: String,
+    /// Maximum allowed difference between the fullest and emptiest domain.
+    pub max_skew: i32,
+    /// With fewer domains than this, the global minimum counts as zero.
+    pub min_domains: Option<i32>,
+    /// `DoNotSchedule` when true; `ScheduleAnyway` (a preference) when false.
+    pub hard: bool,
+    /// Which pods are counted.
+    pub selector: LabelSelector,
+}
+
+/// A pod (anti-)affinity term.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PodAffinityTerm {
+    /// Node label that defines "together" / "apart".
+    pub topology_key: String,
+    /// Which pods the term is about.
+    pub selector: LabelSelector,
+    /// Namespaces the selector looks in; empty means the pod's own namespace.
+    pub namespaces: Vec<String>,
+    /// True for anti-affinity.
+    pub anti: bool,
+    /// `None` for a required term, the weight for a preferred one.
+    pub weight: Option<i32>,
+}
+
+/// A host port a container binds on the node.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HostPort {
+    /// Port number.
+    pub port: i32,
+    /// TCP, UDP or SCTP.
+    pub protocol: String,
+    /// Host IP; empty means every address.
+    pub ip: String,
+}
+
+/// The controller that owns a pod.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Owner {
+    /// Kind (Deployment, ReplicaSet, StatefulSet, Job, DaemonSet).
+    pub kind: String,
+    /// Name.
+    pub name: String,
+}
+
+/// A pod as the simulation sees it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Pod {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Labels (for selectors of other pods' spread and affinity terms).
+    pub labels: BTreeMap<String, String>,
+    /// Effective requests: max(init containers, sum of containers) plus overhead, plus one pod slot.
+    pub requests: Resources,
+    /// Required node constraints: nodeSelector merged into each required node-affinity term.
+    /// The terms are ORed; empty means no constraint.
+    pub node_terms: Vec<Requirements>,
+    /// Preferred node-affinity terms with their weights.
+    pub preferred_node_terms: Vec<(i32, Requirements)>,
+    /// Tolerations.
+    pub tolerations: Vec<Toleration>,
+    /// Topology spread constraints.
+    pub topology_spread: Vec<TopologySpread>,
+    /// Pod affinity and anti-affinity terms.
+    pub affinity: Vec<PodAffinityTerm>,
+    /// Host ports.
+    pub host_ports: Vec<HostPort>,
+    /// Owning controller.
+    pub owner: Option<Owner>,
+    /// Priority.
+    pub priority: i32,
+    /// The node it runs on; `None` for a pending pod.
+    pub node_name: Option<String>,
+}
+
+impl Pod {
+    /// `namespace/name`, the key people use.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// True when a DaemonSet owns the pod: the autoscaler never provisions for those.
+    pub fn is_daemon(&self) -> bool {
+        self.owner.as_ref().is_some_and(|o| o.kind == "DaemonSet")
+    }
+}
+
+/// A node that exists (or is in flight): capacity the simulation can use at no new cost.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Node {
+    /// Node name.
+    pub name: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Taints.
+    pub taints: Vec<Taint>,
+    /// Raw capacity (counts against Provisioner limits).
+    pub capacity: Resources,
+    /// Allocatable.
+    pub allocatable: Resources,
+    /// True when the node is cordoned: it takes no new pods.
+    pub unschedulable: bool,
+}
+
+impl Node {
+    /// The joiner provisioner owning this node, from its label.
+    pub fn provisioner(&self) -> Option<&str> {
+        self.labels
+            .get(crate::labels::PROVISIONER_NAME)
+            .or_else(|| self.labels.get(crate::labels::KARPENTER_PROVISIONER_NAME))
+            .map(String::as_str)
+    }
+}
+
+/// A DaemonSet: its pod template decides where it runs and what it costs on each new node.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DaemonSet {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// The pod it runs on every eligible node.
+    pub pod: Pod,
+}

@@ -1,0 +1,88 @@
+//! The Provisioner as the simulation sees it: which nodes it may launch and how many.
+
+use std::collections::BTreeMap;
+
+use crate::labels;
+use crate::requirements::{Requirement, Requirements};
+use crate::taints::Taint;
+
+/// Caps on what a Provisioner may own (existing and new nodes), in capacity units.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// Millicores.
+    pub cpu: Option<i64>,
+    /// Bytes.
+    pub memory: Option<i64>,
+}
+
+/// A Provisioner: requirements and shape of the nodes it launches.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Provisioner {
+    /// Name.
+    pub name: String,
+    /// Higher weights are tried first (0–100).
+    pub weight: i32,
+    /// Constraints on the nodes it launches (instance types, zones, capacity types, custom labels).
+    pub requirements: Requirements,
+    /// Labels put on every node it launches.
+    pub labels: BTreeMap<String, String>,
+    /// Taints put on every node it launches.
+    pub taints: Vec<Taint>,
+    /// Taints present only while the node starts; pods need not tolerate them.
+    pub startup_taints: Vec<Taint>,
+    /// Resource caps.
+    pub limits: Limits,
+    /// kubelet maxPods override.
+    pub max_pods: Option<i64>,
+    /// NodeTemplate name (providerRef).
+    pub node_template: Option<String>,
+}
+
+impl Provisioner {
+    /// The provisioner used when the input has none: every instance type, linux, on-demand.
+    pub fn default_provisioner() -> Provisioner {
+        let mut requirements = Requirements::new();
+        requirements.add(labels::OS, Requirement::single("linux"));
+        Provisioner {
+            name: "default".into(),
+            weight: 0,
+            requirements,
+            labels: BTreeMap::new(),
+            taints: Vec::new(),
+            startup_taints: Vec::new(),
+            limits: Limits::default(),
+            max_pods: None,
+            node_template: None,
+        }
+    }
+
+    /// Requirements of a node this provisioner launches: its own requirements, its labels as
+    /// single-value requirements, its name, and on-demand when no capacity type is required.
+    pub fn node_requirements(&self) -> Requirements {
+        let mut r = self.requirements.clone();
+        if r.get(labels::CAPACITY_TYPE).is_none() {
+            r.add(labels::CAPACITY_TYPE, Requirement::single("on-demand"));
+        }
+        for (k, v) in &self.labels {
+            r.add(k, Requirement::single(v));
+        }
+        r.add(labels::PROVISIONER_NAME, Requirement::single(&self.name));
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_to_on_demand() {
+        let p = Provisioner::default_provisioner();
+        let r = p.node_requirements();
+        assert_eq!(
+            r.get(labels::CAPACITY_TYPE).unwrap().to_string(),
+            "In [on-demand]"
+        );
+        assert!(r.get(labels::PROVISIONER_NAME).unwrap().allows("default"));
+    }
+}

@@ -1,0 +1,454 @@
+//! Label requirements with Kubernetes node-affinity semantics.
+//!
+//! One representation serves pods (nodeSelector, node-affinity terms), Provisioners and node
+//! claims, so compatibility and narrowing are a single intersection. A requirement is a set of
+//! allowed values (possibly the complement of a listed set, possibly bounded as an integer) plus
+//! whether a node *without* the label satisfies it (true for NotIn and DoesNotExist).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use crate::error::RequirementError;
+use crate::labels;
+
+/// Node-selector operators as the Kubernetes API spells them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Operator {
+    /// The label is one of the values.
+    In,
+    /// The label is absent or none of the values.
+    NotIn,
+    /// The label is present.
+    Exists,
+    /// The label is absent.
+    DoesNotExist,
+    /// The label is an integer greater than the value.
+    Gt,
+    /// The label is an integer less than the value.
+    Lt,
+}
+
+impl Operator {
+    /// Parses the API spelling; unknown operators are an error naming the spelling.
+    pub fn parse(s: &str) -> Result<Operator, RequirementError> {
+        Ok(match s {
+            "In" => Operator::In,
+            "NotIn" => Operator::NotIn,
+            "Exists" => Operator::Exists,
+            "DoesNotExist" => Operator::DoesNotExist,
+            "Gt" => Operator::Gt,
+            "Lt" => Operator::Lt,
+            other => return Err(RequirementError::UnknownOperator(other.to_string())),
+        })
+    }
+}
+
+/// The constraint on one label key.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Requirement {
+    complement: bool,
+    values: BTreeSet<String>,
+    gte: Option<i64>,
+    lte: Option<i64>,
+    absent_ok: bool,
+}
+
+impl Requirement {
+    /// Builds a requirement from an operator and its values, validating the value count.
+    pub fn new<S: AsRef<str>>(op: Operator, values: &[S]) -> Result<Self, RequirementError> {
+        let set: BTreeSet<String> = values.iter().map(|v| v.as_ref().to_string()).collect();
+        let r = match op {
+            Operator::In | Operator::NotIn if set.is_empty() => {
+                return Err(RequirementError::MissingValues(op));
+            }
+            Operator::Exists | Operator::DoesNotExist if !set.is_empty() => {
+                return Err(RequirementError::UnexpectedValues(op));
+            }
+            Operator::Gt | Operator::Lt => {
+                if set.len() != 1 {
+                    return Err(RequirementError::BoundNeedsOneValue(op));
+                }
+                let raw = set.iter().next().map(String::as_str).unwrap_or_default();
+                let n: i64 = raw
+                    .parse()
+                    .map_err(|_| RequirementError::BoundNotInteger(op, raw.to_string()))?;
+                let (gte, lte) = if op == Operator::Gt {
+                    (Some(n.saturating_add(1)), None)
+                } else {
+                    (None, Some(n.saturating_sub(1)))
+                };
+                Requirement {
+                    complement: true,
+                    values: BTreeSet::new(),
+                    gte,
+                    lte,
+                    absent_ok: false,
+                }
+            }
+            Operator::In => Requirement {
+                complement: false,
+                values: set,
+                gte: None,
+                lte: None,
+                absent_ok: false,
+            },
+            Operator::NotIn => Requirement {
+                complement: true,
+                values: set,
+                gte: None,
+                lte: None,
+                absent_ok: true,
+            },
+            Operator::Exists => Requirement::any(),
+            Operator::DoesNotExist => Requirement {
+                complement: false,
+                values: BTreeSet::new(),
+                gte: None,
+                lte: None,
+                absent_ok: true,
+            },
+        };
+        Ok(r)
+    }
+
+    /// `In [value]`.
+    pub fn single(value: &str) -> Self {
+        let mut values = BTreeSet::new();
+        values.insert(value.to_string());
+        Requirement {
+            complement: false,
+            values,
+            gte: None,
+            lte: None,
+            absent_ok: false,
+        }
+    }
+
+    /// `In [values...]`; an empty list allows nothing.
+    pub fn one_of<I, S>(values: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Requirement {
+            complement: false,
+            values: values.into_iter().map(Into::into).collect(),
+            gte: None,
+            lte: None,
+            absent_ok: false,
+        }
+    }
+
+    /// `Exists`.
+    pub fn any() -> Self {
+        Requirement {
+            complement: true,
+            values: BTreeSet::new(),
+            gte: None,
+            lte: None,
+            absent_ok: false,
+        }
+    }
+
+    /// True when a node carrying the label with this value satisfies the requirement.
+    pub fn allows(&self, value: &str) -> bool {
+        if self.gte.is_some() || self.lte.is_some() {
+            let Ok(n) = value.parse::<i64>() else {
+                return false;
+            };
+            if self.gte.is_some_and(|g| n < g) || self.lte.is_some_and(|l| n > l) {
+                return false;
+            }
+        }
+        self.values.contains(value) != self.complement
+    }
+
+    /// True when a node without the label satisfies the requirement.
+    pub fn allows_absent(&self) -> bool {
+        self.absent_ok
+    }
+
+    /// True when some label value satisfies the requirement.
+    pub fn allows_some_value(&self) -> bool {
+        if let (Some(g), Some(l)) = (self.gte, self.lte) {
+            if g > l {
+                return false;
+            }
+        }
+        self.complement || !self.values.is_empty()
+    }
+
+    /// True when neither a value nor absence satisfies it: nothing can ever match.
+    pub fn is_unsatisfiable(&self) -> bool {
+        !self.allows_some_value() && !self.absent_ok
+    }
+
+    /// The explicit values of an `In` requirement, if it is one.
+    pub fn in_values(&self) -> Option<&BTreeSet<String>> {
+        (!self.complement).then_some(&self.values)
+    }
+
+    /// The values when a node must carry exactly one of them: a finite, non-empty set.
+    pub fn single_value(&self) -> Option<&str> {
+        if !self.complement && self.values.len() == 1 && !self.absent_ok {
+            self.values.iter().next().map(String::as_str)
+        } else {
+            None
+        }
+    }
+
+    /// Both requirements at once.
+    pub fn intersect(&self, other: &Requirement) -> Requirement {
+        let gte = match (self.gte, other.gte) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        let lte = match (self.lte, other.lte) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let (complement, values) = match (self.complement, other.complement) {
+            (true, true) => (true, self.values.union(&other.values).cloned().collect()),
+            (true, false) => (false, other.values.difference(&self.values).cloned().collect()),
+            (false, true) => (false, self.values.difference(&other.values).cloned().collect()),
+            (false, false) => (
+                false,
+                self.values.intersection(&other.values).cloned().collect(),
+            ),
+        };
+        let mut r = Requirement {
+            complement,
+            values,
+            gte,
+            lte,
+            absent_ok: self.absent_ok && other.absent_ok,
+        };
+        if !r.complement && (r.gte.is_some() || r.lte.is_some()) {
+            let (g, l) = (r.gte, r.lte);
+            r.values.retain(|v| {
+                v.parse::<i64>()
+                    .is_ok_and(|n| g.is_none_or(|g| n >= g) && l.is_none_or(|l| n <= l))
+            });
+        }
+        r
+    }
+
+    /// True when some node (with some value, or without the label) satisfies both.
+    pub fn compatible(&self, other: &Requirement) -> bool {
+        !self.intersect(other).is_unsatisfiable()
+    }
+}
+
+impl fmt::Display for Requirement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let list = |v: &BTreeSet<String>| v.iter().cloned().collect::<Vec<_>>().join(" ");
+        if self.complement {
+            match (self.gte, self.lte) {
+                (Some(g), None) => write!(f, "Gt {}", g.saturating_sub(1))?,
+                (None, Some(l)) => write!(f, "Lt {}", l.saturating_add(1))?,
+                (Some(g), Some(l)) => {
+                    write!(f, "Gt {} Lt {}", g.saturating_sub(1), l.saturating_add(1))?
+                }
+                (None, None) if self.values.is_empty() && self.absent_ok => {}
+                (None, None) if self.values.is_empty() => write!(f, "Exists")?,
+                (None, None) => {}
+            }
+            if !self.values.is_empty() {
+                if self.gte.is_some() || self.lte.is_some() {
+                    write!(f, " ")?;
+                }
+                write!(f, "NotIn [{}]", list(&self.values))?;
+            }
+            Ok(())
+        } else if self.values.is_empty() {
+            write!(f, "DoesNotExist")
+        } else {
+            write!(f, "In [{}]", list(&self.values))
+        }
+    }
+}
+
+impl fmt::Debug for Requirement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// Requirements on several keys, all of which must hold. Keys are normalized GA names.
+#[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Requirements {
+    by_key: BTreeMap<String, Requirement>,
+}
+
+impl Requirements {
+    /// No constraint at all.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a requirement, intersecting with what the key already has.
+    pub fn add(&mut self, key: &str, req: Requirement) {
+        let key = labels::normalize(key);
+        match self.by_key.get_mut(key) {
+            Some(cur) => *cur = cur.intersect(&req),
+            None => {
+                self.by_key.insert(key.to_string(), req);
+            }
+        }
+    }
+
+    /// Parses and adds `key op values`.
+    pub fn add_parsed<S: AsRef<str>>(
+        &mut self,
+        key: &str,
+        op: &str,
+        values: &[S],
+    ) -> Result<(), RequirementError> {
+        if key.is_empty() {
+            return Err(RequirementError::EmptyKey);
+        }
+        let op = Operator::parse(op)?;
+        self.add(key, Requirement::new(op, values)?);
+        Ok(())
+    }
+
+    /// The requirement on one key.
+    pub fn get(&self, key: &str) -> Option<&Requirement> {
+        self.by_key.get(labels::normalize(key))
+    }
+
+    /// All constraints, by key.
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &Requirement)> {
+        self.by_key.iter()
+    }
+
+    /// True when no key is constrained.
+    pub fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+
+    /// Number of constrained keys.
+    pub fn len(&self) -> usize {
+        self.by_key.len()
+    }
+
+    /// Both sets of requirements at once.
+    pub fn intersect(&self, other: &Requirements) -> Requirements {
+        let mut out = self.clone();
+        for (k, r) in &other.by_key {
+            out.add(k, r.clone());
+        }
+        out
+    }
+
+    /// The first key on which the two cannot both hold.
+    pub fn conflict<'a>(&self, other: &'a Requirements) -> Option<&'a str> {
+        for (k, r) in &other.by_key {
+            if let Some(mine) = self.by_key.get(k) {
+                if !mine.compatible(r) {
+                    return Some(k.as_str());
+                }
+            }
+        }
+        None
+    }
+
+    /// True when a node with exactly these labels satisfies every requirement.
+    pub fn matches_labels(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.first_unmatched_label(labels).is_none()
+    }
+
+    /// The first key a node with these labels fails.
+    pub fn first_unmatched_label(&self, labels: &BTreeMap<String, String>) -> Option<&str> {
+        self.by_key
+            .iter()
+            .find(|(k, r)| match labels.get(k.as_str()) {
+                Some(v) => !r.allows(v),
+                None => !r.allows_absent(),
+            })
+            .map(|(k, _)| k.as_str())
+    }
+}
+
+impl fmt::Display for Requirements {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        for (k, r) in &self.by_key {
+            if !first {
+                write!(f, ", ")?;
+            }
+            first = false;
+            write!(f, "{k} {r}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Requirements {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{{{self}}}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(op: &str, v: &[&str]) -> Requirement {
+        Requirement::new(Operator::parse(op).unwrap(), v).unwrap()
+    }
+
+    #[test]
+    fn operators_match_kubernetes() {
+        assert!(req("In", &["a", "b"]).allows("a"));
+        assert!(!req("In", &["a"]).allows_absent());
+        assert!(req("NotIn", &["a"]).allows_absent());
+        assert!(!req("NotIn", &["a"]).allows("a"));
+        assert!(req("Exists", &[]).allows("x"));
+        assert!(!req("Exists", &[]).allows_absent());
+        assert!(req("DoesNotExist", &[]).allows_absent());
+        assert!(!req("DoesNotExist", &[]).allows("x"));
+        assert!(req("Gt", &["4"]).allows("5"));
+        assert!(!req("Gt", &["4"]).allows("4"));
+        assert!(!req("Gt", &["4"]).allows("abc"));
+        assert!(req("Lt", &["4"]).allows("3"));
+    }
+
+    #[test]
+    fn intersections() {
+        let a = req("In", &["a", "b", "c"]).intersect(&req("NotIn", &["b"]));
+        assert_eq!(a.to_string(), "In [a c]");
+        let b = req("In", &["2", "8", "64"]).intersect(&req("Gt", &["4"]));
+        assert_eq!(b.to_string(), "In [64 8]");
+        let c = req("Gt", &["4"]).intersect(&req("Lt", &["3"]));
+        assert!(c.is_unsatisfiable());
+        let d = req("NotIn", &["a"]).intersect(&req("DoesNotExist", &[]));
+        assert!(!d.is_unsatisfiable(), "both admit absence");
+        assert!(!req("In", &["a"]).compatible(&req("DoesNotExist", &[])));
+        assert!(req("NotIn", &["a"]).compatible(&req("NotIn", &["b"])));
+    }
+
+    #[test]
+    fn validation_errors() {
+        assert!(Requirement::new::<&str>(Operator::In, &[]).is_err());
+        assert!(Requirement::new(Operator::Exists, &["x"]).is_err());
+        assert!(Requirement::new(Operator::Gt, &["x"]).is_err());
+        assert!(Requirement::new(Operator::Gt, &["1", "2"]).is_err());
+        assert!(Operator::parse("Equals").is_err());
+    }
+
+    #[test]
+    fn keys_are_normalized_and_label_matching() {
+        let mut r = Requirements::new();
+        r.add_parsed("failure-domain.beta.kubernetes.io/zone", "In", &["z1"])
+            .unwrap();
+        assert!(r.get(labels::ZONE).is_some());
+        let mut node = BTreeMap::new();
+        node.insert(labels::ZONE.to_string(), "z1".to_string());
+        assert!(r.matches_labels(&node));
+        r.add_parsed("team", "NotIn", &["x"]).unwrap();
+        assert!(r.matches_labels(&node), "absent label satisfies NotIn");
+        r.add_parsed("rack", "In", &["r1"]).unwrap();
+        assert_eq!(r.first_unmatched_label(&node), Some("rack"));
+    }
+}
