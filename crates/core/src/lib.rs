@@ -11,6 +11,7 @@ pub mod provisioner;
 pub mod quantity;
 pub mod requirements;
 pub mod resources;
+pub mod scheduling;
 pub mod snapshot;
 pub mod taints;
 

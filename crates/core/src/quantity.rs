@@ -84,18 +84,27 @@ fn split(s: &str) -> Result<(&str, Scale), QuantityError> {
         ("Ti", bin(40)),
         ("Pi", bin(50)),
         ("Ei", bin(60)),
-        ("n", Scale {
-            numer: 1,
-            denom: 1_000_000_000,
-        }),
-        ("u", Scale {
-            numer: 1,
-            denom: 1_000_000,
-        }),
-        ("m", Scale {
-            numer: 1,
-            denom: 1000,
-        }),
+        (
+            "n",
+            Scale {
+                numer: 1,
+                denom: 1_000_000_000,
+            },
+        ),
+        (
+            "u",
+            Scale {
+                numer: 1,
+                denom: 1_000_000,
+            },
+        ),
+        (
+            "m",
+            Scale {
+                numer: 1,
+                denom: 1000,
+            },
+        ),
         ("k", dec(3)),
         ("M", dec(6)),
         ("G", dec(9)),

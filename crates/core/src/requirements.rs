@@ -209,8 +209,14 @@ impl Requirement {
         };
         let (complement, values) = match (self.complement, other.complement) {
             (true, true) => (true, self.values.union(&other.values).cloned().collect()),
-            (true, false) => (false, other.values.difference(&self.values).cloned().collect()),
-            (false, true) => (false, self.values.difference(&other.values).cloned().collect()),
+            (true, false) => (
+                false,
+                other.values.difference(&self.values).cloned().collect(),
+            ),
+            (false, true) => (
+                false,
+                self.values.difference(&other.values).cloned().collect(),
+            ),
             (false, false) => (
                 false,
                 self.values.intersection(&other.values).cloned().collect(),

@@ -138,8 +138,14 @@ mod tests {
 
     #[test]
     fn prefer_no_schedule_never_blocks() {
-        let ts = [taint("a", "", Effect::PreferNoSchedule), taint("b", "", Effect::NoExecute)];
-        assert_eq!(first_untolerated(&ts, &[]).map(|t| t.key.as_str()), Some("b"));
+        let ts = [
+            taint("a", "", Effect::PreferNoSchedule),
+            taint("b", "", Effect::NoExecute),
+        ];
+        assert_eq!(
+            first_untolerated(&ts, &[]).map(|t| t.key.as_str()),
+            Some("b")
+        );
         assert_eq!(ts[1].to_string(), "b:NoExecute");
     }
 }

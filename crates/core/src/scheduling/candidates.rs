@@ -1,0 +1,420 @@
+//! A provisioner's view of the catalog: the instance types it may launch, what each holds after
+//! DaemonSet overhead, and which of them a pod class may use (or why none).
+
+use std::collections::HashMap;
+
+use crate::instance_type::InstanceType;
+use crate::labels;
+use crate::pod::{DaemonSet, Pod};
+use crate::provisioner::Provisioner;
+use crate::requirements::Requirements;
+use crate::resources::Resources;
+use crate::taints::first_untolerated;
+
+use super::reasons::Reason;
+use super::reqtable::{ReqId, ReqTable};
+use super::typeset::TypeSet;
+
+/// A provisioner with its allowed instance types.
+pub struct ProvisionerView<'a> {
+    /// The provisioner.
+    pub prov: &'a Provisioner,
+    /// Requirements every node it launches satisfies.
+    pub node_reqs: Requirements,
+    /// Interned `node_reqs`.
+    pub node_req_id: ReqId,
+    /// Catalog indices of the allowed types (local index → catalog index).
+    pub types: Vec<usize>,
+    /// Allocatable minus DaemonSet overhead, per local index.
+    pub effective: Vec<Resources>,
+    /// DaemonSet overhead, per local index.
+    pub overhead: Vec<Resources>,
+    /// Catalog types excluded by each provisioner requirement key (for explanations).
+    pub excluded_by_key: Vec<(String, usize)>,
+    /// Remaining cpu limit (millicores), when limited.
+    pub cpu_left: Option<i64>,
+    /// Remaining memory limit (bytes), when limited.
+    pub memory_left: Option<i64>,
+    /// Types label-compatible with a requirement set, Pareto-pruned, cheapest first.
+    frontier: HashMap<ReqId, Vec<usize>>,
+    /// Label compatibility of (requirement set, local type).
+    label_ok: HashMap<(ReqId, usize), bool>,
+    /// Cheapest offering price under a requirement set, per local type.
+    price: HashMap<(ReqId, usize), Option<f64>>,
+}
+
+/// How a pod class may use a provisioner.
+pub enum ClassFit {
+    /// The class may go on these types under these requirements.
+    Fits {
+        /// Node requirements once the class is on the node.
+        req: ReqId,
+        /// Allowed local type indices.
+        types: TypeSet,
+    },
+    /// Why not.
+    Refused(Reason),
+}
+
+impl<'a> ProvisionerView<'a> {
+    /// Builds the view: filters the catalog by the provisioner's requirements and computes the
+    /// DaemonSet overhead on each type.
+    pub fn new(
+        prov: &'a Provisioner,
+        catalog: &[InstanceType],
+        daemonsets: &[DaemonSet],
+        used: &Resources,
+        table: &mut ReqTable,
+    ) -> Self {
+        let node_reqs = prov.node_requirements();
+        let node_req_id = table.intern(node_reqs.clone());
+        let mut excluded: HashMap<String, usize> = HashMap::new();
+        let mut types = Vec::new();
+        for (i, t) in catalog.iter().enumerate() {
+            match t.first_label_conflict(&node_reqs) {
+                None if t.cheapest_offering(&node_reqs).is_some() => types.push(i),
+                None => *excluded.entry("offerings".to_string()).or_default() += 1,
+                Some(k) => *excluded.entry(k.to_string()).or_default() += 1,
+            }
+        }
+        let mut effective = Vec::with_capacity(types.len());
+        let mut overhead = Vec::with_capacity(types.len());
+        for &ci in &types {
+            let t = &catalog[ci];
+            let mut alloc = t.allocatable.clone();
+            if let Some(mp) = prov.max_pods {
+                alloc.pods = alloc.pods.min(mp.max(0));
+            }
+            let mut oh = Resources::default();
+            for ds in daemonsets {
+                if daemon_runs_on(&ds.pod, prov, &node_reqs, t) {
+                    oh.add(&ds.pod.requests);
+                }
+            }
+            let mut eff = alloc;
+            eff.sub(&oh);
+            effective.push(eff);
+            overhead.push(oh);
+        }
+        let mut excluded_by_key: Vec<(String, usize)> = excluded.into_iter().collect();
+        excluded_by_key.sort();
+        ProvisionerView {
+            prov,
+            node_reqs,
+            node_req_id,
+            types,
+            effective,
+            overhead,
+            excluded_by_key,
+            cpu_left: prov.limits.cpu.map(|l| l - used.cpu),
+            memory_left: prov.limits.memory.map(|l| l - used.memory),
+            frontier: HashMap::new(),
+            label_ok: HashMap::new(),
+            price: HashMap::new(),
+        }
+    }
+
+    /// Number of allowed types.
+    pub fn len(&self) -> usize {
+        self.types.len()
+    }
+
+    /// True when the provisioner allows no type at all.
+    pub fn is_empty(&self) -> bool {
+        self.types.is_empty()
+    }
+
+    /// True when local type `i` satisfies requirement set `req` (labels and an offering).
+    pub fn type_allows(
+        &mut self,
+        catalog: &[InstanceType],
+        table: &ReqTable,
+        req: ReqId,
+        i: usize,
+    ) -> bool {
+        if let Some(v) = self.label_ok.get(&(req, i)) {
+            return *v;
+        }
+        let reqs = table.get(req);
+        let t = &catalog[self.types[i]];
+        let ok = t.first_label_conflict(reqs).is_none() && t.cheapest_offering(reqs).is_some();
+        self.label_ok.insert((req, i), ok);
+        ok
+    }
+
+    /// Cheapest offering price of local type `i` under `req`.
+    pub fn price(
+        &mut self,
+        catalog: &[InstanceType],
+        table: &ReqTable,
+        req: ReqId,
+        i: usize,
+    ) -> Option<f64> {
+        if let Some(p) = self.price.get(&(req, i)) {
+            return *p;
+        }
+        let t = &catalog[self.types[i]];
+        let p = t.cheapest_offering(table.get(req)).map(|o| o.price);
+        self.price.insert((req, i), p);
+        p
+    }
+
+    /// True when a node of local type `i` still fits within the provisioner's limits.
+    pub fn within_limits(&self, catalog: &[InstanceType], i: usize) -> bool {
+        let cap = &catalog[self.types[i]].capacity;
+        self.cpu_left.is_none_or(|l| cap.cpu <= l)
+            && self.memory_left.is_none_or(|l| cap.memory <= l)
+    }
+
+    /// The limit that blocks local type `i`, if any.
+    pub fn blocking_limit(&self, catalog: &[InstanceType], i: usize) -> Option<Reason> {
+        let cap = &catalog[self.types[i]].capacity;
+        if let (Some(l), Some(limit)) = (self.cpu_left, self.prov.limits.cpu) {
+            if cap.cpu > l {
+                return Some(Reason::Limit {
+                    name: "cpu".into(),
+                    limit,
+                });
+            }
+        }
+        if let (Some(l), Some(limit)) = (self.memory_left, self.prov.limits.memory) {
+            if cap.memory > l {
+                return Some(Reason::Limit {
+                    name: "memory".into(),
+                    limit,
+                });
+            }
+        }
+        None
+    }
+
+    /// Records a launched node of local type `i` against the limits.
+    pub fn consume(&mut self, catalog: &[InstanceType], i: usize, copies: i64) {
+        let cap = &catalog[self.types[i]].capacity;
+        if let Some(l) = self.cpu_left.as_mut() {
+            *l -= cap.cpu.saturating_mul(copies);
+        }
+        if let Some(l) = self.memory_left.as_mut() {
+            *l -= cap.memory.saturating_mul(copies);
+        }
+    }
+
+    /// How many nodes of local type `i` the limits still allow.
+    pub fn copies_within_limits(&self, catalog: &[InstanceType], i: usize) -> i64 {
+        let cap = &catalog[self.types[i]].capacity;
+        let mut n = i64::MAX;
+        if let Some(l) = self.cpu_left {
+            n = n.min(if cap.cpu > 0 { l / cap.cpu } else { n });
+        }
+        if let Some(l) = self.memory_left {
+            n = n.min(if cap.memory > 0 { l / cap.memory } else { n });
+        }
+        n.max(0)
+    }
+
+    /// Label-compatible types under `req`, with dominated ones removed (another type with at
+    /// least as much of every resource for at most the price), cheapest first.
+    pub fn frontier(
+        &mut self,
+        catalog: &[InstanceType],
+        table: &ReqTable,
+        req: ReqId,
+    ) -> Vec<usize> {
+        if let Some(f) = self.frontier.get(&req) {
+            return f.clone();
+        }
+        let mut priced: Vec<(f64, usize)> = Vec::new();
+        for i in 0..self.types.len() {
+            if self.type_allows(catalog, table, req, i) {
+                if let Some(p) = self.price(catalog, table, req, i) {
+                    priced.push((p, i));
+                }
+            }
+        }
+        priced.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let mut kept: Vec<usize> = Vec::new();
+        for &(_, i) in &priced {
+            let e = &self.effective[i];
+            let accel = catalog[self.types[i]].is_accelerated();
+            let dominated = kept.iter().any(|&j| {
+                catalog[self.types[j]].is_accelerated() == accel && e.fits(&self.effective[j])
+            });
+            if !dominated {
+                kept.push(i);
+            }
+        }
+        self.frontier.insert(req, kept.clone());
+        kept
+    }
+
+    /// Decides whether a pod class can use this provisioner, and on which types.
+    pub fn fit_class(
+        &mut self,
+        catalog: &[InstanceType],
+        table: &mut ReqTable,
+        pod: &Pod,
+    ) -> ClassFit {
+        if let Some(t) = first_untolerated(&self.prov.taints, &pod.tolerations) {
+            return ClassFit::Refused(Reason::Taint(t.to_string()));
+        }
+        let terms: Vec<Requirements> = if pod.node_terms.is_empty() {
+            vec![Requirements::new()]
+        } else {
+            pod.node_terms.clone()
+        };
+        let mut first_refusal = None;
+        for term in &terms {
+            match self.fit_term(catalog, table, pod, term) {
+                ClassFit::Fits { req, types } => return ClassFit::Fits { req, types },
+                ClassFit::Refused(r) => {
+                    if first_refusal.is_none() {
+                        first_refusal = Some(r);
+                    }
+                }
+            }
+        }
+        ClassFit::Refused(first_refusal.unwrap_or(Reason::Requirement("(none)".into())))
+    }
+
+    fn fit_term(
+        &mut self,
+        catalog: &[InstanceType],
+        table: &mut ReqTable,
+        pod: &Pod,
+        term: &Requirements,
+    ) -> ClassFit {
+        // Provisioner requirements and custom labels first.
+        for (k, r) in term.iter() {
+            match self.node_reqs.get(k) {
+                Some(mine) => {
+                    if !mine.compatible(r) {
+                        return ClassFit::Refused(Reason::ProvisionerRequirement {
+                            requirement: format!("{k} {r}"),
+                            provisioner: format!("{k} {mine}"),
+                        });
+                    }
+                }
+                None => {
+                    if !labels::is_well_known(k) && !r.allows_absent() {
+                        return ClassFit::Refused(Reason::Requirement(format!("{k} {r}")));
+                    }
+                }
+            }
+        }
+        let merged = self.node_reqs.intersect(term);
+        let req = table.intern(merged);
+        let n = self.types.len();
+        let mut by_labels = Vec::new();
+        let mut label_conflicts: HashMap<String, usize> = HashMap::new();
+        for i in 0..n {
+            if self.type_allows(catalog, table, req, i) {
+                by_labels.push(i);
+            } else if let Some(k) = catalog[self.types[i]].first_label_conflict(table.get(req)) {
+                *label_conflicts.entry(k.to_string()).or_default() += 1;
+            }
+        }
+        if by_labels.is_empty() {
+            // Name the pod requirement that excluded the most types.
+            let mut worst: Vec<(usize, String)> =
+                label_conflicts.into_iter().map(|(k, c)| (c, k)).collect();
+            worst.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+            let text = worst
+                .iter()
+                .find_map(|(_, k)| term.get(k).map(|r| format!("{k} {r}")))
+                .or_else(|| {
+                    worst.first().map(|(_, k)| {
+                        format!(
+                            "{k} {}",
+                            table
+                                .get(req)
+                                .get(k)
+                                .map(|r| r.to_string())
+                                .unwrap_or_default()
+                        )
+                    })
+                })
+                .unwrap_or_else(|| "of the provisioner".to_string());
+            return ClassFit::Refused(Reason::Requirement(text));
+        }
+        let wants_accel = pod.requests.has_extended();
+        let mut fitting = TypeSet::empty(n);
+        let mut fitting_plain = TypeSet::empty(n);
+        let mut any = false;
+        let mut any_plain = false;
+        for &i in &by_labels {
+            if pod.requests.fits(&self.effective[i]) {
+                fitting.insert(i);
+                any = true;
+                if !catalog[self.types[i]].is_accelerated() {
+                    fitting_plain.insert(i);
+                    any_plain = true;
+                }
+            }
+        }
+        if !any {
+            return ClassFit::Refused(self.resource_reason(&by_labels, &pod.requests));
+        }
+        if !wants_accel && any_plain {
+            return ClassFit::Fits {
+                req,
+                types: fitting_plain,
+            };
+        }
+        ClassFit::Fits {
+            req,
+            types: fitting,
+        }
+    }
+
+    fn resource_reason(&self, types: &[usize], req: &Resources) -> Reason {
+        let mut names: Vec<String> = vec![
+            "cpu".into(),
+            "memory".into(),
+            "ephemeral-storage".into(),
+            "pods".into(),
+        ];
+        names.extend(req.extended().iter().map(|(k, _)| k.clone()));
+        for name in names {
+            let want = req.get(&name);
+            let largest = types
+                .iter()
+                .map(|&i| self.effective[i].get(&name))
+                .max()
+                .unwrap_or(0);
+            if want > largest {
+                return Reason::Resource {
+                    name,
+                    requested: want,
+                    largest: largest.max(0),
+                };
+            }
+        }
+        Reason::ResourcesTogether(format!(
+            "cpu={} memory={}",
+            req.format_named("cpu"),
+            req.format_named("memory")
+        ))
+    }
+}
+
+/// True when the DaemonSet's pod would run on a node of this provisioner and type.
+fn daemon_runs_on(
+    pod: &Pod,
+    prov: &Provisioner,
+    node_reqs: &Requirements,
+    t: &InstanceType,
+) -> bool {
+    if first_untolerated(&prov.taints, &pod.tolerations).is_some() {
+        return false;
+    }
+    if pod.node_terms.is_empty() {
+        return true;
+    }
+    pod.node_terms.iter().any(|term| {
+        let custom_ok = term.iter().all(|(k, r)| match node_reqs.get(k) {
+            Some(mine) => mine.compatible(r),
+            None => labels::is_well_known(k) || r.allows_absent(),
+        });
+        custom_ok && t.first_label_conflict(&node_reqs.intersect(term)).is_none()
+    })
+}

@@ -1,0 +1,80 @@
+//! Placing pending pods on nodes that already exist (or are in flight): capacity already paid for.
+
+use std::collections::HashMap;
+
+use crate::pod::{Node, Pod};
+use crate::resources::Resources;
+use crate::taints::first_untolerated;
+
+/// Free capacity of the existing nodes after the pods already running there.
+pub struct ExistingNodes<'a> {
+    /// Nodes sorted by name.
+    pub nodes: Vec<&'a Node>,
+    /// Free capacity per node.
+    pub free: Vec<Resources>,
+    /// Pods placed by this pass, per node (snapshot pod indices).
+    pub placed: Vec<Vec<usize>>,
+}
+
+impl<'a> ExistingNodes<'a> {
+    /// Subtracts the requests of running pods from each node's allocatable.
+    pub fn new(nodes: &'a [Node], pods: &[Pod]) -> Self {
+        let mut sorted: Vec<&Node> = nodes.iter().collect();
+        sorted.sort_by(|a, b| a.name.cmp(&b.name));
+        let by_name: HashMap<&str, usize> = sorted
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.as_str(), i))
+            .collect();
+        let mut free: Vec<Resources> = sorted.iter().map(|n| n.allocatable.clone()).collect();
+        for p in pods {
+            if let Some(i) = p.node_name.as_deref().and_then(|n| by_name.get(n)) {
+                free[*i].sub(&p.requests);
+            }
+        }
+        let placed = vec![Vec::new(); sorted.len()];
+        ExistingNodes {
+            nodes: sorted,
+            free,
+            placed,
+        }
+    }
+
+    /// True when `pod` may run on node `i` as far as taints and node requirements go.
+    pub fn admits(&self, i: usize, pod: &Pod) -> bool {
+        let node = self.nodes[i];
+        if node.unschedulable {
+            return false;
+        }
+        if first_untolerated(&node.taints, &pod.tolerations).is_some() {
+            return false;
+        }
+        pod.node_terms.is_empty()
+            || pod
+                .node_terms
+                .iter()
+                .any(|t| t.matches_labels(&node.labels))
+    }
+
+    /// Places as many of `pods` (identical, represented by `template`) as fit, first fit by name.
+    /// Returns how many were placed; they are taken from the front of `pods`.
+    pub fn place_class(&mut self, template: &Pod, pods: &[usize]) -> usize {
+        let mut done = 0;
+        for i in 0..self.nodes.len() {
+            if done == pods.len() {
+                break;
+            }
+            if !self.admits(i, template) {
+                continue;
+            }
+            let k = self.free[i].copies_fitting(&template.requests, (pods.len() - done) as i64);
+            if k == 0 {
+                continue;
+            }
+            self.free[i].add_times(&template.requests, -k);
+            self.placed[i].extend_from_slice(&pods[done..done + k as usize]);
+            done += k as usize;
+        }
+        done
+    }
+}

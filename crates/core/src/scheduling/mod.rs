@@ -1,0 +1,210 @@
+//! The scheduling simulation: where pending pods would go, and which nodes to buy for them.
+//!
+//! Order of placement, as the kube-scheduler will see it once nodes exist: existing (and
+//! in-flight) nodes first at no new cost, then new nodes from the highest-weight Provisioner that
+//! accepts the pod. New node shapes are chosen for cost (see [`packer`]).
+
+pub mod candidates;
+pub mod classes;
+pub mod existing;
+pub mod lp;
+pub mod packer;
+pub mod plan;
+pub mod reasons;
+pub mod reqtable;
+pub mod typeset;
+
+use std::collections::BTreeMap;
+
+use crate::instance_type::{offering_allowed, InstanceType};
+use crate::provisioner::Provisioner;
+use crate::resources::Resources;
+use crate::snapshot::Snapshot;
+
+use candidates::{ClassFit, ProvisionerView};
+use packer::Member;
+pub use plan::{ExistingNodeUse, NewNode, Plan, Unschedulable};
+use reasons::Reason;
+use reqtable::ReqTable;
+
+/// Knobs of a scheduling pass.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// How many instance types a new node lists as options (CreateFleet takes at most 60).
+    pub max_instance_type_options: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            max_instance_type_options: 60,
+        }
+    }
+}
+
+/// Runs a scheduling pass over a snapshot against a catalog of instance types.
+pub fn simulate(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -> Plan {
+    let pods = &snapshot.pods;
+    let pending: Vec<usize> = pods
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.node_name.is_none() && !p.is_daemon())
+        .map(|(i, _)| i)
+        .collect();
+    let classes = classes::build(pods, &pending);
+    let mut remaining: Vec<i64> = classes.iter().map(|c| c.pods.len() as i64).collect();
+    // Pods are handed out from the front of each class in input order.
+    let mut cursor: Vec<usize> = vec![0; classes.len()];
+
+    // 1. Existing nodes.
+    let mut existing = existing::ExistingNodes::new(&snapshot.nodes, pods);
+    for (ci, class) in classes.iter().enumerate() {
+        let placed = existing.place_class(&pods[class.template], &class.pods);
+        remaining[ci] -= placed as i64;
+        cursor[ci] += placed;
+    }
+
+    // 2. New nodes, provisioner by provisioner in weight order.
+    let default_prov;
+    let mut provs: Vec<&Provisioner> = if snapshot.provisioners.is_empty() {
+        default_prov = Provisioner::default_provisioner();
+        vec![&default_prov]
+    } else {
+        snapshot.provisioners.iter().collect()
+    };
+    provs.sort_by(|a, b| b.weight.cmp(&a.weight).then(a.name.cmp(&b.name)));
+
+    let mut table = ReqTable::default();
+    let mut refusals: Vec<Vec<(String, Reason)>> = vec![Vec::new(); classes.len()];
+    let mut new_nodes: Vec<NewNode> = Vec::new();
+    for prov in provs {
+        if remaining.iter().all(|r| *r == 0) {
+            break;
+        }
+        let used = owned_capacity(snapshot, &prov.name);
+        let mut view = ProvisionerView::new(prov, catalog, &snapshot.daemonsets, &used, &mut table);
+        let mut members = Vec::new();
+        for (ci, class) in classes.iter().enumerate() {
+            if remaining[ci] == 0 {
+                continue;
+            }
+            match view.fit_class(catalog, &mut table, &pods[class.template]) {
+                ClassFit::Fits { req, types } => members.push(Member {
+                    class: ci,
+                    req,
+                    types,
+                }),
+                ClassFit::Refused(r) => refusals[ci].push((prov.name.clone(), r)),
+            }
+        }
+        if members.is_empty() {
+            continue;
+        }
+        let mut refused = Vec::new();
+        let drafts = packer::pack(
+            &mut view,
+            catalog,
+            &mut table,
+            &classes,
+            &members,
+            &mut remaining,
+            &mut refused,
+        );
+        for (ci, r) in refused {
+            refusals[ci].push((prov.name.clone(), r));
+        }
+        let mut zone_turn: BTreeMap<String, usize> = BTreeMap::new();
+        for d in drafts {
+            let t = &catalog[view.types[d.chosen]];
+            let reqs = table.get(d.req);
+            for _ in 0..d.copies {
+                let mut node_pods = Vec::new();
+                for (c, k) in &d.counts {
+                    let start = cursor[*c];
+                    let end = start + *k as usize;
+                    node_pods.extend(classes[*c].pods[start..end].iter().map(|&i| pods[i].key()));
+                    cursor[*c] = end;
+                }
+                // Among equally cheap offerings, rotate zones so unconstrained capacity spreads.
+                let cheapest: Vec<_> = {
+                    let min = t
+                        .cheapest_offering(reqs)
+                        .map(|o| o.price)
+                        .unwrap_or(f64::INFINITY);
+                    t.offerings
+                        .iter()
+                        .filter(|o| o.available && offering_allowed(o, reqs) && o.price <= min)
+                        .collect()
+                };
+                let turn = zone_turn.entry(t.name.clone()).or_default();
+                let Some(offering) = cheapest.get(*turn % cheapest.len().max(1)).copied() else {
+                    continue;
+                };
+                *turn += 1;
+                let mut requests = d.pod_requests.clone();
+                requests.add(&view.overhead[d.chosen]);
+                new_nodes.push(NewNode {
+                    name: format!("{}-{}", prov.name, new_nodes.len() + 1),
+                    provisioner: prov.name.clone(),
+                    instance_type: t.name.clone(),
+                    zone: offering.zone.clone(),
+                    capacity_type: offering.capacity_type,
+                    price_per_hour: offering.price,
+                    price_estimated: offering.price_estimated,
+                    instance_type_options: d
+                        .options
+                        .iter()
+                        .take(opts.max_instance_type_options)
+                        .map(|&o| catalog[view.types[o]].name.clone())
+                        .collect(),
+                    pods: node_pods,
+                    requests,
+                });
+            }
+        }
+    }
+
+    let existing_nodes = existing
+        .nodes
+        .iter()
+        .zip(&existing.placed)
+        .filter(|(_, placed)| !placed.is_empty())
+        .map(|(n, placed)| ExistingNodeUse {
+            name: n.name.clone(),
+            pods: placed.iter().map(|&i| pods[i].key()).collect(),
+        })
+        .collect();
+    let mut unschedulable = Vec::new();
+    for (ci, class) in classes.iter().enumerate() {
+        if remaining[ci] <= 0 {
+            continue;
+        }
+        let reason = reasons::combine(&refusals[ci]);
+        for &i in &class.pods[cursor[ci]..] {
+            unschedulable.push(Unschedulable {
+                pod: pods[i].key(),
+                reason: reason.clone(),
+            });
+        }
+    }
+    unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));
+    Plan {
+        new_nodes,
+        existing_nodes,
+        unschedulable,
+    }
+}
+
+/// Capacity of the existing nodes a provisioner owns (counts against its limits).
+fn owned_capacity(snapshot: &Snapshot, prov: &str) -> Resources {
+    let mut used = Resources::default();
+    for n in &snapshot.nodes {
+        if n.provisioner() == Some(prov) {
+            used.add(&n.capacity);
+        }
+    }
+    used
+}
+
+#[cfg(test)]
+mod tests;

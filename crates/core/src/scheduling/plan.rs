@@ -1,0 +1,66 @@
+//! What a scheduling pass decides: the nodes to launch, the existing nodes used, and the pods
+//! that cannot be placed with the reason why.
+
+use crate::instance_type::CapacityType;
+use crate::resources::Resources;
+
+/// A node the simulation would launch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewNode {
+    /// Deterministic claim name: `<provisioner>-<n>`.
+    pub name: String,
+    /// Provisioner that launches it.
+    pub provisioner: String,
+    /// The cheapest type that holds its pods.
+    pub instance_type: String,
+    /// Zone of the chosen offering.
+    pub zone: String,
+    /// Capacity type of the chosen offering.
+    pub capacity_type: CapacityType,
+    /// USD per hour of the chosen offering.
+    pub price_per_hour: f64,
+    /// True when the price is a stand-in.
+    pub price_estimated: bool,
+    /// Every type that would hold the pods, cheapest first (what CreateFleet gets).
+    pub instance_type_options: Vec<String>,
+    /// Pods placed on it, `namespace/name`.
+    pub pods: Vec<String>,
+    /// Sum of the pods' requests plus DaemonSet overhead on the chosen type.
+    pub requests: Resources,
+}
+
+/// Pods placed on a node that already exists.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExistingNodeUse {
+    /// Node name.
+    pub name: String,
+    /// Pods placed there, `namespace/name`.
+    pub pods: Vec<String>,
+}
+
+/// A pod the simulation could not place.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unschedulable {
+    /// `namespace/name`.
+    pub pod: String,
+    /// Why, in words a person can act on.
+    pub reason: String,
+}
+
+/// The outcome of a scheduling pass.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    /// Nodes to launch, in creation order.
+    pub new_nodes: Vec<NewNode>,
+    /// Existing nodes that receive pods, by name.
+    pub existing_nodes: Vec<ExistingNodeUse>,
+    /// Pods left pending.
+    pub unschedulable: Vec<Unschedulable>,
+}
+
+impl Plan {
+    /// Total hourly price of the new nodes.
+    pub fn new_price_per_hour(&self) -> f64 {
+        self.new_nodes.iter().map(|n| n.price_per_hour).sum()
+    }
+}

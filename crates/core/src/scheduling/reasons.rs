@@ -1,0 +1,125 @@
+//! Why a pod cannot go on a provisioner's nodes, phrased so a person knows what to change.
+
+use std::fmt;
+
+use crate::resources::format_amount;
+
+/// One provisioner's reason to refuse a pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// A provisioner taint the pod does not tolerate.
+    Taint(String),
+    /// A pod requirement that the provisioner's requirements contradict.
+    ProvisionerRequirement {
+        /// The pod's requirement, `key op values`.
+        requirement: String,
+        /// The provisioner's requirement on the same key.
+        provisioner: String,
+    },
+    /// A pod requirement no instance type (or label) of the provisioner satisfies.
+    Requirement(String),
+    /// One resource is larger than on any allowed type.
+    Resource {
+        /// Resource name.
+        name: String,
+        /// Requested amount (including DaemonSet overhead).
+        requested: i64,
+        /// Largest allocatable among the allowed types.
+        largest: i64,
+    },
+    /// Each resource fits some type but none has all of them at once.
+    ResourcesTogether(String),
+    /// Non-accelerator pods are kept off GPU types, and only GPU types are left.
+    OnlyAccelerated,
+    /// The provisioner's limit leaves no room.
+    Limit {
+        /// Resource capped.
+        name: String,
+        /// The limit.
+        limit: i64,
+    },
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::Taint(t) => write!(f, "taint {t} is not tolerated"),
+            Reason::ProvisionerRequirement {
+                requirement,
+                provisioner,
+            } => write!(
+                f,
+                "requirement {requirement} conflicts with the provisioner's {provisioner}"
+            ),
+            Reason::Requirement(r) => write!(f, "no instance type matches requirement {r}"),
+            Reason::Resource {
+                name,
+                requested,
+                largest,
+            } => write!(
+                f,
+                "no instance type has {} {name}; largest allowed has {}",
+                format_amount(name, *requested),
+                format_amount(name, *largest)
+            ),
+            Reason::ResourcesTogether(r) => {
+                write!(f, "no instance type has room for {r} at once")
+            }
+            Reason::OnlyAccelerated => write!(
+                f,
+                "only accelerator (GPU) instance types fit and the pod requests no accelerator"
+            ),
+            Reason::Limit { name, limit } => write!(
+                f,
+                "provisioner capped: limit {name}={} reached",
+                format_amount(name, *limit)
+            ),
+        }
+    }
+}
+
+/// Joins per-provisioner reasons into one line.
+pub fn combine(reasons: &[(String, Reason)]) -> String {
+    match reasons {
+        [] => "no provisioner".to_string(),
+        [(_, r)] => r.to_string(),
+        many => many
+            .iter()
+            .map(|(p, r)| format!("provisioner {p}: {r}"))
+            .collect::<Vec<_>>()
+            .join("; "),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phrasing() {
+        let r = Reason::Resource {
+            name: "cpu".into(),
+            requested: 1_000_000,
+            largest: 448_000,
+        };
+        assert_eq!(
+            r.to_string(),
+            "no instance type has 1000 cpu; largest allowed has 448"
+        );
+        let l = Reason::Limit {
+            name: "cpu".into(),
+            limit: 16_000,
+        };
+        assert_eq!(l.to_string(), "provisioner capped: limit cpu=16 reached");
+        assert_eq!(
+            combine(&[
+                ("a".into(), l.clone()),
+                ("b".into(), Reason::OnlyAccelerated)
+            ]),
+            format!(
+                "provisioner a: {l}; provisioner b: {}",
+                Reason::OnlyAccelerated
+            )
+        );
+    }
+}

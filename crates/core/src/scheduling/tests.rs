@@ -1,0 +1,374 @@
+//! Scenario tests of the simulation on a small hand-made catalog.
+
+use std::collections::BTreeMap;
+
+use crate::instance_type::{CapacityType, InstanceType, Offering};
+use crate::labels;
+use crate::pod::{DaemonSet, Node, Owner, Pod};
+use crate::provisioner::{Limits, Provisioner};
+use crate::requirements::{Requirement, Requirements};
+use crate::resources::{Resources, NVIDIA_GPU};
+use crate::snapshot::Snapshot;
+use crate::taints::{Effect, Taint, Toleration};
+
+use super::{simulate, Options, Plan};
+
+const GI: i64 = 1 << 30;
+
+/// A family with linear prices: `per_cpu` $/h per vCPU, `gib_per_cpu` memory ratio.
+pub(crate) fn family(
+    fam: &str,
+    per_cpu: f64,
+    gib_per_cpu: i64,
+    sizes: &[(&str, i64, i64)],
+) -> Vec<InstanceType> {
+    sizes
+        .iter()
+        .map(|(size, cpus, pods)| {
+            let mut l = BTreeMap::new();
+            l.insert(labels::ARCH.to_string(), "amd64".to_string());
+            l.insert(labels::OS.to_string(), "linux".to_string());
+            l.insert(labels::INSTANCE_FAMILY.to_string(), fam.to_string());
+            l.insert(labels::INSTANCE_TYPE.to_string(), format!("{fam}.{size}"));
+            l.insert(labels::INSTANCE_CPU.to_string(), cpus.to_string());
+            let cap = Resources::new(cpus * 1000, cpus * gib_per_cpu * GI, 20 * GI, *pods);
+            let mut alloc = cap.clone();
+            alloc.cpu -= 70;
+            alloc.memory -= GI / 2;
+            alloc.ephemeral_storage = 17 * GI;
+            let price = per_cpu * *cpus as f64;
+            let offerings = ["z-a", "z-b", "z-c"]
+                .iter()
+                .flat_map(|z| {
+                    [
+                        Offering {
+                            zone: z.to_string(),
+                            capacity_type: CapacityType::OnDemand,
+                            price,
+                            price_estimated: false,
+                            available: true,
+                        },
+                        Offering {
+                            zone: z.to_string(),
+                            capacity_type: CapacityType::Spot,
+                            price: price * 0.4,
+                            price_estimated: false,
+                            available: true,
+                        },
+                    ]
+                })
+                .collect();
+            InstanceType {
+                name: format!("{fam}.{size}"),
+                labels: l,
+                capacity: cap,
+                allocatable: alloc,
+                offerings,
+            }
+        })
+        .collect()
+}
+
+pub(crate) fn catalog() -> Vec<InstanceType> {
+    let sizes = [
+        ("large", 2, 29),
+        ("xlarge", 4, 58),
+        ("2xlarge", 8, 58),
+        ("4xlarge", 16, 234),
+        ("12xlarge", 48, 234),
+        ("24xlarge", 96, 737),
+    ];
+    let mut c = family("m5", 0.048, 4, &sizes);
+    c.extend(family("c5", 0.0425, 2, &sizes));
+    c.extend(family("r5", 0.063, 8, &sizes));
+    c.extend(family("x1e", 0.834, 122, &[("32xlarge", 128, 234)]));
+    let mut gpu = family(
+        "g4dn",
+        0.263,
+        4,
+        &[("xlarge", 4, 29), ("12xlarge", 48, 234)],
+    );
+    for (t, n) in gpu.iter_mut().zip([1, 4]) {
+        t.capacity.set(NVIDIA_GPU, n);
+        t.allocatable.set(NVIDIA_GPU, n);
+        t.labels
+            .insert(labels::INSTANCE_GPU_NAME.to_string(), "t4".to_string());
+    }
+    c.extend(gpu);
+    c
+}
+
+pub(crate) fn pod(name: &str, cpu: i64, mem_mi: i64) -> Pod {
+    Pod {
+        namespace: "default".into(),
+        name: name.into(),
+        requests: Resources::new(cpu, mem_mi << 20, 0, 1),
+        ..Pod::default()
+    }
+}
+
+pub(crate) fn deployment(name: &str, n: usize, cpu: i64, mem_mi: i64) -> Vec<Pod> {
+    (0..n)
+        .map(|i| {
+            let mut p = pod(&format!("{name}-{i}"), cpu, mem_mi);
+            p.owner = Some(Owner {
+                kind: "Deployment".into(),
+                name: name.into(),
+            });
+            p.labels.insert("app".into(), name.into());
+            p
+        })
+        .collect()
+}
+
+fn run(s: &Snapshot) -> Plan {
+    simulate(s, &catalog(), &Options::default())
+}
+
+#[test]
+fn one_small_pod_gets_the_cheapest_type_that_holds_it() {
+    let s = Snapshot {
+        pods: vec![pod("a", 500, 512)],
+        ..Snapshot::default()
+    };
+    let p = run(&s);
+    assert_eq!(p.new_nodes.len(), 1);
+    let n = &p.new_nodes[0];
+    assert_eq!(n.instance_type, "c5.large");
+    assert_eq!(
+        n.capacity_type,
+        CapacityType::OnDemand,
+        "default is on-demand"
+    );
+    assert_eq!(n.pods, vec!["default/a"]);
+    assert_eq!(n.instance_type_options[0], "c5.large");
+    assert!(n.instance_type_options.contains(&"m5.large".to_string()));
+    assert!(
+        !n.instance_type_options
+            .iter()
+            .any(|t| t.starts_with("g4dn")),
+        "GPU types are not offered for a plain pod"
+    );
+    assert!(p.unschedulable.is_empty());
+}
+
+#[test]
+fn existing_nodes_are_used_first() {
+    let node = Node {
+        name: "ip-10-0-0-1".into(),
+        allocatable: Resources::new(2000, 4 * GI, 17 * GI, 10),
+        capacity: Resources::new(2000, 4 * GI, 20 * GI, 10),
+        ..Node::default()
+    };
+    let mut running = pod("running", 1000, 1024);
+    running.node_name = Some("ip-10-0-0-1".into());
+    let s = Snapshot {
+        pods: vec![running, pod("a", 500, 512), pod("b", 800, 512)],
+        nodes: vec![node],
+        ..Snapshot::default()
+    };
+    let p = run(&s);
+    assert_eq!(p.existing_nodes.len(), 1);
+    // 1000m free: b (800m) fits first, then a (500m) does not.
+    assert_eq!(p.existing_nodes[0].pods, vec!["default/b"]);
+    assert_eq!(p.new_nodes.len(), 1);
+    assert_eq!(p.new_nodes[0].pods, vec!["default/a"]);
+}
+
+#[test]
+fn unknown_custom_label_is_explained() {
+    let mut a = pod("a", 100, 100);
+    let mut r = Requirements::new();
+    r.add("example.com/rack", Requirement::single("r42"));
+    a.node_terms = vec![r];
+    let p = run(&Snapshot {
+        pods: vec![a],
+        ..Snapshot::default()
+    });
+    assert!(p.new_nodes.is_empty());
+    assert_eq!(
+        p.unschedulable[0].reason,
+        "no instance type matches requirement example.com/rack In [r42]"
+    );
+}
+
+#[test]
+fn oversized_pod_is_explained() {
+    let p = run(&Snapshot {
+        pods: vec![pod("huge", 1_000_000, 100)],
+        ..Snapshot::default()
+    });
+    assert_eq!(
+        p.unschedulable[0].reason,
+        "no instance type has 1000 cpu; largest allowed has 127930m"
+    );
+}
+
+#[test]
+fn provisioner_limits_cap_new_capacity() {
+    let mut prov = Provisioner::default_provisioner();
+    prov.limits = Limits {
+        cpu: Some(16_000),
+        memory: None,
+    };
+    let s = Snapshot {
+        pods: deployment("web", 40, 1000, 1024),
+        provisioners: vec![prov],
+        ..Snapshot::default()
+    };
+    let p = run(&s);
+    let cpus: i64 = p
+        .new_nodes
+        .iter()
+        .map(|n| {
+            catalog()
+                .iter()
+                .find(|t| t.name == n.instance_type)
+                .map(|t| t.capacity.cpu)
+                .unwrap_or(0)
+        })
+        .sum();
+    assert!(cpus <= 16_000, "launched {cpus}m over a 16 cpu limit");
+    assert!(!p.unschedulable.is_empty());
+    assert_eq!(
+        p.unschedulable[0].reason,
+        "provisioner capped: limit cpu=16 reached"
+    );
+    let placed: usize = p.new_nodes.iter().map(|n| n.pods.len()).sum();
+    assert_eq!(placed + p.unschedulable.len(), 40, "nothing is lost");
+}
+
+#[test]
+fn gpu_pods_get_gpu_types_and_others_do_not() {
+    let mut g = pod("trainer", 1000, 1024);
+    g.requests.set(NVIDIA_GPU, 1);
+    let s = Snapshot {
+        pods: vec![g, pod("web", 1000, 1024)],
+        ..Snapshot::default()
+    };
+    let p = run(&s);
+    assert_eq!(p.new_nodes.len(), 2);
+    let gpu = p
+        .new_nodes
+        .iter()
+        .find(|n| n.pods == vec!["default/trainer"])
+        .unwrap();
+    assert_eq!(gpu.instance_type, "g4dn.xlarge");
+    let web = p
+        .new_nodes
+        .iter()
+        .find(|n| n.pods == vec!["default/web"])
+        .unwrap();
+    assert!(!web.instance_type.starts_with("g4dn"));
+}
+
+#[test]
+fn taints_need_tolerations() {
+    let mut gpu = Provisioner::default_provisioner();
+    gpu.name = "tainted".into();
+    gpu.taints = vec![Taint {
+        key: "dedicated".into(),
+        value: "batch".into(),
+        effect: Effect::NoSchedule,
+    }];
+    let mut tolerant = pod("tolerant", 100, 100);
+    tolerant.tolerations = vec![Toleration {
+        key: "dedicated".into(),
+        exists: true,
+        value: String::new(),
+        effect: None,
+    }];
+    let s = Snapshot {
+        pods: vec![tolerant, pod("plain", 100, 100)],
+        provisioners: vec![gpu],
+        ..Snapshot::default()
+    };
+    let p = run(&s);
+    assert_eq!(p.new_nodes.len(), 1);
+    assert_eq!(p.new_nodes[0].pods, vec!["default/tolerant"]);
+    assert_eq!(p.unschedulable[0].pod, "default/plain");
+    assert_eq!(
+        p.unschedulable[0].reason,
+        "taint dedicated=batch:NoSchedule is not tolerated"
+    );
+}
+
+#[test]
+fn daemonset_overhead_is_reserved_on_new_nodes() {
+    // 1900m pod fits c5.large (1930m) alone but not with a 100m daemon.
+    let ds = DaemonSet {
+        namespace: "kube-system".into(),
+        name: "agent".into(),
+        pod: pod("agent", 100, 64),
+    };
+    let s = Snapshot {
+        pods: vec![pod("a", 1900, 512)],
+        daemonsets: vec![ds],
+        ..Snapshot::default()
+    };
+    let p = run(&s);
+    assert_eq!(p.new_nodes[0].instance_type, "c5.xlarge");
+    assert_eq!(p.new_nodes[0].requests.cpu, 2000);
+}
+
+#[test]
+fn heavier_provisioner_wins_and_spot_is_used_when_allowed() {
+    let mut spot = Provisioner::default_provisioner();
+    spot.name = "spot".into();
+    spot.weight = 50;
+    spot.requirements.add(
+        labels::CAPACITY_TYPE,
+        Requirement::one_of(["spot", "on-demand"]),
+    );
+    let s = Snapshot {
+        pods: vec![pod("a", 500, 512)],
+        provisioners: vec![Provisioner::default_provisioner(), spot],
+        ..Snapshot::default()
+    };
+    let p = run(&s);
+    assert_eq!(p.new_nodes[0].provisioner, "spot");
+    assert_eq!(p.new_nodes[0].capacity_type, CapacityType::Spot);
+}
+
+#[test]
+fn web_fleet_is_not_put_on_huge_memory_types() {
+    let s = Snapshot {
+        pods: deployment("web", 500, 250, 512),
+        ..Snapshot::default()
+    };
+    let p = run(&s);
+    assert!(p.unschedulable.is_empty());
+    assert!(p
+        .new_nodes
+        .iter()
+        .all(|n| !n.instance_type.starts_with("x1e")));
+    // 500 × 250m = 125 cpu; c5 at 0.0425/cpu → about $5.3/h for the cpu alone.
+    let total = p.new_price_per_hour();
+    assert!(total < 6.5, "total {total}");
+    let placed: usize = p.new_nodes.iter().map(|n| n.pods.len()).sum();
+    assert_eq!(placed, 500);
+}
+
+#[test]
+fn same_input_same_plan() {
+    let mut pods = deployment("a", 37, 300, 700);
+    pods.extend(deployment("b", 11, 1200, 3000));
+    pods.extend(deployment("c", 90, 50, 64));
+    let s = Snapshot {
+        pods,
+        ..Snapshot::default()
+    };
+    assert_eq!(run(&s), run(&s));
+}
+
+#[test]
+fn zones_rotate_among_equal_offerings() {
+    let s = Snapshot {
+        pods: deployment("big", 3, 1500, 1024),
+        ..Snapshot::default()
+    };
+    let p = run(&s);
+    let zones: Vec<&str> = p.new_nodes.iter().map(|n| n.zone.as_str()).collect();
+    assert_eq!(p.new_nodes.len(), 3, "{:?}", p.new_nodes);
+    assert_eq!(zones, vec!["z-a", "z-b", "z-c"]);
+}
