@@ -6,6 +6,9 @@
 //! LP), which is how the benchmarks measure the packer's gap. The LP has one row per resource, so
 //! a revised simplex with a dense k×k basis inverse is both small and exact enough.
 
+// Dense linear algebra reads best with explicit indices.
+#![allow(clippy::needless_range_loop)]
+
 /// Solution of the covering LP.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LpSolution {
