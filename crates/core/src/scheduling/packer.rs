@@ -91,12 +91,9 @@ pub fn pack(
         })
         .collect();
     let mut blocked = vec![false; members.len()];
-    loop {
-        let Some(seed) =
-            (0..members.len()).find(|&m| !blocked[m] && remaining[members[m].class] > 0)
-        else {
-            break;
-        };
+    while let Some(seed) =
+        (0..members.len()).find(|&m| !blocked[m] && remaining[members[m].class] > 0)
+    {
         let (min_cpu, min_mem) = members
             .iter()
             .enumerate()
