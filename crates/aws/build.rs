@@ -324,7 +324,11 @@ fn render(types: &[TypeFacts], offered: &Offered) -> Result<String, String> {
     );
     w(
         &mut s,
-        format_args!("pub(crate) static REGIONS: &[&str] = &["),
+        format_args!(
+            "pub(crate) const REGION_COUNT: usize = {};\n\
+             pub(crate) static REGIONS: [&str; REGION_COUNT] = [",
+            offered.len()
+        ),
     );
     for r in offered.keys() {
         w(&mut s, format_args!("{r:?}, "));
@@ -376,7 +380,7 @@ fn render(types: &[TypeFacts], offered: &Offered) -> Result<String, String> {
     w(&mut s, format_args!("];\n"));
     w(
         &mut s,
-        format_args!("pub(crate) static OFFERINGS: &[RegionOfferings] = &[\n"),
+        format_args!("pub(crate) static OFFERINGS: [RegionOfferings; REGION_COUNT] = [\n"),
     );
     for (region, by_type) in offered {
         w(

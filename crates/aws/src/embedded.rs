@@ -15,6 +15,7 @@
 //!   useful for explanations) but gets no offerings, so it can never be launched.
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 use joiner_core::{labels, CapacityType, InstanceType, Offering};
 
@@ -64,7 +65,7 @@ mod generated {
 /// Regions with embedded zone offerings. Callers show it when a region is unknown, and `joiner
 /// plan` uses it to validate its `--region` flag early.
 pub fn regions() -> &'static [&'static str] {
-    generated::REGIONS
+    &generated::REGIONS
 }
 
 /// The embedded catalog of one region.
@@ -86,10 +87,7 @@ pub fn catalog(region: &str) -> Result<EmbeddedCatalog, CatalogError> {
     let offered = generated::OFFERINGS
         .iter()
         .find(|r| r.region == region)
-        .ok_or_else(|| CatalogError::UnknownRegion {
-            region: region.to_string(),
-            available: regions().join(", "),
-        })?;
+        .ok_or_else(|| unknown_region(region))?;
     let prices_estimated = region != generated::PRICE_REGION;
     let instance_types = offered
         .types
@@ -105,6 +103,32 @@ pub fn catalog(region: &str) -> Result<EmbeddedCatalog, CatalogError> {
         instance_types,
         prices_estimated,
     })
+}
+
+/// The same catalog as [`catalog`], built once per process and shared. Building allocates
+/// every label and zone string of about a thousand types (a few ms); callers that plan
+/// repeatedly (`joiner plan` sweeps, the controller's API fallback) should not pay that each time.
+pub fn cached(region: &str) -> Result<&'static EmbeddedCatalog, CatalogError> {
+    static CACHE: [OnceLock<EmbeddedCatalog>; generated::REGION_COUNT] =
+        [const { OnceLock::new() }; generated::REGION_COUNT];
+    let cell = CACHE
+        .iter()
+        .zip(generated::OFFERINGS.iter())
+        .find(|(_, o)| o.region == region)
+        .map(|(cell, _)| cell)
+        .ok_or_else(|| unknown_region(region))?;
+    if let Some(c) = cell.get() {
+        return Ok(c);
+    }
+    let built = catalog(region)?;
+    Ok(cell.get_or_init(|| built))
+}
+
+fn unknown_region(region: &str) -> CatalogError {
+    CatalogError::UnknownRegion {
+        region: region.to_string(),
+        available: regions().join(", "),
+    }
 }
 
 fn instance_type(
@@ -192,7 +216,11 @@ mod tests {
     fn generated_tables_are_consistent() {
         assert!(generated::TYPES.windows(2).all(|w| w[0].name < w[1].name));
         assert!(regions().windows(2).all(|w| w[0] < w[1]));
-        for r in generated::OFFERINGS {
+        assert!(regions()
+            .iter()
+            .zip(generated::OFFERINGS.iter())
+            .all(|(r, o)| *r == o.region));
+        for r in &generated::OFFERINGS {
             assert!(r.types.windows(2).all(|w| w[0].0 < w[1].0));
             for (i, zones) in r.types {
                 assert!(usize::from(*i) < generated::TYPES.len());

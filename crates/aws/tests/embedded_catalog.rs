@@ -1,6 +1,6 @@
 //! Behaviour of the embedded catalog, checked against facts in the data tables.
 
-use joiner_aws::embedded::{catalog, regions};
+use joiner_aws::embedded::{cached, catalog, regions};
 use joiner_aws::CatalogError;
 use joiner_core::{labels, CapacityType, InstanceType};
 
@@ -190,4 +190,23 @@ fn unpriced_types_stay_listed_without_offerings() {
 fn types_missing_from_the_allocatable_table_are_left_out() {
     let c = catalog("us-east-1").expect("us-east-1");
     assert!(c.instance_types.iter().all(|t| t.name != "mac1.metal"));
+}
+
+#[test]
+fn cached_catalog_is_built_once_and_equals_a_fresh_one() {
+    let a = cached("us-west-2").expect("us-west-2");
+    let b = cached("us-west-2").expect("us-west-2");
+    assert!(std::ptr::eq(a, b));
+    let fresh = catalog("us-west-2").expect("us-west-2");
+    let names = |c: &joiner_aws::embedded::EmbeddedCatalog| {
+        c.instance_types
+            .iter()
+            .map(|t| t.name.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(names(a), names(&fresh));
+    assert!(matches!(
+        cached("mars-north-1"),
+        Err(CatalogError::UnknownRegion { .. })
+    ));
 }
