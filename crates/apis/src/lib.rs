@@ -1,1 +1,43 @@
-//! joiner-apis.
+//! joiner-apis: the `joiner.sh/v1alpha1` custom resources.
+//!
+//! The types here are what people write and what the controller stores: [`Provisioner`],
+//! [`NodeTemplate`] and [`NodeClaim`]. They stay close to Karpenter's v1alpha5 Provisioner and
+//! v1alpha1 AWSNodeTemplate so existing manifests carry over field for field. Everything the
+//! simulation needs leaves this crate through a validated conversion into `joiner-core` types,
+//! so a bad manifest is rejected once, here, with an error that names the object and the field.
+
+pub mod condition;
+pub mod disruption;
+pub mod duration;
+pub mod error;
+pub mod node_claim;
+pub mod node_template;
+pub mod object;
+pub mod provisioner;
+pub mod selector;
+pub mod taint;
+mod validation;
+
+pub use disruption::{Budget, BudgetNodes, Disruption};
+pub use error::ApiError;
+pub use node_claim::{
+    NodeClaim, NodeClaimResources, NodeClaimSpec, NodeClaimStatus, NodeTemplateRef,
+};
+pub use node_template::{
+    AmiFamily, BlockDevice, BlockDeviceMapping, MetadataOptions, NodeTemplate, NodeTemplateSpec,
+    NodeTemplateStatus, ResolvedAmi, ResolvedSecurityGroup, ResolvedSubnet,
+};
+pub use object::ObjectRef;
+pub use provisioner::{
+    Consolidation, KubeletConfiguration, Limits, ProviderRef, Provisioner, ProvisionerSpec,
+    ProvisionerStatus, WarmPool,
+};
+pub use selector::NodeSelectorRequirement;
+pub use taint::Taint;
+
+/// API group of every joiner resource.
+pub const GROUP: &str = "joiner.sh";
+/// API version of this crate's resources.
+pub const VERSION: &str = "v1alpha1";
+/// `apiVersion` as it appears in manifests.
+pub const API_VERSION: &str = "joiner.sh/v1alpha1";

@@ -1,0 +1,137 @@
+//! The `NodeClaim` resource: joiner's record of one launch. It is written before the cloud is
+//! asked for an instance, so a restart finds the claim and never launches twice or leaks an
+//! instance (the claim's UID is the launch's idempotency token).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::condition::{self, Condition};
+use crate::selector::NodeSelectorRequirement;
+use crate::taint::Taint;
+
+/// `spec` of a [`NodeClaim`].
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "joiner.sh",
+    version = "v1alpha1",
+    kind = "NodeClaim",
+    status = "NodeClaimStatus",
+    shortname = "nc",
+    printcolumn = r#"{"name":"Type","type":"string","jsonPath":".status.instanceType"}"#,
+    printcolumn = r#"{"name":"Zone","type":"string","jsonPath":".status.zone"}"#,
+    printcolumn = r#"{"name":"Capacity","type":"string","jsonPath":".status.capacityType"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeClaimSpec {
+    /// The Provisioner that opened the claim.
+    pub provisioner_name: String,
+    /// What the instance must satisfy: the Provisioner's requirements narrowed by the pods
+    /// planned onto it (including the instance types that fit).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requirements: Vec<NodeSelectorRequirement>,
+    /// Resources the planned pods (and daemons) request.
+    #[serde(default)]
+    pub resources: NodeClaimResources,
+    /// Taints the node registers with.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<Taint>,
+    /// Taints the node starts with and loses once initialized.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub startup_taints: Vec<Taint>,
+    /// NodeTemplate to launch with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_template_ref: Option<NodeTemplateRef>,
+}
+
+/// `spec.resources`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeClaimResources {
+    /// Requests by resource name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub requests: BTreeMap<String, Quantity>,
+}
+
+/// `spec.nodeTemplateRef`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeTemplateRef {
+    /// NodeTemplate name.
+    pub name: String,
+}
+
+/// `status` of a [`NodeClaim`]: what was launched and how far it got.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeClaimStatus {
+    /// EC2 instance ID.
+    #[serde(
+        default,
+        rename = "instanceID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub instance_id: Option<String>,
+    /// `aws:///<zone>/<instance-id>`, as the node will report it.
+    #[serde(
+        default,
+        rename = "providerID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub provider_id: Option<String>,
+    /// Instance type launched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_type: Option<String>,
+    /// Availability zone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// `on-demand` or `spot`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_type: Option<String>,
+    /// Price of the offering at launch, USD per hour.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price_per_hour: Option<f64>,
+    /// Node name once registered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+    /// Capacity of the instance, by resource name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub capacity: BTreeMap<String, Quantity>,
+    /// Allocatable of the instance, by resource name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub allocatable: BTreeMap<String, Quantity>,
+    /// Launched, Registered, Initialized.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+impl NodeClaim {
+    /// metadata.name, empty when missing.
+    pub fn name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    /// True once the cloud provider created the instance.
+    pub fn is_launched(&self) -> bool {
+        self.has_condition(condition::LAUNCHED)
+    }
+
+    /// True once the node joined the cluster.
+    pub fn is_registered(&self) -> bool {
+        self.has_condition(condition::REGISTERED)
+    }
+
+    /// True once the node is ready for pods.
+    pub fn is_initialized(&self) -> bool {
+        self.has_condition(condition::INITIALIZED)
+    }
+
+    fn has_condition(&self, type_: &str) -> bool {
+        self.status
+            .as_ref()
+            .is_some_and(|s| condition::is_true(&s.conditions, type_))
+    }
+}

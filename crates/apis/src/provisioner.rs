@@ -1,0 +1,201 @@
+//! The `Provisioner` resource: which nodes joiner may launch, how many, and when it may take
+//! them away. Field for field Karpenter's v1alpha5 Provisioner, plus disruption budgets and a
+//! warm pool, so a Karpenter manifest needs only its apiVersion changed.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::condition::Condition;
+use crate::disruption::Disruption;
+use crate::selector::NodeSelectorRequirement;
+use crate::taint::Taint;
+
+/// `spec` of a [`Provisioner`].
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "joiner.sh",
+    version = "v1alpha1",
+    kind = "Provisioner",
+    status = "ProvisionerStatus",
+    shortname = "prov",
+    printcolumn = r#"{"name":"Template","type":"string","jsonPath":".spec.providerRef.name"}"#,
+    printcolumn = r#"{"name":"Weight","type":"integer","jsonPath":".spec.weight"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ProvisionerSpec {
+    /// Constraints on the nodes launched (instance types, zones, capacity types, custom labels).
+    /// Without a `karpenter.sh/capacity-type` requirement only on-demand capacity is used.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requirements: Vec<NodeSelectorRequirement>,
+    /// Labels put on every node launched; they also count as requirements.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Annotations put on every node launched.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// Taints put on every node launched; pods must tolerate them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<Taint>,
+    /// Taints present only while a node starts (removed by a DaemonSet or agent); pods need not
+    /// tolerate them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub startup_taints: Vec<Taint>,
+    /// Caps on the total capacity of this Provisioner's nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<Limits>,
+    /// Priority among Provisioners (0–100); higher is tried first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<i32>,
+    /// The NodeTemplate with the AWS settings (subnets, security groups, AMI, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_ref: Option<ProviderRef>,
+    /// Consolidation: delete or replace nodes whose pods fit more cheaply elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consolidation: Option<Consolidation>,
+    /// Delete a node this long after its last non-daemon pod left; unset disables emptiness.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_seconds_after_empty: Option<i64>,
+    /// Replace a node this long after it launched; unset means nodes never expire.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_seconds_until_expired: Option<i64>,
+    /// kubelet settings for the nodes launched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubelet_configuration: Option<KubeletConfiguration>,
+    /// Disruption budgets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disruption: Option<Disruption>,
+    /// Stopped, pre-initialized instances kept ready for fast scale-out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_pool: Option<WarmPool>,
+}
+
+/// `spec.limits`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Limits {
+    /// Resource name (cpu, memory, ...) to the most capacity all nodes together may have.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub resources: BTreeMap<String, Quantity>,
+}
+
+/// `spec.providerRef`: the NodeTemplate to launch with.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderRef {
+    /// NodeTemplate name.
+    pub name: String,
+    /// Kind, `NodeTemplate` when omitted (an imported `AWSNodeTemplate` is accepted too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// API version, `joiner.sh/v1alpha1` when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
+}
+
+/// `spec.consolidation`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Consolidation {
+    /// True to let joiner delete or replace underused nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+}
+
+/// `spec.kubeletConfiguration`: the kubelet settings that change scheduling (pod density,
+/// reservations, eviction thresholds) plus the few that launch templates carry.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeletConfiguration {
+    /// DNS server addresses for pods.
+    #[serde(default, rename = "clusterDNS", skip_serializing_if = "Vec::is_empty")]
+    pub cluster_dns: Vec<String>,
+    /// Most pods per node; replaces the ENI-derived value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_pods: Option<i32>,
+    /// Most pods per core; the node's max-pods is the smaller of this times cores and maxPods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods_per_core: Option<i32>,
+    /// Resources reserved for the operating system.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub system_reserved: BTreeMap<String, Quantity>,
+    /// Resources reserved for the kubelet and container runtime.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub kube_reserved: BTreeMap<String, Quantity>,
+    /// Hard eviction thresholds (`memory.available: 100Mi`, `nodefs.available: 10%`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub eviction_hard: BTreeMap<String, String>,
+    /// Soft eviction thresholds; each needs a grace period.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub eviction_soft: BTreeMap<String, String>,
+    /// Grace periods (Go durations) of the soft thresholds.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub eviction_soft_grace_period: BTreeMap<String, String>,
+    /// Longest pod termination grace period honored on soft eviction, in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eviction_max_pod_grace_period: Option<i32>,
+    /// Disk usage percentage that starts image garbage collection.
+    #[serde(
+        default,
+        rename = "imageGCHighThresholdPercent",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub image_gc_high_threshold_percent: Option<i32>,
+    /// Disk usage percentage image garbage collection frees down to.
+    #[serde(
+        default,
+        rename = "imageGCLowThresholdPercent",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub image_gc_low_threshold_percent: Option<i32>,
+    /// Enforce CPU limits with CFS quota.
+    #[serde(
+        default,
+        rename = "cpuCFSQuota",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cpu_cfs_quota: Option<bool>,
+}
+
+/// `spec.warmPool`: how many stopped, initialized instances to keep for this Provisioner.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WarmPool {
+    /// Instances kept warm at all times.
+    #[serde(default)]
+    pub min_size: i32,
+    /// Most instances kept warm; unset means `minSize`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_size: Option<i32>,
+}
+
+/// `status` of a [`Provisioner`].
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProvisionerStatus {
+    /// Ready (validated, its NodeTemplate resolved) and the like.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// Capacity of the nodes it owns now, by resource name (compared against limits).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub resources: BTreeMap<String, Quantity>,
+}
+
+impl Provisioner {
+    /// metadata.name, empty when missing (a manifest being validated may lack one).
+    pub fn name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    /// Whether consolidation is on; off unless enabled, as in Karpenter v1alpha5.
+    pub fn consolidation_enabled(&self) -> bool {
+        self.spec
+            .consolidation
+            .as_ref()
+            .and_then(|c| c.enabled)
+            .unwrap_or(false)
+    }
+}

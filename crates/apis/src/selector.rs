@@ -1,0 +1,19 @@
+//! Node-selector requirements as manifests spell them.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// `{key, operator, values}`: the Kubernetes NodeSelectorRequirement shape, used by Provisioner
+/// and NodeClaim requirements. The operator stays a string here so that a typo is reported by
+/// validation with the field path rather than as an opaque parse failure.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeSelectorRequirement {
+    /// Label key.
+    pub key: String,
+    /// In, NotIn, Exists, DoesNotExist, Gt or Lt.
+    pub operator: String,
+    /// Values; In/NotIn need at least one, Gt/Lt exactly one integer, Exists/DoesNotExist none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
+}

@@ -1,0 +1,597 @@
+//! Validation of the resources and their conversion into the core model.
+//!
+//! Validation happens once, at the boundary: the simulation can then trust every value it reads.
+//! Each check names the field path the way `kubectl explain` does, with map keys that are not
+//! plain identifiers in brackets (`spec.limits.resources["nvidia.com/gpu"]`).
+
+use std::collections::BTreeMap;
+
+use joiner_core::quantity;
+use joiner_core::{labels, Effect, Operator, Requirement, Requirements, Resources};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use crate::disruption::{self, BudgetNodes};
+use crate::duration;
+use crate::error::ApiError;
+use crate::node_template::{AmiFamily, NodeTemplate};
+use crate::object::ObjectRef;
+use crate::provisioner::{KubeletConfiguration, Provisioner};
+use crate::selector::NodeSelectorRequirement;
+use crate::taint::Taint;
+
+/// Labels joiner sets itself on the nodes it launches: a Provisioner may neither require nor
+/// set them, or its nodes would claim an identity they do not have.
+const RESTRICTED_LABELS: &[&str] = &[
+    labels::HOSTNAME,
+    labels::PROVISIONER_NAME,
+    labels::NODECLAIM,
+    labels::KARPENTER_PROVISIONER_NAME,
+];
+
+/// Eviction signals the kubelet knows.
+const EVICTION_SIGNALS: &[&str] = &[
+    "memory.available",
+    "nodefs.available",
+    "nodefs.inodesFree",
+    "imagefs.available",
+    "imagefs.inodesFree",
+    "containerfs.available",
+    "containerfs.inodesFree",
+    "pid.available",
+];
+
+/// Resources that kubeReserved and systemReserved may name.
+const RESERVABLE: &[&str] = &["cpu", "memory", "ephemeral-storage", "pid"];
+
+/// EBS volume types.
+const VOLUME_TYPES: &[&str] = &["standard", "io1", "io2", "gp2", "gp3", "sc1", "st1"];
+
+/// Builds errors about one object.
+struct Check {
+    object: ObjectRef,
+}
+
+impl Check {
+    fn new(kind: &'static str, name: &str) -> Self {
+        Check {
+            object: ObjectRef::new(kind, name),
+        }
+    }
+
+    fn invalid(&self, field: impl Into<String>, reason: impl Into<String>) -> ApiError {
+        ApiError::Invalid {
+            object: self.object.clone(),
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+
+    fn quantity(&self, field: String, reason: joiner_core::QuantityError) -> ApiError {
+        ApiError::Quantity {
+            object: self.object.clone(),
+            field,
+            reason,
+        }
+    }
+
+    fn requirement(&self, field: String, reason: joiner_core::RequirementError) -> ApiError {
+        ApiError::Requirement {
+            object: self.object.clone(),
+            field,
+            reason,
+        }
+    }
+
+    fn named(&self) -> Result<(), ApiError> {
+        if self.object.name.is_empty() {
+            return Err(self.invalid("metadata.name", "a name is required"));
+        }
+        Ok(())
+    }
+}
+
+/// `prefix.key` for identifier-like keys, `prefix["key"]` otherwise.
+fn map_field(prefix: &str, key: &str) -> String {
+    let plain = !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if plain {
+        format!("{prefix}.{key}")
+    } else {
+        format!("{prefix}[{key:?}]")
+    }
+}
+
+impl Provisioner {
+    /// Validates the Provisioner and converts it into the simulation's model.
+    ///
+    /// Why here and not in the simulation: a manifest error should be reported once, against
+    /// the field a person wrote, not discovered later as an unexplained scheduling failure.
+    /// Fields the simulation does not read (TTLs, budgets, warm pool, kubelet settings other than
+    /// maxPods) are validated all the same, so `joiner plan` rejects what the controller would.
+    pub fn to_core(&self) -> Result<joiner_core::Provisioner, ApiError> {
+        let check = Check::new("Provisioner", self.name());
+        check.named()?;
+        let spec = &self.spec;
+
+        let weight = spec.weight.unwrap_or(0);
+        if !(0..=100).contains(&weight) {
+            return Err(check.invalid("spec.weight", format!("weight {weight} is outside 0–100")));
+        }
+
+        let requirements = convert_requirements(&check, "spec.requirements", &spec.requirements)?;
+
+        for (key, value) in &spec.labels {
+            let field = map_field("spec.labels", key);
+            if key.is_empty() {
+                return Err(check.invalid(field, "label key is empty"));
+            }
+            if RESTRICTED_LABELS.contains(&labels::normalize(key)) {
+                return Err(check.invalid(
+                    field,
+                    format!("label {key} is set by joiner and cannot be set here"),
+                ));
+            }
+            if let Some(req) = requirements.get(key) {
+                if !req.allows(value) {
+                    return Err(check.invalid(
+                        field,
+                        format!("label value {value:?} contradicts the requirement {key} {req}"),
+                    ));
+                }
+            }
+        }
+
+        let taints = convert_taints(&check, "spec.taints", &spec.taints)?;
+        let startup_taints = convert_taints(&check, "spec.startupTaints", &spec.startup_taints)?;
+
+        let mut limits = joiner_core::Limits::default();
+        if let Some(l) = &spec.limits {
+            for (name, q) in &l.resources {
+                let field = map_field("spec.limits.resources", name);
+                match name.as_str() {
+                    "cpu" => {
+                        limits.cpu = Some(
+                            quantity::parse_milli(&q.0).map_err(|e| check.quantity(field, e))?,
+                        )
+                    }
+                    "memory" => {
+                        limits.memory = Some(
+                            quantity::parse_units(&q.0).map_err(|e| check.quantity(field, e))?,
+                        )
+                    }
+                    other => {
+                        // Not enforced by the simulation yet, but a typo must still be caught.
+                        Resources::default()
+                            .add_quantity(other, &q.0)
+                            .map_err(|e| check.quantity(field, e))?;
+                    }
+                }
+            }
+        }
+
+        for (field, ttl) in [
+            ("spec.ttlSecondsAfterEmpty", spec.ttl_seconds_after_empty),
+            (
+                "spec.ttlSecondsUntilExpired",
+                spec.ttl_seconds_until_expired,
+            ),
+        ] {
+            if let Some(t) = ttl.filter(|t| *t < 0) {
+                return Err(check.invalid(field, format!("must not be negative, got {t}")));
+            }
+        }
+        if self.consolidation_enabled() && spec.ttl_seconds_after_empty.is_some() {
+            return Err(check.invalid(
+                "spec.ttlSecondsAfterEmpty",
+                "cannot be set when consolidation is enabled (consolidation removes empty nodes)",
+            ));
+        }
+
+        let mut max_pods = None;
+        if let Some(k) = &spec.kubelet_configuration {
+            validate_kubelet(&check, k)?;
+            max_pods = k.max_pods.map(i64::from);
+        }
+
+        if let Some(d) = &spec.disruption {
+            validate_budgets(&check, &d.budgets)?;
+        }
+
+        if let Some(w) = &spec.warm_pool {
+            if w.min_size < 0 {
+                return Err(check.invalid(
+                    "spec.warmPool.minSize",
+                    format!("must not be negative, got {}", w.min_size),
+                ));
+            }
+            if let Some(max) = w.max_size.filter(|m| *m < w.min_size) {
+                return Err(check.invalid(
+                    "spec.warmPool.maxSize",
+                    format!("{max} is below minSize {}", w.min_size),
+                ));
+            }
+        }
+
+        let mut node_template = None;
+        if let Some(r) = &spec.provider_ref {
+            if r.name.is_empty() {
+                return Err(check.invalid("spec.providerRef.name", "a name is required"));
+            }
+            if let Some(kind) = r
+                .kind
+                .as_deref()
+                .filter(|k| !matches!(*k, "NodeTemplate" | "AWSNodeTemplate"))
+            {
+                return Err(check.invalid(
+                    "spec.providerRef.kind",
+                    format!("kind {kind:?} is not a NodeTemplate"),
+                ));
+            }
+            node_template = Some(r.name.clone());
+        }
+
+        Ok(joiner_core::Provisioner {
+            name: self.name().to_string(),
+            weight,
+            requirements,
+            labels: spec.labels.clone(),
+            taints,
+            startup_taints,
+            limits,
+            max_pods,
+            node_template,
+        })
+    }
+}
+
+/// Converts a list of node-selector requirements, naming `prefix[i].key|operator|values` on error.
+fn convert_requirements(
+    check: &Check,
+    prefix: &str,
+    list: &[NodeSelectorRequirement],
+) -> Result<Requirements, ApiError> {
+    let mut out = Requirements::new();
+    for (i, r) in list.iter().enumerate() {
+        let at = |leaf: &str| format!("{prefix}[{i}].{leaf}");
+        if r.key.is_empty() {
+            return Err(check.requirement(at("key"), joiner_core::RequirementError::EmptyKey));
+        }
+        if RESTRICTED_LABELS.contains(&labels::normalize(&r.key)) {
+            return Err(check.invalid(
+                at("key"),
+                format!("label {} is set by joiner and cannot be required", r.key),
+            ));
+        }
+        let op = Operator::parse(&r.operator).map_err(|e| check.requirement(at("operator"), e))?;
+        let req =
+            Requirement::new(op, &r.values).map_err(|e| check.requirement(at("values"), e))?;
+        if labels::normalize(&r.key) == labels::CAPACITY_TYPE {
+            if let Some(v) = r
+                .values
+                .iter()
+                .find(|v| !matches!(v.as_str(), "spot" | "on-demand"))
+            {
+                return Err(check.invalid(
+                    at("values"),
+                    format!("capacity type {v:?} is neither spot nor on-demand"),
+                ));
+            }
+        }
+        out.add(&r.key, req);
+    }
+    Ok(out)
+}
+
+fn convert_taints(
+    check: &Check,
+    prefix: &str,
+    list: &[Taint],
+) -> Result<Vec<joiner_core::Taint>, ApiError> {
+    list.iter()
+        .enumerate()
+        .map(|(i, t)| {
+            if t.key.is_empty() {
+                return Err(check.invalid(format!("{prefix}[{i}].key"), "taint key is empty"));
+            }
+            let effect = Effect::parse(&t.effect).ok_or_else(|| {
+                check.invalid(
+                    format!("{prefix}[{i}].effect"),
+                    format!(
+                        "unknown effect {:?} (expected NoSchedule, PreferNoSchedule or NoExecute)",
+                        t.effect
+                    ),
+                )
+            })?;
+            Ok(joiner_core::Taint {
+                key: t.key.clone(),
+                value: t.value.clone().unwrap_or_default(),
+                effect,
+            })
+        })
+        .collect()
+}
+
+fn validate_kubelet(check: &Check, k: &KubeletConfiguration) -> Result<(), ApiError> {
+    const P: &str = "spec.kubeletConfiguration";
+    for (leaf, v) in [("maxPods", k.max_pods), ("podsPerCore", k.pods_per_core)] {
+        if let Some(v) = v.filter(|v| *v <= 0) {
+            return Err(check.invalid(format!("{P}.{leaf}"), format!("must be positive, got {v}")));
+        }
+    }
+    if let Some(v) = k.eviction_max_pod_grace_period.filter(|v| *v < 0) {
+        return Err(check.invalid(
+            format!("{P}.evictionMaxPodGracePeriod"),
+            format!("must not be negative, got {v}"),
+        ));
+    }
+    validate_reserved(check, &format!("{P}.systemReserved"), &k.system_reserved)?;
+    validate_reserved(check, &format!("{P}.kubeReserved"), &k.kube_reserved)?;
+    validate_eviction(check, &format!("{P}.evictionHard"), &k.eviction_hard)?;
+    validate_eviction(check, &format!("{P}.evictionSoft"), &k.eviction_soft)?;
+    for signal in k.eviction_soft.keys() {
+        if !k.eviction_soft_grace_period.contains_key(signal) {
+            return Err(check.invalid(
+                map_field(&format!("{P}.evictionSoftGracePeriod"), signal),
+                format!("soft eviction threshold {signal} needs a grace period"),
+            ));
+        }
+    }
+    for (signal, period) in &k.eviction_soft_grace_period {
+        let field = map_field(&format!("{P}.evictionSoftGracePeriod"), signal);
+        if !k.eviction_soft.contains_key(signal) {
+            return Err(check.invalid(
+                field,
+                format!("grace period for {signal}, which has no soft threshold"),
+            ));
+        }
+        if duration::parse_seconds(period).is_none() {
+            return Err(check.invalid(
+                field,
+                format!("invalid duration {period:?} (expected e.g. 1m30s)"),
+            ));
+        }
+    }
+    for (leaf, v) in [
+        (
+            "imageGCHighThresholdPercent",
+            k.image_gc_high_threshold_percent,
+        ),
+        (
+            "imageGCLowThresholdPercent",
+            k.image_gc_low_threshold_percent,
+        ),
+    ] {
+        if let Some(v) = v.filter(|v| !(0..=100).contains(v)) {
+            return Err(check.invalid(format!("{P}.{leaf}"), format!("{v} is outside 0–100")));
+        }
+    }
+    if let (Some(hi), Some(lo)) = (
+        k.image_gc_high_threshold_percent,
+        k.image_gc_low_threshold_percent,
+    ) {
+        if lo >= hi {
+            return Err(check.invalid(
+                format!("{P}.imageGCLowThresholdPercent"),
+                format!("{lo} must be below imageGCHighThresholdPercent {hi}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn validate_reserved(
+    check: &Check,
+    prefix: &str,
+    map: &BTreeMap<String, Quantity>,
+) -> Result<(), ApiError> {
+    for (name, q) in map {
+        let field = map_field(prefix, name);
+        if !RESERVABLE.contains(&name.as_str()) {
+            return Err(check.invalid(
+                field,
+                format!("cannot reserve {name:?} (expected cpu, memory, ephemeral-storage or pid)"),
+            ));
+        }
+        let parsed = if name == "cpu" {
+            quantity::parse_milli(&q.0)
+        } else {
+            quantity::parse_units(&q.0)
+        };
+        parsed.map_err(|e| check.quantity(field, e))?;
+    }
+    Ok(())
+}
+
+fn validate_eviction(
+    check: &Check,
+    prefix: &str,
+    map: &BTreeMap<String, String>,
+) -> Result<(), ApiError> {
+    for (signal, value) in map {
+        let field = map_field(prefix, signal);
+        if !EVICTION_SIGNALS.contains(&signal.as_str()) {
+            return Err(check.invalid(field, format!("unknown eviction signal {signal:?}")));
+        }
+        if let Some(p) = value.trim().strip_suffix('%') {
+            let ok = p.parse::<f64>().is_ok_and(|v| (0.0..=100.0).contains(&v));
+            if !ok {
+                return Err(check.invalid(field, format!("invalid percentage {value:?}")));
+            }
+        } else {
+            quantity::parse_units(value).map_err(|e| check.quantity(field, e))?;
+        }
+    }
+    Ok(())
+}
+
+fn validate_budgets(check: &Check, budgets: &[crate::disruption::Budget]) -> Result<(), ApiError> {
+    if budgets.len() > disruption::MAX_BUDGETS {
+        return Err(check.invalid(
+            "spec.disruption.budgets",
+            format!(
+                "{} budgets, at most {} allowed",
+                budgets.len(),
+                disruption::MAX_BUDGETS
+            ),
+        ));
+    }
+    for (i, b) in budgets.iter().enumerate() {
+        let at = |leaf: &str| format!("spec.disruption.budgets[{i}].{leaf}");
+        if BudgetNodes::parse(&b.nodes).is_none() {
+            return Err(check.invalid(
+                at("nodes"),
+                format!(
+                    "invalid value {:?} (expected a count such as \"3\" or a percentage such as \"10%\")",
+                    b.nodes
+                ),
+            ));
+        }
+        for (j, r) in b.reasons.iter().enumerate() {
+            if !disruption::BUDGET_REASONS.contains(&r.as_str()) {
+                return Err(check.invalid(
+                    format!("spec.disruption.budgets[{i}].reasons[{j}]"),
+                    format!("unknown reason {r:?} (expected Empty, Drifted or Underutilized)"),
+                ));
+            }
+        }
+        match (&b.schedule, &b.duration) {
+            (Some(_), None) => {
+                return Err(check.invalid(at("duration"), "a schedule needs a duration"))
+            }
+            (None, Some(_)) => {
+                return Err(check.invalid(at("schedule"), "a duration needs a schedule"))
+            }
+            (Some(s), Some(d)) => {
+                if !disruption::is_valid_schedule(s) {
+                    return Err(check.invalid(
+                        at("schedule"),
+                        format!(
+                            "invalid cron schedule {s:?} (expected five fields or @daily etc.)"
+                        ),
+                    ));
+                }
+                if duration::parse_seconds(d).is_none() {
+                    return Err(check.invalid(
+                        at("duration"),
+                        format!("invalid duration {d:?} (expected e.g. 1h30m)"),
+                    ));
+                }
+            }
+            (None, None) => {}
+        }
+    }
+    Ok(())
+}
+
+impl NodeTemplate {
+    /// Validates the template, so a launch never fails on a value that could have been
+    /// rejected when the manifest was read.
+    pub fn validate(&self) -> Result<(), ApiError> {
+        let check = Check::new("NodeTemplate", self.name());
+        check.named()?;
+        let spec = &self.spec;
+        for (field, selector) in [
+            ("spec.subnetSelector", &spec.subnet_selector),
+            ("spec.securityGroupSelector", &spec.security_group_selector),
+        ] {
+            if selector.is_empty() {
+                return Err(check.invalid(field, "at least one tag or aws-ids entry is required"));
+            }
+            if selector.contains_key("") {
+                return Err(check.invalid(field, "selector key is empty"));
+            }
+        }
+        if spec.ami_selector.contains_key("") {
+            return Err(check.invalid("spec.amiSelector", "selector key is empty"));
+        }
+        if self.ami_family() == AmiFamily::Custom && spec.ami_selector.is_empty() {
+            return Err(check.invalid(
+                "spec.amiSelector",
+                "amiFamily Custom needs an amiSelector (there are no default AMIs)",
+            ));
+        }
+
+        let m = &spec.metadata_options;
+        const MO: &str = "spec.metadataOptions";
+        for (leaf, v) in [
+            ("httpEndpoint", &m.http_endpoint),
+            ("httpProtocolIPv6", &m.http_protocol_ipv6),
+        ] {
+            if !matches!(v.as_str(), "enabled" | "disabled") {
+                return Err(check.invalid(
+                    format!("{MO}.{leaf}"),
+                    format!("{v:?} is neither enabled nor disabled"),
+                ));
+            }
+        }
+        if !(1..=64).contains(&m.http_put_response_hop_limit) {
+            return Err(check.invalid(
+                format!("{MO}.httpPutResponseHopLimit"),
+                format!("{} is outside 1–64", m.http_put_response_hop_limit),
+            ));
+        }
+        if !matches!(m.http_tokens.as_str(), "required" | "optional") {
+            return Err(check.invalid(
+                format!("{MO}.httpTokens"),
+                format!("{:?} is neither required nor optional", m.http_tokens),
+            ));
+        }
+
+        for (i, b) in spec.block_device_mappings.iter().enumerate() {
+            let at = |leaf: &str| format!("spec.blockDeviceMappings[{i}].{leaf}");
+            if b.device_name.is_empty() {
+                return Err(check.invalid(at("deviceName"), "a device name is required"));
+            }
+            let Some(ebs) = &b.ebs else { continue };
+            let volume_type = ebs.volume_type.as_deref().unwrap_or("gp3");
+            if !VOLUME_TYPES.contains(&volume_type) {
+                return Err(check.invalid(
+                    at("ebs.volumeType"),
+                    format!("unknown volume type {volume_type:?}"),
+                ));
+            }
+            if let Some(size) = &ebs.volume_size {
+                let bytes = quantity::parse_units(&size.0)
+                    .map_err(|e| check.quantity(at("ebs.volumeSize"), e))?;
+                if !(1 << 30..=64 << 40).contains(&bytes) {
+                    return Err(check.invalid(
+                        at("ebs.volumeSize"),
+                        format!("{:?} is outside 1Gi–64Ti", size.0),
+                    ));
+                }
+            }
+            if let Some(iops) = ebs.iops {
+                if !matches!(volume_type, "io1" | "io2" | "gp3") {
+                    return Err(check.invalid(
+                        at("ebs.iops"),
+                        format!("volume type {volume_type} takes no iops"),
+                    ));
+                }
+                if iops <= 0 {
+                    return Err(
+                        check.invalid(at("ebs.iops"), format!("must be positive, got {iops}"))
+                    );
+                }
+            }
+            if let Some(t) = ebs.throughput {
+                if volume_type != "gp3" {
+                    return Err(check.invalid(
+                        at("ebs.throughput"),
+                        format!("volume type {volume_type} takes no throughput (gp3 only)"),
+                    ));
+                }
+                if t <= 0 {
+                    return Err(
+                        check.invalid(at("ebs.throughput"), format!("must be positive, got {t}"))
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,551 @@
+//! Parsing of YAML manifests and every validation error.
+
+use joiner_core::{labels, Effect};
+
+use crate::node_template::{AmiFamily, NodeTemplate};
+use crate::provisioner::Provisioner;
+use crate::ApiError;
+
+const GPU: &str = r#"
+apiVersion: joiner.sh/v1alpha1
+kind: Provisioner
+metadata:
+  name: gpu
+spec:
+  weight: 10
+  requirements:
+    - key: karpenter.sh/capacity-type
+      operator: In
+      values: ["spot", "on-demand"]
+    - key: karpenter.k8s.aws/instance-gpu-count
+      operator: Gt
+      values: ["0"]
+    - key: failure-domain.beta.kubernetes.io/zone
+      operator: In
+      values: ["us-east-1a"]
+  labels:
+    team: ml
+  taints:
+    - key: nvidia.com/gpu
+      effect: NoSchedule
+  startupTaints:
+    - key: example.com/agent
+      value: starting
+      effect: NoExecute
+  limits:
+    resources:
+      cpu: 1000
+      memory: 1000Gi
+      nvidia.com/gpu: 8
+  providerRef:
+    name: default
+  consolidation:
+    enabled: true
+  ttlSecondsUntilExpired: 2592000
+  kubeletConfiguration:
+    maxPods: 110
+    clusterDNS: ["10.0.0.10"]
+    systemReserved:
+      cpu: 100m
+      memory: 100Mi
+    evictionHard:
+      memory.available: 5%
+    evictionSoft:
+      nodefs.available: 15%
+    evictionSoftGracePeriod:
+      nodefs.available: 1m30s
+    imageGCHighThresholdPercent: 85
+    imageGCLowThresholdPercent: 80
+    cpuCFSQuota: true
+  disruption:
+    budgets:
+      - nodes: "10%"
+      - nodes: "0"
+        reasons: [Underutilized]
+        schedule: "0 9 * * mon-fri"
+        duration: 8h
+  warmPool:
+    minSize: 2
+    maxSize: 4
+"#;
+
+fn provisioner(yaml: &str) -> Provisioner {
+    serde_yaml::from_str(yaml).unwrap()
+}
+
+/// A minimal valid Provisioner with `extra` appended under `spec:` (indented two spaces).
+fn with_spec(extra: &str) -> Provisioner {
+    let yaml = format!(
+        "apiVersion: joiner.sh/v1alpha1\nkind: Provisioner\nmetadata:\n  name: gpu\nspec:\n{extra}"
+    );
+    provisioner(&yaml)
+}
+
+fn err(p: &Provisioner) -> ApiError {
+    p.to_core().expect_err("should be rejected")
+}
+
+#[test]
+fn parses_and_converts_a_full_provisioner() {
+    let p = provisioner(GPU);
+    assert_eq!(
+        p.spec.kubelet_configuration.as_ref().unwrap().cluster_dns,
+        ["10.0.0.10"]
+    );
+    assert_eq!(p.spec.disruption.as_ref().unwrap().budgets.len(), 2);
+    assert!(p.consolidation_enabled());
+    let c = p.to_core().unwrap();
+    assert_eq!(c.name, "gpu");
+    assert_eq!(c.weight, 10);
+    assert_eq!(c.limits.cpu, Some(1_000_000));
+    assert_eq!(c.limits.memory, Some(1000 << 30));
+    assert_eq!(c.max_pods, Some(110));
+    assert_eq!(c.node_template.as_deref(), Some("default"));
+    assert!(
+        c.requirements
+            .get(labels::ZONE)
+            .unwrap()
+            .allows("us-east-1a"),
+        "beta key normalized"
+    );
+    assert!(c
+        .requirements
+        .get(labels::INSTANCE_GPU_COUNT)
+        .unwrap()
+        .allows("1"));
+    assert_eq!(c.taints[0].effect, Effect::NoSchedule);
+    assert_eq!(c.taints[0].value, "");
+    assert_eq!(c.startup_taints[0].value, "starting");
+    assert_eq!(c.labels["team"], "ml");
+}
+
+#[test]
+fn minimal_provisioner_parses_with_defaults() {
+    let p = provisioner(
+        "apiVersion: joiner.sh/v1alpha1\nkind: Provisioner\nmetadata:\n  name: default\nspec: {}\n",
+    );
+    let c = p.to_core().unwrap();
+    assert_eq!(c.weight, 0);
+    assert!(c.requirements.is_empty());
+    assert_eq!(c.limits, joiner_core::Limits::default());
+    assert_eq!(c.max_pods, None);
+    assert!(!p.consolidation_enabled());
+}
+
+#[test]
+fn round_trips_through_json() {
+    let p = provisioner(GPU);
+    let json = serde_json::to_value(&p).unwrap();
+    assert_eq!(
+        json["spec"]["kubeletConfiguration"]["clusterDNS"][0],
+        "10.0.0.10"
+    );
+    assert_eq!(json["spec"]["ttlSecondsUntilExpired"], 2592000);
+    let back: Provisioner = serde_json::from_value(json).unwrap();
+    assert_eq!(back.spec, p.spec);
+}
+
+#[test]
+fn in_without_values_names_object_and_field() {
+    let p = with_spec(
+        "  requirements:\n    - {key: a, operator: Exists}\n    - {key: b, operator: Exists}\n    - {key: c, operator: In}\n",
+    );
+    let e = err(&p);
+    assert_eq!(
+        e.to_string(),
+        r#"Provisioner "gpu": spec.requirements[2].values: operator In needs at least one value"#
+    );
+    assert_eq!(e.field(), "spec.requirements[2].values");
+    assert_eq!(e.reason(), "operator In needs at least one value");
+}
+
+#[test]
+fn unknown_operator() {
+    let e = err(&with_spec(
+        "  requirements:\n    - {key: a, operator: Equals, values: [x]}\n",
+    ));
+    assert_eq!(e.field(), "spec.requirements[0].operator");
+    assert!(
+        e.to_string().contains(r#"unknown operator "Equals""#),
+        "{e}"
+    );
+}
+
+#[test]
+fn gt_needs_one_integer() {
+    let e = err(&with_spec(
+        "  requirements:\n    - {key: a, operator: Gt, values: [\"1\", \"2\"]}\n",
+    ));
+    assert_eq!(e.field(), "spec.requirements[0].values");
+    assert!(e.reason().contains("exactly one value"), "{e}");
+    let e = err(&with_spec(
+        "  requirements:\n    - {key: a, operator: Lt, values: [four]}\n",
+    ));
+    assert!(e.reason().contains("integer"), "{e}");
+}
+
+#[test]
+fn exists_takes_no_values_and_key_required() {
+    let e = err(&with_spec(
+        "  requirements:\n    - {key: a, operator: Exists, values: [x]}\n",
+    ));
+    assert_eq!(e.field(), "spec.requirements[0].values");
+    let e = err(&with_spec(
+        "  requirements:\n    - {key: \"\", operator: Exists}\n",
+    ));
+    assert_eq!(e.field(), "spec.requirements[0].key");
+}
+
+#[test]
+fn restricted_and_capacity_type_requirements() {
+    let e = err(&with_spec(
+        "  requirements:\n    - {key: kubernetes.io/hostname, operator: In, values: [n1]}\n",
+    ));
+    assert_eq!(e.field(), "spec.requirements[0].key");
+    let e = err(&with_spec(
+        "  requirements:\n    - {key: karpenter.sh/capacity-type, operator: In, values: [reserved]}\n",
+    ));
+    assert_eq!(e.field(), "spec.requirements[0].values");
+    let e = err(&with_spec("  labels:\n    joiner.sh/provisioner-name: x\n"));
+    assert_eq!(e.field(), r#"spec.labels["joiner.sh/provisioner-name"]"#);
+    let e = err(&with_spec(
+        "  labels:\n    team: ml\n  requirements:\n    - {key: team, operator: In, values: [web]}\n",
+    ));
+    assert_eq!(e.field(), "spec.labels.team");
+}
+
+#[test]
+fn weight_out_of_range() {
+    for w in ["-1", "101"] {
+        let e = err(&with_spec(&format!("  weight: {w}\n")));
+        assert_eq!(e.field(), "spec.weight");
+    }
+    assert!(with_spec("  weight: 100\n").to_core().is_ok());
+}
+
+#[test]
+fn bad_limit_quantity() {
+    let e = err(&with_spec("  limits:\n    resources:\n      cpu: abc\n"));
+    assert_eq!(
+        e.to_string(),
+        r#"Provisioner "gpu": spec.limits.resources.cpu: invalid quantity "abc" (expected e.g. 500m, 2, 1.5Gi, 100M)"#
+    );
+    assert!(matches!(e, ApiError::Quantity { .. }));
+    let e = err(&with_spec(
+        "  limits:\n    resources:\n      nvidia.com/gpu: lots\n",
+    ));
+    assert_eq!(e.field(), r#"spec.limits.resources["nvidia.com/gpu"]"#);
+}
+
+#[test]
+fn bad_taints() {
+    let e = err(&with_spec("  taints:\n    - {key: a, effect: NoWay}\n"));
+    assert_eq!(e.field(), "spec.taints[0].effect");
+    assert!(e.reason().contains("NoWay"));
+    let e = err(&with_spec(
+        "  startupTaints:\n    - {key: \"\", effect: NoSchedule}\n",
+    ));
+    assert_eq!(e.field(), "spec.startupTaints[0].key");
+}
+
+#[test]
+fn negative_ttls_and_consolidation_conflict() {
+    let e = err(&with_spec("  ttlSecondsAfterEmpty: -1\n"));
+    assert_eq!(e.field(), "spec.ttlSecondsAfterEmpty");
+    let e = err(&with_spec("  ttlSecondsUntilExpired: -5\n"));
+    assert_eq!(e.field(), "spec.ttlSecondsUntilExpired");
+    let e = err(&with_spec(
+        "  ttlSecondsAfterEmpty: 30\n  consolidation: {enabled: true}\n",
+    ));
+    assert!(e.reason().contains("consolidation"), "{e}");
+    assert!(with_spec("  ttlSecondsAfterEmpty: 30\n").to_core().is_ok());
+}
+
+#[test]
+fn kubelet_errors() {
+    let cases = [
+        ("maxPods: 0", "spec.kubeletConfiguration.maxPods"),
+        ("podsPerCore: -2", "spec.kubeletConfiguration.podsPerCore"),
+        (
+            "systemReserved: {gpu: 1}",
+            "spec.kubeletConfiguration.systemReserved.gpu",
+        ),
+        (
+            "kubeReserved: {memory: lots}",
+            "spec.kubeletConfiguration.kubeReserved.memory",
+        ),
+        (
+            "evictionHard: {memory.free: 1Gi}",
+            r#"spec.kubeletConfiguration.evictionHard["memory.free"]"#,
+        ),
+        (
+            "evictionHard: {memory.available: 120%}",
+            r#"spec.kubeletConfiguration.evictionHard["memory.available"]"#,
+        ),
+        (
+            "evictionSoft: {memory.available: 1Gi}",
+            r#"spec.kubeletConfiguration.evictionSoftGracePeriod["memory.available"]"#,
+        ),
+        (
+            "imageGCHighThresholdPercent: 50\n    imageGCLowThresholdPercent: 60",
+            "spec.kubeletConfiguration.imageGCLowThresholdPercent",
+        ),
+    ];
+    for (body, field) in cases {
+        let e = err(&with_spec(&format!(
+            "  kubeletConfiguration:\n    {body}\n"
+        )));
+        assert_eq!(e.field(), field, "{body}: {e}");
+    }
+}
+
+#[test]
+fn budget_errors() {
+    let cases = [
+        ("- nodes: ten", "spec.disruption.budgets[0].nodes"),
+        ("- nodes: \"150%\"", "spec.disruption.budgets[0].nodes"),
+        (
+            "- reasons: [Expired]",
+            "spec.disruption.budgets[0].reasons[0]",
+        ),
+        (
+            "- schedule: \"@daily\"",
+            "spec.disruption.budgets[0].duration",
+        ),
+        ("- duration: 1h", "spec.disruption.budgets[0].schedule"),
+        (
+            "- {schedule: \"every day\", duration: 1h}",
+            "spec.disruption.budgets[0].schedule",
+        ),
+        (
+            "- {schedule: \"@daily\", duration: 1d}",
+            "spec.disruption.budgets[0].duration",
+        ),
+    ];
+    for (body, field) in cases {
+        let e = err(&with_spec(&format!(
+            "  disruption:\n    budgets:\n    {body}\n"
+        )));
+        assert_eq!(e.field(), field, "{body}: {e}");
+    }
+    let p = with_spec("  disruption:\n    budgets:\n    - {}\n");
+    assert_eq!(
+        p.spec.disruption.as_ref().unwrap().budgets[0].nodes,
+        "10%",
+        "default nodes"
+    );
+    assert!(p.to_core().is_ok());
+}
+
+#[test]
+fn warm_pool_and_provider_ref_errors() {
+    let e = err(&with_spec("  warmPool: {minSize: -1}\n"));
+    assert_eq!(e.field(), "spec.warmPool.minSize");
+    let e = err(&with_spec("  warmPool: {minSize: 3, maxSize: 2}\n"));
+    assert_eq!(e.field(), "spec.warmPool.maxSize");
+    let e = err(&with_spec("  providerRef: {name: \"\"}\n"));
+    assert_eq!(e.field(), "spec.providerRef.name");
+    let e = err(&with_spec("  providerRef: {name: x, kind: ConfigMap}\n"));
+    assert_eq!(e.field(), "spec.providerRef.kind");
+}
+
+#[test]
+fn name_is_required() {
+    let p =
+        provisioner("apiVersion: joiner.sh/v1alpha1\nkind: Provisioner\nmetadata: {}\nspec: {}\n");
+    assert_eq!(
+        err(&p).to_string(),
+        r#"Provisioner "": metadata.name: a name is required"#
+    );
+}
+
+const TEMPLATE: &str = r#"
+apiVersion: joiner.sh/v1alpha1
+kind: NodeTemplate
+metadata:
+  name: default
+spec:
+  subnetSelector:
+    karpenter.sh/discovery: demo
+  securityGroupSelector:
+    karpenter.sh/discovery: demo
+  amiFamily: Bottlerocket
+  instanceProfile: KarpenterNodeInstanceProfile
+  userData: |
+    [settings.kubernetes]
+    max-pods = 110
+  tags:
+    team: ml
+  metadataOptions:
+    httpPutResponseHopLimit: 2
+  blockDeviceMappings:
+    - deviceName: /dev/xvda
+      ebs:
+        volumeSize: 100Gi
+        volumeType: gp3
+        iops: 4000
+        throughput: 250
+        encrypted: true
+        kmsKeyID: arn:aws:kms:us-east-1:111122223333:key/abc
+        snapshotID: snap-1
+        deleteOnTermination: true
+  detailedMonitoring: true
+"#;
+
+fn template(yaml: &str) -> NodeTemplate {
+    serde_yaml::from_str(yaml).unwrap()
+}
+
+fn with_template_spec(extra: &str) -> NodeTemplate {
+    template(&format!(
+        "apiVersion: joiner.sh/v1alpha1\nkind: NodeTemplate\nmetadata:\n  name: default\nspec:\n  subnetSelector: {{a: b}}\n  securityGroupSelector: {{a: b}}\n{extra}"
+    ))
+}
+
+#[test]
+fn parses_a_full_node_template() {
+    let t = template(TEMPLATE);
+    t.validate().unwrap();
+    assert_eq!(t.ami_family(), AmiFamily::Bottlerocket);
+    let m = &t.spec.metadata_options;
+    assert_eq!(m.http_put_response_hop_limit, 2);
+    assert_eq!(
+        m.http_tokens, "required",
+        "unset fields keep their defaults"
+    );
+    assert_eq!(m.http_endpoint, "enabled");
+    assert_eq!(m.http_protocol_ipv6, "disabled");
+    let ebs = t.spec.block_device_mappings[0].ebs.as_ref().unwrap();
+    assert_eq!(ebs.volume_size.as_ref().unwrap().0, "100Gi");
+    assert_eq!(
+        ebs.kms_key_id.as_deref(),
+        Some("arn:aws:kms:us-east-1:111122223333:key/abc")
+    );
+    assert_eq!(ebs.snapshot_id.as_deref(), Some("snap-1"));
+    let json = serde_json::to_value(&t).unwrap();
+    assert_eq!(
+        json["spec"]["blockDeviceMappings"][0]["ebs"]["kmsKeyID"],
+        "arn:aws:kms:us-east-1:111122223333:key/abc"
+    );
+    assert_eq!(
+        json["spec"]["metadataOptions"]["httpProtocolIPv6"],
+        "disabled"
+    );
+}
+
+#[test]
+fn minimal_node_template_requires_imdsv2() {
+    let t = with_template_spec("");
+    t.validate().unwrap();
+    assert_eq!(t.ami_family(), AmiFamily::Al2023);
+    assert_eq!(t.spec.metadata_options, crate::MetadataOptions::default());
+    assert_eq!(t.spec.metadata_options.http_tokens, "required");
+    assert_eq!(t.spec.metadata_options.http_put_response_hop_limit, 1);
+}
+
+#[test]
+fn ami_family_spellings() {
+    for (s, f) in [
+        ("AL2", AmiFamily::Al2),
+        ("AL2023", AmiFamily::Al2023),
+        ("Bottlerocket", AmiFamily::Bottlerocket),
+        ("Custom", AmiFamily::Custom),
+    ] {
+        let parsed: AmiFamily = serde_yaml::from_str(s).unwrap();
+        assert_eq!(parsed, f);
+        assert_eq!(f.as_str(), s);
+    }
+    assert!(serde_yaml::from_str::<AmiFamily>("Ubuntu").is_err());
+}
+
+#[test]
+fn node_template_errors() {
+    let t = template("apiVersion: joiner.sh/v1alpha1\nkind: NodeTemplate\nmetadata: {name: x}\nspec:\n  securityGroupSelector: {a: b}\n");
+    assert_eq!(
+        t.validate().unwrap_err().to_string(),
+        r#"NodeTemplate "x": spec.subnetSelector: at least one tag or aws-ids entry is required"#
+    );
+    let cases = [
+        ("  amiFamily: Custom\n", "spec.amiSelector"),
+        ("  metadataOptions: {httpTokens: sometimes}\n", "spec.metadataOptions.httpTokens"),
+        ("  metadataOptions: {httpEndpoint: on}\n", "spec.metadataOptions.httpEndpoint"),
+        (
+            "  metadataOptions: {httpPutResponseHopLimit: 0}\n",
+            "spec.metadataOptions.httpPutResponseHopLimit",
+        ),
+        ("  blockDeviceMappings: [{deviceName: \"\"}]\n", "spec.blockDeviceMappings[0].deviceName"),
+        (
+            "  blockDeviceMappings: [{deviceName: /dev/xvda, ebs: {volumeType: gp9}}]\n",
+            "spec.blockDeviceMappings[0].ebs.volumeType",
+        ),
+        (
+            "  blockDeviceMappings: [{deviceName: /dev/xvda, ebs: {volumeSize: big}}]\n",
+            "spec.blockDeviceMappings[0].ebs.volumeSize",
+        ),
+        (
+            "  blockDeviceMappings: [{deviceName: /dev/xvda, ebs: {volumeSize: 100Ti}}]\n",
+            "spec.blockDeviceMappings[0].ebs.volumeSize",
+        ),
+        (
+            "  blockDeviceMappings: [{deviceName: /dev/xvda, ebs: {volumeType: gp2, iops: 3000}}]\n",
+            "spec.blockDeviceMappings[0].ebs.iops",
+        ),
+        (
+            "  blockDeviceMappings: [{deviceName: /dev/xvda, ebs: {volumeType: io2, throughput: 300}}]\n",
+            "spec.blockDeviceMappings[0].ebs.throughput",
+        ),
+    ];
+    for (body, field) in cases {
+        let e = with_template_spec(body).validate().unwrap_err();
+        assert_eq!(e.field(), field, "{body}: {e}");
+    }
+}
+
+#[test]
+fn node_claim_parses() {
+    let yaml = r#"
+apiVersion: joiner.sh/v1alpha1
+kind: NodeClaim
+metadata: {name: default-abc12}
+spec:
+  provisionerName: default
+  requirements:
+    - {key: node.kubernetes.io/instance-type, operator: In, values: [m5.large, m6i.large]}
+  resources:
+    requests: {cpu: 1500m, memory: 2Gi, pods: 3}
+  nodeTemplateRef: {name: default}
+status:
+  instanceID: i-0123
+  providerID: aws:///us-east-1a/i-0123
+  instanceType: m5.large
+  zone: us-east-1a
+  capacityType: on-demand
+  pricePerHour: 0.096
+  conditions:
+    - {type: Launched, status: "True", reason: Launched, message: "", lastTransitionTime: "2024-01-01T00:00:00Z"}
+"#;
+    let c: crate::NodeClaim = serde_yaml::from_str(yaml).unwrap();
+    assert_eq!(c.name(), "default-abc12");
+    assert!(c.is_launched());
+    assert!(!c.is_registered());
+    assert!(!c.is_initialized());
+    let s = c.status.as_ref().unwrap();
+    assert_eq!(s.instance_id.as_deref(), Some("i-0123"));
+    assert_eq!(s.price_per_hour, Some(0.096));
+    assert_eq!(c.spec.resources.requests["cpu"].0, "1500m");
+}
+
+#[test]
+fn crds_generate() {
+    use kube::CustomResourceExt;
+    for crd in [
+        Provisioner::crd(),
+        NodeTemplate::crd(),
+        crate::NodeClaim::crd(),
+    ] {
+        assert_eq!(crd.spec.group, "joiner.sh");
+        assert_eq!(crd.spec.scope, "Cluster");
+        assert_eq!(crd.spec.versions[0].name, "v1alpha1");
+    }
+    assert_eq!(Provisioner::crd_name(), "provisioners.joiner.sh");
+}
