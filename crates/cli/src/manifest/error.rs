@@ -1,0 +1,114 @@
+//! Errors of the manifest loader.
+//!
+//! A person fixing a manifest needs to know which file, which document in it, which object and
+//! which field; every variant carries what is known of those, and the messages read like
+//! `web.yaml: document 2 (Deployment default/web): spec.template.spec.containers[0].resources.requests.cpu: invalid quantity "abc"`.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+/// Where in the input a document sits: file, document number (1-based) and, inside a `List`,
+/// the item number (1-based).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Location {
+    /// The file.
+    pub path: PathBuf,
+    /// Document number in the file, from 1.
+    pub document: usize,
+    /// Item number inside a `List` document, from 1.
+    pub item: Option<usize>,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: document {}", self.path.display(), self.document)?;
+        if let Some(item) = self.item {
+            write!(f, ", item {item}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why the manifests could not be loaded.
+#[derive(Debug, Error)]
+pub enum ManifestError {
+    /// A file or folder that cannot be read (missing, unreadable, not UTF-8).
+    #[error("{}: cannot read: {source}", path.display())]
+    Read {
+        /// The file or folder.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: io::Error,
+    },
+    /// Text that is not YAML.
+    #[error("{}: document {document}: malformed YAML at line {line}, column {column}: {message}", path.display())]
+    Yaml {
+        /// The file.
+        path: PathBuf,
+        /// Document number, from 1.
+        document: usize,
+        /// Line in the file, from 1.
+        line: usize,
+        /// Column, from 1.
+        column: usize,
+        /// The parser's message.
+        message: String,
+    },
+    /// A document that is not a Kubernetes object (no mapping, no kind).
+    #[error("{location}: {reason}")]
+    NotAnObject {
+        /// Where.
+        location: Location,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An object with a field that is wrong or unsupported.
+    #[error("{location} ({object}): {field}: {reason}")]
+    Invalid {
+        /// Where.
+        location: Location,
+        /// `Kind namespace/name` or `Kind name`.
+        object: String,
+        /// Field path inside the object.
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// A problem with one field, before it is placed in a file and document.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct FieldError {
+    /// Field path inside the object.
+    pub field: String,
+    /// What is wrong.
+    pub reason: String,
+}
+
+impl FieldError {
+    /// A field error from its path and reason.
+    pub fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        FieldError {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// `prefix.key` for identifier-like keys, `prefix["key"]` for keys with dots or slashes, so a
+/// path stays unambiguous (`resources.requests["nvidia.com/gpu"]`).
+pub(crate) fn map_field(prefix: &str, key: &str) -> String {
+    let plain = !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if plain {
+        format!("{prefix}.{key}")
+    } else {
+        format!("{prefix}[{key:?}]")
+    }
+}

@@ -1,0 +1,259 @@
+//! Which kinds the loader reads, and how each document becomes part of the snapshot.
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::apps::v1 as apps;
+use k8s_openapi::api::batch::v1 as batch;
+use k8s_openapi::api::core::v1 as k8s;
+use serde::de::DeserializeOwned;
+use serde_yaml::Value;
+
+use super::documents::Document;
+use super::error::{FieldError, Location, ManifestError};
+use super::pods::{self, PodIdentity};
+use super::{nodes, workloads, Loaded};
+
+/// The identity of one document: enough to name it in messages before it is parsed.
+struct Header {
+    api_version: String,
+    kind: String,
+    name: Option<String>,
+    namespace: Option<String>,
+}
+
+impl Header {
+    fn of(doc: &Document) -> Result<Header, ManifestError> {
+        let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
+        let meta = doc.value.get("metadata");
+        let kind = text(doc.value.get("kind")).filter(|k| !k.is_empty());
+        let Some(kind) = kind else {
+            return Err(ManifestError::NotAnObject {
+                location: doc.location.clone(),
+                reason: "kind: a kind is required".into(),
+            });
+        };
+        Ok(Header {
+            api_version: text(doc.value.get("apiVersion")).unwrap_or_default(),
+            kind,
+            name: text(meta.and_then(|m| m.get("name"))).filter(|n| !n.is_empty()),
+            namespace: text(meta.and_then(|m| m.get("namespace"))).filter(|n| !n.is_empty()),
+        })
+    }
+}
+
+/// How an object is named in messages: `Kind namespace/name` or `Kind name`.
+struct Object<'a> {
+    header: &'a Header,
+    location: &'a Location,
+    namespaced: bool,
+}
+
+impl Object<'_> {
+    fn namespace(&self) -> &str {
+        self.header.namespace.as_deref().unwrap_or("default")
+    }
+
+    fn label(&self) -> String {
+        let name = self.header.name.as_deref().unwrap_or("<unnamed>");
+        if self.namespaced {
+            format!("{} {}/{}", self.header.kind, self.namespace(), name)
+        } else {
+            format!("{} {}", self.header.kind, name)
+        }
+    }
+
+    fn error(&self, e: FieldError) -> ManifestError {
+        ManifestError::Invalid {
+            location: self.location.clone(),
+            object: self.label(),
+            field: e.field,
+            reason: e.reason,
+        }
+    }
+
+    fn name(&self) -> Result<&str, ManifestError> {
+        self.header
+            .name
+            .as_deref()
+            .ok_or_else(|| self.error(FieldError::new("metadata.name", "a name is required")))
+    }
+
+    /// Deserializes into the typed object, naming the failing field path on error.
+    fn parse<T: DeserializeOwned>(&self, value: Value) -> Result<T, ManifestError> {
+        serde_path_to_error::deserialize(value).map_err(|e| {
+            let field = e.path().to_string();
+            self.error(FieldError::new(field, e.into_inner().to_string()))
+        })
+    }
+}
+
+/// Kinds the loader reads, by (apiVersion, kind), and whether they are namespaced.
+fn known(api_version: &str, kind: &str) -> Option<bool> {
+    match (api_version, kind) {
+        ("v1", "Pod") => Some(true),
+        ("apps/v1", "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet") => Some(true),
+        ("batch/v1", "Job") => Some(true),
+        ("v1", "Node") => Some(false),
+        (v, "Provisioner" | "NodeTemplate") if v == joiner_apis::API_VERSION => Some(false),
+        _ => None,
+    }
+}
+
+/// Tracks objects already read, so the same object given twice is an error rather than twice
+/// the pods or capacity.
+#[derive(Default)]
+pub(crate) struct Seen {
+    by_key: HashMap<(String, String, String), Location>,
+}
+
+/// Adds one document to `loaded`.
+pub(crate) fn read(
+    doc: Document,
+    seen: &mut Seen,
+    loaded: &mut Loaded,
+) -> Result<(), ManifestError> {
+    let header = Header::of(&doc)?;
+    let Some(namespaced) = known(&header.api_version, &header.kind) else {
+        loaded.warnings.push(skip_warning(&header, &doc.location));
+        return Ok(());
+    };
+    let obj = Object {
+        header: &header,
+        location: &doc.location,
+        namespaced,
+    };
+    let name = obj.name()?.to_string();
+    let namespace = obj.namespace().to_string();
+
+    let key = (
+        header.kind.clone(),
+        if namespaced {
+            namespace.clone()
+        } else {
+            String::new()
+        },
+        name.clone(),
+    );
+    if let Some(first) = seen.by_key.get(&key) {
+        return Err(obj.error(FieldError::new(
+            "metadata.name",
+            format!("defined twice (first at {first})"),
+        )));
+    }
+    seen.by_key.insert(key, doc.location.clone());
+
+    let e = |err: FieldError| obj.error(err);
+    match header.kind.as_str() {
+        "Pod" => {
+            let pod: k8s::Pod = obj.parse(doc.value)?;
+            if let Some(phase) = pods::finished_phase(&pod) {
+                loaded.warnings.push(format!(
+                    "{}: skipped {}: it has finished (phase {phase})",
+                    doc.location,
+                    obj.label()
+                ));
+                return Ok(());
+            }
+            let spec = pod
+                .spec
+                .as_ref()
+                .ok_or_else(|| e(FieldError::new("spec", "a pod spec is required")))?;
+            let id = PodIdentity {
+                namespace,
+                name,
+                labels: pod.metadata.labels.clone().unwrap_or_default(),
+                owner: pods::controller_owner(&pod),
+            };
+            let converted = pods::convert(id, spec, "spec").map_err(e)?;
+            loaded.snapshot.pods.push(converted);
+        }
+        "Deployment" => {
+            let d: apps::Deployment = obj.parse(doc.value)?;
+            let pods = workloads::deployment(&d, &namespace, &name).map_err(e)?;
+            loaded.snapshot.pods.extend(pods);
+        }
+        "ReplicaSet" => {
+            let r: apps::ReplicaSet = obj.parse(doc.value)?;
+            let pods = workloads::replica_set(&r, &namespace, &name).map_err(e)?;
+            loaded.snapshot.pods.extend(pods);
+        }
+        "StatefulSet" => {
+            let s: apps::StatefulSet = obj.parse(doc.value)?;
+            let pods = workloads::stateful_set(&s, &namespace, &name).map_err(e)?;
+            loaded.snapshot.pods.extend(pods);
+        }
+        "Job" => {
+            let j: batch::Job = obj.parse(doc.value)?;
+            let pods = workloads::job(&j, &namespace, &name).map_err(e)?;
+            loaded.snapshot.pods.extend(pods);
+        }
+        "DaemonSet" => {
+            let d: apps::DaemonSet = obj.parse(doc.value)?;
+            let ds = workloads::daemon_set(&d, &namespace, &name).map_err(e)?;
+            loaded.snapshot.daemonsets.push(ds);
+        }
+        "Node" => {
+            let n: k8s::Node = obj.parse(doc.value)?;
+            let node = nodes::node(&n, &name).map_err(e)?;
+            loaded.snapshot.nodes.push(node);
+        }
+        "Provisioner" => {
+            let p: joiner_apis::Provisioner = obj.parse(doc.value)?;
+            let core = p
+                .to_core()
+                .map_err(|err| e(FieldError::new(err.field(), err.reason())))?;
+            loaded.snapshot.provisioners.push(core);
+        }
+        "NodeTemplate" => {
+            let t: joiner_apis::NodeTemplate = obj.parse(doc.value)?;
+            t.validate()
+                .map_err(|err| e(FieldError::new(err.field(), err.reason())))?;
+            loaded.node_templates.push(t);
+        }
+        other => {
+            // `known` and this match list the same kinds; reaching here is a loader bug, which
+            // is reported rather than panicking.
+            return Err(e(FieldError::new(
+                "kind",
+                format!("kind {other} is recognised but not handled"),
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn skip_warning(h: &Header, location: &Location) -> String {
+    let name = match (&h.namespace, &h.name) {
+        (Some(ns), Some(n)) => format!(" {ns}/{n}"),
+        (None, Some(n)) => format!(" {n}"),
+        _ => String::new(),
+    };
+    let api = if h.api_version.is_empty() {
+        "no apiVersion".to_string()
+    } else {
+        h.api_version.clone()
+    };
+    let hint = if h.api_version.starts_with("karpenter.") {
+        "a Karpenter object: convert it with `joiner import-karpenter`"
+    } else if known_kind(&h.kind) {
+        "unsupported apiVersion for this kind"
+    } else {
+        "kind not used for planning"
+    };
+    format!("{location}: skipped {}{name} ({api}): {hint}", h.kind)
+}
+
+fn known_kind(kind: &str) -> bool {
+    matches!(
+        kind,
+        "Pod"
+            | "Deployment"
+            | "ReplicaSet"
+            | "StatefulSet"
+            | "DaemonSet"
+            | "Job"
+            | "Node"
+            | "Provisioner"
+            | "NodeTemplate"
+    )
+}

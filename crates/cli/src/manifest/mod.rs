@@ -1,0 +1,86 @@
+//! The manifest loader: YAML files in, a scheduling snapshot out.
+//!
+//! `joiner plan` and the tests describe a cluster with ordinary manifests (workloads, nodes,
+//! Provisioners, NodeTemplates), so nobody has to learn a fixture format. Loading is strict where
+//! a mistake would silently change the plan (bad quantities, operators, unsupported fields are
+//! errors naming file, document, object and field) and lenient where it would not (kinds the
+//! planner does not read are skipped with a warning).
+
+mod affinity;
+mod documents;
+mod error;
+mod files;
+mod kinds;
+mod nodes;
+mod pods;
+mod ports;
+mod requests;
+mod selectors;
+mod spread;
+mod tolerations;
+mod workloads;
+
+#[cfg(test)]
+mod tests;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+// `allow(dead_code)` below: the binary's subcommands that call the loader are not written yet;
+// drop these attributes once `plan` uses it.
+#[allow(unused_imports)]
+pub use error::{Location, ManifestError};
+
+/// What a set of manifests describes.
+#[allow(dead_code)]
+#[derive(Clone, Debug, Default)]
+pub struct Loaded {
+    /// Pods (workloads expanded into their replicas), nodes, DaemonSets and Provisioners.
+    pub snapshot: joiner_core::Snapshot,
+    /// NodeTemplates, validated; the simulation does not read them, the launch path does.
+    pub node_templates: Vec<joiner_apis::NodeTemplate>,
+    /// Things skipped on the way (unknown kinds, finished pods), for the user to see.
+    pub warnings: Vec<String>,
+}
+
+/// Loads manifests from files and folders (every `*.yaml`/`*.yml` below a folder, sorted by
+/// path). Multi-document files and `List` objects are read item by item; the first error stops
+/// the load, because a plan from half the input would mislead.
+#[allow(dead_code)]
+pub fn load(paths: &[PathBuf]) -> Result<Loaded, ManifestError> {
+    let mut loaded = Loaded::default();
+    let mut seen = kinds::Seen::default();
+    for file in files::collect(paths)? {
+        let text = fs::read_to_string(&file).map_err(|source| ManifestError::Read {
+            path: file.clone(),
+            source,
+        })?;
+        read_text(&file, &text, &mut seen, &mut loaded)?;
+    }
+    Ok(loaded)
+}
+
+/// Loads one file's text as if it had been read from `path`: the unit tests' entry point.
+#[cfg(test)]
+pub(crate) fn load_text(path: &str, text: &str) -> Result<Loaded, ManifestError> {
+    let mut loaded = Loaded::default();
+    read_text(
+        Path::new(path),
+        text,
+        &mut kinds::Seen::default(),
+        &mut loaded,
+    )?;
+    Ok(loaded)
+}
+
+fn read_text(
+    path: &Path,
+    text: &str,
+    seen: &mut kinds::Seen,
+    loaded: &mut Loaded,
+) -> Result<(), ManifestError> {
+    for doc in documents::split(path, text)? {
+        kinds::read(doc, seen, loaded)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,58 @@
+//! Existing nodes: capacity the simulation can fill before it launches anything.
+
+use joiner_core::{Effect, Node, Resources, Taint};
+use k8s_openapi::api::core::v1 as k8s;
+
+use super::error::FieldError;
+use super::requests;
+
+/// Converts a Node. Allocatable defaults to capacity when the status has none (hand-written
+/// fixtures often give only one of them).
+pub(crate) fn node(n: &k8s::Node, name: &str) -> Result<Node, FieldError> {
+    let status = n.status.as_ref();
+    let capacity = match status.and_then(|s| s.capacity.as_ref()) {
+        Some(c) => requests::parse_map(c, "status.capacity")?,
+        None => Resources::default(),
+    };
+    let allocatable = match status.and_then(|s| s.allocatable.as_ref()) {
+        Some(a) => requests::parse_map(a, "status.allocatable")?,
+        None => capacity.clone(),
+    };
+    let spec = n.spec.as_ref();
+    let mut taints = Vec::new();
+    for (i, t) in spec
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let effect = Effect::parse(&t.effect).ok_or_else(|| {
+            FieldError::new(
+                format!("spec.taints[{i}].effect"),
+                format!(
+                    "unknown effect {:?} (expected NoSchedule, PreferNoSchedule or NoExecute)",
+                    t.effect
+                ),
+            )
+        })?;
+        if t.key.is_empty() {
+            return Err(FieldError::new(
+                format!("spec.taints[{i}].key"),
+                "taint key is empty",
+            ));
+        }
+        taints.push(Taint {
+            key: t.key.clone(),
+            value: t.value.clone().unwrap_or_default(),
+            effect,
+        });
+    }
+    Ok(Node {
+        name: name.to_string(),
+        labels: n.metadata.labels.clone().unwrap_or_default(),
+        taints,
+        capacity,
+        allocatable,
+        unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+    })
+}

@@ -1,0 +1,81 @@
+//! The conversion of a Kubernetes pod spec into the simulation's `Pod`: one function that
+//! every kind (Pod, workloads, DaemonSets) goes through, so a rule is implemented once.
+
+use std::collections::BTreeMap;
+
+use joiner_core::{Owner, Pod};
+use k8s_openapi::api::core::v1::{self as k8s, PodSpec};
+
+use super::error::FieldError;
+use super::{affinity, ports, requests, spread, tolerations};
+
+/// Who a pod is, apart from its spec.
+pub(crate) struct PodIdentity {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Owning controller.
+    pub owner: Option<Owner>,
+}
+
+/// Converts the pod spec found at field path `prefix` (`spec` for a Pod,
+/// `spec.template.spec` for a workload) into a simulation pod.
+pub(crate) fn convert(id: PodIdentity, spec: &PodSpec, prefix: &str) -> Result<Pod, FieldError> {
+    let node_name = spec.node_name.clone().filter(|n| !n.is_empty());
+    let bound = node_name.is_some() || id.owner.as_ref().is_some_and(|o| o.kind == "DaemonSet");
+    let requests = requests::effective_requests(spec, prefix)?;
+    let nodes = affinity::node_constraints(spec, prefix, bound)?;
+    let tolerations = tolerations::tolerations(
+        spec.tolerations.as_deref().unwrap_or_default(),
+        &format!("{prefix}.tolerations"),
+    )?;
+    let topology_spread = spread::topology_spread(
+        spec.topology_spread_constraints
+            .as_deref()
+            .unwrap_or_default(),
+        &format!("{prefix}.topologySpreadConstraints"),
+        &id.labels,
+    )?;
+    let affinity = affinity::pod_affinity_terms(spec, prefix, &id.labels)?;
+    let host_ports = ports::host_ports(spec, prefix)?;
+    Ok(Pod {
+        namespace: id.namespace,
+        name: id.name,
+        labels: id.labels,
+        requests,
+        node_terms: nodes.required,
+        preferred_node_terms: nodes.preferred,
+        tolerations,
+        topology_spread,
+        affinity,
+        host_ports,
+        owner: id.owner,
+        priority: spec.priority.unwrap_or(0),
+        node_name,
+    })
+}
+
+/// The controller named in a pod's ownerReferences, so that pods from a cluster dump keep
+/// their owner (and DaemonSet pods are recognised as daemons).
+pub(crate) fn controller_owner(pod: &k8s::Pod) -> Option<Owner> {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true))
+        .map(|r| Owner {
+            kind: r.kind.clone(),
+            name: r.name.clone(),
+        })
+}
+
+/// The phase of a pod that has finished and holds no resources any more.
+pub(crate) fn finished_phase(pod: &k8s::Pod) -> Option<&str> {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .filter(|p| matches!(*p, "Succeeded" | "Failed"))
+}

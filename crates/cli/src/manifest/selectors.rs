@@ -1,0 +1,98 @@
+//! Label selectors and node-selector expressions turned into core `Requirements`.
+//!
+//! One representation serves node constraints and pod selectors, so the simulation intersects
+//! and matches them the same way everywhere.
+
+use std::collections::BTreeMap;
+
+use joiner_core::{Operator, Requirement, Requirements};
+use k8s_openapi::api::core::v1::NodeSelectorRequirement;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+use super::error::FieldError;
+
+/// Node-selector expressions (`matchExpressions` of a node-affinity term) at path `prefix`,
+/// added to `out`.
+pub(crate) fn add_node_expressions(
+    out: &mut Requirements,
+    exprs: &[NodeSelectorRequirement],
+    prefix: &str,
+) -> Result<(), FieldError> {
+    for (i, e) in exprs.iter().enumerate() {
+        let values = e.values.as_deref().unwrap_or_default();
+        add_expression(
+            out,
+            &e.key,
+            &e.operator,
+            values,
+            &format!("{prefix}[{i}]"),
+            true,
+        )?;
+    }
+    Ok(())
+}
+
+/// A pod label selector at path `prefix` as requirements on pod labels. `match_label_keys`
+/// (from spread constraints and affinity terms) adds the pod's own value of each key, as the
+/// scheduler does, so "spread my own revision" selectors work.
+pub(crate) fn label_selector(
+    sel: &LabelSelector,
+    prefix: &str,
+    own_labels: &BTreeMap<String, String>,
+    match_label_keys: &[String],
+) -> Result<Requirements, FieldError> {
+    let mut out = Requirements::new();
+    for (k, v) in sel.match_labels.iter().flatten() {
+        if k.is_empty() {
+            return Err(FieldError::new(
+                format!("{prefix}.matchLabels"),
+                "label key is empty",
+            ));
+        }
+        out.add(k, Requirement::single(v));
+    }
+    for (i, e) in sel.match_expressions.iter().flatten().enumerate() {
+        let values = e.values.as_deref().unwrap_or_default();
+        add_expression(
+            &mut out,
+            &e.key,
+            &e.operator,
+            values,
+            &format!("{prefix}.matchExpressions[{i}]"),
+            false,
+        )?;
+    }
+    for key in match_label_keys {
+        if let Some(v) = own_labels.get(key) {
+            out.add(key, Requirement::single(v));
+        }
+    }
+    Ok(out)
+}
+
+/// Parses one `key operator values` expression; `numeric` allows Gt/Lt, which only node
+/// selectors support.
+fn add_expression(
+    out: &mut Requirements,
+    key: &str,
+    op: &str,
+    values: &[String],
+    at: &str,
+    numeric: bool,
+) -> Result<(), FieldError> {
+    if key.is_empty() {
+        return Err(FieldError::new(format!("{at}.key"), "key is empty"));
+    }
+    let operator = Operator::parse(op)
+        .map_err(|e| FieldError::new(format!("{at}.operator"), e.to_string()))?;
+    if !numeric && matches!(operator, Operator::Gt | Operator::Lt) {
+        return Err(FieldError::new(
+            format!("{at}.operator"),
+            format!("operator {op} is not valid in a label selector (expected In, NotIn, Exists or DoesNotExist)"),
+        ));
+    }
+    let req = Requirement::new(operator, values)
+        .map_err(|e| FieldError::new(format!("{at}.values"), e.to_string()))?;
+    out.add(key, req);
+    Ok(())
+}

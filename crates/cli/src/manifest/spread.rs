@@ -1,0 +1,63 @@
+//! Topology spread constraints.
+
+use std::collections::BTreeMap;
+
+use joiner_core::TopologySpread;
+use k8s_openapi::api::core::v1 as k8s;
+
+use super::error::FieldError;
+use super::selectors;
+
+/// Converts spread constraints at path `prefix`. A constraint without a label selector counts
+/// no pods, so it can never be violated and is left out.
+pub(crate) fn topology_spread(
+    list: &[k8s::TopologySpreadConstraint],
+    prefix: &str,
+    own_labels: &BTreeMap<String, String>,
+) -> Result<Vec<TopologySpread>, FieldError> {
+    let mut out = Vec::new();
+    for (i, c) in list.iter().enumerate() {
+        let at = |leaf: &str| format!("{prefix}[{i}].{leaf}");
+        if c.topology_key.is_empty() {
+            return Err(FieldError::new(
+                at("topologyKey"),
+                "a topology key is required",
+            ));
+        }
+        if c.max_skew < 1 {
+            return Err(FieldError::new(
+                at("maxSkew"),
+                format!("must be at least 1, got {}", c.max_skew),
+            ));
+        }
+        if let Some(m) = c.min_domains.filter(|m| *m < 1) {
+            return Err(FieldError::new(
+                at("minDomains"),
+                format!("must be at least 1, got {m}"),
+            ));
+        }
+        let hard = match c.when_unsatisfiable.as_str() {
+            "DoNotSchedule" => true,
+            "ScheduleAnyway" => false,
+            other => {
+                return Err(FieldError::new(
+                    at("whenUnsatisfiable"),
+                    format!("unknown value {other:?} (expected DoNotSchedule or ScheduleAnyway)"),
+                ))
+            }
+        };
+        let Some(sel) = &c.label_selector else {
+            continue;
+        };
+        let keys = c.match_label_keys.as_deref().unwrap_or_default();
+        let selector = selectors::label_selector(sel, &at("labelSelector"), own_labels, keys)?;
+        out.push(TopologySpread {
+            topology_key: c.topology_key.clone(),
+            max_skew: c.max_skew,
+            min_domains: c.min_domains,
+            hard,
+            selector,
+        });
+    }
+    Ok(out)
+}

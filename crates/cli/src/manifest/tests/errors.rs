@@ -1,0 +1,175 @@
+//! Error messages: each names the file, the document, the object and the field.
+
+use super::{load_err, load_ok, pod_yaml};
+use crate::manifest::load_text;
+
+#[test]
+fn malformed_yaml_gives_line_and_column() {
+    let e = load_err(
+        "apiVersion: v1\nkind: Pod\n---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: [unclosed\n",
+    );
+    assert!(
+        e.starts_with("test.yaml: document 2: malformed YAML at line "),
+        "{e}"
+    );
+    assert!(e.contains(", column "), "{e}");
+    let e = load_err("a: b\n c: d\n");
+    assert!(
+        e.starts_with("test.yaml: document 1: malformed YAML at line 2, column "),
+        "{e}"
+    );
+}
+
+#[test]
+fn unknown_quantity() {
+    let e = load_err(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  selector: {matchLabels: {app: web}}\n  template:\n    spec:\n      containers:\n        - name: web\n          resources: {requests: {cpu: abc}}\n",
+    );
+    assert_eq!(
+        e,
+        "test.yaml: document 2 (Deployment default/web): spec.template.spec.containers[0].resources.requests.cpu: invalid quantity \"abc\" (expected e.g. 500m, 2, 1.5Gi, 100M)"
+    );
+    let e = load_err(&pod_yaml(
+        "  initContainers: [{name: i, resources: {limits: {nvidia.com/gpu: many}}}]\n  containers: [{name: a}]\n",
+    ));
+    assert!(
+        e.starts_with(r#"test.yaml: document 1 (Pod default/p): spec.initContainers[0].resources.limits["nvidia.com/gpu"]: invalid quantity"#),
+        "{e}"
+    );
+    let e = load_err(&pod_yaml(
+        "  overhead: {cpu: -1}\n  containers: [{name: a}]\n",
+    ));
+    assert!(e.contains("spec.overhead.cpu: negative quantity"), "{e}");
+}
+
+#[test]
+fn invalid_operator() {
+    let e = load_err(&pod_yaml(
+        "  affinity:\n    nodeAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n        nodeSelectorTerms:\n          - matchExpressions: [{key: zone, operator: Equals, values: [a]}]\n  containers: [{name: a}]\n",
+    ));
+    assert_eq!(
+        e,
+        "test.yaml: document 1 (Pod default/p): spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator: unknown operator \"Equals\" (expected In, NotIn, Exists, DoesNotExist, Gt or Lt)"
+    );
+    let e = load_err(&pod_yaml(
+        "  topologySpreadConstraints:\n    - {maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchExpressions: [{key: n, operator: Gt, values: [\"1\"]}]}}\n  containers: [{name: a}]\n",
+    ));
+    assert!(
+        e.contains("spec.topologySpreadConstraints[0].labelSelector.matchExpressions[0].operator: operator Gt is not valid in a label selector"),
+        "{e}"
+    );
+    let e = load_err(&pod_yaml(
+        "  tolerations: [{key: a, operator: Matches}]\n  containers: [{name: a}]\n",
+    ));
+    assert!(
+        e.contains("spec.tolerations[0].operator: unknown toleration operator"),
+        "{e}"
+    );
+}
+
+#[test]
+fn provisioner_requirement_in_without_values() {
+    let e = load_err(
+        "apiVersion: joiner.sh/v1alpha1\nkind: Provisioner\nmetadata: {name: gpu}\nspec:\n  requirements:\n    - {key: node.kubernetes.io/instance-type, operator: In}\n",
+    );
+    assert_eq!(
+        e,
+        "test.yaml: document 1 (Provisioner gpu): spec.requirements[0].values: operator In needs at least one value"
+    );
+}
+
+#[test]
+fn node_template_errors_name_the_field() {
+    let e = load_err(
+        "apiVersion: joiner.sh/v1alpha1\nkind: NodeTemplate\nmetadata: {name: default}\nspec:\n  subnetSelector: {a: b}\n  securityGroupSelector: {a: b}\n  amiFamily: Windows\n",
+    );
+    assert!(e.starts_with("test.yaml: document 1 (NodeTemplate default): spec.amiFamily: unknown variant `Windows`"), "{e}");
+    let e = load_err(
+        "apiVersion: joiner.sh/v1alpha1\nkind: NodeTemplate\nmetadata: {name: default}\nspec: {}\n",
+    );
+    assert!(e.contains("spec.subnetSelector: at least one"), "{e}");
+}
+
+#[test]
+fn match_fields_is_rejected_for_pending_pods() {
+    let e = load_err(&pod_yaml(
+        "  affinity:\n    nodeAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n        nodeSelectorTerms:\n          - matchFields: [{key: metadata.name, operator: In, values: [n1]}]\n  containers: [{name: a}]\n",
+    ));
+    assert!(
+        e.contains("nodeSelectorTerms[0].matchFields: matchFields is not supported"),
+        "{e}"
+    );
+}
+
+#[test]
+fn type_errors_name_the_path() {
+    let e = load_err(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: shop}\nspec:\n  replicas: three\n  selector: {}\n  template: {spec: {containers: [{name: a}]}}\n",
+    );
+    assert!(
+        e.starts_with("test.yaml: document 1 (Deployment shop/web): spec.replicas: invalid type"),
+        "{e}"
+    );
+    let e = load_err(&pod_yaml(
+        "  containers: [{name: a, ports: [{containerPort: http}]}]\n",
+    ));
+    assert!(
+        e.contains("(Pod default/p): spec.containers[0].ports[0].containerPort: invalid type"),
+        "{e}"
+    );
+}
+
+#[test]
+fn structural_errors() {
+    let e = load_err("apiVersion: v1\nkind: Pod\nspec: {containers: [{name: a}]}\n");
+    assert_eq!(
+        e,
+        "test.yaml: document 1 (Pod default/<unnamed>): metadata.name: a name is required"
+    );
+    let e = load_err("apiVersion: v1\nmetadata: {name: x}\n");
+    assert_eq!(e, "test.yaml: document 1: kind: a kind is required");
+    let e = load_err("- just\n- a list\n");
+    assert!(
+        e.starts_with("test.yaml: document 1: expected a Kubernetes object"),
+        "{e}"
+    );
+    let e = load_err("apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c}]}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c}]}\n");
+    assert_eq!(
+        e,
+        "test.yaml: document 2 (Pod default/a): metadata.name: defined twice (first at test.yaml: document 1)"
+    );
+    let e = load_err("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  replicas: -1\n  selector: {}\n  template: {spec: {containers: [{name: a}]}}\n");
+    assert!(e.contains("spec.replicas: must not be negative"), "{e}");
+    let e = load_err(&pod_yaml(
+        "  containers: [{name: a, ports: [{containerPort: 1, hostPort: 70000}]}]\n",
+    ));
+    assert!(
+        e.contains("spec.containers[0].ports[0].hostPort: port 70000"),
+        "{e}"
+    );
+}
+
+#[test]
+fn never_panics_on_odd_input() {
+    let inputs = [
+        "",
+        "---\n---\n",
+        "42",
+        "~",
+        "kind: 7",
+        "kind: Pod\napiVersion: v1\nmetadata: 3",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: 5",
+        "apiVersion: v1\nkind: List\nitems: 3",
+        "apiVersion: v1\nkind: List\nitems: [1, 2]",
+        "apiVersion: v1\nkind: Node\nmetadata: {name: n}\nstatus: {capacity: {cpu: 99999999999999999999Ei}}",
+        "a: &a [*a]",
+        "\u{0}\u{1}\u{2}",
+        "{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: w}\nspec: {replicas: 2147483647, selector: {}, template: {spec: {containers: [{name: a}]}}}",
+        "apiVersion: batch/v1\nkind: Job\nmetadata: {name: j}\nspec: {parallelism: 3, completions: -2, template: {spec: {containers: [{name: a}]}}}",
+    ];
+    for input in inputs {
+        let _ = load_text("odd.yaml", input);
+    }
+    assert!(load_ok("").snapshot.pods.is_empty());
+}
