@@ -14,6 +14,7 @@ pub mod resources;
 pub mod scheduling;
 pub mod snapshot;
 pub mod taints;
+pub mod workload;
 
 pub use error::{QuantityError, RequirementError};
 pub use instance_type::{CapacityType, InstanceType, Offering};

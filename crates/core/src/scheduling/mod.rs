@@ -6,6 +6,7 @@
 
 pub mod candidates;
 pub mod classes;
+pub mod config_lp;
 pub mod existing;
 pub mod lp;
 pub mod packer;

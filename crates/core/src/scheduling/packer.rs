@@ -1,7 +1,7 @@
 //! Opening new nodes for the pods existing capacity could not take, choosing node shapes for
 //! cost.
 //!
-//! Resources are priced by the dual of the fluid covering LP over the pending demand; each step
+//! Each pod is valued at what it would cost on homogeneous nodes of its cheapest type; each step
 //! tries every non-dominated instance type the largest remaining pod allows, fills it with the
 //! remaining pods (largest first), and keeps the type whose fill is worth the most per dollar.
 //! Identical fills are repeated as a batch, and every node is finally right-sized to the cheapest
@@ -12,10 +12,12 @@ use crate::resources::Resources;
 
 use super::candidates::ProvisionerView;
 use super::classes::PodClass;
-use super::lp::solve_covering;
 use super::reasons::Reason;
 use super::reqtable::{ReqId, ReqTable};
 use super::typeset::TypeSet;
+
+/// How many node types (the cheapest per pod for the largest remaining pod) each new node tries.
+const TYPES_TRIED_PER_NODE: usize = 16;
 
 /// A class as one provisioner may place it.
 pub struct Member {
@@ -51,23 +53,6 @@ struct Fill {
     value: f64,
 }
 
-/// Resource dimensions the LP prices: cpu (cores), memory (GiB), pods, then extended names.
-struct Dims {
-    extended: Vec<String>,
-}
-
-impl Dims {
-    fn vector(&self, r: &Resources) -> Vec<f64> {
-        let mut v = vec![
-            r.cpu as f64 / 1000.0,
-            r.memory as f64 / (1u64 << 30) as f64,
-            r.pods as f64,
-        ];
-        v.extend(self.extended.iter().map(|k| r.get(k) as f64));
-        v
-    }
-}
-
 /// Packs the members' remaining pods onto new nodes of one provisioner.
 ///
 /// `remaining[c]` is the number of pods of class `c` still to place; it is decreased as pods are
@@ -82,13 +67,9 @@ pub fn pack(
     refused: &mut Vec<(usize, Reason)>,
 ) -> Vec<Draft> {
     let mut drafts = Vec::new();
-    let duals = resource_duals(view, catalog, table, classes, members, remaining);
     let value_of: Vec<f64> = members
         .iter()
-        .map(|m| {
-            let v = duals.0.vector(&classes[m.class].requests);
-            v.iter().zip(&duals.1).map(|(a, p)| a * p).sum::<f64>()
-        })
+        .map(|m| homogeneous_pod_cost(view, catalog, table, classes, m))
         .collect();
     let mut blocked = vec![false; members.len()];
     while let Some(seed) =
@@ -103,13 +84,30 @@ pub fn pack(
                 (c.min(r.cpu), mm.min(r.memory))
             });
         let seed_req = members[seed].req;
+        let seed_requests = &classes[members[seed].class].requests;
         let frontier = view.frontier(catalog, table, seed_req);
-        let mut best: Option<(f64, f64, usize, Fill)> = None;
+        // The node types worth trying are those that are cheap per pod for the seed itself.
+        let mut ranked: Vec<(f64, usize)> = Vec::new();
         let mut limit_reason = None;
         for &t in &frontier {
             if !members[seed].types.contains(t) {
                 continue;
             }
+            if !view.within_limits(catalog, t) {
+                if limit_reason.is_none() {
+                    limit_reason = view.blocking_limit(catalog, t);
+                }
+                continue;
+            }
+            let k = view.effective[t].copies_fitting(seed_requests, i64::MAX);
+            if let (true, Some(p)) = (k > 0, view.price(catalog, table, seed_req, t)) {
+                ranked.push((p / k as f64, t));
+            }
+        }
+        ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        ranked.truncate(TYPES_TRIED_PER_NODE);
+        let mut best: Option<(f64, f64, usize, Fill)> = None;
+        for &(_, t) in &ranked {
             if !view.within_limits(catalog, t) {
                 if limit_reason.is_none() {
                     limit_reason = view.blocking_limit(catalog, t);
@@ -259,57 +257,33 @@ fn fill_type(
     }
 }
 
-/// Dual resource prices of the fluid LP over the members' remaining demand.
-fn resource_duals(
+/// What one pod of the member costs when its nodes hold nothing else: the price per pod of the
+/// cheapest full node of one type. A mixed node is worth building when its pods would cost more
+/// on such homogeneous nodes than the mixed node costs.
+fn homogeneous_pod_cost(
     view: &mut ProvisionerView<'_>,
     catalog: &[InstanceType],
     table: &mut ReqTable,
     classes: &[PodClass],
-    members: &[Member],
-    remaining: &[i64],
-) -> (Dims, Vec<f64>) {
-    let mut extended: Vec<String> = Vec::new();
-    let mut demand_r = Resources::default();
-    let mut union = TypeSet::empty(view.len());
-    let mut first = true;
-    for m in members {
-        let r = &classes[m.class].requests;
-        demand_r.add_times(r, remaining[m.class]);
-        for (k, _) in r.extended() {
-            if !extended.contains(k) {
-                extended.push(k.clone());
-            }
+    m: &Member,
+) -> f64 {
+    let requests = &classes[m.class].requests;
+    let mut best = f64::INFINITY;
+    for t in view.frontier(catalog, table, m.req) {
+        if !m.types.contains(t) {
+            continue;
         }
-        if first {
-            union = m.types.clone();
-            first = false;
-        } else {
-            for t in m.types.iter() {
-                union.insert(t);
-            }
+        let k = view.effective[t].copies_fitting(requests, i64::MAX);
+        if k == 0 {
+            continue;
+        }
+        if let Some(p) = view.price(catalog, table, m.req, t) {
+            best = best.min(p / k as f64);
         }
     }
-    extended.sort();
-    let dims = Dims { extended };
-    let demand = dims.vector(&demand_r);
-    let node_req = view.node_req_id;
-    let mut cols = Vec::new();
-    let mut costs = Vec::new();
-    for t in union.iter() {
-        if let Some(p) = view.price(catalog, table, node_req, t) {
-            cols.push(dims.vector(&view.effective[t]));
-            costs.push(p);
-        }
+    if best.is_finite() {
+        best
+    } else {
+        0.0
     }
-    let sol = solve_covering(&cols, &costs, &demand);
-    let mut duals = sol.duals;
-    if duals.iter().all(|d| *d <= 0.0) {
-        // Degenerate demand: fall back to a flat cpu/memory price so larger pods still weigh more.
-        duals = vec![0.0; demand.len()];
-        duals[0] = 0.04;
-        if duals.len() > 1 {
-            duals[1] = 0.005;
-        }
-    }
-    (dims, duals)
 }
