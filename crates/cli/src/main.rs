@@ -1,2 +1,74 @@
+//! `joiner`: the command-line entry point.
+//!
+//! `joiner plan` answers "what would joiner launch for this cluster, and why" from plain
+//! manifests and the embedded catalog, with no AWS credentials and no cluster; `joiner bench`
+//! measures the simulation on synthetic workloads.
+
+mod bench;
+mod error;
 mod manifest;
-fn main() {}
+mod output;
+mod plan;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// A node autoscaler for Kubernetes on AWS.
+#[derive(Parser)]
+#[command(name = "joiner", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Plans the nodes joiner would launch for the pending pods in some manifests.
+    Plan(PlanArgs),
+    /// Times the scheduling simulation on synthetic workloads against the embedded catalog.
+    Bench(bench::BenchArgs),
+}
+
+/// Arguments of `joiner plan`.
+#[derive(clap::Args)]
+pub struct PlanArgs {
+    /// Manifest file or folder (repeatable): Pods, workloads, Nodes, DaemonSets, Provisioners,
+    /// NodeTemplates.
+    #[arg(short = 'f', long = "filename", required = true)]
+    pub files: Vec<PathBuf>,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t = Format::Table)]
+    pub output: Format,
+    /// Region whose embedded catalog (types, zones, prices) is used.
+    #[arg(long, default_value = "us-east-1", env = "JOINER_REGION")]
+    pub region: String,
+}
+
+/// Output formats of `joiner plan`.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Format {
+    /// Aligned columns for people.
+    Table,
+    /// A JSON document for programs.
+    Json,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Plan(args) => plan::run(&args),
+        Command::Bench(args) => bench::run(&args),
+    };
+    match result {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}

@@ -26,13 +26,9 @@ mod tests;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-// `allow(dead_code)` below: the binary's subcommands that call the loader are not written yet;
-// drop these attributes once `plan` uses it.
-#[allow(unused_imports)]
-pub use error::{Location, ManifestError};
+pub use error::ManifestError;
 
 /// What a set of manifests describes.
-#[allow(dead_code)]
 #[derive(Clone, Debug, Default)]
 pub struct Loaded {
     /// Pods (workloads expanded into their replicas), nodes, DaemonSets and Provisioners.
@@ -46,7 +42,6 @@ pub struct Loaded {
 /// Loads manifests from files and folders (every `*.yaml`/`*.yml` below a folder, sorted by
 /// path). Multi-document files and `List` objects are read item by item; the first error stops
 /// the load, because a plan from half the input would mislead.
-#[allow(dead_code)]
 pub fn load(paths: &[PathBuf]) -> Result<Loaded, ManifestError> {
     let mut loaded = Loaded::default();
     let mut seen = kinds::Seen::default();

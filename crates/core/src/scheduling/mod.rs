@@ -17,7 +17,7 @@ pub mod typeset;
 
 use std::collections::BTreeMap;
 
-use crate::instance_type::{offering_allowed, InstanceType};
+use crate::instance_type::{offering_allowed, CapacityType, InstanceType};
 use crate::provisioner::Provisioner;
 use crate::resources::Resources;
 use crate::snapshot::Snapshot;
@@ -132,9 +132,16 @@ pub fn simulate(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -
                         .cheapest_offering(reqs)
                         .map(|o| o.price)
                         .unwrap_or(f64::INFINITY);
-                    t.offerings
+                    let tied: Vec<_> = t
+                        .offerings
                         .iter()
                         .filter(|o| o.available && offering_allowed(o, reqs) && o.price <= min)
+                        .collect();
+                    // Spot wins a tie: when a provisioner allows it, that is what CreateFleet
+                    // will be asked for first.
+                    let spot = tied.iter().any(|o| o.capacity_type == CapacityType::Spot);
+                    tied.into_iter()
+                        .filter(|o| !spot || o.capacity_type == CapacityType::Spot)
                         .collect()
                 };
                 let turn = zone_turn.entry(t.name.clone()).or_default();
@@ -207,5 +214,7 @@ fn owned_capacity(snapshot: &Snapshot, prov: &str) -> Resources {
     used
 }
 
+#[cfg(test)]
+mod properties;
 #[cfg(test)]
 mod tests;

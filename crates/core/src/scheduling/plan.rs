@@ -61,6 +61,7 @@ pub struct Plan {
 impl Plan {
     /// Total hourly price of the new nodes.
     pub fn new_price_per_hour(&self) -> f64 {
-        self.new_nodes.iter().map(|n| n.price_per_hour).sum()
+        // `+ 0.0` turns the empty sum (-0.0) into 0.0.
+        self.new_nodes.iter().map(|n| n.price_per_hour).sum::<f64>() + 0.0
     }
 }

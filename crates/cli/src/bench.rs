@@ -1,0 +1,145 @@
+//! `joiner bench`: scheduling throughput, memory and cost quality on synthetic workloads.
+//!
+//! Timings belong in benchmarks, not in tests: this command prints the figures recorded in
+//! docs/benchmarks.md. Cost quality is reported against the configuration-LP lower bound, so a
+//! reader sees how far a plan is from the fractional optimum, not just how fast it came.
+
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use clap::ValueEnum;
+use joiner_core::scheduling::classes;
+use joiner_core::scheduling::config_lp::{configuration_bound, NodeType};
+use joiner_core::scheduling::{simulate, Options};
+use joiner_core::{workload, CapacityType, Resources, Snapshot};
+
+use crate::error::CliError;
+
+/// Arguments of `joiner bench`.
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    /// Pending pod counts to run.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1000, 10000, 50000])]
+    pods: Vec<usize>,
+    /// Workload shape.
+    #[arg(long, value_enum, default_value_t = Workload::Mixed)]
+    workload: Workload,
+    /// Runs per size; the median is reported.
+    #[arg(long, default_value_t = 5)]
+    repeat: usize,
+    /// Also compute the configuration-LP lower bound for sizes up to this many pods (slow).
+    #[arg(long, default_value_t = 0)]
+    bound_up_to: usize,
+    /// Seed of the workload generator.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Region of the embedded catalog.
+    #[arg(long, default_value = "us-east-1")]
+    region: String,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Workload {
+    /// Many Deployments of 1–200 replicas with varied cpu:memory ratios.
+    Mixed,
+    /// Karpenter's benchmark mix (a fifth each: generic, zonal spread, hostname spread, zonal
+    /// self-affinity, hostname anti-affinity).
+    Karpenter,
+}
+
+/// Runs the benchmark and returns a Markdown table.
+pub fn run(args: &BenchArgs) -> Result<String, CliError> {
+    if args.repeat == 0 {
+        return Err(CliError::Usage("--repeat must be at least 1".into()));
+    }
+    let catalog = joiner_aws::embedded::cached(&args.region)?;
+    let types = &catalog.instance_types;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "| workload | pods | classes | nodes | $/h | median ms | pods/s | peak RSS MiB | config-LP bound $/h | gap |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for &n in &args.pods {
+        let pods = match args.workload {
+            Workload::Mixed => workload::mixed_fleet(args.seed, n),
+            Workload::Karpenter => workload::karpenter_mix(args.seed, n),
+        };
+        let snapshot = Snapshot {
+            pods,
+            ..Snapshot::default()
+        };
+        let mut times: Vec<Duration> = Vec::new();
+        let mut plan = None;
+        for _ in 0..args.repeat {
+            let t0 = Instant::now();
+            let p = simulate(&snapshot, types, &Options::default());
+            times.push(t0.elapsed());
+            plan = Some(p);
+        }
+        times.sort();
+        let median = times[times.len() / 2];
+        let Some(plan) = plan else { continue };
+        let all: Vec<usize> = (0..snapshot.pods.len()).collect();
+        let cls = classes::build(&snapshot.pods, &all);
+        let cost = plan.new_price_per_hour();
+        let (bound, gap) = if n <= args.bound_up_to {
+            let demand: Vec<(Resources, i64)> = cls
+                .iter()
+                .map(|c| (c.requests.clone(), c.pods.len() as i64))
+                .collect();
+            let node_types: Vec<NodeType> = types
+                .iter()
+                .filter(|t| {
+                    !t.is_accelerated()
+                        && t.labels.get(joiner_core::labels::OS).map(String::as_str)
+                            == Some("linux")
+                })
+                .filter_map(|t| {
+                    t.offerings
+                        .iter()
+                        .filter(|o| o.capacity_type == CapacityType::OnDemand && o.available)
+                        .map(|o| o.price)
+                        .reduce(f64::min)
+                        .map(|price| NodeType {
+                            capacity: t.allocatable.clone(),
+                            price,
+                        })
+                })
+                .collect();
+            let b = configuration_bound(&demand, &node_types);
+            (
+                format!("{:.2} (master {:.2})", b.lower, b.master),
+                format!("{:+.1} %", (cost / b.lower - 1.0) * 100.0),
+            )
+        } else {
+            ("–".to_string(), "–".to_string())
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {:.2} | {:.1} | {:.0} | {} | {} | {} |",
+            match args.workload {
+                Workload::Mixed => "mixed",
+                Workload::Karpenter => "karpenter-mix",
+            },
+            n,
+            cls.len(),
+            plan.new_nodes.len(),
+            cost,
+            median.as_secs_f64() * 1000.0,
+            n as f64 / median.as_secs_f64().max(1e-9),
+            peak_rss_mib().map_or("?".to_string(), |m| format!("{m:.0}")),
+            bound,
+            gap
+        );
+    }
+    Ok(out)
+}
+
+/// Peak resident memory of this process so far (VmHWM), on Linux.
+fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}

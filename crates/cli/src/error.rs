@@ -1,0 +1,28 @@
+//! Errors of the command line, each with the exit code a script can act on.
+
+use thiserror::Error;
+
+use crate::manifest::ManifestError;
+
+/// What can stop a subcommand.
+#[derive(Debug, Error)]
+pub enum CliError {
+    /// The manifests could not be read.
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    /// The region has no embedded catalog.
+    #[error(transparent)]
+    Catalog(#[from] joiner_aws::CatalogError),
+    /// A flag value that makes no sense.
+    #[error("{0}")]
+    Usage(String),
+}
+
+impl CliError {
+    /// 2 for bad input (manifests, flags, regions), as documented in the README.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Manifest(_) | CliError::Catalog(_) | CliError::Usage(_) => 2,
+        }
+    }
+}

@@ -1,0 +1,267 @@
+//! Rendering a plan for people (`-o table`) and for programs (`-o json`).
+
+use joiner_core::scheduling::Plan;
+use serde::Serialize;
+
+/// What `joiner plan` reports: the plan plus the context needed to read it.
+pub struct Report<'a> {
+    /// Region whose catalog was used.
+    pub region: &'a str,
+    /// The simulation's outcome.
+    pub plan: &'a Plan,
+    /// Notes for the reader (estimated prices, skipped documents).
+    pub warnings: &'a [String],
+}
+
+#[derive(Serialize)]
+struct JsonReport<'a> {
+    region: &'a str,
+    new_nodes: Vec<JsonNode<'a>>,
+    existing_nodes: Vec<JsonExisting<'a>>,
+    unschedulable: Vec<JsonUnschedulable<'a>>,
+    new_price_per_hour: f64,
+    warnings: &'a [String],
+}
+
+#[derive(Serialize)]
+struct JsonNode<'a> {
+    name: &'a str,
+    provisioner: &'a str,
+    instance_type: &'a str,
+    zone: &'a str,
+    capacity_type: &'a str,
+    price_per_hour: f64,
+    price_estimated: bool,
+    instance_type_options: &'a [String],
+    pods: &'a [String],
+}
+
+#[derive(Serialize)]
+struct JsonExisting<'a> {
+    name: &'a str,
+    pods: &'a [String],
+}
+
+#[derive(Serialize)]
+struct JsonUnschedulable<'a> {
+    pod: &'a str,
+    reason: &'a str,
+}
+
+/// Prices are sums of floats; six decimals keep the output stable and exact enough for $/h.
+fn round_price(p: f64) -> f64 {
+    (p * 1e6).round() / 1e6
+}
+
+/// The JSON document of a report, pretty-printed.
+pub fn json(report: &Report<'_>) -> String {
+    let doc = JsonReport {
+        region: report.region,
+        new_nodes: report
+            .plan
+            .new_nodes
+            .iter()
+            .map(|n| JsonNode {
+                name: &n.name,
+                provisioner: &n.provisioner,
+                instance_type: &n.instance_type,
+                zone: &n.zone,
+                capacity_type: n.capacity_type.as_str(),
+                price_per_hour: round_price(n.price_per_hour),
+                price_estimated: n.price_estimated,
+                instance_type_options: &n.instance_type_options,
+                pods: &n.pods,
+            })
+            .collect(),
+        existing_nodes: report
+            .plan
+            .existing_nodes
+            .iter()
+            .map(|e| JsonExisting {
+                name: &e.name,
+                pods: &e.pods,
+            })
+            .collect(),
+        unschedulable: report
+            .plan
+            .unschedulable
+            .iter()
+            .map(|u| JsonUnschedulable {
+                pod: &u.pod,
+                reason: &u.reason,
+            })
+            .collect(),
+        new_price_per_hour: round_price(report.plan.new_price_per_hour()),
+        warnings: report.warnings,
+    };
+    // Serializing plain structs of strings and numbers cannot fail; keep a readable fallback.
+    serde_json::to_string_pretty(&doc).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+/// Pads columns to the widest cell.
+fn columns(rows: &[Vec<String>]) -> String {
+    let n = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..n)
+        .map(|c| {
+            rows.iter()
+                .map(|r| r.get(c).map_or(0, |s| s.chars().count()))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let mut line = String::new();
+        for (c, cell) in r.iter().enumerate() {
+            if c + 1 == r.len() {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<w$}  ", w = widths[c]));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// The human table: new nodes, existing nodes used, unschedulable pods, totals.
+pub fn table(report: &Report<'_>) -> String {
+    let plan = report.plan;
+    let mut out = String::new();
+    if plan.new_nodes.is_empty() {
+        out.push_str("No new nodes.\n");
+    } else {
+        let mut rows = vec![vec![
+            "NEW NODE".to_string(),
+            "PROVISIONER".into(),
+            "INSTANCE TYPE".into(),
+            "ZONE".into(),
+            "CAPACITY".into(),
+            "$/HOUR".into(),
+            "PODS".into(),
+        ]];
+        for n in &plan.new_nodes {
+            rows.push(vec![
+                n.name.clone(),
+                n.provisioner.clone(),
+                n.instance_type.clone(),
+                n.zone.clone(),
+                n.capacity_type.as_str().to_string(),
+                format!(
+                    "{:.4}{}",
+                    n.price_per_hour,
+                    if n.price_estimated { "*" } else { "" }
+                ),
+                n.pods.len().to_string(),
+            ]);
+        }
+        out.push_str(&columns(&rows));
+    }
+    if !plan.existing_nodes.is_empty() {
+        out.push('\n');
+        let mut rows = vec![vec!["EXISTING NODE".to_string(), "PODS".into()]];
+        for e in &plan.existing_nodes {
+            rows.push(vec![e.name.clone(), e.pods.len().to_string()]);
+        }
+        out.push_str(&columns(&rows));
+    }
+    if !plan.unschedulable.is_empty() {
+        out.push('\n');
+        let mut rows = vec![vec!["UNSCHEDULABLE POD".to_string(), "REASON".into()]];
+        for u in &plan.unschedulable {
+            rows.push(vec![u.pod.clone(), u.reason.clone()]);
+        }
+        out.push_str(&columns(&rows));
+    }
+    let on_new: usize = plan.new_nodes.iter().map(|n| n.pods.len()).sum();
+    let on_existing: usize = plan.existing_nodes.iter().map(|n| n.pods.len()).sum();
+    let estimated = plan.new_nodes.iter().any(|n| n.price_estimated);
+    out.push_str(&format!(
+        "\nTotal: {} new node(s) at ${:.4}/h{} in {}; {} pod(s) on new nodes, {} on existing nodes, {} unschedulable\n",
+        plan.new_nodes.len(),
+        plan.new_price_per_hour(),
+        if estimated { " (estimated)" } else { "" },
+        report.region,
+        on_new,
+        on_existing,
+        plan.unschedulable.len()
+    ));
+    if estimated {
+        out.push_str("* estimated price (spot prices are unknown offline, or the region has no embedded price table)\n");
+    }
+    for w in report.warnings {
+        out.push_str(&format!("warning: {w}\n"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use joiner_core::scheduling::{ExistingNodeUse, NewNode, Unschedulable};
+    use joiner_core::{CapacityType, Resources};
+
+    fn plan() -> Plan {
+        Plan {
+            new_nodes: vec![NewNode {
+                name: "default-1".into(),
+                provisioner: "default".into(),
+                instance_type: "m5.large".into(),
+                zone: "us-east-1a".into(),
+                capacity_type: CapacityType::OnDemand,
+                price_per_hour: 0.1 + 0.2,
+                price_estimated: false,
+                instance_type_options: vec!["m5.large".into()],
+                pods: vec!["default/web-0".into()],
+                requests: Resources::default(),
+            }],
+            existing_nodes: vec![ExistingNodeUse {
+                name: "ip-10-0-0-1".into(),
+                pods: vec!["default/web-1".into()],
+            }],
+            unschedulable: vec![Unschedulable {
+                pod: "default/huge".into(),
+                reason: "no instance type has 1000 cpu; largest allowed has 448".into(),
+            }],
+        }
+    }
+
+    #[test]
+    fn json_has_the_documented_shape() {
+        let p = plan();
+        let w = vec![];
+        let v: serde_json::Value = serde_json::from_str(&json(&Report {
+            region: "us-east-1",
+            plan: &p,
+            warnings: &w,
+        }))
+        .unwrap();
+        assert_eq!(v["region"], "us-east-1");
+        assert_eq!(v["new_nodes"][0]["instance_type"], "m5.large");
+        assert_eq!(v["new_nodes"][0]["capacity_type"], "on-demand");
+        assert_eq!(v["new_nodes"][0]["price_per_hour"], 0.3);
+        assert_eq!(v["existing_nodes"][0]["pods"][0], "default/web-1");
+        assert_eq!(v["unschedulable"][0]["pod"], "default/huge");
+        assert_eq!(v["new_price_per_hour"], 0.3);
+    }
+
+    #[test]
+    fn table_lists_nodes_pods_and_totals() {
+        let p = plan();
+        let w = vec!["skipped kind Service".to_string()];
+        let t = table(&Report {
+            region: "us-east-1",
+            plan: &p,
+            warnings: &w,
+        });
+        assert!(t.contains("default-1    default      m5.large"), "{t}");
+        assert!(t.contains("ip-10-0-0-1"));
+        assert!(
+            t.contains("default/huge       no instance type has 1000 cpu"),
+            "{t}"
+        );
+        assert!(t.contains("Total: 1 new node(s) at $0.3000/h in us-east-1; 1 pod(s) on new nodes, 1 on existing nodes, 1 unschedulable"), "{t}");
+        assert!(t.contains("warning: skipped kind Service"));
+    }
+}
