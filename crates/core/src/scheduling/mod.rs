@@ -215,6 +215,4 @@ fn owned_capacity(snapshot: &Snapshot, prov: &str) -> Resources {
 }
 
 #[cfg(test)]
-mod properties;
-#[cfg(test)]
 mod tests;
