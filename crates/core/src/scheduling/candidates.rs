@@ -262,16 +262,33 @@ impl<'a> ProvisionerView<'a> {
         } else {
             pod.node_terms.clone()
         };
+        let wants_accel = pod.requests.has_extended();
         let mut first_refusal = None;
+        // A pod that asks for no accelerator takes the first term that allows a plain type; a
+        // term that only fits accelerated types is the fallback.
+        let mut accelerated_only = None;
         for term in &terms {
             match self.fit_term(catalog, table, pod, term) {
-                ClassFit::Fits { req, types } => return ClassFit::Fits { req, types },
+                ClassFit::Fits { req, types } => {
+                    let plain = types
+                        .iter()
+                        .any(|i| !catalog[self.types[i]].is_accelerated());
+                    if wants_accel || plain {
+                        return ClassFit::Fits { req, types };
+                    }
+                    if accelerated_only.is_none() {
+                        accelerated_only = Some(ClassFit::Fits { req, types });
+                    }
+                }
                 ClassFit::Refused(r) => {
                     if first_refusal.is_none() {
                         first_refusal = Some(r);
                     }
                 }
             }
+        }
+        if let Some(fit) = accelerated_only {
+            return fit;
         }
         ClassFit::Refused(first_refusal.unwrap_or(Reason::Requirement("(none)".into())))
     }

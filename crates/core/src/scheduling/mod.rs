@@ -215,4 +215,6 @@ fn owned_capacity(snapshot: &Snapshot, prov: &str) -> Resources {
 }
 
 #[cfg(test)]
+mod properties;
+#[cfg(test)]
 mod tests;

@@ -372,3 +372,21 @@ fn zones_rotate_among_equal_offerings() {
     assert_eq!(p.new_nodes.len(), 3, "{:?}", p.new_nodes);
     assert_eq!(zones, vec!["z-a", "z-b", "z-c"]);
 }
+
+#[test]
+fn plain_pod_prefers_the_term_that_allows_a_plain_type() {
+    // Found by the properties: the first term only fits GPU types, the second a plain family.
+    let mut a = pod("a", 500, 512);
+    let term = |fam: &str| {
+        let mut r = Requirements::new();
+        r.add(labels::INSTANCE_FAMILY, Requirement::single(fam));
+        r
+    };
+    a.node_terms = vec![term("g4dn"), term("c5")];
+    let p = run(&Snapshot {
+        pods: vec![a],
+        ..Snapshot::default()
+    });
+    assert_eq!(p.new_nodes.len(), 1);
+    assert_eq!(p.new_nodes[0].instance_type, "c5.large");
+}
