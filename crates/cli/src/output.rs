@@ -255,7 +255,7 @@ mod tests {
             plan: &p,
             warnings: &w,
         });
-        assert!(t.contains("default-1    default      m5.large"), "{t}");
+        assert!(t.contains("default-1  default      m5.large"), "{t}");
         assert!(t.contains("ip-10-0-0-1"));
         assert!(
             t.contains("default/huge       no instance type has 1000 cpu"),

@@ -1,0 +1,124 @@
+//! Golden tests of `joiner plan -o json` on every example: the plan users see must only change
+//! on purpose. Regenerate with `JOINER_UPDATE_GOLDEN=1 cargo nextest run -p joiner golden`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn plan_json(example: &str) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_joiner"))
+        .current_dir(root())
+        .args(["plan", "-o", "json", "-f", example])
+        .output()
+        .expect("run joiner");
+    assert!(
+        out.status.success(),
+        "joiner plan -f {example} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+fn check(example: &str, golden: &str) {
+    let actual = plan_json(example);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(golden);
+    if std::env::var_os("JOINER_UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, &actual).expect("write golden");
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (set JOINER_UPDATE_GOLDEN=1 to create it)",
+            path.display()
+        )
+    });
+    assert!(
+        actual == expected,
+        "plan of {example} differs from {golden}; rerun with JOINER_UPDATE_GOLDEN=1 if intended\n--- actual ---\n{actual}"
+    );
+}
+
+#[test]
+fn web_fleet() {
+    check("examples/web-fleet.yaml", "web-fleet.json");
+}
+
+#[test]
+fn mixed_cluster() {
+    check("examples/mixed-cluster", "mixed-cluster.json");
+}
+
+#[test]
+fn golden_plans_are_consistent() {
+    // Independent of the stored files: every pending pod is placed once or explained.
+    let v: serde_json::Value =
+        serde_json::from_str(&plan_json("examples/mixed-cluster")).expect("json");
+    let mut pods: Vec<String> = Vec::new();
+    for n in v["new_nodes"].as_array().expect("new_nodes") {
+        assert!(!n["instance_type_options"]
+            .as_array()
+            .expect("options")
+            .is_empty());
+        assert_eq!(n["instance_type_options"][0], n["instance_type"]);
+        pods.extend(
+            n["pods"]
+                .as_array()
+                .expect("pods")
+                .iter()
+                .map(|p| p.to_string()),
+        );
+    }
+    for n in v["existing_nodes"].as_array().expect("existing") {
+        pods.extend(
+            n["pods"]
+                .as_array()
+                .expect("pods")
+                .iter()
+                .map(|p| p.to_string()),
+        );
+    }
+    for u in v["unschedulable"].as_array().expect("unschedulable") {
+        assert!(!u["reason"].as_str().expect("reason").is_empty());
+        pods.push(u["pod"].to_string());
+    }
+    let total = pods.len();
+    pods.sort();
+    pods.dedup();
+    assert_eq!(pods.len(), total, "a pod appears twice");
+    // 30 checkout + 12 search + 4 ledger + 2 train + huge + racked + gpu-untolerated.
+    assert_eq!(total, 51);
+}
+
+#[test]
+fn bad_input_exits_2_naming_file_document_and_field() {
+    let out = Command::new(env!("CARGO_BIN_EXE_joiner"))
+        .current_dir(root())
+        .args(["plan", "-f", "crates/cli/tests/fixtures/bad.yaml"])
+        .output()
+        .expect("run joiner");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.yaml: document 2 (Deployment default/web): spec.template.spec.containers[0].resources.requests.cpu: invalid quantity \"abc\""), "{err}");
+}
+
+#[test]
+fn unknown_region_exits_2() {
+    let out = Command::new(env!("CARGO_BIN_EXE_joiner"))
+        .current_dir(root())
+        .args([
+            "plan",
+            "--region",
+            "mars-1",
+            "-f",
+            "examples/web-fleet.yaml",
+        ])
+        .output()
+        .expect("run joiner");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("us-east-1"));
+}
