@@ -34,6 +34,7 @@ pub use provisioner::{
 };
 pub use selector::NodeSelectorRequirement;
 pub use taint::Taint;
+pub use validation::map_field;
 
 /// API group of every joiner resource.
 pub const GROUP: &str = "joiner.sh";

@@ -90,8 +90,10 @@ impl Check {
     }
 }
 
-/// `prefix.key` for identifier-like keys, `prefix["key"]` otherwise.
-fn map_field(prefix: &str, key: &str) -> String {
+/// `prefix.key` for identifier-like keys, `prefix["key"]` for keys with dots or slashes, so a
+/// field path in an error stays unambiguous (`resources.requests["nvidia.com/gpu"]`). Shared
+/// with the manifest loader so both speak the same path syntax.
+pub fn map_field(prefix: &str, key: &str) -> String {
     let plain = !key.is_empty()
         && key
             .chars()

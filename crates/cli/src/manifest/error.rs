@@ -99,16 +99,4 @@ impl FieldError {
     }
 }
 
-/// `prefix.key` for identifier-like keys, `prefix["key"]` for keys with dots or slashes, so a
-/// path stays unambiguous (`resources.requests["nvidia.com/gpu"]`).
-pub(crate) fn map_field(prefix: &str, key: &str) -> String {
-    let plain = !key.is_empty()
-        && key
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-    if plain {
-        format!("{prefix}.{key}")
-    } else {
-        format!("{prefix}[{key:?}]")
-    }
-}
+pub(crate) use joiner_apis::map_field;
