@@ -16,6 +16,22 @@ pub fn run(args: &PlanArgs) -> Result<String, CliError> {
         &Options::default(),
     );
     let mut warnings = loaded.warnings;
+    let constrained = loaded
+        .snapshot
+        .pods
+        .iter()
+        .filter(|p| p.node_name.is_none())
+        .filter(|p| {
+            !p.topology_spread.is_empty() || !p.affinity.is_empty() || !p.host_ports.is_empty()
+        })
+        .count();
+    if constrained > 0 {
+        // Say so rather than plan silently as if they were unconstrained.
+        warnings.push(format!(
+            "{constrained} pending pod(s) use topology spread, pod (anti-)affinity or host ports; \
+             this version of the simulation does not honor those yet, so their placement may differ"
+        ));
+    }
     if catalog.prices_estimated {
         warnings.push(format!(
             "no embedded price table for {}: prices are the us-east-1 on-demand prices (estimated)",

@@ -122,3 +122,29 @@ fn unknown_region_exits_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("us-east-1"));
 }
+
+#[test]
+fn constraints_not_yet_simulated_are_announced() {
+    let dir = std::env::temp_dir().join(format!("joiner-golden-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("anti.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: a, labels: {app: a}}\nspec:\n  affinity:\n    podAntiAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n        - topologyKey: kubernetes.io/hostname\n          labelSelector: {matchLabels: {app: a}}\n  containers: [{name: c, image: i}]\n",
+    )
+    .expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_joiner"))
+        .args(["plan", "-o", "json", "-f"])
+        .arg(&file)
+        .output()
+        .expect("run joiner");
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let warnings = v["warnings"].as_array().expect("warnings");
+    assert!(
+        warnings.iter().any(|w| w
+            .as_str()
+            .is_some_and(|s| s.contains("1 pending pod(s) use topology spread"))),
+        "{warnings:?}"
+    );
+}
