@@ -119,13 +119,6 @@ pub fn simulate(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -
             let t = &catalog[view.types[d.chosen]];
             let reqs = table.get(d.req);
             for _ in 0..d.copies {
-                let mut node_pods = Vec::new();
-                for (c, k) in &d.counts {
-                    let start = cursor[*c];
-                    let end = start + *k as usize;
-                    node_pods.extend(classes[*c].pods[start..end].iter().map(|&i| pods[i].key()));
-                    cursor[*c] = end;
-                }
                 // Among equally cheap offerings, rotate zones so unconstrained capacity spreads.
                 let cheapest: Vec<_> = {
                     let min = t
@@ -146,9 +139,25 @@ pub fn simulate(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -
                 };
                 let turn = zone_turn.entry(t.name.clone()).or_default();
                 let Some(offering) = cheapest.get(*turn % cheapest.len().max(1)).copied() else {
+                    // Cannot happen (the packer priced this type under these requirements), but
+                    // if it did the pods must stay pending rather than vanish.
+                    for (c, k) in &d.counts {
+                        remaining[*c] += k;
+                        refusals[*c].push((
+                            prov.name.clone(),
+                            Reason::ResourcesTogether("an available offering".into()),
+                        ));
+                    }
                     continue;
                 };
                 *turn += 1;
+                let mut node_pods = Vec::new();
+                for (c, k) in &d.counts {
+                    let start = cursor[*c];
+                    let end = start + *k as usize;
+                    node_pods.extend(classes[*c].pods[start..end].iter().map(|&i| pods[i].key()));
+                    cursor[*c] = end;
+                }
                 let mut requests = d.pod_requests.clone();
                 requests.add(&view.overhead[d.chosen]);
                 new_nodes.push(NewNode {
