@@ -16,3 +16,22 @@ pub enum CatalogError {
         available: String,
     },
 }
+
+/// Why a call to AWS did not give joiner what it needed.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AwsError {
+    /// Neither a flag nor the environment names a region.
+    #[error("no AWS region: set AWS_REGION (or AWS_DEFAULT_REGION, a profile) or pass --region")]
+    NoRegion,
+    /// AWS (or the endpoint standing in for it) answered with an error, or did not answer.
+    #[error("{operation} failed: {code}: {message}")]
+    Api {
+        /// The service and operation, e.g. `ec2:CreateFleet`.
+        operation: &'static str,
+        /// The AWS error code (`InsufficientInstanceCapacity`, `RequestLimitExceeded`, ...).
+        code: String,
+        /// The message AWS gave.
+        message: String,
+    },
+}
