@@ -2,9 +2,10 @@
 //!
 //! `joiner plan` answers "what would joiner launch for this cluster, and why" from plain
 //! manifests and the embedded catalog, with no AWS credentials and no cluster; `joiner bench`
-//! measures the simulation on synthetic workloads.
+//! measures the simulation on synthetic workloads; `joiner crds` prints the CRDs.
 
 mod bench;
+mod crds;
 mod error;
 mod manifest;
 mod output;
@@ -29,6 +30,8 @@ enum Command {
     Plan(PlanArgs),
     /// Times the scheduling simulation on synthetic workloads against the embedded catalog.
     Bench(bench::BenchArgs),
+    /// Prints (or writes) the CustomResourceDefinitions of joiner's resources.
+    Crds(crds::CrdsArgs),
 }
 
 /// Arguments of `joiner plan`.
@@ -60,6 +63,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Plan(args) => plan::run(&args),
         Command::Bench(args) => bench::run(&args),
+        Command::Crds(args) => crds::run(&args),
     };
     match result {
         Ok(text) => {
