@@ -9,3 +9,6 @@ pub mod embedded;
 pub mod error;
 
 pub use error::CatalogError;
+pub mod ami;
+pub mod launch_template;
+pub mod userdata;
