@@ -9,6 +9,7 @@ mod error;
 mod manifest;
 mod output;
 mod plan;
+mod render;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -29,6 +30,8 @@ enum Command {
     Plan(PlanArgs),
     /// Times the scheduling simulation on synthetic workloads against the embedded catalog.
     Bench(bench::BenchArgs),
+    /// Launch templates: `render` prints the settings and decoded user data joiner would use.
+    LaunchTemplate(render::LaunchTemplateArgs),
 }
 
 /// Arguments of `joiner plan`.
@@ -60,6 +63,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Plan(args) => plan::run(&args),
         Command::Bench(args) => bench::run(&args),
+        Command::LaunchTemplate(args) => render::run(&args),
     };
     match result {
         Ok(text) => {
