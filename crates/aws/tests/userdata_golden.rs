@@ -246,3 +246,103 @@ fn make_executable(path: &Path) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
 }
+
+/// The warm-pool AL2 script, run by bash under a scratch root (its absolute paths rewritten
+/// into a temp dir, `systemctl` a stub): the first boot installs and enables the join unit but
+/// never calls bootstrap.sh; the installed join script then calls it with the normal arguments.
+#[test]
+fn warm_pool_al2_first_boot_installs_the_unit_and_does_not_join() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path();
+    let bin = root.join("bin");
+    std::fs::create_dir_all(root.join("etc/systemd/system")).expect("mkdir");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    let argv = root.join("bootstrap-argv");
+    let calls = root.join("systemctl-calls");
+    let stub = bin.join("bootstrap.sh");
+    std::fs::write(
+        &stub,
+        format!(
+            "#!/bin/bash\nprintf '%s\\n' \"$@\" > '{}'\n",
+            argv.display()
+        ),
+    )
+    .expect("write stub");
+    make_executable(&stub);
+    let systemctl = bin.join("systemctl");
+    std::fs::write(
+        &systemctl,
+        format!("#!/bin/bash\necho \"$*\" >> '{}'\n", calls.display()),
+    )
+    .expect("write systemctl stub");
+    make_executable(&systemctl);
+
+    let prov: Provisioner = serde_yaml::from_str(PROVISIONER).expect("provisioner");
+    let mut bootstrap = joiner_aws::userdata::NodeBootstrap::for_provisioner(cluster(), &prov, 29);
+    bootstrap.al2_bootstrap_script = stub.display().to_string();
+    bootstrap.warm_pool = true;
+    let ud = joiner_aws::userdata::render(
+        joiner_apis::AmiFamily::Al2,
+        "default",
+        prov.name(),
+        None,
+        &bootstrap,
+    )
+    .expect("user data");
+    let parts = mime::user_parts("default", &ud.decoded).expect("mime");
+    let rooted = |s: &str| {
+        s.replace(" /etc/", &format!(" {}/etc/", root.display()))
+            .replace("=/etc/", &format!("={}/etc/", root.display()))
+            .replace("!/var/", &format!("!{}/var/", root.display()))
+    };
+    let script = root.join("first-boot.sh");
+    let rooted_script = rooted(&parts[0].body);
+    // Nothing may escape the scratch root (the tests may run as root).
+    assert!(
+        !rooted_script.contains(" /etc/") && !rooted_script.contains("=/etc/"),
+        "{rooted_script}"
+    );
+    std::fs::write(&script, rooted_script).expect("write script");
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+
+    let out = Command::new("bash")
+        .arg(&script)
+        .env("PATH", &path)
+        .output()
+        .expect("run bash");
+    assert!(
+        out.status.success(),
+        "first boot failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!argv.exists(), "the first (warm) boot must not bootstrap");
+    let calls_text = std::fs::read_to_string(&calls).expect("systemctl was called");
+    assert_eq!(
+        calls_text.lines().collect::<Vec<_>>(),
+        ["daemon-reload", "enable joiner-join.service"]
+    );
+    let unit = std::fs::read_to_string(root.join("etc/systemd/system/joiner-join.service"))
+        .expect("unit installed");
+    assert!(unit.contains(&format!("ExecStart={}/etc/joiner/join.sh", root.display())));
+    assert!(unit.contains("ConditionPathExists=!"));
+
+    // The next start: the unit runs the join script.
+    let out = Command::new(root.join("etc/joiner/join.sh"))
+        .env("PATH", &path)
+        .output()
+        .expect("run join.sh");
+    assert!(
+        out.status.success(),
+        "join failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let argv = std::fs::read_to_string(&argv).expect("bootstrap was called");
+    let argv: Vec<&str> = argv.lines().collect();
+    assert_eq!(argv[0], "prod");
+    assert_eq!(argv[argv.len() - 2], "--kubelet-extra-args");
+    assert!(argv[argv.len() - 1].contains("--max-pods=29"));
+}
