@@ -33,10 +33,12 @@ pub fn render(
     let mut doc = joiner_settings(b);
     merge(&mut doc, user);
     let owned = owned_settings(b);
-    if let Some(k8s) = kubernetes_table(&mut doc) {
-        for (k, v) in owned {
-            k8s.insert(k, v);
-        }
+    let k8s = kubernetes_table(&mut doc).ok_or_else(|| UserDataError::BottlerocketToml {
+        node_template: node_template.to_string(),
+        reason: "settings and settings.kubernetes must be tables".to_string(),
+    })?;
+    for (k, v) in owned {
+        k8s.insert(k, v);
     }
     let mut out = String::new();
     emit_table(&doc, &mut Vec::new(), &mut out);

@@ -280,3 +280,20 @@ spec:
     let taints: Vec<String> = b.taints.iter().map(kubelet::taint_string).collect();
     assert_eq!(taints, ["gpu:NoSchedule", "agent=no:NoExecute"]);
 }
+
+#[test]
+fn bottlerocket_user_toml_cannot_replace_the_kubernetes_table() {
+    let err = render(
+        AmiFamily::Bottlerocket,
+        "br",
+        "default",
+        Some("[settings]\nkubernetes = \"none\"\n"),
+        &bootstrap(),
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("settings.kubernetes must be tables"),
+        "{err}"
+    );
+}
