@@ -6,10 +6,13 @@
 //! [`clients`], configured by the standard chain.
 
 pub mod allocatable;
+pub mod ami;
 pub mod api_error;
 pub mod clients;
 pub mod embedded;
 pub mod error;
+pub mod launch_template;
+pub mod userdata;
 
 pub use clients::AwsClients;
 pub use error::{AwsError, CatalogError};

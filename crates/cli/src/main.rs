@@ -10,6 +10,7 @@ mod error;
 mod manifest;
 mod output;
 mod plan;
+mod render;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -32,6 +33,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Prints (or writes) the CustomResourceDefinitions of joiner's resources.
     Crds(crds::CrdsArgs),
+    /// Launch templates: `render` prints the settings and decoded user data joiner would use.
+    LaunchTemplate(render::LaunchTemplateArgs),
 }
 
 /// Arguments of `joiner plan`.
@@ -64,6 +67,7 @@ fn main() -> ExitCode {
         Command::Plan(args) => plan::run(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Crds(args) => crds::run(&args),
+        Command::LaunchTemplate(args) => render::run(&args),
     };
     match result {
         Ok(text) => {

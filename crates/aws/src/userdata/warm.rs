@@ -1,0 +1,87 @@
+//! Warm-pool user data: boot once without joining, join on every later boot until joined.
+//!
+//! A warm-pool instance is launched, left to initialize (AMI boot, the user's own parts, image
+//! pre-pulls), then stopped; when the pool hands it out it is started again and must join
+//! (DESIGN, Warm pool). Joining during warm-up is the known failure of ASG warm pools on EKS:
+//! the node registers, goes NotReady when stopped, and pods get scheduled onto it.
+//!
+//! Mechanism chosen: **the first boot never joins**. joiner's part runs once per instance
+//! (cloud-init's per-instance scripts), and instead of bootstrapping it installs
+//! [`JOIN_SCRIPT`] and the systemd unit [`UNIT`], enabled for `multi-user.target`, ordered
+//! after `cloud-final.service` and conditioned on [`JOINED_MARKER`] being absent. Every later
+//! boot runs the unit, which joins and writes the marker, so the node joins on the first start
+//! after warm-up and never bootstraps twice.
+//!
+//! Why not an instance tag read from the metadata service (`tags/instance/...`) saying
+//! "warming": EC2 refuses to launch an instance with metadata-service tag access enabled when
+//! any tag key contains `/`, and every joiner instance carries `kubernetes.io/cluster/<name>`
+//! and `joiner.sh/provisioner-name`. Asking the EC2 API instead would need the AWS CLI on the
+//! AMI and `ec2:DescribeTags` for the node role. The boot-count rule needs neither; its one
+//! assumption is that the warm-pool reconciler does not reboot an instance while it warms
+//! (it only launches and stops it).
+//!
+//! AL2023 note: nodeadm's own units read `imds://user-data` on every boot, so warm-pool AL2023
+//! user data carries no `application/node.eks.aws` part from joiner (it would join on the
+//! first boot); the NodeConfig is written to [`NODE_CONFIG_FILE`] and the join runs
+//! `nodeadm init --config-source file://...`. On warm boots nodeadm's units find no cluster
+//! settings and fail harmlessly. The user's own NodeConfig parts are not merged in this mode.
+
+/// The script that joins the cluster, written on the first boot.
+pub const JOIN_SCRIPT: &str = "/etc/joiner/join.sh";
+/// The systemd unit that runs [`JOIN_SCRIPT`] on later boots.
+pub const UNIT: &str = "joiner-join.service";
+/// Written once the node has joined, so later boots do not bootstrap again.
+pub const JOINED_MARKER: &str = "/var/lib/joiner/joined";
+/// Where AL2023 warm-pool user data keeps joiner's NodeConfig.
+pub const NODE_CONFIG_FILE: &str = "/etc/joiner/nodeconfig.yaml";
+
+/// The heredoc terminator; no generated file contains this line.
+const EOF_MARK: &str = "JOINER_EOF";
+
+/// The first-boot script: writes `files` (path, content), the join script and the unit,
+/// enables the unit, and does not join.
+pub fn first_boot_script(join_script: &str, files: &[(&str, &str)]) -> String {
+    let mut out = String::from(
+        "#!/bin/bash\n\
+         # joiner warm-pool instance: this first boot prepares the node and does not join the\n\
+         # cluster; joiner-join.service joins it on the next start, when the pool hands it out.\n\
+         set -euo pipefail\n\
+         mkdir -p /etc/joiner\n",
+    );
+    for (path, content) in files {
+        write_file(&mut out, path, content);
+    }
+    write_file(&mut out, JOIN_SCRIPT, join_script);
+    out.push_str(&format!("chmod 0755 {JOIN_SCRIPT}\n"));
+    let unit = format!(
+        "[Unit]\n\
+         Description=joiner: join the cluster on the first start after warm-up\n\
+         Wants=network-online.target\n\
+         After=network-online.target cloud-final.service\n\
+         ConditionPathExists=!{JOINED_MARKER}\n\
+         \n\
+         [Service]\n\
+         Type=oneshot\n\
+         ExecStart={JOIN_SCRIPT}\n\
+         ExecStartPost=/bin/sh -c 'mkdir -p /var/lib/joiner && touch {JOINED_MARKER}'\n\
+         RemainAfterExit=yes\n\
+         \n\
+         [Install]\n\
+         WantedBy=multi-user.target\n"
+    );
+    write_file(&mut out, &format!("/etc/systemd/system/{UNIT}"), &unit);
+    out.push_str(&format!(
+        "systemctl daemon-reload\nsystemctl enable {UNIT}\necho 'joiner: warm-pool boot, not joining the cluster until the next start'\n"
+    ));
+    out
+}
+
+fn write_file(out: &mut String, path: &str, content: &str) {
+    out.push_str(&format!("cat > {path} <<'{EOF_MARK}'\n"));
+    out.push_str(content);
+    if !content.ends_with('\n') {
+        out.push('\n');
+    }
+    out.push_str(EOF_MARK);
+    out.push('\n');
+}
