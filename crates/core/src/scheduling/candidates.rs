@@ -5,12 +5,13 @@ use std::collections::HashMap;
 
 use crate::instance_type::InstanceType;
 use crate::labels;
-use crate::pod::{DaemonSet, Pod};
+use crate::pod::{DaemonSet, HostPort, Pod};
 use crate::provisioner::Provisioner;
 use crate::requirements::Requirements;
 use crate::resources::Resources;
 use crate::taints::first_untolerated;
 
+use super::ports::first_clash;
 use super::reasons::Reason;
 use super::reqtable::{ReqId, ReqTable};
 use super::typeset::TypeSet;
@@ -29,6 +30,8 @@ pub struct ProvisionerView<'a> {
     pub effective: Vec<Resources>,
     /// DaemonSet overhead, per local index.
     pub overhead: Vec<Resources>,
+    /// Host ports the DaemonSets bind, per local index.
+    pub daemon_ports: Vec<Vec<HostPort>>,
     /// Catalog types excluded by each provisioner requirement key (for explanations).
     pub excluded_by_key: Vec<(String, usize)>,
     /// Remaining cpu limit (millicores), when limited.
@@ -79,6 +82,7 @@ impl<'a> ProvisionerView<'a> {
         }
         let mut effective = Vec::with_capacity(types.len());
         let mut overhead = Vec::with_capacity(types.len());
+        let mut daemon_ports = Vec::with_capacity(types.len());
         for &ci in &types {
             let t = &catalog[ci];
             let mut alloc = t.allocatable.clone();
@@ -86,11 +90,14 @@ impl<'a> ProvisionerView<'a> {
                 alloc.pods = alloc.pods.min(mp.max(0));
             }
             let mut oh = Resources::default();
+            let mut ports = Vec::new();
             for ds in daemonsets {
                 if daemon_runs_on(&ds.pod, prov, &node_reqs, t) {
                     oh.add(&ds.pod.requests);
+                    ports.extend(ds.pod.host_ports.iter().cloned());
                 }
             }
+            daemon_ports.push(ports);
             let mut eff = alloc;
             eff.sub(&oh);
             effective.push(eff);
@@ -105,6 +112,7 @@ impl<'a> ProvisionerView<'a> {
             types,
             effective,
             overhead,
+            daemon_ports,
             excluded_by_key,
             cpu_left: prov.limits.cpu.map(|l| l - used.cpu),
             memory_left: prov.limits.memory.map(|l| l - used.memory),
@@ -352,6 +360,22 @@ impl<'a> ProvisionerView<'a> {
                 })
                 .unwrap_or_else(|| "of the provisioner".to_string());
             return ClassFit::Refused(Reason::Requirement(text));
+        }
+        if !pod.host_ports.is_empty() {
+            let mut clash = None;
+            by_labels.retain(
+                |&i| match first_clash(&pod.host_ports, &self.daemon_ports[i]) {
+                    Some(k) => {
+                        clash.get_or_insert(k);
+                        false
+                    }
+                    None => true,
+                },
+            );
+            if by_labels.is_empty() {
+                let text = clash.map(|k| k.describe()).unwrap_or_default();
+                return ClassFit::Refused(Reason::HostPort(text));
+            }
         }
         let wants_accel = pod.requests.has_extended();
         let mut fitting = TypeSet::empty(n);

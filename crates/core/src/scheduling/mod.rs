@@ -4,25 +4,31 @@
 //! in-flight) nodes first at no new cost, then new nodes from the highest-weight Provisioner that
 //! accepts the pod. New node shapes are chosen for cost (see [`packer`]).
 
+pub mod affinity;
 pub mod candidates;
 pub mod classes;
 pub mod config_lp;
 pub mod existing;
 pub mod lp;
+pub mod node_rules;
 pub mod packer;
 pub mod plan;
+pub mod ports;
 pub mod reasons;
 pub mod reqtable;
+pub mod topology;
 pub mod typeset;
 
 use std::collections::BTreeMap;
 
 use crate::instance_type::{offering_allowed, CapacityType, InstanceType};
+use crate::pod::Pod;
 use crate::provisioner::Provisioner;
 use crate::resources::Resources;
 use crate::snapshot::Snapshot;
 
 use candidates::{ClassFit, ProvisionerView};
+use node_rules::NodeRules;
 use packer::Member;
 pub use plan::{ExistingNodeUse, NewNode, Plan, Unschedulable};
 use reasons::Reason;
@@ -52,20 +58,6 @@ pub fn simulate(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -
         .filter(|(_, p)| p.node_name.is_none() && !p.is_daemon())
         .map(|(i, _)| i)
         .collect();
-    let classes = classes::build(pods, &pending);
-    let mut remaining: Vec<i64> = classes.iter().map(|c| c.pods.len() as i64).collect();
-    // Pods are handed out from the front of each class in input order.
-    let mut cursor: Vec<usize> = vec![0; classes.len()];
-
-    // 1. Existing nodes.
-    let mut existing = existing::ExistingNodes::new(&snapshot.nodes, pods);
-    for (ci, class) in classes.iter().enumerate() {
-        let placed = existing.place_class(&pods[class.template], &class.pods);
-        remaining[ci] -= placed as i64;
-        cursor[ci] += placed;
-    }
-
-    // 2. New nodes, provisioner by provisioner in weight order.
     let default_prov;
     let mut provs: Vec<&Provisioner> = if snapshot.provisioners.is_empty() {
         default_prov = Provisioner::default_provisioner();
@@ -74,6 +66,31 @@ pub fn simulate(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -
         snapshot.provisioners.iter().collect()
     };
     provs.sort_by(|a, b| b.weight.cmp(&a.weight).then(a.name.cmp(&b.name)));
+
+    // Zone and capacity-type terms pin groups of pods to a domain before anything is placed.
+    let pinned = topology::pin(
+        pods,
+        &snapshot.nodes,
+        classes::build(pods, &pending),
+        &provs,
+        catalog,
+    );
+    let classes = pinned.classes;
+    let templates: Vec<Pod> = classes.iter().map(|c| c.effective_pod(pods)).collect();
+    let rules = NodeRules::build(pods, &templates, &classes);
+    let mut remaining: Vec<i64> = classes.iter().map(|c| c.pods.len() as i64).collect();
+    // Pods are handed out from the front of each class in input order.
+    let mut cursor: Vec<usize> = vec![0; classes.len()];
+
+    // 1. Existing nodes.
+    let mut existing = existing::ExistingNodes::new(&snapshot.nodes, pods, &rules);
+    for (ci, class) in classes.iter().enumerate() {
+        let placed = existing.place_class(ci, &templates[ci], &class.pods, &rules);
+        remaining[ci] -= placed as i64;
+        cursor[ci] += placed;
+    }
+
+    // 2. New nodes, provisioner by provisioner in weight order.
 
     let mut table = ReqTable::default();
     let mut refusals: Vec<Vec<(String, Reason)>> = vec![Vec::new(); classes.len()];
@@ -85,11 +102,11 @@ pub fn simulate(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -
         let used = owned_capacity(snapshot, &prov.name);
         let mut view = ProvisionerView::new(prov, catalog, &snapshot.daemonsets, &used, &mut table);
         let mut members = Vec::new();
-        for (ci, class) in classes.iter().enumerate() {
+        for ci in 0..classes.len() {
             if remaining[ci] == 0 {
                 continue;
             }
-            match view.fit_class(catalog, &mut table, &pods[class.template]) {
+            match view.fit_class(catalog, &mut table, &templates[ci]) {
                 ClassFit::Fits { req, types } => members.push(Member {
                     class: ci,
                     req,
@@ -108,6 +125,7 @@ pub fn simulate(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -
             &mut table,
             &classes,
             &members,
+            &rules,
             &mut remaining,
             &mut refused,
         );
@@ -191,7 +209,14 @@ pub fn simulate(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -
             pods: placed.iter().map(|&i| pods[i].key()).collect(),
         })
         .collect();
-    let mut unschedulable = Vec::new();
+    let mut unschedulable: Vec<Unschedulable> = pinned
+        .refused
+        .iter()
+        .map(|(i, why)| Unschedulable {
+            pod: pods[*i].key(),
+            reason: why.clone(),
+        })
+        .collect();
     for (ci, class) in classes.iter().enumerate() {
         if remaining[ci] <= 0 {
             continue;
@@ -223,6 +248,8 @@ fn owned_capacity(snapshot: &Snapshot, prov: &str) -> Resources {
     used
 }
 
+#[cfg(test)]
+mod constraint_tests;
 #[cfg(test)]
 mod properties;
 #[cfg(test)]

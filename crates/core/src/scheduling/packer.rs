@@ -12,6 +12,7 @@ use crate::resources::Resources;
 
 use super::candidates::ProvisionerView;
 use super::classes::PodClass;
+use super::node_rules::{NodeRules, NodeState};
 use super::reasons::Reason;
 use super::reqtable::{ReqId, ReqTable};
 use super::typeset::TypeSet;
@@ -57,19 +58,25 @@ struct Fill {
 ///
 /// `remaining[c]` is the number of pods of class `c` still to place; it is decreased as pods are
 /// placed. Classes that cannot be placed at all (limits) get a reason in `refused`.
+#[allow(clippy::too_many_arguments)]
 pub fn pack(
     view: &mut ProvisionerView<'_>,
     catalog: &[InstanceType],
     table: &mut ReqTable,
     classes: &[PodClass],
     members: &[Member],
+    rules: &NodeRules,
     remaining: &mut [i64],
     refused: &mut Vec<(usize, Reason)>,
 ) -> Vec<Draft> {
     let mut drafts = Vec::new();
+    let empty = NodeState::default();
+    // Most pods a new node may hold of each member by the per-node rules alone.
+    let alone: Vec<i64> = members.iter().map(|m| rules.cap(m.class, &empty)).collect();
     let value_of: Vec<f64> = members
         .iter()
-        .map(|m| homogeneous_pod_cost(view, catalog, table, classes, m))
+        .zip(&alone)
+        .map(|(m, &cap)| homogeneous_pod_cost(view, catalog, table, classes, m, cap))
         .collect();
     let mut blocked = vec![false; members.len()];
     while let Some(seed) =
@@ -99,7 +106,7 @@ pub fn pack(
                 }
                 continue;
             }
-            let k = view.effective[t].copies_fitting(seed_requests, i64::MAX);
+            let k = view.effective[t].copies_fitting(seed_requests, alone[seed]);
             if let (true, Some(p)) = (k > 0, view.price(catalog, table, seed_req, t)) {
                 ranked.push((p / k as f64, t));
             }
@@ -115,8 +122,8 @@ pub fn pack(
                 continue;
             }
             let fill = fill_type(
-                view, catalog, table, classes, members, remaining, &blocked, &value_of, seed, t,
-                min_cpu, min_mem,
+                view, catalog, table, classes, members, rules, remaining, &blocked, &value_of,
+                seed, t, min_cpu, min_mem,
             );
             if fill.counts.is_empty() {
                 continue;
@@ -209,6 +216,7 @@ fn fill_type(
     table: &mut ReqTable,
     classes: &[PodClass],
     members: &[Member],
+    rules: &NodeRules,
     remaining: &[i64],
     blocked: &[bool],
     value_of: &[f64],
@@ -222,6 +230,7 @@ fn fill_type(
     let mut cur = members[seed].req;
     let mut counts = Vec::new();
     let mut value = 0.0;
+    let mut state = NodeState::default();
     let order = std::iter::once(seed).chain((0..members.len()).filter(|&m| m != seed));
     for m in order {
         let member = &members[m];
@@ -236,10 +245,11 @@ fn fill_type(
             continue;
         }
         let req = &classes[c].requests;
-        let k = free.copies_fitting(req, remaining[c]);
+        let k = free.copies_fitting(req, remaining[c].min(rules.cap(c, &state)));
         if k == 0 {
             continue;
         }
+        rules.add(c, k, &mut state);
         free.add_times(req, -k);
         used.add_times(req, k);
         counts.push((c, k));
@@ -266,6 +276,7 @@ fn homogeneous_pod_cost(
     table: &mut ReqTable,
     classes: &[PodClass],
     m: &Member,
+    cap: i64,
 ) -> f64 {
     let requests = &classes[m.class].requests;
     let mut best = f64::INFINITY;
@@ -273,7 +284,7 @@ fn homogeneous_pod_cost(
         if !m.types.contains(t) {
             continue;
         }
-        let k = view.effective[t].copies_fitting(requests, i64::MAX);
+        let k = view.effective[t].copies_fitting(requests, cap);
         if k == 0 {
             continue;
         }

@@ -1,0 +1,356 @@
+//! Scenario tests of topology spread, pod (anti-)affinity and host ports, on the hand-made
+//! catalog of `tests.rs` (three zones, spot at 40 % of on-demand).
+
+use std::collections::BTreeMap;
+
+use crate::instance_type::CapacityType;
+use crate::labels;
+use crate::pod::{DaemonSet, HostPort, Node, Pod, PodAffinityTerm, TopologySpread};
+use crate::provisioner::Provisioner;
+use crate::requirements::{Requirement, Requirements};
+use crate::resources::Resources;
+use crate::snapshot::Snapshot;
+
+use super::tests::{catalog, deployment, pod};
+use super::{simulate, Options, Plan};
+
+const GI: i64 = 1 << 30;
+
+fn run(s: &Snapshot) -> Plan {
+    simulate(s, &catalog(), &Options::default())
+}
+
+fn app(name: &str) -> Requirements {
+    let mut r = Requirements::new();
+    r.add("app", Requirement::single(name));
+    r
+}
+
+fn spread(key: &str, max_skew: i32, selector: Requirements) -> TopologySpread {
+    TopologySpread {
+        topology_key: key.into(),
+        max_skew,
+        min_domains: None,
+        hard: true,
+        selector,
+    }
+}
+
+fn term(key: &str, anti: bool, selector: Requirements) -> PodAffinityTerm {
+    PodAffinityTerm {
+        topology_key: key.into(),
+        selector,
+        namespaces: Vec::new(),
+        anti,
+        weight: None,
+    }
+}
+
+fn zone_counts(p: &Plan) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for n in &p.new_nodes {
+        *m.entry(n.zone.clone()).or_default() += n.pods.len();
+    }
+    m
+}
+
+fn node_in(zone: &str, name: &str, cpus: i64) -> Node {
+    let mut labels = BTreeMap::new();
+    labels.insert(labels::ZONE.to_string(), zone.to_string());
+    labels.insert(labels::HOSTNAME.to_string(), name.to_string());
+    Node {
+        name: name.into(),
+        labels,
+        allocatable: Resources::new(cpus * 1000, 8 * GI, 17 * GI, 30),
+        capacity: Resources::new(cpus * 1000, 8 * GI, 20 * GI, 30),
+        ..Node::default()
+    }
+}
+
+#[test]
+fn zone_spread_puts_two_pods_in_each_zone() {
+    let mut pods = deployment("web", 6, 500, 512);
+    for p in &mut pods {
+        p.topology_spread.push(spread(labels::ZONE, 1, app("web")));
+    }
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty());
+    let counts: Vec<usize> = zone_counts(&p).values().copied().collect();
+    assert_eq!(counts, vec![2, 2, 2]);
+}
+
+#[test]
+fn zone_spread_counts_running_pods() {
+    // Two web pods already run in z-a on a full node: the four new ones go to z-b and z-c.
+    let mut running = deployment("web", 2, 1000, 512);
+    for (i, p) in running.iter_mut().enumerate() {
+        p.name = format!("running-{i}");
+        p.node_name = Some("full".into());
+    }
+    let mut pods = deployment("web", 4, 500, 512);
+    for p in &mut pods {
+        p.topology_spread.push(spread(labels::ZONE, 1, app("web")));
+    }
+    pods.extend(running);
+    let p = run(&Snapshot {
+        pods,
+        nodes: vec![node_in("z-a", "full", 2)],
+        ..Snapshot::default()
+    });
+    let counts = zone_counts(&p);
+    assert_eq!(counts.get("z-a"), None, "{counts:?}");
+    assert_eq!(counts.get("z-b"), Some(&2));
+    assert_eq!(counts.get("z-c"), Some(&2));
+}
+
+#[test]
+fn zone_spread_domains_are_the_provisioners_zones() {
+    let mut prov = Provisioner::default_provisioner();
+    prov.requirements
+        .add(labels::ZONE, Requirement::one_of(["z-a", "z-b"]));
+    let mut pods = deployment("web", 4, 500, 512);
+    for p in &mut pods {
+        p.topology_spread.push(spread(labels::ZONE, 1, app("web")));
+    }
+    let p = run(&Snapshot {
+        pods,
+        provisioners: vec![prov],
+        ..Snapshot::default()
+    });
+    let counts = zone_counts(&p);
+    assert_eq!(counts.len(), 2, "{counts:?}");
+    assert_eq!(counts.get("z-a"), Some(&2));
+    assert_eq!(counts.get("z-b"), Some(&2));
+}
+
+#[test]
+fn hostname_anti_affinity_gives_each_pod_its_own_node_but_shares_it_with_others() {
+    let mut pods = deployment("db", 5, 500, 512);
+    for p in &mut pods {
+        p.affinity.push(term(labels::HOSTNAME, true, app("db")));
+    }
+    pods.extend(deployment("web", 5, 500, 512));
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty());
+    for n in &p.new_nodes {
+        let dbs = n.pods.iter().filter(|k| k.contains("/db-")).count();
+        assert!(dbs <= 1, "{n:?}");
+    }
+    let total: usize = p.new_nodes.iter().map(|n| n.pods.len()).sum();
+    assert_eq!(total, 10);
+    assert!(
+        p.new_nodes.len() <= 5,
+        "web pods ride along on the db nodes: {:?}",
+        p.new_nodes
+    );
+}
+
+#[test]
+fn hostname_spread_caps_pods_per_node_at_max_skew() {
+    let mut pods = deployment("web", 6, 100, 128);
+    for p in &mut pods {
+        p.topology_spread
+            .push(spread(labels::HOSTNAME, 2, app("web")));
+    }
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert_eq!(p.new_nodes.len(), 3);
+    assert!(p.new_nodes.iter().all(|n| n.pods.len() == 2));
+}
+
+fn with_port(mut p: Pod, port: i32) -> Pod {
+    p.host_ports.push(HostPort {
+        port,
+        protocol: "TCP".into(),
+        ip: String::new(),
+    });
+    p
+}
+
+#[test]
+fn host_ports_never_share_a_node() {
+    let pods: Vec<Pod> = deployment("ingress", 3, 100, 128)
+        .into_iter()
+        .map(|p| with_port(p, 80))
+        .chain(std::iter::once(with_port(pod("other", 100, 128), 443)))
+        .collect();
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert_eq!(p.new_nodes.len(), 3);
+    for n in &p.new_nodes {
+        assert_eq!(
+            n.pods.iter().filter(|k| k.contains("ingress")).count(),
+            1,
+            "{n:?}"
+        );
+    }
+}
+
+#[test]
+fn daemonset_host_port_excludes_the_provisioner() {
+    let ds = DaemonSet {
+        namespace: "kube-system".into(),
+        name: "proxy".into(),
+        pod: with_port(pod("proxy", 50, 64), 8080),
+    };
+    let p = run(&Snapshot {
+        pods: vec![with_port(pod("a", 100, 128), 8080)],
+        daemonsets: vec![ds],
+        ..Snapshot::default()
+    });
+    assert!(p.new_nodes.is_empty());
+    assert_eq!(
+        p.unschedulable[0].reason,
+        "host port 8080/TCP is already bound by a DaemonSet on every allowed instance type"
+    );
+}
+
+#[test]
+fn running_pod_anti_affinity_repels_a_new_pod() {
+    let mut guard = pod("guard", 100, 128);
+    guard.node_name = Some("n1".into());
+    guard
+        .affinity
+        .push(term(labels::HOSTNAME, true, app("web")));
+    let mut web = pod("web-0", 100, 128);
+    web.labels.insert("app".into(), "web".into());
+    let p = run(&Snapshot {
+        pods: vec![guard, web, pod("plain", 100, 128)],
+        nodes: vec![node_in("z-a", "n1", 4)],
+        ..Snapshot::default()
+    });
+    assert_eq!(p.existing_nodes.len(), 1);
+    assert_eq!(p.existing_nodes[0].pods, vec!["default/plain"]);
+    assert_eq!(p.new_nodes.len(), 1);
+    assert_eq!(p.new_nodes[0].pods, vec!["default/web-0"]);
+}
+
+#[test]
+fn zone_anti_affinity_allows_one_pod_per_zone() {
+    let mut pods = deployment("quorum", 4, 100, 128);
+    for p in &mut pods {
+        p.affinity.push(term(labels::ZONE, true, app("quorum")));
+    }
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert_eq!(
+        zone_counts(&p).values().copied().collect::<Vec<_>>(),
+        vec![1, 1, 1]
+    );
+    assert_eq!(p.unschedulable.len(), 1);
+    assert!(
+        p.unschedulable[0]
+            .reason
+            .starts_with("pod anti-affinity on topology.kubernetes.io/zone"),
+        "{}",
+        p.unschedulable[0].reason
+    );
+}
+
+#[test]
+fn zone_affinity_follows_the_running_partner() {
+    let mut cache = pod("cache", 100, 128);
+    cache.labels.insert("app".into(), "cache".into());
+    cache.node_name = Some("n-b".into());
+    let mut pods = deployment("web", 3, 1500, 512);
+    for p in &mut pods {
+        p.affinity.push(term(labels::ZONE, false, app("cache")));
+    }
+    pods.push(cache);
+    let p = run(&Snapshot {
+        pods,
+        nodes: vec![node_in("z-b", "n-b", 1)],
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty());
+    assert!(!p.new_nodes.is_empty());
+    assert!(
+        p.new_nodes.iter().all(|n| n.zone == "z-b"),
+        "{:?}",
+        p.new_nodes
+    );
+}
+
+#[test]
+fn self_zone_affinity_keeps_a_group_in_one_zone() {
+    let mut pods = deployment("batch", 8, 1500, 512);
+    for p in &mut pods {
+        p.affinity.push(term(labels::ZONE, false, app("batch")));
+    }
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty());
+    assert_eq!(zone_counts(&p).len(), 1);
+}
+
+fn spot_provisioner() -> Provisioner {
+    let mut prov = Provisioner::default_provisioner();
+    prov.requirements.add(
+        labels::CAPACITY_TYPE,
+        Requirement::one_of(["spot", "on-demand"]),
+    );
+    prov
+}
+
+#[test]
+fn spot_is_used_unless_the_pod_requires_on_demand() {
+    let mut od = pod("od", 1500, 512);
+    let mut r = Requirements::new();
+    r.add(labels::CAPACITY_TYPE, Requirement::single("on-demand"));
+    od.node_terms = vec![r];
+    let p = run(&Snapshot {
+        pods: vec![od, pod("any", 1500, 512)],
+        provisioners: vec![spot_provisioner()],
+        ..Snapshot::default()
+    });
+    let by_pod = |k: &str| p.new_nodes.iter().find(|n| n.pods.iter().any(|x| x == k));
+    assert_eq!(
+        by_pod("default/od").map(|n| n.capacity_type),
+        Some(CapacityType::OnDemand)
+    );
+    assert_eq!(
+        by_pod("default/any").map(|n| n.capacity_type),
+        Some(CapacityType::Spot)
+    );
+}
+
+#[test]
+fn capacity_type_spread_splits_spot_and_on_demand() {
+    let mut pods = deployment("web", 4, 1500, 512);
+    for p in &mut pods {
+        p.topology_spread
+            .push(spread(labels::CAPACITY_TYPE, 1, app("web")));
+    }
+    let p = run(&Snapshot {
+        pods,
+        provisioners: vec![spot_provisioner()],
+        ..Snapshot::default()
+    });
+    let spot: usize = p
+        .new_nodes
+        .iter()
+        .filter(|n| n.capacity_type == CapacityType::Spot)
+        .map(|n| n.pods.len())
+        .sum();
+    let od: usize = p
+        .new_nodes
+        .iter()
+        .filter(|n| n.capacity_type == CapacityType::OnDemand)
+        .map(|n| n.pods.len())
+        .sum();
+    assert_eq!((spot, od), (2, 2));
+}
