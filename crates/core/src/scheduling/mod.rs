@@ -249,6 +249,8 @@ fn owned_capacity(snapshot: &Snapshot, prov: &str) -> Resources {
 }
 
 #[cfg(test)]
+mod constraint_properties;
+#[cfg(test)]
 mod constraint_tests;
 #[cfg(test)]
 mod properties;
