@@ -19,6 +19,7 @@ struct JsonReport<'a> {
     new_nodes: Vec<JsonNode<'a>>,
     existing_nodes: Vec<JsonExisting<'a>>,
     unschedulable: Vec<JsonUnschedulable<'a>>,
+    relaxed: Vec<JsonRelaxed<'a>>,
     new_price_per_hour: f64,
     warnings: &'a [String],
 }
@@ -46,6 +47,12 @@ struct JsonExisting<'a> {
 struct JsonUnschedulable<'a> {
     pod: &'a str,
     reason: &'a str,
+}
+
+#[derive(Serialize)]
+struct JsonRelaxed<'a> {
+    pod: &'a str,
+    preferences: &'a [String],
 }
 
 /// Prices are sums of floats; six decimals keep the output stable and exact enough for $/h.
@@ -89,6 +96,15 @@ pub fn json(report: &Report<'_>) -> String {
             .map(|u| JsonUnschedulable {
                 pod: &u.pod,
                 reason: &u.reason,
+            })
+            .collect(),
+        relaxed: report
+            .plan
+            .relaxed
+            .iter()
+            .map(|r| JsonRelaxed {
+                pod: &r.pod,
+                preferences: &r.preferences,
             })
             .collect(),
         new_price_per_hour: round_price(report.plan.new_price_per_hour()),
@@ -174,6 +190,14 @@ pub fn table(report: &Report<'_>) -> String {
         }
         out.push_str(&columns(&rows));
     }
+    if !plan.relaxed.is_empty() {
+        out.push('\n');
+        let mut rows = vec![vec!["POD".to_string(), "RELAXED PREFERENCE".into()]];
+        for r in &plan.relaxed {
+            rows.push(vec![r.pod.clone(), r.preferences.join("; ")]);
+        }
+        out.push_str(&columns(&rows));
+    }
     let on_new: usize = plan.new_nodes.iter().map(|n| n.pods.len()).sum();
     let on_existing: usize = plan.existing_nodes.iter().map(|n| n.pods.len()).sum();
     let estimated = plan.new_nodes.iter().any(|n| n.price_estimated);
@@ -199,7 +223,7 @@ pub fn table(report: &Report<'_>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use joiner_core::scheduling::{ExistingNodeUse, NewNode, Unschedulable};
+    use joiner_core::scheduling::{ExistingNodeUse, NewNode, Relaxed, Unschedulable};
     use joiner_core::{CapacityType, Resources};
 
     fn plan() -> Plan {
@@ -224,6 +248,10 @@ mod tests {
                 pod: "default/huge".into(),
                 reason: "no instance type has 1000 cpu; largest allowed has 448".into(),
             }],
+            relaxed: vec![Relaxed {
+                pod: "default/web-0".into(),
+                preferences: vec!["preferred node affinity zone In [a] (weight 1)".into()],
+            }],
         }
     }
 
@@ -244,6 +272,7 @@ mod tests {
         assert_eq!(v["existing_nodes"][0]["pods"][0], "default/web-1");
         assert_eq!(v["unschedulable"][0]["pod"], "default/huge");
         assert_eq!(v["new_price_per_hour"], 0.3);
+        assert_eq!(v["relaxed"][0]["pod"], "default/web-0");
     }
 
     #[test]
@@ -263,5 +292,9 @@ mod tests {
         );
         assert!(t.contains("Total: 1 new node(s) at $0.3000/h in us-east-1; 1 pod(s) on new nodes, 1 on existing nodes, 1 unschedulable"), "{t}");
         assert!(t.contains("warning: skipped kind Service"));
+        assert!(
+            t.contains("default/web-0  preferred node affinity zone In [a] (weight 1)"),
+            "{t}"
+        );
     }
 }

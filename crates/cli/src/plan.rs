@@ -16,20 +16,16 @@ pub fn run(args: &PlanArgs) -> Result<String, CliError> {
         &Options::default(),
     );
     let mut warnings = loaded.warnings;
-    let constrained = loaded
-        .snapshot
-        .pods
-        .iter()
-        .filter(|p| p.node_name.is_none())
-        .filter(|p| {
-            !p.topology_spread.is_empty() || !p.affinity.is_empty() || !p.host_ports.is_empty()
-        })
-        .count();
-    if constrained > 0 {
+    let unsupported = joiner_core::scheduling::topology::unsupported_terms(&loaded.snapshot.pods);
+    if unsupported > 0 {
         // Say so rather than plan silently as if they were unconstrained.
         warnings.push(format!(
-            "{constrained} pending pod(s) use topology spread, pod (anti-)affinity or host ports; \
-             this version of the simulation does not honor those yet, so their placement may differ"
+            "{unsupported} pending pod(s) use topology keys other than {}, {} and {}, or required \
+             pod affinity on {}; the simulation does not honor those, so their placement may differ",
+            joiner_core::labels::ZONE,
+            joiner_core::labels::HOSTNAME,
+            joiner_core::labels::CAPACITY_TYPE,
+            joiner_core::labels::HOSTNAME,
         ));
     }
     if catalog.prices_estimated {

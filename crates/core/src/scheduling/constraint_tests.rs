@@ -354,3 +354,86 @@ fn capacity_type_spread_splits_spot_and_on_demand() {
         .sum();
     assert_eq!((spot, od), (2, 2));
 }
+
+fn prefer_zone(p: &mut Pod, zone: &str, weight: i32) {
+    let mut r = Requirements::new();
+    r.add(labels::ZONE, Requirement::single(zone));
+    p.preferred_node_terms.push((weight, r));
+}
+
+#[test]
+fn a_preferred_zone_is_honored_when_possible() {
+    let mut pods = deployment("web", 4, 1500, 512);
+    for p in &mut pods {
+        prefer_zone(p, "z-b", 10);
+    }
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert!(p.relaxed.is_empty());
+    assert!(
+        p.new_nodes.iter().all(|n| n.zone == "z-b"),
+        "{:?}",
+        p.new_nodes
+    );
+}
+
+#[test]
+fn the_lighter_of_two_conflicting_preferences_is_relaxed() {
+    let mut a = pod("a", 500, 512);
+    prefer_zone(&mut a, "z-c", 10);
+    prefer_zone(&mut a, "z-a", 50);
+    let p = run(&Snapshot {
+        pods: vec![a],
+        ..Snapshot::default()
+    });
+    assert_eq!(p.new_nodes[0].zone, "z-a");
+    assert_eq!(p.relaxed.len(), 1);
+    assert_eq!(
+        p.relaxed[0].preferences,
+        vec!["preferred node affinity topology.kubernetes.io/zone In [z-c] (weight 10)"]
+    );
+}
+
+#[test]
+fn preferred_zone_anti_affinity_is_relaxed_only_for_the_pod_that_needs_it() {
+    let mut pods = deployment("quorum", 4, 100, 128);
+    for p in &mut pods {
+        let mut t = term(labels::ZONE, true, app("quorum"));
+        t.weight = Some(10);
+        p.affinity.push(t);
+    }
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty());
+    assert_eq!(p.relaxed.len(), 1, "{:?}", p.relaxed);
+    assert_eq!(
+        p.relaxed[0].preferences,
+        vec![
+            "preferred pod anti-affinity on topology.kubernetes.io/zone to pods app In [quorum] (weight 10)"
+        ]
+    );
+    assert_eq!(zone_counts(&p).len(), 3);
+}
+
+#[test]
+fn schedule_anyway_spread_is_followed_when_free() {
+    let mut pods = deployment("web", 6, 1500, 512);
+    for p in &mut pods {
+        let mut s = spread(labels::ZONE, 1, app("web"));
+        s.hard = false;
+        p.topology_spread.push(s);
+    }
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert!(p.relaxed.is_empty());
+    assert_eq!(
+        zone_counts(&p).values().copied().collect::<Vec<_>>(),
+        vec![2, 2, 2]
+    );
+}

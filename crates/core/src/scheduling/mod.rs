@@ -14,6 +14,7 @@ pub mod node_rules;
 pub mod packer;
 pub mod plan;
 pub mod ports;
+pub mod preferences;
 pub mod reasons;
 pub mod reqtable;
 pub mod topology;
@@ -30,7 +31,7 @@ use crate::snapshot::Snapshot;
 use candidates::{ClassFit, ProvisionerView};
 use node_rules::NodeRules;
 use packer::Member;
-pub use plan::{ExistingNodeUse, NewNode, Plan, Unschedulable};
+pub use plan::{ExistingNodeUse, NewNode, Plan, Relaxed, Unschedulable};
 use reasons::Reason;
 use reqtable::ReqTable;
 
@@ -49,8 +50,14 @@ impl Default for Options {
     }
 }
 
-/// Runs a scheduling pass over a snapshot against a catalog of instance types.
+/// Runs a scheduling pass over a snapshot against a catalog of instance types: preferences are
+/// honored as hard rules first and relaxed pod by pod where they keep a pod from being placed.
 pub fn simulate(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -> Plan {
+    preferences::solve(snapshot, |s| place(s, catalog, opts))
+}
+
+/// One pass with every constraint of the snapshot's pods taken as hard.
+fn place(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -> Plan {
     let pods = &snapshot.pods;
     let pending: Vec<usize> = pods
         .iter()
@@ -234,6 +241,7 @@ pub fn simulate(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -
         new_nodes,
         existing_nodes,
         unschedulable,
+        relaxed: Vec::new(),
     }
 }
 

@@ -164,8 +164,10 @@ impl NodeRules {
                     carried[ci].push(r);
                 }
             }
+            // A pending pod is held to every term it still carries (preferences not relaxed
+            // are in force).
             for a in &p.affinity {
-                if a.anti && a.weight.is_none() && a.topology_key == labels::HOSTNAME {
+                if a.anti && a.topology_key == labels::HOSTNAME {
                     let r = intern(&mut rules, RuleId::Anti(Scope::of_term(p, a)));
                     carried[ci].push(r);
                 }

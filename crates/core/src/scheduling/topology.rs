@@ -52,6 +52,8 @@ struct Terms {
     spreads: Vec<Spread>,
     affinity: Vec<usize>,
     anti: Vec<usize>,
+    /// The required ones among `anti`: they repel other pods.
+    anti_required: Vec<usize>,
     /// Groups whose scope matches the class (its pods count there).
     matches: Vec<usize>,
     /// Anti groups whose repellers reject the class.
@@ -146,11 +148,9 @@ pub fn pin(
                 min_domains: i64::from(s.min_domains.unwrap_or(1).max(1)),
             });
         }
-        for a in p
-            .affinity
-            .iter()
-            .filter(|a| a.weight.is_none() && is_key(&a.topology_key))
-        {
+        // Every term a pending pod still carries is in force for it; only required anti terms
+        // also repel other pods.
+        for a in p.affinity.iter().filter(|a| is_key(&a.topology_key)) {
             let ki = key_index(&a.topology_key);
             let g = intern(Group {
                 key: KEYS[ki],
@@ -158,6 +158,9 @@ pub fn pin(
             });
             if a.anti {
                 t[ki].anti.push(g);
+                if a.weight.is_none() {
+                    t[ki].anti_required.push(g);
+                }
             } else {
                 t[ki].affinity.push(g);
             }
@@ -189,7 +192,7 @@ pub fn pin(
     }
     let anti_groups: BTreeSet<usize> = terms
         .iter()
-        .flat_map(|t| t.iter().flat_map(|k| k.anti.iter().copied()))
+        .flat_map(|t| t.iter().flat_map(|k| k.anti_required.iter().copied()))
         .chain(running_anti.iter().map(|(_, g)| *g))
         .collect();
     for (ci, c) in classes.iter().enumerate() {
@@ -270,7 +273,7 @@ pub fn pin(
                 for &g in &t[k].matches {
                     *count[g].entry(d.clone()).or_default() += 1;
                 }
-                for &g in &t[k].anti {
+                for &g in &t[k].anti_required {
                     *repel[g].entry(d.clone()).or_default() += 1;
                 }
             }
@@ -397,4 +400,21 @@ fn choose(
         .min_by(|a, b| score(a).cmp(&score(b)).then(a.cmp(b)))
         .cloned()
         .ok_or_else(|| format!("no {key} is allowed for the pod"))
+}
+
+/// How many pending pods carry a term the simulation does not model: a topology key other than
+/// zone, hostname and capacity type, or required pod affinity on hostname. Callers warn about
+/// them rather than let a plan look exact.
+pub fn unsupported_terms(pods: &[Pod]) -> usize {
+    let known = |k: &str| KEYS.contains(&k) || k == labels::HOSTNAME;
+    pods.iter()
+        .filter(|p| p.node_name.is_none() && !p.is_daemon())
+        .filter(|p| {
+            p.topology_spread.iter().any(|s| !known(&s.topology_key))
+                || p.affinity.iter().any(|a| {
+                    !known(&a.topology_key)
+                        || (!a.anti && a.weight.is_none() && a.topology_key == labels::HOSTNAME)
+                })
+        })
+        .count()
 }
