@@ -41,7 +41,7 @@ fn preferences(p: &Pod) -> Vec<Preference> {
     for (i, (w, _)) in p.preferred_node_terms.iter().enumerate() {
         out.push((*w, 2, i, Preference::NodeTerm(i)));
     }
-    out.sort_by(|a, b| (a.0, a.1, a.2).cmp(&(b.0, b.1, b.2)));
+    out.sort_by_key(|a| (a.0, a.1, a.2));
     out.into_iter().map(|(.., p)| p).collect()
 }
 
