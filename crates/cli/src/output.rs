@@ -1,5 +1,6 @@
 //! Rendering a plan for people (`-o table`) and for programs (`-o json`).
 
+use joiner_core::scheduling::explain::Explanation;
 use joiner_core::scheduling::Plan;
 use serde::Serialize;
 
@@ -11,6 +12,8 @@ pub struct Report<'a> {
     pub plan: &'a Plan,
     /// Notes for the reader (estimated prices, skipped documents).
     pub warnings: &'a [String],
+    /// Explanations asked for with `--explain`.
+    pub explanations: &'a [Explanation],
 }
 
 #[derive(Serialize)]
@@ -22,6 +25,34 @@ struct JsonReport<'a> {
     relaxed: Vec<JsonRelaxed<'a>>,
     new_price_per_hour: f64,
     warnings: &'a [String],
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    explanations: Vec<JsonExplanation<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonExplanation<'a> {
+    pod: &'a str,
+    pinned: Option<&'a str>,
+    node_rules: &'a [String],
+    provisioners: Vec<JsonFilter<'a>>,
+    relaxed: &'a [String],
+    placement: String,
+    event: String,
+}
+
+#[derive(Serialize)]
+struct JsonFilter<'a> {
+    name: &'a str,
+    weight: i32,
+    instance_types: usize,
+    excluded: Vec<JsonExcluded<'a>>,
+    left: usize,
+}
+
+#[derive(Serialize)]
+struct JsonExcluded<'a> {
+    by: &'a str,
+    instance_types: usize,
 }
 
 #[derive(Serialize)]
@@ -109,6 +140,36 @@ pub fn json(report: &Report<'_>) -> String {
             .collect(),
         new_price_per_hour: round_price(report.plan.new_price_per_hour()),
         warnings: report.warnings,
+        explanations: report
+            .explanations
+            .iter()
+            .map(|e| JsonExplanation {
+                pod: &e.pod,
+                pinned: e.pinned.as_deref(),
+                node_rules: &e.node_rules,
+                provisioners: e
+                    .provisioners
+                    .iter()
+                    .map(|p| JsonFilter {
+                        name: &p.name,
+                        weight: p.weight,
+                        instance_types: p.catalog,
+                        excluded: p
+                            .excluded
+                            .iter()
+                            .map(|(by, n)| JsonExcluded {
+                                by,
+                                instance_types: *n,
+                            })
+                            .collect(),
+                        left: p.left,
+                    })
+                    .collect(),
+                relaxed: &e.relaxed,
+                placement: e.placement.to_string(),
+                event: e.event_message(),
+            })
+            .collect(),
     };
     // Serializing plain structs of strings and numbers cannot fail; keep a readable fallback.
     serde_json::to_string_pretty(&doc).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
@@ -217,6 +278,10 @@ pub fn table(report: &Report<'_>) -> String {
     for w in report.warnings {
         out.push_str(&format!("warning: {w}\n"));
     }
+    for e in report.explanations {
+        out.push('\n');
+        out.push_str(&e.to_string());
+    }
     out
 }
 
@@ -263,6 +328,7 @@ mod tests {
             region: "us-east-1",
             plan: &p,
             warnings: &w,
+            explanations: &[],
         }))
         .unwrap();
         assert_eq!(v["region"], "us-east-1");
@@ -283,6 +349,7 @@ mod tests {
             region: "us-east-1",
             plan: &p,
             warnings: &w,
+            explanations: &[],
         });
         assert!(t.contains("default-1  default      m5.large"), "{t}");
         assert!(t.contains("ip-10-0-0-1"));

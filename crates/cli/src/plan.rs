@@ -1,5 +1,6 @@
 //! `joiner plan`: manifests in, the nodes joiner would launch out.
 
+use joiner_core::scheduling::explain::{explain, Explanation};
 use joiner_core::scheduling::{simulate, Options};
 
 use crate::error::CliError;
@@ -34,10 +35,21 @@ pub fn run(args: &PlanArgs) -> Result<String, CliError> {
             args.region
         ));
     }
+    let mut explanations: Vec<Explanation> = Vec::new();
+    for key in &args.explain {
+        let e =
+            explain(&loaded.snapshot, &catalog.instance_types, &plan, key).ok_or_else(|| {
+                CliError::Usage(format!(
+                    "--explain {key}: no pod {key} in the manifests (expected namespace/name)"
+                ))
+            })?;
+        explanations.push(e);
+    }
     let report = Report {
         region: &args.region,
         plan: &plan,
         warnings: &warnings,
+        explanations: &explanations,
     };
     Ok(match args.output {
         Format::Table => output::table(&report),

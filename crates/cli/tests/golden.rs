@@ -167,3 +167,37 @@ fn simulated_constraints_raise_no_warning_and_others_are_announced() {
     );
     assert_eq!(together.len(), 1, "{together:?}");
 }
+
+#[test]
+fn explain_prints_the_filters_and_the_placement() {
+    let out = Command::new(env!("CARGO_BIN_EXE_joiner"))
+        .current_dir(root())
+        .args([
+            "plan",
+            "-f",
+            "examples/web-fleet.yaml",
+            "--explain",
+            "shop/web-0",
+        ])
+        .output()
+        .expect("run joiner");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Pod shop/web-0"), "{text}");
+    assert!(text.contains("Provisioner default (weight 0): "), "{text}");
+    assert!(text.contains("Placement: new node default-"), "{text}");
+
+    let missing = Command::new(env!("CARGO_BIN_EXE_joiner"))
+        .current_dir(root())
+        .args([
+            "plan",
+            "-f",
+            "examples/web-fleet.yaml",
+            "--explain",
+            "shop/nope",
+        ])
+        .output()
+        .expect("run joiner");
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no pod shop/nope"));
+}

@@ -437,3 +437,63 @@ fn schedule_anyway_spread_is_followed_when_free() {
         vec![2, 2, 2]
     );
 }
+
+#[test]
+fn explanation_counts_what_excluded_each_type() {
+    use super::explain::{explain, Placement};
+    let mut big = pod("big", 40_000, 1024);
+    let mut fam = Requirements::new();
+    fam.add(labels::INSTANCE_FAMILY, Requirement::single("c5"));
+    big.node_terms = vec![fam];
+    let s = Snapshot {
+        pods: vec![big],
+        ..Snapshot::default()
+    };
+    let plan = run(&s);
+    let e = explain(&s, &catalog(), &plan, "default/big").expect("pod exists");
+    let f = &e.provisioners[0];
+    assert_eq!(f.catalog, 21);
+    assert_eq!(
+        f.excluded,
+        vec![
+            (
+                "requirement karpenter.k8s.aws/instance-family In [c5]".to_string(),
+                15
+            ),
+            ("resource cpu".to_string(), 4),
+        ]
+    );
+    assert_eq!(f.left, 2);
+    assert!(
+        matches!(&e.placement, Placement::New { instance_type, .. } if instance_type == "c5.12xlarge")
+    );
+    assert!(e
+        .event_message()
+        .starts_with("would be scheduled on new node default-1 (c5.12xlarge"));
+    assert!(explain(&s, &catalog(), &plan, "default/none").is_none());
+}
+
+#[test]
+fn explanation_names_the_topology_pin_and_node_rules() {
+    use super::explain::explain;
+    let mut pods = deployment("web", 2, 500, 512);
+    for p in &mut pods {
+        p.topology_spread.push(spread(labels::ZONE, 1, app("web")));
+        p.affinity.push(term(labels::HOSTNAME, true, app("web")));
+    }
+    let s = Snapshot {
+        pods,
+        ..Snapshot::default()
+    };
+    let plan = run(&s);
+    let e = explain(&s, &catalog(), &plan, "default/web-1").expect("pod exists");
+    assert_eq!(
+        e.pinned.as_deref(),
+        Some("topology.kubernetes.io/zone In [z-b]")
+    );
+    assert_eq!(
+        e.node_rules,
+        vec!["carries and is counted by pod anti-affinity on kubernetes.io/hostname to pods app In [web]"]
+    );
+    assert!(e.to_string().contains("Placement: new node"), "{e}");
+}

@@ -9,6 +9,7 @@ pub mod candidates;
 pub mod classes;
 pub mod config_lp;
 pub mod existing;
+pub mod explain;
 pub mod lp;
 pub mod node_rules;
 pub mod packer;

@@ -307,6 +307,21 @@ impl NodeRules {
         }
     }
 
+    /// The rules class `c` takes part in, described for people.
+    pub fn describe_class(&self, c: usize) -> Vec<String> {
+        self.of_class[c]
+            .iter()
+            .map(|&(r, role)| {
+                let part = match (role.constrained, role.counts) {
+                    (true, true) => "carries and is counted by",
+                    (true, false) => "carries",
+                    _ => "is counted by",
+                };
+                format!("{part} {}", self.descriptions[r])
+            })
+            .collect()
+    }
+
     /// Records `k` pods of class `c` on a node.
     pub fn add(&self, c: usize, k: i64, st: &mut NodeState) {
         for &(r, role) in &self.of_class[c] {
