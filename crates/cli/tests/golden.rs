@@ -54,6 +54,62 @@ fn mixed_cluster() {
 }
 
 #[test]
+fn constraints_zone_spread() {
+    check(
+        "examples/constraints/zone-spread.yaml",
+        "constraints-zone-spread.json",
+    );
+}
+
+#[test]
+fn constraints_hostname_spread() {
+    check(
+        "examples/constraints/hostname-spread.yaml",
+        "constraints-hostname-spread.json",
+    );
+}
+
+#[test]
+fn constraints_capacity_type_spread() {
+    check(
+        "examples/constraints/capacity-type-spread.yaml",
+        "constraints-capacity-type-spread.json",
+    );
+}
+
+#[test]
+fn constraints_pod_affinity() {
+    check(
+        "examples/constraints/pod-affinity.yaml",
+        "constraints-pod-affinity.json",
+    );
+}
+
+#[test]
+fn constraints_pod_anti_affinity() {
+    check(
+        "examples/constraints/pod-anti-affinity.yaml",
+        "constraints-pod-anti-affinity.json",
+    );
+}
+
+#[test]
+fn constraints_host_ports() {
+    check(
+        "examples/constraints/host-ports.yaml",
+        "constraints-host-ports.json",
+    );
+}
+
+#[test]
+fn constraints_preferences() {
+    check(
+        "examples/constraints/preferences.yaml",
+        "constraints-preferences.json",
+    );
+}
+
+#[test]
 fn golden_plans_are_consistent() {
     // Independent of the stored files: every pending pod is placed once or explained.
     let v: serde_json::Value =
