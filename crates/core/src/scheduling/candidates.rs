@@ -41,9 +41,12 @@ pub struct ProvisionerView<'a> {
     /// Types label-compatible with a requirement set, Pareto-pruned, cheapest first.
     frontier: HashMap<ReqId, Vec<usize>>,
     /// Label compatibility of (requirement set, local type).
-    label_ok: HashMap<(ReqId, usize), bool>,
+    /// Indexed by requirement id, then local type: 0 unknown, 1 no, 2 yes. Dense vectors, not a
+    /// hash map: this is the innermost question of the packer.
+    label_ok: Vec<Vec<u8>>,
     /// Cheapest offering price under a requirement set, per local type.
-    price: HashMap<(ReqId, usize), Option<f64>>,
+    /// Indexed like `label_ok`; `None` while unknown.
+    price: Vec<Vec<Option<Option<f64>>>>,
 }
 
 /// How a pod class may use a provisioner.
@@ -117,8 +120,8 @@ impl<'a> ProvisionerView<'a> {
             cpu_left: prov.limits.cpu.map(|l| l - used.cpu),
             memory_left: prov.limits.memory.map(|l| l - used.memory),
             frontier: HashMap::new(),
-            label_ok: HashMap::new(),
-            price: HashMap::new(),
+            label_ok: Vec::new(),
+            price: Vec::new(),
         }
     }
 
@@ -140,13 +143,22 @@ impl<'a> ProvisionerView<'a> {
         req: ReqId,
         i: usize,
     ) -> bool {
-        if let Some(v) = self.label_ok.get(&(req, i)) {
-            return *v;
+        let r = req as usize;
+        if self.label_ok.len() <= r {
+            self.label_ok.resize(r + 1, Vec::new());
+        }
+        if self.label_ok[r].is_empty() {
+            self.label_ok[r] = vec![0; self.types.len()];
+        }
+        match self.label_ok[r][i] {
+            1 => return false,
+            2 => return true,
+            _ => {}
         }
         let reqs = table.get(req);
         let t = &catalog[self.types[i]];
         let ok = t.first_label_conflict(reqs).is_none() && t.cheapest_offering(reqs).is_some();
-        self.label_ok.insert((req, i), ok);
+        self.label_ok[r][i] = if ok { 2 } else { 1 };
         ok
     }
 
@@ -158,12 +170,19 @@ impl<'a> ProvisionerView<'a> {
         req: ReqId,
         i: usize,
     ) -> Option<f64> {
-        if let Some(p) = self.price.get(&(req, i)) {
-            return *p;
+        let r = req as usize;
+        if self.price.len() <= r {
+            self.price.resize(r + 1, Vec::new());
+        }
+        if self.price[r].is_empty() {
+            self.price[r] = vec![None; self.types.len()];
+        }
+        if let Some(p) = self.price[r][i] {
+            return p;
         }
         let t = &catalog[self.types[i]];
         let p = t.cheapest_offering(table.get(req)).map(|o| o.price);
-        self.price.insert((req, i), p);
+        self.price[r][i] = Some(p);
         p
     }
 
