@@ -21,12 +21,11 @@ pub fn run(args: &PlanArgs) -> Result<String, CliError> {
     if unsupported > 0 {
         // Say so rather than plan silently as if they were unconstrained.
         warnings.push(format!(
-            "{unsupported} pending pod(s) use topology keys other than {}, {} and {}, or required \
-             pod affinity on {}; the simulation does not honor those, so their placement may differ",
+            "{unsupported} pending pod(s) use topology keys other than {}, {} and {}; \
+             the simulation does not honor those, so their placement may differ",
             joiner_core::labels::ZONE,
             joiner_core::labels::HOSTNAME,
             joiner_core::labels::CAPACITY_TYPE,
-            joiner_core::labels::HOSTNAME,
         ));
     }
     if catalog.prices_estimated {

@@ -497,3 +497,62 @@ fn explanation_names_the_topology_pin_and_node_rules() {
     );
     assert!(e.to_string().contains("Placement: new node"), "{e}");
 }
+
+#[test]
+fn hostname_self_affinity_puts_the_group_on_one_node() {
+    let mut pods = deployment("shard", 6, 1000, 1024);
+    for p in &mut pods {
+        p.affinity.push(term(labels::HOSTNAME, false, app("shard")));
+    }
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    assert_eq!(p.new_nodes.len(), 1);
+    assert_eq!(p.new_nodes[0].pods.len(), 6);
+}
+
+#[test]
+fn hostname_affinity_to_a_running_pod_uses_its_node_only() {
+    let mut cache = pod("cache", 100, 128);
+    cache.labels.insert("app".into(), "cache".into());
+    cache.node_name = Some("n-b".into());
+    let mut pods = deployment("web", 3, 1000, 512);
+    for p in &mut pods {
+        p.affinity.push(term(labels::HOSTNAME, false, app("cache")));
+    }
+    pods.push(cache);
+    let mut orphan = pod("orphan", 100, 128);
+    orphan
+        .affinity
+        .push(term(labels::HOSTNAME, false, app("nobody")));
+    pods.push(orphan);
+    let p = run(&Snapshot {
+        pods,
+        nodes: vec![node_in("z-b", "n-b", 2), node_in("z-a", "n-a", 8)],
+        ..Snapshot::default()
+    });
+    assert!(p.new_nodes.is_empty(), "{:?}", p.new_nodes);
+    assert_eq!(p.existing_nodes.len(), 1);
+    assert_eq!(p.existing_nodes[0].name, "n-b");
+    assert_eq!(
+        p.existing_nodes[0].pods.len(),
+        1,
+        "1 cpu free after the cache"
+    );
+    let reasons: Vec<&str> = p.unschedulable.iter().map(|u| u.reason.as_str()).collect();
+    assert_eq!(reasons.len(), 3);
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("no running pod matches app In [nobody]")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("no room on the nodes running the pods it selects")),
+        "{reasons:?}"
+    );
+}

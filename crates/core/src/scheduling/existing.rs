@@ -1,6 +1,6 @@
 //! Placing pending pods on nodes that already exist (or are in flight): capacity already paid for.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use crate::pod::{Node, Pod};
 use crate::resources::Resources;
@@ -70,20 +70,22 @@ impl<'a> ExistingNodes<'a> {
 
     /// Places as many of `pods` (identical, represented by `template`, class `class`) as fit and
     /// as the per-node rules allow, first fit by name. Returns how many were placed; they are
-    /// taken from the front of `pods`.
+    /// taken from the front of `pods`. `only`, when given, names the nodes the class may use
+    /// (hostname pod affinity).
     pub fn place_class(
         &mut self,
         class: usize,
         template: &Pod,
         pods: &[usize],
         rules: &NodeRules,
+        only: Option<&BTreeSet<String>>,
     ) -> usize {
         let mut done = 0;
         for i in 0..self.nodes.len() {
             if done == pods.len() {
                 break;
             }
-            if !self.admits(i, template) {
+            if !self.admits(i, template) || only.is_some_and(|o| !o.contains(&self.nodes[i].name)) {
                 continue;
             }
             let want = ((pods.len() - done) as i64).min(rules.cap(class, &self.state[i]));

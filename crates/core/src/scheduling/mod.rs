@@ -7,6 +7,7 @@
 pub mod affinity;
 pub mod candidates;
 pub mod classes;
+pub mod colocation;
 pub mod config_lp;
 pub mod existing;
 pub mod explain;
@@ -30,6 +31,7 @@ use crate::resources::Resources;
 use crate::snapshot::Snapshot;
 
 use candidates::{ClassFit, ProvisionerView};
+use colocation::Together;
 use node_rules::NodeRules;
 use packer::Member;
 pub use plan::{ExistingNodeUse, NewNode, Plan, Relaxed, Unschedulable};
@@ -86,22 +88,44 @@ fn place(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -> Plan 
     let classes = pinned.classes;
     let templates: Vec<Pod> = classes.iter().map(|c| c.effective_pod(pods)).collect();
     let rules = NodeRules::build(pods, &templates, &classes);
+    let together = colocation::analyze(pods, &templates);
+    // A one-node group that has been given its node takes no other.
+    let mut sealed = vec![false; classes.len()];
     let mut remaining: Vec<i64> = classes.iter().map(|c| c.pods.len() as i64).collect();
     // Pods are handed out from the front of each class in input order.
     let mut cursor: Vec<usize> = vec![0; classes.len()];
 
     // 1. Existing nodes.
     let mut existing = existing::ExistingNodes::new(&snapshot.nodes, pods, &rules);
+    let mut refusals: Vec<Vec<(String, Reason)>> = vec![Vec::new(); classes.len()];
     for (ci, class) in classes.iter().enumerate() {
-        let placed = existing.place_class(ci, &templates[ci], &class.pods, &rules);
+        let only = match &together[ci] {
+            Together::Free => None,
+            Together::OnNodes(n) => Some(n),
+            Together::OneNode | Together::Refused(_) => continue,
+        };
+        let placed = existing.place_class(ci, &templates[ci], &class.pods, &rules, only);
         remaining[ci] -= placed as i64;
         cursor[ci] += placed;
+    }
+    for (ci, t) in together.iter().enumerate() {
+        let why = match t {
+            Together::Refused(why) => why.clone(),
+            Together::OnNodes(_) => format!(
+                "pod affinity on {}: no room on the nodes running the pods it selects",
+                crate::labels::HOSTNAME
+            ),
+            _ => continue,
+        };
+        if remaining[ci] > 0 {
+            refusals[ci].push((String::new(), Reason::Topology(why)));
+            sealed[ci] = true;
+        }
     }
 
     // 2. New nodes, provisioner by provisioner in weight order.
 
     let mut table = ReqTable::default();
-    let mut refusals: Vec<Vec<(String, Reason)>> = vec![Vec::new(); classes.len()];
     let mut new_nodes: Vec<NewNode> = Vec::new();
     for prov in provs {
         if remaining.iter().all(|r| *r == 0) {
@@ -111,7 +135,7 @@ fn place(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -> Plan 
         let mut view = ProvisionerView::new(prov, catalog, &snapshot.daemonsets, &used, &mut table);
         let mut members = Vec::new();
         for ci in 0..classes.len() {
-            if remaining[ci] == 0 {
+            if remaining[ci] == 0 || sealed[ci] {
                 continue;
             }
             match view.fit_class(catalog, &mut table, &templates[ci]) {
@@ -119,6 +143,7 @@ fn place(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -> Plan 
                     class: ci,
                     req,
                     types,
+                    one_node: together[ci] == Together::OneNode,
                 }),
                 ClassFit::Refused(r) => refusals[ci].push((prov.name.clone(), r)),
             }
@@ -139,6 +164,11 @@ fn place(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -> Plan 
         );
         for (ci, r) in refused {
             refusals[ci].push((prov.name.clone(), r));
+        }
+        for m in &members {
+            if m.one_node && (remaining[m.class] as usize) < classes[m.class].pods.len() {
+                sealed[m.class] = true;
+            }
         }
         let mut zone_turn: BTreeMap<String, usize> = BTreeMap::new();
         for d in drafts {

@@ -28,6 +28,8 @@ pub struct Member {
     pub req: ReqId,
     /// Allowed local type indices.
     pub types: TypeSet,
+    /// All remaining pods of the class must share one node (hostname self-affinity).
+    pub one_node: bool,
 }
 
 /// A node (or a batch of identical nodes) decided by the packer.
@@ -109,6 +111,18 @@ pub fn pack(
             let k = view.effective[t].copies_fitting(seed_requests, alone[seed]);
             if let (true, Some(p)) = (k > 0, view.price(catalog, table, seed_req, t)) {
                 ranked.push((p / k as f64, t));
+            }
+        }
+        if members[seed].one_node {
+            // A one-node group wants a type that holds all of it, when one exists.
+            let want = remaining[members[seed].class].min(alone[seed]);
+            let whole: Vec<(f64, usize)> = ranked
+                .iter()
+                .copied()
+                .filter(|&(_, t)| view.effective[t].copies_fitting(seed_requests, want) >= want)
+                .collect();
+            if !whole.is_empty() {
+                ranked = whole;
             }
         }
         ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
@@ -193,8 +207,30 @@ pub fn pack(
             .unwrap_or(1)
             .max(1);
         copies = copies.min(view.copies_within_limits(catalog, chosen).max(1));
+        let one_node: Vec<usize> = members
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.one_node && fill.counts.iter().any(|(c, _)| *c == m.class))
+            .map(|(i, _)| i)
+            .collect();
+        if !one_node.is_empty() {
+            copies = 1;
+        }
         for (c, k) in &fill.counts {
             remaining[*c] -= k * copies;
+        }
+        for &m in &one_node {
+            // The group got its node; whatever did not fit cannot go anywhere else.
+            blocked[m] = true;
+            if remaining[members[m].class] > 0 {
+                refused.push((
+                    members[m].class,
+                    Reason::Topology(format!(
+                        "pod affinity on {}: its pods must share one node and no instance type holds them all",
+                        crate::labels::HOSTNAME
+                    )),
+                ));
+            }
         }
         view.consume(catalog, chosen, copies);
         drafts.push(Draft {
@@ -246,7 +282,8 @@ fn fill_type(
         }
         let req = &classes[c].requests;
         let k = free.copies_fitting(req, remaining[c].min(rules.cap(c, &state)));
-        if k == 0 {
+        // A one-node group joins another seed's node only whole.
+        if k == 0 || (member.one_node && m != seed && k < remaining[c]) {
             continue;
         }
         rules.add(c, k, &mut state);

@@ -403,18 +403,14 @@ fn choose(
 }
 
 /// How many pending pods carry a term the simulation does not model: a topology key other than
-/// zone, hostname and capacity type, or required pod affinity on hostname. Callers warn about
-/// them rather than let a plan look exact.
+/// zone, hostname and capacity type. Callers warn about them rather than let a plan look exact.
 pub fn unsupported_terms(pods: &[Pod]) -> usize {
     let known = |k: &str| KEYS.contains(&k) || k == labels::HOSTNAME;
     pods.iter()
         .filter(|p| p.node_name.is_none() && !p.is_daemon())
         .filter(|p| {
             p.topology_spread.iter().any(|s| !known(&s.topology_key))
-                || p.affinity.iter().any(|a| {
-                    !known(&a.topology_key)
-                        || (!a.anti && a.weight.is_none() && a.topology_key == labels::HOSTNAME)
-                })
+                || p.affinity.iter().any(|a| !known(&a.topology_key))
         })
         .count()
 }
