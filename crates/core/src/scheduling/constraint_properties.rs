@@ -414,7 +414,11 @@ fn check(s: &Snapshot, plan: &Plan) -> Result<(), TestCaseError> {
     }
     for (p, node, zone, ct) in &placed_new {
         // Zone anti-affinity.
-        for a in p.affinity.iter().filter(|a| a.topology_key == labels::ZONE) {
+        for a in p
+            .affinity
+            .iter()
+            .filter(|a| a.weight.is_none() && a.topology_key == labels::ZONE)
+        {
             let scope = Scope::of_term(p, a);
             let others = by_zone[zone.as_str()]
                 .iter()
@@ -503,6 +507,106 @@ proptest! {
         let s = build(&classes, &nodes);
         let plan = simulate(&s, &catalog(), &Options::default());
         check(&s, &plan)?;
+    }
+}
+
+/// Pods with preferences only: a preferred zone, a preferred zone anti-affinity among their
+/// own replicas, a ScheduleAnyway zone spread.
+fn preference_workload(classes: &[(usize, Option<(usize, i32)>, Option<i32>, bool)]) -> Snapshot {
+    let mut pods = Vec::new();
+    for (ci, (count, zone, apart, soft_spread)) in classes.iter().enumerate() {
+        let app = APPS[ci % APPS.len()];
+        for i in 0..*count {
+            let mut p = Pod {
+                namespace: "default".into(),
+                name: format!("p{ci}-{i}"),
+                requests: Resources::new(250, 256 << 20, 0, 1),
+                owner: Some(Owner {
+                    kind: "Deployment".into(),
+                    name: format!("p{ci}"),
+                }),
+                ..Pod::default()
+            };
+            p.labels.insert("app".into(), app.into());
+            p.labels.insert("class".into(), ci.to_string());
+            let mut own = Requirements::new();
+            own.add("class", Requirement::single(&ci.to_string()));
+            if let Some((z, w)) = zone {
+                let mut r = Requirements::new();
+                r.add(labels::ZONE, Requirement::single(ZONES[*z]));
+                p.preferred_node_terms.push((*w, r));
+            }
+            if let Some(w) = apart {
+                let mut a = anti(labels::ZONE, 0);
+                a.selector = own.clone();
+                a.weight = Some(*w);
+                p.affinity.push(a);
+            }
+            if *soft_spread {
+                p.topology_spread.push(TopologySpread {
+                    topology_key: labels::ZONE.into(),
+                    max_skew: 1,
+                    min_domains: None,
+                    hard: false,
+                    selector: own,
+                });
+            }
+            pods.push(p);
+        }
+    }
+    Snapshot {
+        pods,
+        ..Snapshot::default()
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// Preferences never leave a pod pending; a pod that relaxed nothing honors its preferred
+    /// zone; whatever a pod relaxed is one of its own preferences.
+    #[test]
+    fn preferences_are_honored_or_relaxed_never_blocking(
+        classes in prop::collection::vec(
+            (
+                1usize..6,
+                prop::option::weighted(0.6, (0usize..ZONES.len(), 1i32..100)),
+                prop::option::weighted(0.4, 1i32..100),
+                prop::bool::weighted(0.3),
+            ),
+            1..5,
+        ),
+    ) {
+        let s = preference_workload(&classes);
+        let plan = simulate(&s, &catalog(), &Options::default());
+        prop_assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
+        check(&s, &plan)?;
+        let relaxed: HashMap<&str, &Vec<String>> =
+            plan.relaxed.iter().map(|r| (r.pod.as_str(), &r.preferences)).collect();
+        for n in &plan.new_nodes {
+            for k in &n.pods {
+                let p = s.pods.iter().find(|p| p.key() == *k).expect("pod");
+                match relaxed.get(k.as_str()) {
+                    None => {
+                        for (_, t) in &p.preferred_node_terms {
+                            let z = t.get(labels::ZONE).expect("zone term");
+                            prop_assert!(z.allows(&n.zone), "{} not in its preferred zone", k);
+                        }
+                    }
+                    Some(prefs) => {
+                        prop_assert!(!prefs.is_empty());
+                        for pr in prefs.iter() {
+                            prop_assert!(
+                                pr.starts_with("preferred node affinity")
+                                    || pr.starts_with("preferred pod anti-affinity")
+                                    || pr.starts_with("topology spread"),
+                                "{}", pr
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -556,3 +556,31 @@ fn hostname_affinity_to_a_running_pod_uses_its_node_only() {
         "{reasons:?}"
     );
 }
+
+#[test]
+fn min_domains_above_the_zone_count_caps_each_zone_at_max_skew() {
+    // Two allowed zones, minDomains 3: the global minimum counts as 0, so each zone takes at
+    // most maxSkew (1) pod and the other two pods stay pending with the spread named.
+    let mut prov = Provisioner::default_provisioner();
+    prov.requirements
+        .add(labels::ZONE, Requirement::one_of(["z-a", "z-b"]));
+    let mut pods = deployment("web", 4, 500, 512);
+    for p in &mut pods {
+        let mut s = spread(labels::ZONE, 1, app("web"));
+        s.min_domains = Some(3);
+        p.topology_spread.push(s);
+    }
+    let p = run(&Snapshot {
+        pods,
+        provisioners: vec![prov],
+        ..Snapshot::default()
+    });
+    assert_eq!(
+        zone_counts(&p).values().copied().collect::<Vec<_>>(),
+        vec![1, 1]
+    );
+    assert_eq!(p.unschedulable.len(), 2);
+    assert!(p.unschedulable[0]
+        .reason
+        .starts_with("topology spread on topology.kubernetes.io/zone (maxSkew 1)"));
+}
