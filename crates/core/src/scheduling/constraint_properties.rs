@@ -512,7 +512,10 @@ proptest! {
 
 /// Pods with preferences only: a preferred zone, a preferred zone anti-affinity among their
 /// own replicas, a ScheduleAnyway zone spread.
-fn preference_workload(classes: &[(usize, Option<(usize, i32)>, Option<i32>, bool)]) -> Snapshot {
+/// (replicas, preferred zone and weight, weight of the preferred zone anti-affinity, soft spread).
+type PrefClass = (usize, Option<(usize, i32)>, Option<i32>, bool);
+
+fn preference_workload(classes: &[PrefClass]) -> Snapshot {
     let mut pods = Vec::new();
     for (ci, (count, zone, apart, soft_spread)) in classes.iter().enumerate() {
         let app = APPS[ci % APPS.len()];
