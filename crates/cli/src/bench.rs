@@ -45,6 +45,8 @@ enum Workload {
     /// Karpenter's benchmark mix (a fifth each: generic, zonal spread, hostname spread, zonal
     /// self-affinity, hostname anti-affinity).
     Karpenter,
+    /// N mutually hostname-anti-affine pods: one per node, the worst case for pairwise checks.
+    Antiaffine,
 }
 
 /// Runs the benchmark and returns a Markdown table.
@@ -64,6 +66,7 @@ pub fn run(args: &BenchArgs) -> Result<String, CliError> {
         let pods = match args.workload {
             Workload::Mixed => workload::mixed_fleet(args.seed, n),
             Workload::Karpenter => workload::karpenter_mix(args.seed, n),
+            Workload::Antiaffine => workload::mutually_anti_affine(args.seed, n),
         };
         let snapshot = Snapshot {
             pods,
@@ -121,6 +124,7 @@ pub fn run(args: &BenchArgs) -> Result<String, CliError> {
             match args.workload {
                 Workload::Mixed => "mixed",
                 Workload::Karpenter => "karpenter-mix",
+                Workload::Antiaffine => "anti-affine",
             },
             n,
             cls.len(),

@@ -50,6 +50,11 @@ pub struct PlanArgs {
     /// Region whose embedded catalog (types, zones, prices) is used.
     #[arg(long, default_value = "us-east-1", env = "JOINER_REGION")]
     pub region: String,
+    /// Explains one pod's placement (`namespace/name`, repeatable): per Provisioner, how many
+    /// instance types each requirement, resource, taint, host port, limit or topology rule
+    /// excluded, and where the pod goes.
+    #[arg(long = "explain", value_name = "NAMESPACE/POD")]
+    pub explain: Vec<String>,
 }
 
 /// Output formats of `joiner plan`.

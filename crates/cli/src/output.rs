@@ -1,5 +1,6 @@
 //! Rendering a plan for people (`-o table`) and for programs (`-o json`).
 
+use joiner_core::scheduling::explain::Explanation;
 use joiner_core::scheduling::Plan;
 use serde::Serialize;
 
@@ -11,6 +12,8 @@ pub struct Report<'a> {
     pub plan: &'a Plan,
     /// Notes for the reader (estimated prices, skipped documents).
     pub warnings: &'a [String],
+    /// Explanations asked for with `--explain`.
+    pub explanations: &'a [Explanation],
 }
 
 #[derive(Serialize)]
@@ -19,8 +22,37 @@ struct JsonReport<'a> {
     new_nodes: Vec<JsonNode<'a>>,
     existing_nodes: Vec<JsonExisting<'a>>,
     unschedulable: Vec<JsonUnschedulable<'a>>,
+    relaxed: Vec<JsonRelaxed<'a>>,
     new_price_per_hour: f64,
     warnings: &'a [String],
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    explanations: Vec<JsonExplanation<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonExplanation<'a> {
+    pod: &'a str,
+    pinned: Option<&'a str>,
+    node_rules: &'a [String],
+    provisioners: Vec<JsonFilter<'a>>,
+    relaxed: &'a [String],
+    placement: String,
+    event: String,
+}
+
+#[derive(Serialize)]
+struct JsonFilter<'a> {
+    name: &'a str,
+    weight: i32,
+    instance_types: usize,
+    excluded: Vec<JsonExcluded<'a>>,
+    left: usize,
+}
+
+#[derive(Serialize)]
+struct JsonExcluded<'a> {
+    by: &'a str,
+    instance_types: usize,
 }
 
 #[derive(Serialize)]
@@ -46,6 +78,12 @@ struct JsonExisting<'a> {
 struct JsonUnschedulable<'a> {
     pod: &'a str,
     reason: &'a str,
+}
+
+#[derive(Serialize)]
+struct JsonRelaxed<'a> {
+    pod: &'a str,
+    preferences: &'a [String],
 }
 
 /// Prices are sums of floats; six decimals keep the output stable and exact enough for $/h.
@@ -91,8 +129,47 @@ pub fn json(report: &Report<'_>) -> String {
                 reason: &u.reason,
             })
             .collect(),
+        relaxed: report
+            .plan
+            .relaxed
+            .iter()
+            .map(|r| JsonRelaxed {
+                pod: &r.pod,
+                preferences: &r.preferences,
+            })
+            .collect(),
         new_price_per_hour: round_price(report.plan.new_price_per_hour()),
         warnings: report.warnings,
+        explanations: report
+            .explanations
+            .iter()
+            .map(|e| JsonExplanation {
+                pod: &e.pod,
+                pinned: e.pinned.as_deref(),
+                node_rules: &e.node_rules,
+                provisioners: e
+                    .provisioners
+                    .iter()
+                    .map(|p| JsonFilter {
+                        name: &p.name,
+                        weight: p.weight,
+                        instance_types: p.catalog,
+                        excluded: p
+                            .excluded
+                            .iter()
+                            .map(|(by, n)| JsonExcluded {
+                                by,
+                                instance_types: *n,
+                            })
+                            .collect(),
+                        left: p.left,
+                    })
+                    .collect(),
+                relaxed: &e.relaxed,
+                placement: e.placement.to_string(),
+                event: e.event_message(),
+            })
+            .collect(),
     };
     // Serializing plain structs of strings and numbers cannot fail; keep a readable fallback.
     serde_json::to_string_pretty(&doc).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
@@ -174,6 +251,14 @@ pub fn table(report: &Report<'_>) -> String {
         }
         out.push_str(&columns(&rows));
     }
+    if !plan.relaxed.is_empty() {
+        out.push('\n');
+        let mut rows = vec![vec!["POD".to_string(), "RELAXED PREFERENCE".into()]];
+        for r in &plan.relaxed {
+            rows.push(vec![r.pod.clone(), r.preferences.join("; ")]);
+        }
+        out.push_str(&columns(&rows));
+    }
     let on_new: usize = plan.new_nodes.iter().map(|n| n.pods.len()).sum();
     let on_existing: usize = plan.existing_nodes.iter().map(|n| n.pods.len()).sum();
     let estimated = plan.new_nodes.iter().any(|n| n.price_estimated);
@@ -193,13 +278,17 @@ pub fn table(report: &Report<'_>) -> String {
     for w in report.warnings {
         out.push_str(&format!("warning: {w}\n"));
     }
+    for e in report.explanations {
+        out.push('\n');
+        out.push_str(&e.to_string());
+    }
     out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use joiner_core::scheduling::{ExistingNodeUse, NewNode, Unschedulable};
+    use joiner_core::scheduling::{ExistingNodeUse, NewNode, Relaxed, Unschedulable};
     use joiner_core::{CapacityType, Resources};
 
     fn plan() -> Plan {
@@ -224,6 +313,10 @@ mod tests {
                 pod: "default/huge".into(),
                 reason: "no instance type has 1000 cpu; largest allowed has 448".into(),
             }],
+            relaxed: vec![Relaxed {
+                pod: "default/web-0".into(),
+                preferences: vec!["preferred node affinity zone In [a] (weight 1)".into()],
+            }],
         }
     }
 
@@ -235,6 +328,7 @@ mod tests {
             region: "us-east-1",
             plan: &p,
             warnings: &w,
+            explanations: &[],
         }))
         .unwrap();
         assert_eq!(v["region"], "us-east-1");
@@ -244,6 +338,7 @@ mod tests {
         assert_eq!(v["existing_nodes"][0]["pods"][0], "default/web-1");
         assert_eq!(v["unschedulable"][0]["pod"], "default/huge");
         assert_eq!(v["new_price_per_hour"], 0.3);
+        assert_eq!(v["relaxed"][0]["pod"], "default/web-0");
     }
 
     #[test]
@@ -254,6 +349,7 @@ mod tests {
             region: "us-east-1",
             plan: &p,
             warnings: &w,
+            explanations: &[],
         });
         assert!(t.contains("default-1  default      m5.large"), "{t}");
         assert!(t.contains("ip-10-0-0-1"));
@@ -263,5 +359,9 @@ mod tests {
         );
         assert!(t.contains("Total: 1 new node(s) at $0.3000/h in us-east-1; 1 pod(s) on new nodes, 1 on existing nodes, 1 unschedulable"), "{t}");
         assert!(t.contains("warning: skipped kind Service"));
+        assert!(
+            t.contains("default/web-0  preferred node affinity zone In [a] (weight 1)"),
+            "{t}"
+        );
     }
 }

@@ -1,5 +1,6 @@
 //! `joiner plan`: manifests in, the nodes joiner would launch out.
 
+use joiner_core::scheduling::explain::{explain, Explanation};
 use joiner_core::scheduling::{simulate, Options};
 
 use crate::error::CliError;
@@ -16,20 +17,15 @@ pub fn run(args: &PlanArgs) -> Result<String, CliError> {
         &Options::default(),
     );
     let mut warnings = loaded.warnings;
-    let constrained = loaded
-        .snapshot
-        .pods
-        .iter()
-        .filter(|p| p.node_name.is_none())
-        .filter(|p| {
-            !p.topology_spread.is_empty() || !p.affinity.is_empty() || !p.host_ports.is_empty()
-        })
-        .count();
-    if constrained > 0 {
+    let unsupported = joiner_core::scheduling::topology::unsupported_terms(&loaded.snapshot.pods);
+    if unsupported > 0 {
         // Say so rather than plan silently as if they were unconstrained.
         warnings.push(format!(
-            "{constrained} pending pod(s) use topology spread, pod (anti-)affinity or host ports; \
-             this version of the simulation does not honor those yet, so their placement may differ"
+            "{unsupported} pending pod(s) use topology keys other than {}, {} and {}; \
+             the simulation does not honor those, so their placement may differ",
+            joiner_core::labels::ZONE,
+            joiner_core::labels::HOSTNAME,
+            joiner_core::labels::CAPACITY_TYPE,
         ));
     }
     if catalog.prices_estimated {
@@ -38,10 +34,21 @@ pub fn run(args: &PlanArgs) -> Result<String, CliError> {
             args.region
         ));
     }
+    let mut explanations: Vec<Explanation> = Vec::new();
+    for key in &args.explain {
+        let e =
+            explain(&loaded.snapshot, &catalog.instance_types, &plan, key).ok_or_else(|| {
+                CliError::Usage(format!(
+                    "--explain {key}: no pod {key} in the manifests (expected namespace/name)"
+                ))
+            })?;
+        explanations.push(e);
+    }
     let report = Report {
         region: &args.region,
         plan: &plan,
         warnings: &warnings,
+        explanations: &explanations,
     };
     Ok(match args.output {
         Format::Table => output::table(&report),

@@ -54,6 +54,62 @@ fn mixed_cluster() {
 }
 
 #[test]
+fn constraints_zone_spread() {
+    check(
+        "examples/constraints/zone-spread.yaml",
+        "constraints-zone-spread.json",
+    );
+}
+
+#[test]
+fn constraints_hostname_spread() {
+    check(
+        "examples/constraints/hostname-spread.yaml",
+        "constraints-hostname-spread.json",
+    );
+}
+
+#[test]
+fn constraints_capacity_type_spread() {
+    check(
+        "examples/constraints/capacity-type-spread.yaml",
+        "constraints-capacity-type-spread.json",
+    );
+}
+
+#[test]
+fn constraints_pod_affinity() {
+    check(
+        "examples/constraints/pod-affinity.yaml",
+        "constraints-pod-affinity.json",
+    );
+}
+
+#[test]
+fn constraints_pod_anti_affinity() {
+    check(
+        "examples/constraints/pod-anti-affinity.yaml",
+        "constraints-pod-anti-affinity.json",
+    );
+}
+
+#[test]
+fn constraints_host_ports() {
+    check(
+        "examples/constraints/host-ports.yaml",
+        "constraints-host-ports.json",
+    );
+}
+
+#[test]
+fn constraints_preferences() {
+    check(
+        "examples/constraints/preferences.yaml",
+        "constraints-preferences.json",
+    );
+}
+
+#[test]
 fn golden_plans_are_consistent() {
     // Independent of the stored files: every pending pod is placed once or explained.
     let v: serde_json::Value =
@@ -123,16 +179,11 @@ fn unknown_region_exits_2() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("us-east-1"));
 }
 
-#[test]
-fn constraints_not_yet_simulated_are_announced() {
+fn warnings_of(name: &str, manifest: &str) -> Vec<String> {
     let dir = std::env::temp_dir().join(format!("joiner-golden-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let file = dir.join("anti.yaml");
-    std::fs::write(
-        &file,
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: a, labels: {app: a}}\nspec:\n  affinity:\n    podAntiAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n        - topologyKey: kubernetes.io/hostname\n          labelSelector: {matchLabels: {app: a}}\n  containers: [{name: c, image: i}]\n",
-    )
-    .expect("write");
+    let file = dir.join(name);
+    std::fs::write(&file, manifest).expect("write");
     let out = Command::new(env!("CARGO_BIN_EXE_joiner"))
         .args(["plan", "-o", "json", "-f"])
         .arg(&file)
@@ -140,11 +191,69 @@ fn constraints_not_yet_simulated_are_announced() {
         .expect("run joiner");
     assert!(out.status.success());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
-    let warnings = v["warnings"].as_array().expect("warnings");
-    assert!(
-        warnings.iter().any(|w| w
-            .as_str()
-            .is_some_and(|s| s.contains("1 pending pod(s) use topology spread"))),
-        "{warnings:?}"
+    v["warnings"]
+        .as_array()
+        .expect("warnings")
+        .iter()
+        .filter_map(|w| w.as_str().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn simulated_constraints_raise_no_warning_and_others_are_announced() {
+    let pod = |kind: &str, key: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: a, labels: {{app: a}}}}\nspec:\n  affinity:\n    {kind}:\n      requiredDuringSchedulingIgnoredDuringExecution:\n        - topologyKey: {key}\n          labelSelector: {{matchLabels: {{app: a}}}}\n  containers: [{{name: c, image: i}}]\n"
+        )
+    };
+    let anti = warnings_of(
+        "anti.yaml",
+        &pod("podAntiAffinity", "kubernetes.io/hostname"),
     );
+    assert!(anti.is_empty(), "{anti:?}");
+    let rack = warnings_of("rack.yaml", &pod("podAntiAffinity", "example.com/rack"));
+    assert!(
+        rack.iter()
+            .any(|w| w.contains("1 pending pod(s) use topology keys other than")),
+        "{rack:?}"
+    );
+    let together = warnings_of(
+        "together.yaml",
+        &pod("podAffinity", "kubernetes.io/hostname"),
+    );
+    assert!(together.is_empty(), "{together:?}");
+}
+
+#[test]
+fn explain_prints_the_filters_and_the_placement() {
+    let out = Command::new(env!("CARGO_BIN_EXE_joiner"))
+        .current_dir(root())
+        .args([
+            "plan",
+            "-f",
+            "examples/web-fleet.yaml",
+            "--explain",
+            "shop/web-0",
+        ])
+        .output()
+        .expect("run joiner");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Pod shop/web-0"), "{text}");
+    assert!(text.contains("Provisioner default (weight 0): "), "{text}");
+    assert!(text.contains("Placement: new node default-"), "{text}");
+
+    let missing = Command::new(env!("CARGO_BIN_EXE_joiner"))
+        .current_dir(root())
+        .args([
+            "plan",
+            "-f",
+            "examples/web-fleet.yaml",
+            "--explain",
+            "shop/nope",
+        ])
+        .output()
+        .expect("run joiner");
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no pod shop/nope"));
 }

@@ -150,6 +150,41 @@ pub fn karpenter_mix(seed: u64, pods: usize) -> Vec<Pod> {
     out
 }
 
+/// `pods` pending pods that are all mutually anti-affine on `kubernetes.io/hostname` (one label,
+/// one required anti-affinity term), in Deployments of 50 with requests drawn like Karpenter's:
+/// every node may hold one of them, which is where pairwise checks would go quadratic.
+pub fn mutually_anti_affine(seed: u64, pods: usize) -> Vec<Pod> {
+    let mut rng = Rng::new(seed);
+    let cpus = [100, 250, 500, 1000, 1500];
+    let mems_mi = [100, 256, 512, 1024, 2048, 4096];
+    let mut sel = Requirements::new();
+    sel.add("app", Requirement::single("anti"));
+    let mut out = Vec::with_capacity(pods);
+    let mut g = 0;
+    while out.len() < pods {
+        let n = (pods - out.len()).min(50);
+        let mut group = deployment_pods(
+            &format!("anti-{g}"),
+            n,
+            rng.pick(&cpus),
+            rng.pick(&mems_mi) << 20,
+        );
+        for p in &mut group {
+            p.labels.insert("app".into(), "anti".into());
+            p.affinity.push(PodAffinityTerm {
+                topology_key: labels::HOSTNAME.into(),
+                selector: sel.clone(),
+                namespaces: Vec::new(),
+                anti: true,
+                weight: None,
+            });
+        }
+        out.extend(group);
+        g += 1;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,5 +208,10 @@ mod tests {
                 .count(),
             200
         );
+        let a = mutually_anti_affine(1, 120);
+        assert_eq!(a.len(), 120);
+        assert!(a
+            .iter()
+            .all(|p| p.labels["app"] == "anti" && p.affinity.len() == 1));
     }
 }

@@ -52,7 +52,34 @@ pub fn load(paths: &[PathBuf]) -> Result<Loaded, ManifestError> {
         })?;
         read_text(&file, &text, &mut seen, &mut loaded)?;
     }
+    narrow_to_subnet_zones(&mut loaded);
     Ok(loaded)
+}
+
+/// A Provisioner launches only where its NodeTemplate has subnets: when the template's status
+/// lists resolved subnets, their zones become a zone requirement of the Provisioner, so the
+/// simulation (and the topology spread domains) use those zones only. Without a status (the
+/// usual offline case) the zones are those of the offerings.
+fn narrow_to_subnet_zones(loaded: &mut Loaded) {
+    for prov in &mut loaded.snapshot.provisioners {
+        let Some(name) = prov.node_template.as_deref() else {
+            continue;
+        };
+        let zones: Vec<String> = loaded
+            .node_templates
+            .iter()
+            .filter(|t| t.metadata.name.as_deref() == Some(name))
+            .filter_map(|t| t.status.as_ref())
+            .flat_map(|s| s.subnets.iter().map(|sn| sn.zone.clone()))
+            .filter(|z| !z.is_empty())
+            .collect();
+        if !zones.is_empty() {
+            prov.requirements.add(
+                joiner_core::labels::ZONE,
+                joiner_core::Requirement::one_of(zones),
+            );
+        }
+    }
 }
 
 /// Loads one file's text as if it had been read from `path`: the unit tests' entry point.
@@ -65,6 +92,7 @@ pub(crate) fn load_text(path: &str, text: &str) -> Result<Loaded, ManifestError>
         &mut kinds::Seen::default(),
         &mut loaded,
     )?;
+    narrow_to_subnet_zones(&mut loaded);
     Ok(loaded)
 }
 

@@ -5,12 +5,13 @@ use std::collections::HashMap;
 
 use crate::instance_type::InstanceType;
 use crate::labels;
-use crate::pod::{DaemonSet, Pod};
+use crate::pod::{DaemonSet, HostPort, Pod};
 use crate::provisioner::Provisioner;
 use crate::requirements::Requirements;
 use crate::resources::Resources;
 use crate::taints::first_untolerated;
 
+use super::ports::first_clash;
 use super::reasons::Reason;
 use super::reqtable::{ReqId, ReqTable};
 use super::typeset::TypeSet;
@@ -29,6 +30,8 @@ pub struct ProvisionerView<'a> {
     pub effective: Vec<Resources>,
     /// DaemonSet overhead, per local index.
     pub overhead: Vec<Resources>,
+    /// Host ports the DaemonSets bind, per local index.
+    pub daemon_ports: Vec<Vec<HostPort>>,
     /// Catalog types excluded by each provisioner requirement key (for explanations).
     pub excluded_by_key: Vec<(String, usize)>,
     /// Remaining cpu limit (millicores), when limited.
@@ -38,9 +41,12 @@ pub struct ProvisionerView<'a> {
     /// Types label-compatible with a requirement set, Pareto-pruned, cheapest first.
     frontier: HashMap<ReqId, Vec<usize>>,
     /// Label compatibility of (requirement set, local type).
-    label_ok: HashMap<(ReqId, usize), bool>,
+    /// Indexed by requirement id, then local type: 0 unknown, 1 no, 2 yes. Dense vectors, not a
+    /// hash map: this is the innermost question of the packer.
+    label_ok: Vec<Vec<u8>>,
     /// Cheapest offering price under a requirement set, per local type.
-    price: HashMap<(ReqId, usize), Option<f64>>,
+    /// Indexed like `label_ok`; `None` while unknown.
+    price: Vec<Vec<Option<Option<f64>>>>,
 }
 
 /// How a pod class may use a provisioner.
@@ -79,6 +85,7 @@ impl<'a> ProvisionerView<'a> {
         }
         let mut effective = Vec::with_capacity(types.len());
         let mut overhead = Vec::with_capacity(types.len());
+        let mut daemon_ports = Vec::with_capacity(types.len());
         for &ci in &types {
             let t = &catalog[ci];
             let mut alloc = t.allocatable.clone();
@@ -86,11 +93,14 @@ impl<'a> ProvisionerView<'a> {
                 alloc.pods = alloc.pods.min(mp.max(0));
             }
             let mut oh = Resources::default();
+            let mut ports = Vec::new();
             for ds in daemonsets {
                 if daemon_runs_on(&ds.pod, prov, &node_reqs, t) {
                     oh.add(&ds.pod.requests);
+                    ports.extend(ds.pod.host_ports.iter().cloned());
                 }
             }
+            daemon_ports.push(ports);
             let mut eff = alloc;
             eff.sub(&oh);
             effective.push(eff);
@@ -105,12 +115,13 @@ impl<'a> ProvisionerView<'a> {
             types,
             effective,
             overhead,
+            daemon_ports,
             excluded_by_key,
             cpu_left: prov.limits.cpu.map(|l| l - used.cpu),
             memory_left: prov.limits.memory.map(|l| l - used.memory),
             frontier: HashMap::new(),
-            label_ok: HashMap::new(),
-            price: HashMap::new(),
+            label_ok: Vec::new(),
+            price: Vec::new(),
         }
     }
 
@@ -132,13 +143,22 @@ impl<'a> ProvisionerView<'a> {
         req: ReqId,
         i: usize,
     ) -> bool {
-        if let Some(v) = self.label_ok.get(&(req, i)) {
-            return *v;
+        let r = req as usize;
+        if self.label_ok.len() <= r {
+            self.label_ok.resize(r + 1, Vec::new());
+        }
+        if self.label_ok[r].is_empty() {
+            self.label_ok[r] = vec![0; self.types.len()];
+        }
+        match self.label_ok[r][i] {
+            1 => return false,
+            2 => return true,
+            _ => {}
         }
         let reqs = table.get(req);
         let t = &catalog[self.types[i]];
         let ok = t.first_label_conflict(reqs).is_none() && t.cheapest_offering(reqs).is_some();
-        self.label_ok.insert((req, i), ok);
+        self.label_ok[r][i] = if ok { 2 } else { 1 };
         ok
     }
 
@@ -150,12 +170,19 @@ impl<'a> ProvisionerView<'a> {
         req: ReqId,
         i: usize,
     ) -> Option<f64> {
-        if let Some(p) = self.price.get(&(req, i)) {
-            return *p;
+        let r = req as usize;
+        if self.price.len() <= r {
+            self.price.resize(r + 1, Vec::new());
+        }
+        if self.price[r].is_empty() {
+            self.price[r] = vec![None; self.types.len()];
+        }
+        if let Some(p) = self.price[r][i] {
+            return p;
         }
         let t = &catalog[self.types[i]];
         let p = t.cheapest_offering(table.get(req)).map(|o| o.price);
-        self.price.insert((req, i), p);
+        self.price[r][i] = Some(p);
         p
     }
 
@@ -352,6 +379,22 @@ impl<'a> ProvisionerView<'a> {
                 })
                 .unwrap_or_else(|| "of the provisioner".to_string());
             return ClassFit::Refused(Reason::Requirement(text));
+        }
+        if !pod.host_ports.is_empty() {
+            let mut clash = None;
+            by_labels.retain(
+                |&i| match first_clash(&pod.host_ports, &self.daemon_ports[i]) {
+                    Some(k) => {
+                        clash.get_or_insert(k);
+                        false
+                    }
+                    None => true,
+                },
+            );
+            if by_labels.is_empty() {
+                let text = clash.map(|k| k.describe()).unwrap_or_default();
+                return ClassFit::Refused(Reason::HostPort(text));
+            }
         }
         let wants_accel = pod.requests.has_extended();
         let mut fitting = TypeSet::empty(n);

@@ -52,6 +52,28 @@ pub struct PodClass {
     pub template: usize,
     /// Effective requests of one pod.
     pub requests: Resources,
+    /// Extra node requirements the topology pass pinned this group to (a zone, a capacity
+    /// type); empty for an unconstrained class.
+    pub pinned: Requirements,
+}
+
+impl PodClass {
+    /// The pod the simulation schedules for this class: the template with the pinned
+    /// requirements merged into every node term, so existing-node matching and instance-type
+    /// filtering both see the pin without knowing about topology.
+    pub fn effective_pod(&self, pods: &[Pod]) -> Pod {
+        let mut p = pods[self.template].clone();
+        if !self.pinned.is_empty() {
+            if p.node_terms.is_empty() {
+                p.node_terms.push(self.pinned.clone());
+            } else {
+                for t in &mut p.node_terms {
+                    *t = t.intersect(&self.pinned);
+                }
+            }
+        }
+        p
+    }
 }
 
 /// Groups pending pods into classes, largest requests first (cpu, then memory), ties by the
@@ -70,6 +92,7 @@ pub fn build(pods: &[Pod], pending: &[usize]) -> Vec<PodClass> {
                     pods: vec![i],
                     template: i,
                     requests: p.requests.clone(),
+                    pinned: Requirements::new(),
                 });
             }
         }

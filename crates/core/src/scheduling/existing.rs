@@ -1,10 +1,12 @@
 //! Placing pending pods on nodes that already exist (or are in flight): capacity already paid for.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use crate::pod::{Node, Pod};
 use crate::resources::Resources;
 use crate::taints::first_untolerated;
+
+use super::node_rules::{NodeRules, NodeState};
 
 /// Free capacity of the existing nodes after the pods already running there.
 pub struct ExistingNodes<'a> {
@@ -14,11 +16,14 @@ pub struct ExistingNodes<'a> {
     pub free: Vec<Resources>,
     /// Pods placed by this pass, per node (snapshot pod indices).
     pub placed: Vec<Vec<usize>>,
+    /// Per-node rule counts (anti-affinity, hostname spread, host ports), running pods included.
+    pub state: Vec<NodeState>,
 }
 
 impl<'a> ExistingNodes<'a> {
-    /// Subtracts the requests of running pods from each node's allocatable.
-    pub fn new(nodes: &'a [Node], pods: &[Pod]) -> Self {
+    /// Subtracts the requests of running pods from each node's allocatable and counts them
+    /// against the per-node rules.
+    pub fn new(nodes: &'a [Node], pods: &[Pod], rules: &NodeRules) -> Self {
         let mut sorted: Vec<&Node> = nodes.iter().collect();
         sorted.sort_by(|a, b| a.name.cmp(&b.name));
         let by_name: HashMap<&str, usize> = sorted
@@ -27,16 +32,23 @@ impl<'a> ExistingNodes<'a> {
             .map(|(i, n)| (n.name.as_str(), i))
             .collect();
         let mut free: Vec<Resources> = sorted.iter().map(|n| n.allocatable.clone()).collect();
+        let mut running: Vec<Vec<&Pod>> = vec![Vec::new(); sorted.len()];
         for p in pods {
             if let Some(i) = p.node_name.as_deref().and_then(|n| by_name.get(n)) {
                 free[*i].sub(&p.requests);
+                running[*i].push(p);
             }
         }
+        let state = running
+            .iter()
+            .map(|r| rules.running_state(r.iter().copied()))
+            .collect();
         let placed = vec![Vec::new(); sorted.len()];
         ExistingNodes {
             nodes: sorted,
             free,
             placed,
+            state,
         }
     }
 
@@ -56,21 +68,32 @@ impl<'a> ExistingNodes<'a> {
                 .any(|t| t.matches_labels(&node.labels))
     }
 
-    /// Places as many of `pods` (identical, represented by `template`) as fit, first fit by name.
-    /// Returns how many were placed; they are taken from the front of `pods`.
-    pub fn place_class(&mut self, template: &Pod, pods: &[usize]) -> usize {
+    /// Places as many of `pods` (identical, represented by `template`, class `class`) as fit and
+    /// as the per-node rules allow, first fit by name. Returns how many were placed; they are
+    /// taken from the front of `pods`. `only`, when given, names the nodes the class may use
+    /// (hostname pod affinity).
+    pub fn place_class(
+        &mut self,
+        class: usize,
+        template: &Pod,
+        pods: &[usize],
+        rules: &NodeRules,
+        only: Option<&BTreeSet<String>>,
+    ) -> usize {
         let mut done = 0;
         for i in 0..self.nodes.len() {
             if done == pods.len() {
                 break;
             }
-            if !self.admits(i, template) {
+            if !self.admits(i, template) || only.is_some_and(|o| !o.contains(&self.nodes[i].name)) {
                 continue;
             }
-            let k = self.free[i].copies_fitting(&template.requests, (pods.len() - done) as i64);
+            let want = ((pods.len() - done) as i64).min(rules.cap(class, &self.state[i]));
+            let k = self.free[i].copies_fitting(&template.requests, want);
             if k == 0 {
                 continue;
             }
+            rules.add(class, k, &mut self.state[i]);
             self.free[i].add_times(&template.requests, -k);
             self.placed[i].extend_from_slice(&pods[done..done + k as usize]);
             done += k as usize;

@@ -4,27 +4,37 @@
 //! in-flight) nodes first at no new cost, then new nodes from the highest-weight Provisioner that
 //! accepts the pod. New node shapes are chosen for cost (see [`packer`]).
 
+pub mod affinity;
 pub mod candidates;
 pub mod classes;
+pub mod colocation;
 pub mod config_lp;
 pub mod existing;
+pub mod explain;
 pub mod lp;
+pub mod node_rules;
 pub mod packer;
 pub mod plan;
+pub mod ports;
+pub mod preferences;
 pub mod reasons;
 pub mod reqtable;
+pub mod topology;
 pub mod typeset;
 
 use std::collections::BTreeMap;
 
 use crate::instance_type::{offering_allowed, CapacityType, InstanceType};
+use crate::pod::Pod;
 use crate::provisioner::Provisioner;
 use crate::resources::Resources;
 use crate::snapshot::Snapshot;
 
 use candidates::{ClassFit, ProvisionerView};
+use colocation::Together;
+use node_rules::NodeRules;
 use packer::Member;
-pub use plan::{ExistingNodeUse, NewNode, Plan, Unschedulable};
+pub use plan::{ExistingNodeUse, NewNode, Plan, Relaxed, Unschedulable};
 use reasons::Reason;
 use reqtable::ReqTable;
 
@@ -43,8 +53,14 @@ impl Default for Options {
     }
 }
 
-/// Runs a scheduling pass over a snapshot against a catalog of instance types.
+/// Runs a scheduling pass over a snapshot against a catalog of instance types: preferences are
+/// honored as hard rules first and relaxed pod by pod where they keep a pod from being placed.
 pub fn simulate(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -> Plan {
+    preferences::solve(snapshot, |s| place(s, catalog, opts))
+}
+
+/// One pass with every constraint of the snapshot's pods taken as hard.
+fn place(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -> Plan {
     let pods = &snapshot.pods;
     let pending: Vec<usize> = pods
         .iter()
@@ -52,20 +68,6 @@ pub fn simulate(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -
         .filter(|(_, p)| p.node_name.is_none() && !p.is_daemon())
         .map(|(i, _)| i)
         .collect();
-    let classes = classes::build(pods, &pending);
-    let mut remaining: Vec<i64> = classes.iter().map(|c| c.pods.len() as i64).collect();
-    // Pods are handed out from the front of each class in input order.
-    let mut cursor: Vec<usize> = vec![0; classes.len()];
-
-    // 1. Existing nodes.
-    let mut existing = existing::ExistingNodes::new(&snapshot.nodes, pods);
-    for (ci, class) in classes.iter().enumerate() {
-        let placed = existing.place_class(&pods[class.template], &class.pods);
-        remaining[ci] -= placed as i64;
-        cursor[ci] += placed;
-    }
-
-    // 2. New nodes, provisioner by provisioner in weight order.
     let default_prov;
     let mut provs: Vec<&Provisioner> = if snapshot.provisioners.is_empty() {
         default_prov = Provisioner::default_provisioner();
@@ -75,8 +77,55 @@ pub fn simulate(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -
     };
     provs.sort_by(|a, b| b.weight.cmp(&a.weight).then(a.name.cmp(&b.name)));
 
-    let mut table = ReqTable::default();
+    // Zone and capacity-type terms pin groups of pods to a domain before anything is placed.
+    let pinned = topology::pin(
+        pods,
+        &snapshot.nodes,
+        classes::build(pods, &pending),
+        &provs,
+        catalog,
+    );
+    let classes = pinned.classes;
+    let templates: Vec<Pod> = classes.iter().map(|c| c.effective_pod(pods)).collect();
+    let rules = NodeRules::build(pods, &templates, &classes);
+    let together = colocation::analyze(pods, &templates);
+    // A one-node group that has been given its node takes no other.
+    let mut sealed = vec![false; classes.len()];
+    let mut remaining: Vec<i64> = classes.iter().map(|c| c.pods.len() as i64).collect();
+    // Pods are handed out from the front of each class in input order.
+    let mut cursor: Vec<usize> = vec![0; classes.len()];
+
+    // 1. Existing nodes.
+    let mut existing = existing::ExistingNodes::new(&snapshot.nodes, pods, &rules);
     let mut refusals: Vec<Vec<(String, Reason)>> = vec![Vec::new(); classes.len()];
+    for (ci, class) in classes.iter().enumerate() {
+        let only = match &together[ci] {
+            Together::Free => None,
+            Together::OnNodes(n) => Some(n),
+            Together::OneNode | Together::Refused(_) => continue,
+        };
+        let placed = existing.place_class(ci, &templates[ci], &class.pods, &rules, only);
+        remaining[ci] -= placed as i64;
+        cursor[ci] += placed;
+    }
+    for (ci, t) in together.iter().enumerate() {
+        let why = match t {
+            Together::Refused(why) => why.clone(),
+            Together::OnNodes(_) => format!(
+                "pod affinity on {}: no room on the nodes running the pods it selects",
+                crate::labels::HOSTNAME
+            ),
+            _ => continue,
+        };
+        if remaining[ci] > 0 {
+            refusals[ci].push((String::new(), Reason::Topology(why)));
+            sealed[ci] = true;
+        }
+    }
+
+    // 2. New nodes, provisioner by provisioner in weight order.
+
+    let mut table = ReqTable::default();
     let mut new_nodes: Vec<NewNode> = Vec::new();
     for prov in provs {
         if remaining.iter().all(|r| *r == 0) {
@@ -85,15 +134,16 @@ pub fn simulate(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -
         let used = owned_capacity(snapshot, &prov.name);
         let mut view = ProvisionerView::new(prov, catalog, &snapshot.daemonsets, &used, &mut table);
         let mut members = Vec::new();
-        for (ci, class) in classes.iter().enumerate() {
-            if remaining[ci] == 0 {
+        for ci in 0..classes.len() {
+            if remaining[ci] == 0 || sealed[ci] {
                 continue;
             }
-            match view.fit_class(catalog, &mut table, &pods[class.template]) {
+            match view.fit_class(catalog, &mut table, &templates[ci]) {
                 ClassFit::Fits { req, types } => members.push(Member {
                     class: ci,
                     req,
                     types,
+                    one_node: together[ci] == Together::OneNode,
                 }),
                 ClassFit::Refused(r) => refusals[ci].push((prov.name.clone(), r)),
             }
@@ -108,11 +158,17 @@ pub fn simulate(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -
             &mut table,
             &classes,
             &members,
+            &rules,
             &mut remaining,
             &mut refused,
         );
         for (ci, r) in refused {
             refusals[ci].push((prov.name.clone(), r));
+        }
+        for m in &members {
+            if m.one_node && (remaining[m.class] as usize) < classes[m.class].pods.len() {
+                sealed[m.class] = true;
+            }
         }
         let mut zone_turn: BTreeMap<String, usize> = BTreeMap::new();
         for d in drafts {
@@ -191,7 +247,14 @@ pub fn simulate(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -
             pods: placed.iter().map(|&i| pods[i].key()).collect(),
         })
         .collect();
-    let mut unschedulable = Vec::new();
+    let mut unschedulable: Vec<Unschedulable> = pinned
+        .refused
+        .iter()
+        .map(|(i, why)| Unschedulable {
+            pod: pods[*i].key(),
+            reason: why.clone(),
+        })
+        .collect();
     for (ci, class) in classes.iter().enumerate() {
         if remaining[ci] <= 0 {
             continue;
@@ -209,6 +272,7 @@ pub fn simulate(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -
         new_nodes,
         existing_nodes,
         unschedulable,
+        relaxed: Vec::new(),
     }
 }
 
@@ -223,6 +287,10 @@ fn owned_capacity(snapshot: &Snapshot, prov: &str) -> Resources {
     used
 }
 
+#[cfg(test)]
+mod constraint_properties;
+#[cfg(test)]
+mod constraint_tests;
 #[cfg(test)]
 mod properties;
 #[cfg(test)]

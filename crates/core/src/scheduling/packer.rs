@@ -12,6 +12,7 @@ use crate::resources::Resources;
 
 use super::candidates::ProvisionerView;
 use super::classes::PodClass;
+use super::node_rules::{NodeRules, NodeState};
 use super::reasons::Reason;
 use super::reqtable::{ReqId, ReqTable};
 use super::typeset::TypeSet;
@@ -27,6 +28,8 @@ pub struct Member {
     pub req: ReqId,
     /// Allowed local type indices.
     pub types: TypeSet,
+    /// All remaining pods of the class must share one node (hostname self-affinity).
+    pub one_node: bool,
 }
 
 /// A node (or a batch of identical nodes) decided by the packer.
@@ -57,19 +60,25 @@ struct Fill {
 ///
 /// `remaining[c]` is the number of pods of class `c` still to place; it is decreased as pods are
 /// placed. Classes that cannot be placed at all (limits) get a reason in `refused`.
+#[allow(clippy::too_many_arguments)]
 pub fn pack(
     view: &mut ProvisionerView<'_>,
     catalog: &[InstanceType],
     table: &mut ReqTable,
     classes: &[PodClass],
     members: &[Member],
+    rules: &NodeRules,
     remaining: &mut [i64],
     refused: &mut Vec<(usize, Reason)>,
 ) -> Vec<Draft> {
     let mut drafts = Vec::new();
+    let empty = NodeState::default();
+    // Most pods a new node may hold of each member by the per-node rules alone.
+    let alone: Vec<i64> = members.iter().map(|m| rules.cap(m.class, &empty)).collect();
     let value_of: Vec<f64> = members
         .iter()
-        .map(|m| homogeneous_pod_cost(view, catalog, table, classes, m))
+        .zip(&alone)
+        .map(|(m, &cap)| homogeneous_pod_cost(view, catalog, table, classes, m, cap))
         .collect();
     let mut blocked = vec![false; members.len()];
     while let Some(seed) =
@@ -99,9 +108,21 @@ pub fn pack(
                 }
                 continue;
             }
-            let k = view.effective[t].copies_fitting(seed_requests, i64::MAX);
+            let k = view.effective[t].copies_fitting(seed_requests, alone[seed]);
             if let (true, Some(p)) = (k > 0, view.price(catalog, table, seed_req, t)) {
                 ranked.push((p / k as f64, t));
+            }
+        }
+        if members[seed].one_node {
+            // A one-node group wants a type that holds all of it, when one exists.
+            let want = remaining[members[seed].class].min(alone[seed]);
+            let whole: Vec<(f64, usize)> = ranked
+                .iter()
+                .copied()
+                .filter(|&(_, t)| view.effective[t].copies_fitting(seed_requests, want) >= want)
+                .collect();
+            if !whole.is_empty() {
+                ranked = whole;
             }
         }
         ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
@@ -115,8 +136,8 @@ pub fn pack(
                 continue;
             }
             let fill = fill_type(
-                view, catalog, table, classes, members, remaining, &blocked, &value_of, seed, t,
-                min_cpu, min_mem,
+                view, catalog, table, classes, members, rules, remaining, &blocked, &value_of,
+                seed, t, min_cpu, min_mem,
             );
             if fill.counts.is_empty() {
                 continue;
@@ -186,8 +207,30 @@ pub fn pack(
             .unwrap_or(1)
             .max(1);
         copies = copies.min(view.copies_within_limits(catalog, chosen).max(1));
+        let one_node: Vec<usize> = members
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.one_node && fill.counts.iter().any(|(c, _)| *c == m.class))
+            .map(|(i, _)| i)
+            .collect();
+        if !one_node.is_empty() {
+            copies = 1;
+        }
         for (c, k) in &fill.counts {
             remaining[*c] -= k * copies;
+        }
+        for &m in &one_node {
+            // The group got its node; whatever did not fit cannot go anywhere else.
+            blocked[m] = true;
+            if remaining[members[m].class] > 0 {
+                refused.push((
+                    members[m].class,
+                    Reason::Topology(format!(
+                        "pod affinity on {}: its pods must share one node and no instance type holds them all",
+                        crate::labels::HOSTNAME
+                    )),
+                ));
+            }
         }
         view.consume(catalog, chosen, copies);
         drafts.push(Draft {
@@ -209,6 +252,7 @@ fn fill_type(
     table: &mut ReqTable,
     classes: &[PodClass],
     members: &[Member],
+    rules: &NodeRules,
     remaining: &[i64],
     blocked: &[bool],
     value_of: &[f64],
@@ -222,6 +266,7 @@ fn fill_type(
     let mut cur = members[seed].req;
     let mut counts = Vec::new();
     let mut value = 0.0;
+    let mut state = NodeState::default();
     let order = std::iter::once(seed).chain((0..members.len()).filter(|&m| m != seed));
     for m in order {
         let member = &members[m];
@@ -236,10 +281,12 @@ fn fill_type(
             continue;
         }
         let req = &classes[c].requests;
-        let k = free.copies_fitting(req, remaining[c]);
-        if k == 0 {
+        let k = free.copies_fitting(req, remaining[c].min(rules.cap(c, &state)));
+        // A one-node group joins another seed's node only whole.
+        if k == 0 || (member.one_node && m != seed && k < remaining[c]) {
             continue;
         }
+        rules.add(c, k, &mut state);
         free.add_times(req, -k);
         used.add_times(req, k);
         counts.push((c, k));
@@ -266,6 +313,7 @@ fn homogeneous_pod_cost(
     table: &mut ReqTable,
     classes: &[PodClass],
     m: &Member,
+    cap: i64,
 ) -> f64 {
     let requests = &classes[m.class].requests;
     let mut best = f64::INFINITY;
@@ -273,7 +321,7 @@ fn homogeneous_pod_cost(
         if !m.types.contains(t) {
             continue;
         }
-        let k = view.effective[t].copies_fitting(requests, i64::MAX);
+        let k = view.effective[t].copies_fitting(requests, cap);
         if k == 0 {
             continue;
         }

@@ -47,6 +47,15 @@ pub struct Unschedulable {
     pub reason: String,
 }
 
+/// The preferences a pod had to give up to be placed (or before it was found unschedulable).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Relaxed {
+    /// `namespace/name`.
+    pub pod: String,
+    /// The preferences relaxed, in the order they were given up (lightest first).
+    pub preferences: Vec<String>,
+}
+
 /// The outcome of a scheduling pass.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Plan {
@@ -56,6 +65,8 @@ pub struct Plan {
     pub existing_nodes: Vec<ExistingNodeUse>,
     /// Pods left pending.
     pub unschedulable: Vec<Unschedulable>,
+    /// Pods placed only after relaxing preferences, by pod key.
+    pub relaxed: Vec<Relaxed>,
 }
 
 impl Plan {

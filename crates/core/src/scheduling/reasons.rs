@@ -31,6 +31,10 @@ pub enum Reason {
     ResourcesTogether(String),
     /// Non-accelerator pods are kept off GPU types, and only GPU types are left.
     OnlyAccelerated,
+    /// Every allowed type runs a DaemonSet that binds the same host port.
+    HostPort(String),
+    /// A topology, affinity or host-port rule leaves no domain or node for the pod.
+    Topology(String),
     /// The provisioner's limit leaves no room.
     Limit {
         /// Resource capped.
@@ -69,6 +73,11 @@ impl fmt::Display for Reason {
                 f,
                 "only accelerator (GPU) instance types fit and the pod requests no accelerator"
             ),
+            Reason::HostPort(p) => write!(
+                f,
+                "host port {p} is already bound by a DaemonSet on every allowed instance type"
+            ),
+            Reason::Topology(t) => write!(f, "{t}"),
             Reason::Limit { name, limit } => write!(
                 f,
                 "provisioner capped: limit {name}={} reached",

@@ -352,3 +352,32 @@ fn fixture_with_a_bad_quantity() {
         )
     );
 }
+
+#[test]
+fn node_template_subnet_zones_narrow_the_provisioner() {
+    let yaml = r#"apiVersion: joiner.sh/v1alpha1
+kind: Provisioner
+metadata: {name: default}
+spec:
+  providerRef: {name: tmpl}
+---
+apiVersion: joiner.sh/v1alpha1
+kind: NodeTemplate
+metadata: {name: tmpl}
+spec:
+  amiFamily: AL2023
+  subnetSelector: {karpenter.sh/discovery: demo}
+  securityGroupSelector: {karpenter.sh/discovery: demo}
+status:
+  subnets:
+    - {id: subnet-1, zone: us-east-1a}
+    - {id: subnet-2, zone: us-east-1c}
+"#;
+    let loaded = super::load_text("t.yaml", yaml).expect("loads");
+    let zone = loaded.snapshot.provisioners[0]
+        .requirements
+        .get(joiner_core::labels::ZONE)
+        .expect("zone requirement")
+        .to_string();
+    assert_eq!(zone, "In [us-east-1a us-east-1c]");
+}

@@ -1,0 +1,586 @@
+//! Scenario tests of topology spread, pod (anti-)affinity and host ports, on the hand-made
+//! catalog of `tests.rs` (three zones, spot at 40 % of on-demand).
+
+use std::collections::BTreeMap;
+
+use crate::instance_type::CapacityType;
+use crate::labels;
+use crate::pod::{DaemonSet, HostPort, Node, Pod, PodAffinityTerm, TopologySpread};
+use crate::provisioner::Provisioner;
+use crate::requirements::{Requirement, Requirements};
+use crate::resources::Resources;
+use crate::snapshot::Snapshot;
+
+use super::tests::{catalog, deployment, pod};
+use super::{simulate, Options, Plan};
+
+const GI: i64 = 1 << 30;
+
+fn run(s: &Snapshot) -> Plan {
+    simulate(s, &catalog(), &Options::default())
+}
+
+fn app(name: &str) -> Requirements {
+    let mut r = Requirements::new();
+    r.add("app", Requirement::single(name));
+    r
+}
+
+fn spread(key: &str, max_skew: i32, selector: Requirements) -> TopologySpread {
+    TopologySpread {
+        topology_key: key.into(),
+        max_skew,
+        min_domains: None,
+        hard: true,
+        selector,
+    }
+}
+
+fn term(key: &str, anti: bool, selector: Requirements) -> PodAffinityTerm {
+    PodAffinityTerm {
+        topology_key: key.into(),
+        selector,
+        namespaces: Vec::new(),
+        anti,
+        weight: None,
+    }
+}
+
+fn zone_counts(p: &Plan) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for n in &p.new_nodes {
+        *m.entry(n.zone.clone()).or_default() += n.pods.len();
+    }
+    m
+}
+
+fn node_in(zone: &str, name: &str, cpus: i64) -> Node {
+    let mut labels = BTreeMap::new();
+    labels.insert(labels::ZONE.to_string(), zone.to_string());
+    labels.insert(labels::HOSTNAME.to_string(), name.to_string());
+    Node {
+        name: name.into(),
+        labels,
+        allocatable: Resources::new(cpus * 1000, 8 * GI, 17 * GI, 30),
+        capacity: Resources::new(cpus * 1000, 8 * GI, 20 * GI, 30),
+        ..Node::default()
+    }
+}
+
+#[test]
+fn zone_spread_puts_two_pods_in_each_zone() {
+    let mut pods = deployment("web", 6, 500, 512);
+    for p in &mut pods {
+        p.topology_spread.push(spread(labels::ZONE, 1, app("web")));
+    }
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty());
+    let counts: Vec<usize> = zone_counts(&p).values().copied().collect();
+    assert_eq!(counts, vec![2, 2, 2]);
+}
+
+#[test]
+fn zone_spread_counts_running_pods() {
+    // Two web pods already run in z-a on a full node: the four new ones go to z-b and z-c.
+    let mut running = deployment("web", 2, 1000, 512);
+    for (i, p) in running.iter_mut().enumerate() {
+        p.name = format!("running-{i}");
+        p.node_name = Some("full".into());
+    }
+    let mut pods = deployment("web", 4, 500, 512);
+    for p in &mut pods {
+        p.topology_spread.push(spread(labels::ZONE, 1, app("web")));
+    }
+    pods.extend(running);
+    let p = run(&Snapshot {
+        pods,
+        nodes: vec![node_in("z-a", "full", 2)],
+        ..Snapshot::default()
+    });
+    let counts = zone_counts(&p);
+    assert_eq!(counts.get("z-a"), None, "{counts:?}");
+    assert_eq!(counts.get("z-b"), Some(&2));
+    assert_eq!(counts.get("z-c"), Some(&2));
+}
+
+#[test]
+fn zone_spread_domains_are_the_provisioners_zones() {
+    let mut prov = Provisioner::default_provisioner();
+    prov.requirements
+        .add(labels::ZONE, Requirement::one_of(["z-a", "z-b"]));
+    let mut pods = deployment("web", 4, 500, 512);
+    for p in &mut pods {
+        p.topology_spread.push(spread(labels::ZONE, 1, app("web")));
+    }
+    let p = run(&Snapshot {
+        pods,
+        provisioners: vec![prov],
+        ..Snapshot::default()
+    });
+    let counts = zone_counts(&p);
+    assert_eq!(counts.len(), 2, "{counts:?}");
+    assert_eq!(counts.get("z-a"), Some(&2));
+    assert_eq!(counts.get("z-b"), Some(&2));
+}
+
+#[test]
+fn hostname_anti_affinity_gives_each_pod_its_own_node_but_shares_it_with_others() {
+    let mut pods = deployment("db", 5, 500, 512);
+    for p in &mut pods {
+        p.affinity.push(term(labels::HOSTNAME, true, app("db")));
+    }
+    pods.extend(deployment("web", 5, 500, 512));
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty());
+    for n in &p.new_nodes {
+        let dbs = n.pods.iter().filter(|k| k.contains("/db-")).count();
+        assert!(dbs <= 1, "{n:?}");
+    }
+    let total: usize = p.new_nodes.iter().map(|n| n.pods.len()).sum();
+    assert_eq!(total, 10);
+    assert!(
+        p.new_nodes.len() <= 5,
+        "web pods ride along on the db nodes: {:?}",
+        p.new_nodes
+    );
+}
+
+#[test]
+fn hostname_spread_caps_pods_per_node_at_max_skew() {
+    let mut pods = deployment("web", 6, 100, 128);
+    for p in &mut pods {
+        p.topology_spread
+            .push(spread(labels::HOSTNAME, 2, app("web")));
+    }
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert_eq!(p.new_nodes.len(), 3);
+    assert!(p.new_nodes.iter().all(|n| n.pods.len() == 2));
+}
+
+fn with_port(mut p: Pod, port: i32) -> Pod {
+    p.host_ports.push(HostPort {
+        port,
+        protocol: "TCP".into(),
+        ip: String::new(),
+    });
+    p
+}
+
+#[test]
+fn host_ports_never_share_a_node() {
+    let pods: Vec<Pod> = deployment("ingress", 3, 100, 128)
+        .into_iter()
+        .map(|p| with_port(p, 80))
+        .chain(std::iter::once(with_port(pod("other", 100, 128), 443)))
+        .collect();
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert_eq!(p.new_nodes.len(), 3);
+    for n in &p.new_nodes {
+        assert_eq!(
+            n.pods.iter().filter(|k| k.contains("ingress")).count(),
+            1,
+            "{n:?}"
+        );
+    }
+}
+
+#[test]
+fn daemonset_host_port_excludes_the_provisioner() {
+    let ds = DaemonSet {
+        namespace: "kube-system".into(),
+        name: "proxy".into(),
+        pod: with_port(pod("proxy", 50, 64), 8080),
+    };
+    let p = run(&Snapshot {
+        pods: vec![with_port(pod("a", 100, 128), 8080)],
+        daemonsets: vec![ds],
+        ..Snapshot::default()
+    });
+    assert!(p.new_nodes.is_empty());
+    assert_eq!(
+        p.unschedulable[0].reason,
+        "host port 8080/TCP is already bound by a DaemonSet on every allowed instance type"
+    );
+}
+
+#[test]
+fn running_pod_anti_affinity_repels_a_new_pod() {
+    let mut guard = pod("guard", 100, 128);
+    guard.node_name = Some("n1".into());
+    guard
+        .affinity
+        .push(term(labels::HOSTNAME, true, app("web")));
+    let mut web = pod("web-0", 100, 128);
+    web.labels.insert("app".into(), "web".into());
+    let p = run(&Snapshot {
+        pods: vec![guard, web, pod("plain", 100, 128)],
+        nodes: vec![node_in("z-a", "n1", 4)],
+        ..Snapshot::default()
+    });
+    assert_eq!(p.existing_nodes.len(), 1);
+    assert_eq!(p.existing_nodes[0].pods, vec!["default/plain"]);
+    assert_eq!(p.new_nodes.len(), 1);
+    assert_eq!(p.new_nodes[0].pods, vec!["default/web-0"]);
+}
+
+#[test]
+fn zone_anti_affinity_allows_one_pod_per_zone() {
+    let mut pods = deployment("quorum", 4, 100, 128);
+    for p in &mut pods {
+        p.affinity.push(term(labels::ZONE, true, app("quorum")));
+    }
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert_eq!(
+        zone_counts(&p).values().copied().collect::<Vec<_>>(),
+        vec![1, 1, 1]
+    );
+    assert_eq!(p.unschedulable.len(), 1);
+    assert!(
+        p.unschedulable[0]
+            .reason
+            .starts_with("pod anti-affinity on topology.kubernetes.io/zone"),
+        "{}",
+        p.unschedulable[0].reason
+    );
+}
+
+#[test]
+fn zone_affinity_follows_the_running_partner() {
+    let mut cache = pod("cache", 100, 128);
+    cache.labels.insert("app".into(), "cache".into());
+    cache.node_name = Some("n-b".into());
+    let mut pods = deployment("web", 3, 1500, 512);
+    for p in &mut pods {
+        p.affinity.push(term(labels::ZONE, false, app("cache")));
+    }
+    pods.push(cache);
+    let p = run(&Snapshot {
+        pods,
+        nodes: vec![node_in("z-b", "n-b", 1)],
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty());
+    assert!(!p.new_nodes.is_empty());
+    assert!(
+        p.new_nodes.iter().all(|n| n.zone == "z-b"),
+        "{:?}",
+        p.new_nodes
+    );
+}
+
+#[test]
+fn self_zone_affinity_keeps_a_group_in_one_zone() {
+    let mut pods = deployment("batch", 8, 1500, 512);
+    for p in &mut pods {
+        p.affinity.push(term(labels::ZONE, false, app("batch")));
+    }
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty());
+    assert_eq!(zone_counts(&p).len(), 1);
+}
+
+fn spot_provisioner() -> Provisioner {
+    let mut prov = Provisioner::default_provisioner();
+    prov.requirements.add(
+        labels::CAPACITY_TYPE,
+        Requirement::one_of(["spot", "on-demand"]),
+    );
+    prov
+}
+
+#[test]
+fn spot_is_used_unless_the_pod_requires_on_demand() {
+    let mut od = pod("od", 1500, 512);
+    let mut r = Requirements::new();
+    r.add(labels::CAPACITY_TYPE, Requirement::single("on-demand"));
+    od.node_terms = vec![r];
+    let p = run(&Snapshot {
+        pods: vec![od, pod("any", 1500, 512)],
+        provisioners: vec![spot_provisioner()],
+        ..Snapshot::default()
+    });
+    let by_pod = |k: &str| p.new_nodes.iter().find(|n| n.pods.iter().any(|x| x == k));
+    assert_eq!(
+        by_pod("default/od").map(|n| n.capacity_type),
+        Some(CapacityType::OnDemand)
+    );
+    assert_eq!(
+        by_pod("default/any").map(|n| n.capacity_type),
+        Some(CapacityType::Spot)
+    );
+}
+
+#[test]
+fn capacity_type_spread_splits_spot_and_on_demand() {
+    let mut pods = deployment("web", 4, 1500, 512);
+    for p in &mut pods {
+        p.topology_spread
+            .push(spread(labels::CAPACITY_TYPE, 1, app("web")));
+    }
+    let p = run(&Snapshot {
+        pods,
+        provisioners: vec![spot_provisioner()],
+        ..Snapshot::default()
+    });
+    let spot: usize = p
+        .new_nodes
+        .iter()
+        .filter(|n| n.capacity_type == CapacityType::Spot)
+        .map(|n| n.pods.len())
+        .sum();
+    let od: usize = p
+        .new_nodes
+        .iter()
+        .filter(|n| n.capacity_type == CapacityType::OnDemand)
+        .map(|n| n.pods.len())
+        .sum();
+    assert_eq!((spot, od), (2, 2));
+}
+
+fn prefer_zone(p: &mut Pod, zone: &str, weight: i32) {
+    let mut r = Requirements::new();
+    r.add(labels::ZONE, Requirement::single(zone));
+    p.preferred_node_terms.push((weight, r));
+}
+
+#[test]
+fn a_preferred_zone_is_honored_when_possible() {
+    let mut pods = deployment("web", 4, 1500, 512);
+    for p in &mut pods {
+        prefer_zone(p, "z-b", 10);
+    }
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert!(p.relaxed.is_empty());
+    assert!(
+        p.new_nodes.iter().all(|n| n.zone == "z-b"),
+        "{:?}",
+        p.new_nodes
+    );
+}
+
+#[test]
+fn the_lighter_of_two_conflicting_preferences_is_relaxed() {
+    let mut a = pod("a", 500, 512);
+    prefer_zone(&mut a, "z-c", 10);
+    prefer_zone(&mut a, "z-a", 50);
+    let p = run(&Snapshot {
+        pods: vec![a],
+        ..Snapshot::default()
+    });
+    assert_eq!(p.new_nodes[0].zone, "z-a");
+    assert_eq!(p.relaxed.len(), 1);
+    assert_eq!(
+        p.relaxed[0].preferences,
+        vec!["preferred node affinity topology.kubernetes.io/zone In [z-c] (weight 10)"]
+    );
+}
+
+#[test]
+fn preferred_zone_anti_affinity_is_relaxed_only_for_the_pod_that_needs_it() {
+    let mut pods = deployment("quorum", 4, 100, 128);
+    for p in &mut pods {
+        let mut t = term(labels::ZONE, true, app("quorum"));
+        t.weight = Some(10);
+        p.affinity.push(t);
+    }
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty());
+    assert_eq!(p.relaxed.len(), 1, "{:?}", p.relaxed);
+    assert_eq!(
+        p.relaxed[0].preferences,
+        vec![
+            "preferred pod anti-affinity on topology.kubernetes.io/zone to pods app In [quorum] (weight 10)"
+        ]
+    );
+    assert_eq!(zone_counts(&p).len(), 3);
+}
+
+#[test]
+fn schedule_anyway_spread_is_followed_when_free() {
+    let mut pods = deployment("web", 6, 1500, 512);
+    for p in &mut pods {
+        let mut s = spread(labels::ZONE, 1, app("web"));
+        s.hard = false;
+        p.topology_spread.push(s);
+    }
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert!(p.relaxed.is_empty());
+    assert_eq!(
+        zone_counts(&p).values().copied().collect::<Vec<_>>(),
+        vec![2, 2, 2]
+    );
+}
+
+#[test]
+fn explanation_counts_what_excluded_each_type() {
+    use super::explain::{explain, Placement};
+    let mut big = pod("big", 40_000, 1024);
+    let mut fam = Requirements::new();
+    fam.add(labels::INSTANCE_FAMILY, Requirement::single("c5"));
+    big.node_terms = vec![fam];
+    let s = Snapshot {
+        pods: vec![big],
+        ..Snapshot::default()
+    };
+    let plan = run(&s);
+    let e = explain(&s, &catalog(), &plan, "default/big").expect("pod exists");
+    let f = &e.provisioners[0];
+    assert_eq!(f.catalog, 21);
+    assert_eq!(
+        f.excluded,
+        vec![
+            (
+                "requirement karpenter.k8s.aws/instance-family In [c5]".to_string(),
+                15
+            ),
+            ("resource cpu".to_string(), 4),
+        ]
+    );
+    assert_eq!(f.left, 2);
+    assert!(
+        matches!(&e.placement, Placement::New { instance_type, .. } if instance_type == "c5.12xlarge")
+    );
+    assert!(e
+        .event_message()
+        .starts_with("would be scheduled on new node default-1 (c5.12xlarge"));
+    assert!(explain(&s, &catalog(), &plan, "default/none").is_none());
+}
+
+#[test]
+fn explanation_names_the_topology_pin_and_node_rules() {
+    use super::explain::explain;
+    let mut pods = deployment("web", 2, 500, 512);
+    for p in &mut pods {
+        p.topology_spread.push(spread(labels::ZONE, 1, app("web")));
+        p.affinity.push(term(labels::HOSTNAME, true, app("web")));
+    }
+    let s = Snapshot {
+        pods,
+        ..Snapshot::default()
+    };
+    let plan = run(&s);
+    let e = explain(&s, &catalog(), &plan, "default/web-1").expect("pod exists");
+    assert_eq!(
+        e.pinned.as_deref(),
+        Some("topology.kubernetes.io/zone In [z-b]")
+    );
+    assert_eq!(
+        e.node_rules,
+        vec!["carries and is counted by pod anti-affinity on kubernetes.io/hostname to pods app In [web]"]
+    );
+    assert!(e.to_string().contains("Placement: new node"), "{e}");
+}
+
+#[test]
+fn hostname_self_affinity_puts_the_group_on_one_node() {
+    let mut pods = deployment("shard", 6, 1000, 1024);
+    for p in &mut pods {
+        p.affinity.push(term(labels::HOSTNAME, false, app("shard")));
+    }
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    assert_eq!(p.new_nodes.len(), 1);
+    assert_eq!(p.new_nodes[0].pods.len(), 6);
+}
+
+#[test]
+fn hostname_affinity_to_a_running_pod_uses_its_node_only() {
+    let mut cache = pod("cache", 100, 128);
+    cache.labels.insert("app".into(), "cache".into());
+    cache.node_name = Some("n-b".into());
+    let mut pods = deployment("web", 3, 1000, 512);
+    for p in &mut pods {
+        p.affinity.push(term(labels::HOSTNAME, false, app("cache")));
+    }
+    pods.push(cache);
+    let mut orphan = pod("orphan", 100, 128);
+    orphan
+        .affinity
+        .push(term(labels::HOSTNAME, false, app("nobody")));
+    pods.push(orphan);
+    let p = run(&Snapshot {
+        pods,
+        nodes: vec![node_in("z-b", "n-b", 2), node_in("z-a", "n-a", 8)],
+        ..Snapshot::default()
+    });
+    assert!(p.new_nodes.is_empty(), "{:?}", p.new_nodes);
+    assert_eq!(p.existing_nodes.len(), 1);
+    assert_eq!(p.existing_nodes[0].name, "n-b");
+    assert_eq!(
+        p.existing_nodes[0].pods.len(),
+        1,
+        "1 cpu free after the cache"
+    );
+    let reasons: Vec<&str> = p.unschedulable.iter().map(|u| u.reason.as_str()).collect();
+    assert_eq!(reasons.len(), 3);
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("no running pod matches app In [nobody]")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("no room on the nodes running the pods it selects")),
+        "{reasons:?}"
+    );
+}
+
+#[test]
+fn min_domains_above_the_zone_count_caps_each_zone_at_max_skew() {
+    // Two allowed zones, minDomains 3: the global minimum counts as 0, so each zone takes at
+    // most maxSkew (1) pod and the other two pods stay pending with the spread named.
+    let mut prov = Provisioner::default_provisioner();
+    prov.requirements
+        .add(labels::ZONE, Requirement::one_of(["z-a", "z-b"]));
+    let mut pods = deployment("web", 4, 500, 512);
+    for p in &mut pods {
+        let mut s = spread(labels::ZONE, 1, app("web"));
+        s.min_domains = Some(3);
+        p.topology_spread.push(s);
+    }
+    let p = run(&Snapshot {
+        pods,
+        provisioners: vec![prov],
+        ..Snapshot::default()
+    });
+    assert_eq!(
+        zone_counts(&p).values().copied().collect::<Vec<_>>(),
+        vec![1, 1]
+    );
+    assert_eq!(p.unschedulable.len(), 2);
+    assert!(p.unschedulable[0]
+        .reason
+        .starts_with("topology spread on topology.kubernetes.io/zone (maxSkew 1)"));
+}

@@ -1,0 +1,230 @@
+//! Preferences: preferred node affinity, preferred pod (anti-)affinity and `ScheduleAnyway`
+//! topology spread.
+//!
+//! The simulation first treats every preference as a hard rule, so a preference is honored
+//! whenever some placement allows it. A pod that cannot be placed that way has its preferences
+//! relaxed one at a time — the lightest first (a `ScheduleAnyway` spread has no weight, so it
+//! goes first), the heaviest last — and the pass is run again, until every pod is placed or has
+//! nothing left to relax. The plan names what was given up for each pod.
+
+use crate::pod::Pod;
+use crate::snapshot::Snapshot;
+
+use super::affinity::Scope;
+use super::node_rules::describe_selector;
+use super::plan::{Plan, Relaxed};
+
+/// One preference of a pod, in the order it is relaxed.
+#[derive(Clone, Debug, PartialEq)]
+enum Preference {
+    /// `topology_spread[i]`, a `ScheduleAnyway` constraint.
+    Spread(usize),
+    /// `affinity[i]`, a preferred pod (anti-)affinity term.
+    PodTerm(usize),
+    /// `preferred_node_terms[i]`.
+    NodeTerm(usize),
+}
+
+/// A pod's preferences, lightest first; ties: spread, then pod terms, then node terms.
+fn preferences(p: &Pod) -> Vec<Preference> {
+    let mut out: Vec<(i32, u8, usize, Preference)> = Vec::new();
+    for (i, s) in p.topology_spread.iter().enumerate() {
+        if !s.hard {
+            out.push((0, 0, i, Preference::Spread(i)));
+        }
+    }
+    for (i, a) in p.affinity.iter().enumerate() {
+        if let Some(w) = a.weight {
+            out.push((w, 1, i, Preference::PodTerm(i)));
+        }
+    }
+    for (i, (w, _)) in p.preferred_node_terms.iter().enumerate() {
+        out.push((*w, 2, i, Preference::NodeTerm(i)));
+    }
+    out.sort_by_key(|a| (a.0, a.1, a.2));
+    out.into_iter().map(|(.., p)| p).collect()
+}
+
+/// The preference in words, as the plan and pod Events show it.
+fn describe(p: &Pod, pref: &Preference) -> String {
+    match pref {
+        Preference::Spread(i) => {
+            let s = &p.topology_spread[*i];
+            format!(
+                "topology spread on {} (maxSkew {}, ScheduleAnyway) of pods {}",
+                s.topology_key,
+                s.max_skew,
+                describe_selector(&Scope::of_spread(p, s))
+            )
+        }
+        Preference::PodTerm(i) => {
+            let a = &p.affinity[*i];
+            format!(
+                "preferred pod {} on {} to pods {} (weight {})",
+                if a.anti { "anti-affinity" } else { "affinity" },
+                a.topology_key,
+                describe_selector(&Scope::of_term(p, a)),
+                a.weight.unwrap_or(0)
+            )
+        }
+        Preference::NodeTerm(i) => {
+            let (w, t) = &p.preferred_node_terms[*i];
+            format!("preferred node affinity {t} (weight {w})")
+        }
+    }
+}
+
+/// The pod with its first `relaxed` preferences dropped and the others made hard. Preferred pod
+/// terms keep their weight: the pass holds a pending pod to every term it still carries, but
+/// only required terms repel other pods (as in the kube-scheduler, where another pod's
+/// preference never blocks).
+fn harden(p: &Pod, prefs: &[Preference], relaxed: usize) -> Pod {
+    let mut h = p.clone();
+    let kept = &prefs[relaxed.min(prefs.len())..];
+    h.topology_spread = p
+        .topology_spread
+        .iter()
+        .enumerate()
+        .filter(|(i, s)| s.hard || kept.contains(&Preference::Spread(*i)))
+        .map(|(_, s)| {
+            let mut s = s.clone();
+            s.hard = true;
+            s
+        })
+        .collect();
+    h.affinity = p
+        .affinity
+        .iter()
+        .enumerate()
+        .filter(|(i, a)| a.weight.is_none() || kept.contains(&Preference::PodTerm(*i)))
+        .map(|(_, a)| a.clone())
+        .collect();
+    h.preferred_node_terms = Vec::new();
+    for (i, (_, t)) in p.preferred_node_terms.iter().enumerate() {
+        if kept.contains(&Preference::NodeTerm(i)) {
+            if h.node_terms.is_empty() {
+                h.node_terms.push(t.clone());
+            } else {
+                for term in &mut h.node_terms {
+                    *term = term.intersect(t);
+                }
+            }
+        }
+    }
+    h
+}
+
+/// Runs `place` with preferences as hard rules, relaxing them pod by pod until nothing changes.
+pub fn solve(snapshot: &Snapshot, place: impl Fn(&Snapshot) -> Plan) -> Plan {
+    let prefs: Vec<Vec<Preference>> = snapshot
+        .pods
+        .iter()
+        .map(|p| {
+            if p.node_name.is_none() {
+                preferences(p)
+            } else {
+                Vec::new()
+            }
+        })
+        .collect();
+    if prefs.iter().all(Vec::is_empty) {
+        return place(snapshot);
+    }
+    let index: std::collections::HashMap<String, usize> = snapshot
+        .pods
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.key(), i))
+        .collect();
+    let mut relaxed = vec![0usize; snapshot.pods.len()];
+    loop {
+        let hardened = Snapshot {
+            pods: snapshot
+                .pods
+                .iter()
+                .zip(&prefs)
+                .zip(&relaxed)
+                .map(|((p, pr), &r)| {
+                    if pr.is_empty() {
+                        p.clone()
+                    } else {
+                        harden(p, pr, r)
+                    }
+                })
+                .collect(),
+            ..snapshot.clone()
+        };
+        let mut plan = place(&hardened);
+        let mut changed = false;
+        for u in &plan.unschedulable {
+            if let Some(&i) = index.get(&u.pod) {
+                if relaxed[i] < prefs[i].len() {
+                    relaxed[i] += 1;
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            for (i, p) in snapshot.pods.iter().enumerate() {
+                if relaxed[i] > 0 {
+                    plan.relaxed.push(Relaxed {
+                        pod: p.key(),
+                        preferences: prefs[i][..relaxed[i]]
+                            .iter()
+                            .map(|pr| describe(p, pr))
+                            .collect(),
+                    });
+                }
+            }
+            plan.relaxed.sort_by(|a, b| a.pod.cmp(&b.pod));
+            return plan;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pod::{PodAffinityTerm, TopologySpread};
+    use crate::requirements::{Requirement, Requirements};
+
+    #[test]
+    fn lightest_first_and_hardened() {
+        let mut p = Pod::default();
+        let mut zone = Requirements::new();
+        zone.add(crate::labels::ZONE, Requirement::single("z-a"));
+        p.preferred_node_terms.push((50, zone));
+        p.affinity.push(PodAffinityTerm {
+            topology_key: crate::labels::HOSTNAME.into(),
+            selector: Requirements::new(),
+            namespaces: Vec::new(),
+            anti: true,
+            weight: Some(10),
+        });
+        p.topology_spread.push(TopologySpread {
+            topology_key: crate::labels::ZONE.into(),
+            max_skew: 1,
+            min_domains: None,
+            hard: false,
+            selector: Requirements::new(),
+        });
+        let prefs = preferences(&p);
+        assert_eq!(
+            prefs,
+            vec![
+                Preference::Spread(0),
+                Preference::PodTerm(0),
+                Preference::NodeTerm(0)
+            ]
+        );
+        let h = harden(&p, &prefs, 0);
+        assert!(h.topology_spread[0].hard);
+        assert_eq!(h.affinity.len(), 1);
+        assert_eq!(h.node_terms.len(), 1);
+        let h2 = harden(&p, &prefs, 2);
+        assert!(h2.topology_spread.is_empty());
+        assert!(h2.affinity.is_empty());
+        assert_eq!(h2.node_terms.len(), 1, "the heaviest is kept longest");
+        assert!(describe(&p, &prefs[2]).starts_with("preferred node affinity"));
+    }
+}
