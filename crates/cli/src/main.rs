@@ -75,13 +75,25 @@ fn main() -> ExitCode {
         Command::LaunchTemplate(args) => render::run(&args),
     };
     match result {
-        Ok(text) => {
-            print!("{text}");
-            ExitCode::SUCCESS
-        }
+        Ok(text) => write_stdout(&text),
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// Writes the result; a reader that went away (`joiner plan | head`) ends the output quietly
+/// instead of panicking as `print!` would.
+fn write_stdout(text: &str) -> ExitCode {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: cannot write the output: {e}");
+            ExitCode::from(1)
         }
     }
 }
