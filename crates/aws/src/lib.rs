@@ -6,10 +6,19 @@
 //! [`clients`], configured by the standard chain.
 
 pub mod allocatable;
+pub mod amis;
 pub mod api_error;
+pub mod cache;
 pub mod clients;
+pub mod clock;
+pub mod discovery;
 pub mod embedded;
 pub mod error;
+pub mod fleet;
+pub mod instances;
+pub mod launch_templates;
+pub mod tags;
+pub mod unavailable;
 
 pub use clients::AwsClients;
 pub use error::{AwsError, CatalogError};
