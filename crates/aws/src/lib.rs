@@ -3,7 +3,9 @@
 //! The EKS AMI allocatable model ([`allocatable`]) and the catalog embedded at build time
 //! ([`embedded`]) work offline: they serve `joiner plan` and stand in when the EC2 and Pricing
 //! APIs cannot be reached. Everything that calls AWS goes through the SDK clients of
-//! [`clients`], configured by the standard chain.
+//! [`clients`], configured by the standard chain: [`discovery`] (subnets, security groups),
+//! [`amis`] (SSM parameters, amiSelector), [`launch_templates`], [`fleet`] (CreateFleet, with
+//! capacity errors recorded in [`unavailable`]) and [`instances`] (look-ups, guarded terminate).
 
 pub mod allocatable;
 pub mod amis;
