@@ -3,15 +3,26 @@
 //! The EKS AMI allocatable model ([`allocatable`]) and the catalog embedded at build time
 //! ([`embedded`]) work offline: they serve `joiner plan` and stand in when the EC2 and Pricing
 //! APIs cannot be reached. Everything that calls AWS goes through the SDK clients of
-//! [`clients`], configured by the standard chain.
+//! [`clients`], configured by the standard chain: [`discovery`] (subnets, security groups),
+//! [`ami`] (SSM parameter paths and their resolution, amiSelector), [`launch_template`]
+//! (settings, stable names, find-or-create in EC2), [`userdata`] (per AMI family), [`fleet`]
+//! (CreateFleet, with capacity errors recorded in [`unavailable`]) and [`instances`] (look-ups,
+//! guarded terminate).
 
 pub mod allocatable;
 pub mod ami;
 pub mod api_error;
+pub mod cache;
 pub mod clients;
+pub mod clock;
+pub mod discovery;
 pub mod embedded;
 pub mod error;
+pub mod fleet;
+pub mod instances;
 pub mod launch_template;
+pub mod tags;
+pub mod unavailable;
 pub mod userdata;
 
 pub use clients::AwsClients;

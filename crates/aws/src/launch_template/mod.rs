@@ -7,9 +7,11 @@
 //! templates no claim uses any more: a changed setting gives a new name, never an edited
 //! template under an old one.
 
+pub mod ec2;
 pub mod instance;
 pub mod spec;
 
+pub use ec2::{name_prefix, LaunchTemplateRef, LaunchTemplates};
 pub use instance::{max_pods, InstanceFacts};
 pub use spec::{
     build, BlockDeviceSpec, LaunchContext, LaunchTemplateError, LaunchTemplateSpec,
