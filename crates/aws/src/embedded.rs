@@ -124,6 +124,42 @@ pub fn cached(region: &str) -> Result<&'static EmbeddedCatalog, CatalogError> {
     Ok(cell.get_or_init(|| built))
 }
 
+/// The region the embedded on-demand price table was read in. Other regions borrow it, so
+/// their borrowed prices are estimates.
+pub fn price_region() -> &'static str {
+    generated::PRICE_REGION
+}
+
+/// The embedded on-demand price (USD per hour, [`price_region`]'s table) of an instance type,
+/// if the table has one. The live catalog falls back to it when the Pricing API cannot be
+/// reached or does not price a type.
+pub fn on_demand_price(instance_type: &str) -> Option<f64> {
+    generated::TYPES
+        .binary_search_by(|f| f.name.cmp(instance_type))
+        .ok()
+        .and_then(|i| generated::TYPES.get(i))
+        .and_then(|f| f.price)
+}
+
+/// Branch ENIs for security groups per pod (`vpc.amazonaws.com/pod-eni`) of a type, from the
+/// embedded table: DescribeInstanceTypes does not report trunking limits, so the live catalog
+/// borrows them.
+pub fn pod_eni(instance_type: &str) -> Option<i64> {
+    generated::TYPES
+        .binary_search_by(|f| f.name.cmp(instance_type))
+        .ok()
+        .and_then(|i| generated::TYPES.get(i))
+        .and_then(|f| {
+            f.extended
+                .iter()
+                .find(|(r, _)| *r == POD_ENI)
+                .map(|(_, n)| *n)
+        })
+}
+
+/// Extended resource of branch ENIs (security groups for pods).
+pub const POD_ENI: &str = "vpc.amazonaws.com/pod-eni";
+
 fn unknown_region(region: &str) -> CatalogError {
     CatalogError::UnknownRegion {
         region: region.to_string(),
@@ -228,6 +264,19 @@ mod tests {
                 assert!(zones.iter().all(|z| z.starts_with(r.region)));
             }
         }
+    }
+
+    #[test]
+    fn on_demand_price_reads_the_table() {
+        assert_eq!(price_region(), "us-east-1");
+        let c = catalog("us-east-1").expect("embedded region");
+        let m5 = c
+            .instance_types
+            .iter()
+            .find(|t| t.name == "m5.large")
+            .expect("m5.large");
+        assert_eq!(on_demand_price("m5.large"), Some(m5.offerings[0].price));
+        assert_eq!(on_demand_price("no-such.type"), None);
     }
 
     #[test]

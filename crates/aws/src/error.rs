@@ -15,6 +15,22 @@ pub enum CatalogError {
         /// The embedded regions, comma-separated.
         available: String,
     },
+    /// The live catalog could not read instance types or offerings from AWS, and the region
+    /// has no embedded catalog to stand in for them.
+    #[error(
+        "cannot read {what} for region `{region}` ({error}), and it has no embedded catalog \
+         to fall back to; embedded regions are: {available}"
+    )]
+    NoFallback {
+        /// The region asked for.
+        region: String,
+        /// The catalog source that failed (`instance_types`, `offerings`).
+        what: &'static str,
+        /// Why AWS could not be read.
+        error: String,
+        /// The embedded regions, comma-separated.
+        available: String,
+    },
 }
 
 /// Why a call to AWS did not give joiner what it needed.

@@ -6,13 +6,14 @@
 //! [`clients`], configured by the standard chain: [`discovery`] (subnets, security groups),
 //! [`ami`] (SSM parameter paths and their resolution, amiSelector), [`launch_template`]
 //! (settings, stable names, find-or-create in EC2), [`userdata`] (per AMI family), [`fleet`]
-//! (CreateFleet, with capacity errors recorded in [`unavailable`]) and [`instances`] (look-ups,
-//! guarded terminate).
+//! (CreateFleet, with capacity errors recorded in [`unavailable`]), [`instances`] (look-ups,
+//! guarded terminate) and [`catalog`] (the live catalog).
 
 pub mod allocatable;
 pub mod ami;
 pub mod api_error;
 pub mod cache;
+pub mod catalog;
 pub mod clients;
 pub mod clock;
 pub mod discovery;
@@ -25,5 +26,6 @@ pub mod tags;
 pub mod unavailable;
 pub mod userdata;
 
+pub use catalog::{CatalogOptions, LiveCatalog};
 pub use clients::AwsClients;
 pub use error::{AwsError, CatalogError};

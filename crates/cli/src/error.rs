@@ -13,6 +13,12 @@ pub enum CliError {
     /// The region has no embedded catalog.
     #[error(transparent)]
     Catalog(#[from] joiner_aws::CatalogError),
+    /// AWS could not be set up or read (credentials, region, an API and no fallback).
+    #[error(transparent)]
+    Aws(#[from] joiner_aws::AwsError),
+    /// The async runtime for the AWS calls could not start.
+    #[error("cannot start the runtime for AWS calls: {0}")]
+    Runtime(std::io::Error),
     /// A flag value that makes no sense.
     #[error("{0}")]
     Usage(String),
@@ -23,6 +29,7 @@ impl CliError {
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::Manifest(_) | CliError::Catalog(_) | CliError::Usage(_) => 2,
+            CliError::Aws(_) | CliError::Runtime(_) => 1,
         }
     }
 }

@@ -47,7 +47,7 @@ pub struct PlanArgs {
     /// Output format.
     #[arg(short, long, value_enum, default_value_t = Format::Table)]
     pub output: Format,
-    /// Region whose embedded catalog (types, zones, prices) is used.
+    /// Region whose catalog (types, zones, prices) is used.
     #[arg(long, default_value = "us-east-1", env = "JOINER_REGION")]
     pub region: String,
     /// Explains one pod's placement (`namespace/name`, repeatable): per Provisioner, how many
@@ -55,6 +55,20 @@ pub struct PlanArgs {
     /// excluded, and where the pod goes.
     #[arg(long = "explain", value_name = "NAMESPACE/POD")]
     pub explain: Vec<String>,
+    /// Where instance types, zones and prices come from: the tables built into joiner, or the
+    /// EC2 and Pricing APIs (standard AWS credential chain; `AWS_ENDPOINT_URL` honored), with
+    /// the embedded data standing in for any API that fails.
+    #[arg(long, value_enum, default_value_t = CatalogKind::Embedded)]
+    pub catalog: CatalogKind,
+}
+
+/// Catalogs `joiner plan` can plan against.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CatalogKind {
+    /// The catalog embedded at build time: no credentials needed.
+    Embedded,
+    /// The live catalog read from AWS.
+    Aws,
 }
 
 /// Output formats of `joiner plan`.

@@ -5,17 +5,74 @@ use joiner_core::scheduling::{simulate, Options};
 
 use crate::error::CliError;
 use crate::output::{self, Report};
-use crate::{manifest, Format, PlanArgs};
+use std::sync::Arc;
 
-/// Loads the manifests, simulates against the region's embedded catalog and renders the plan.
+use joiner_core::InstanceType;
+
+use crate::{manifest, CatalogKind, Format, PlanArgs};
+
+/// The catalog a plan was made on, and what to warn about it.
+struct Loaded {
+    types: Arc<Vec<InstanceType>>,
+    warnings: Vec<String>,
+}
+
+fn embedded_catalog(region: &str) -> Result<Loaded, CliError> {
+    let catalog = joiner_aws::embedded::cached(region)?;
+    let mut warnings = Vec::new();
+    if catalog.prices_estimated {
+        warnings.push(format!(
+            "no embedded price table for {region}: prices are the us-east-1 on-demand prices (estimated)"
+        ));
+    }
+    Ok(Loaded {
+        types: Arc::new(catalog.instance_types.clone()),
+        warnings,
+    })
+}
+
+/// Loads the live catalog once. The runtime exists only for this path, so `joiner plan` on
+/// the embedded catalog starts no threads.
+fn aws_catalog(region: &str) -> Result<Loaded, CliError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(CliError::Runtime)?;
+    runtime.block_on(async {
+        let clients = joiner_aws::AwsClients::from_env(Some(region)).await?;
+        let mut registry = prometheus_client::registry::Registry::default();
+        let catalog = joiner_aws::LiveCatalog::new(
+            &clients,
+            joiner_aws::CatalogOptions::default(),
+            &mut registry,
+        );
+        let types = catalog.refresh().await?;
+        let status = catalog.status().await;
+        let warnings: Vec<String> = status
+            .fallbacks()
+            .into_iter()
+            .map(|(source, reason)| {
+                format!(
+                    "catalog: {source} unavailable from AWS ({reason}); using the embedded data"
+                )
+            })
+            .collect();
+        for w in &warnings {
+            // People running the command see it even with `-o json` piped elsewhere.
+            eprintln!("note: {w}");
+        }
+        Ok(Loaded { types, warnings })
+    })
+}
+
+/// Loads the manifests, simulates against the region's catalog and renders the plan.
 pub fn run(args: &PlanArgs) -> Result<String, CliError> {
     let loaded = manifest::load(&args.files)?;
-    let catalog = joiner_aws::embedded::cached(&args.region)?;
-    let plan = simulate(
-        &loaded.snapshot,
-        &catalog.instance_types,
-        &Options::default(),
-    );
+    let catalog = match args.catalog {
+        CatalogKind::Embedded => embedded_catalog(&args.region)?,
+        CatalogKind::Aws => aws_catalog(&args.region)?,
+    };
+    let plan = simulate(&loaded.snapshot, &catalog.types, &Options::default());
     let mut warnings = loaded.warnings;
     let unsupported = joiner_core::scheduling::topology::unsupported_terms(&loaded.snapshot.pods);
     if unsupported > 0 {
@@ -28,20 +85,14 @@ pub fn run(args: &PlanArgs) -> Result<String, CliError> {
             joiner_core::labels::CAPACITY_TYPE,
         ));
     }
-    if catalog.prices_estimated {
-        warnings.push(format!(
-            "no embedded price table for {}: prices are the us-east-1 on-demand prices (estimated)",
-            args.region
-        ));
-    }
+    warnings.extend(catalog.warnings);
     let mut explanations: Vec<Explanation> = Vec::new();
     for key in &args.explain {
-        let e =
-            explain(&loaded.snapshot, &catalog.instance_types, &plan, key).ok_or_else(|| {
-                CliError::Usage(format!(
-                    "--explain {key}: no pod {key} in the manifests (expected namespace/name)"
-                ))
-            })?;
+        let e = explain(&loaded.snapshot, &catalog.types, &plan, key).ok_or_else(|| {
+            CliError::Usage(format!(
+                "--explain {key}: no pod {key} in the manifests (expected namespace/name)"
+            ))
+        })?;
         explanations.push(e);
     }
     let report = Report {
