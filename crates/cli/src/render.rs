@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 
 use joiner_apis::{AmiFamily, NodeTemplate, Provisioner, API_VERSION};
 use joiner_aws::allocatable::Arch;
-use joiner_aws::ami::{ssm_parameter_path, AmiVariant, DEFAULT_SSM_PREFIX};
+use joiner_aws::ami::{ssm_parameter_path, AmiResolver, AmiVariant, DEFAULT_SSM_PREFIX};
+use joiner_aws::clock;
 use joiner_aws::launch_template::{
     build, InstanceFacts, LaunchContext, LaunchTemplateError, ResolvedLaunchTemplate,
 };
@@ -65,6 +66,13 @@ pub struct RenderArgs {
     /// AMI ID; without it the SSM parameter the launcher resolves is printed instead.
     #[arg(long)]
     ami_id: Option<String>,
+    /// Look the AMI up in AWS (SSM parameter, or the NodeTemplate's amiSelector) instead of
+    /// printing where it would come from; uses the standard AWS credential chain.
+    #[arg(long, conflicts_with = "ami_id")]
+    resolve_ami: bool,
+    /// Region for `--resolve-ami` (else AWS_REGION / the profile).
+    #[arg(long, requires = "resolve_ami")]
+    region: Option<String>,
     /// Kubernetes minor version (e.g. 1.31), for the SSM parameter path.
     #[arg(long)]
     kubernetes_version: Option<String>,
@@ -108,6 +116,11 @@ fn render(args: &RenderArgs) -> Result<String, CliError> {
         .to_core()
         .map_err(|e| CliError::Usage(format!("{}: {e}", args.provisioner.display())))?;
     let instance = instance_facts(args)?;
+    let image_id = match (&args.ami_id, args.resolve_ami) {
+        (Some(id), _) => Some(id.clone()),
+        (None, true) => Some(lookup_ami(args, &node_template, &instance)?),
+        (None, false) => None,
+    };
     let cluster = ClusterInfo {
         name: args.cluster_name.clone(),
         endpoint: args.cluster_endpoint.clone(),
@@ -120,7 +133,7 @@ fn render(args: &RenderArgs) -> Result<String, CliError> {
         node_template: &node_template,
         provisioner: &provisioner,
         instance: &instance,
-        image_id: args.ami_id.as_deref().unwrap_or_default(),
+        image_id: image_id.as_deref().unwrap_or_default(),
         security_group_ids: &args.security_group_ids,
         default_instance_profile: None,
         warm_pool: args.warm_pool,
@@ -134,11 +147,57 @@ fn render(args: &RenderArgs) -> Result<String, CliError> {
         };
         CliError::Usage(format!("{e}{hint}"))
     })?;
-    let ami = match &args.ami_id {
+    let ami = match &image_id {
         Some(id) => id.clone(),
         None => ami_source(args, node_template.ami_family(), &instance),
     };
-    Ok(report(args, &node_template, &instance, &ami, &resolved))
+    Ok(report(
+        &node_template,
+        &instance,
+        &ami,
+        image_id.is_some(),
+        &resolved,
+    ))
+}
+
+/// The AMI the launcher would use, read from AWS: the amiSelector's newest image for the
+/// instance's architecture, else the family's SSM parameter for `--kubernetes-version`.
+fn lookup_ami(
+    args: &RenderArgs,
+    nt: &NodeTemplate,
+    instance: &InstanceFacts,
+) -> Result<String, CliError> {
+    let name = nt.metadata.name.clone().unwrap_or_default();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(CliError::Runtime)?;
+    runtime.block_on(async {
+        let clients = joiner_aws::AwsClients::from_env(args.region.as_deref()).await?;
+        let resolver = AmiResolver::with_clock(&clients, &args.ssm_prefix, clock::system());
+        if !nt.spec.ami_selector.is_empty() {
+            let amis = resolver
+                .resolve_selector(&name, &nt.spec.ami_selector)
+                .await?;
+            return amis
+                .into_iter()
+                .find(|a| a.arch == Some(instance.arch))
+                .map(|a| a.id)
+                .ok_or_else(|| {
+                    CliError::Usage(format!(
+                        "NodeTemplate {name}: spec.amiSelector matches no {} image",
+                        instance.arch.as_str()
+                    ))
+                });
+        }
+        let version = args.kubernetes_version.as_deref().ok_or_else(|| {
+            CliError::Usage("--resolve-ami needs --kubernetes-version (e.g. 1.31)".to_string())
+        })?;
+        let ami = resolver
+            .resolve_default(nt.ami_family(), version, instance.arch, instance.variant)
+            .await?;
+        Ok(ami.id)
+    })
 }
 
 /// Where the AMI comes from when `--ami-id` is not given.
@@ -252,15 +311,15 @@ fn read_object<T: DeserializeOwned>(path: &Path, kind: &str) -> Result<T, CliErr
 }
 
 fn report(
-    args: &RenderArgs,
     nt: &NodeTemplate,
     instance: &InstanceFacts,
     ami: &str,
+    ami_known: bool,
     lt: &ResolvedLaunchTemplate,
 ) -> String {
     let s = &lt.spec;
     let mut out = String::new();
-    let name = if args.ami_id.is_some() {
+    let name = if ami_known {
         s.name()
     } else {
         "<depends on the AMI; pass --ami-id to compute it>".to_string()
