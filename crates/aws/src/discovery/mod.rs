@@ -64,6 +64,52 @@ pub enum DiscoveryError {
     },
 }
 
+/// The lookup both discoveries share: reject an empty selector, serve the cache, ask EC2
+/// through `fetch` (which reads every page), reject no match, sort by ID and cache. Keeping it
+/// in one place keeps subnets and security groups failing with the same errors.
+pub(crate) async fn cached_lookup<T, F, Fut>(
+    cache: &crate::cache::TtlCache<String, Vec<T>>,
+    template: &str,
+    what: &'static str,
+    selector: &BTreeMap<String, String>,
+    id: fn(&T) -> &str,
+    fetch: F,
+) -> Result<Vec<T>, DiscoveryError>
+where
+    T: Clone,
+    F: FnOnce(Query) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<T>, AwsError>>,
+{
+    if selector.is_empty() {
+        return Err(DiscoveryError::EmptySelector {
+            template: template.to_string(),
+            what,
+        });
+    }
+    let key = describe(selector);
+    if let Some(hit) = cache.get(&key) {
+        return Ok(hit);
+    }
+    let mut out = fetch(query(selector, &[]))
+        .await
+        .map_err(|source| DiscoveryError::Aws {
+            template: template.to_string(),
+            what,
+            selector: key.clone(),
+            source,
+        })?;
+    if out.is_empty() {
+        return Err(DiscoveryError::NoMatch {
+            template: template.to_string(),
+            what,
+            selector: key,
+        });
+    }
+    out.sort_by(|a, b| id(a).cmp(id(b)));
+    cache.insert(key, out.clone());
+    Ok(out)
+}
+
 /// A selector translated into a Describe* request: IDs and filters.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct Query {

@@ -8,7 +8,7 @@ use crate::api_error::api_error;
 use crate::cache::TtlCache;
 use crate::clock::{self, Clock};
 
-use super::{describe, query, tag_map, DiscoveryError, DISCOVERY_TTL};
+use super::{cached_lookup, tag_map, DiscoveryError, DISCOVERY_TTL};
 
 /// A security group.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,61 +51,44 @@ impl SecurityGroupDiscovery {
         template: &str,
         selector: &BTreeMap<String, String>,
     ) -> Result<Vec<SecurityGroup>, DiscoveryError> {
-        const WHAT: &str = "security group";
-        if selector.is_empty() {
-            return Err(DiscoveryError::EmptySelector {
-                template: template.to_string(),
-                what: WHAT,
-            });
-        }
-        let key = describe(selector);
-        if let Some(hit) = self.cache.get(&key) {
-            return Ok(hit);
-        }
-        let q = query(selector, &[]);
-        let mut out = Vec::new();
-        let mut token = None;
-        loop {
-            let page = self
-                .ec2
-                .describe_security_groups()
-                .set_group_ids((!q.ids.is_empty()).then(|| q.ids.clone()))
-                .set_filters((!q.filters.is_empty()).then(|| q.filters.clone()))
-                .set_next_token(token)
-                .send()
-                .await
-                .map_err(|e| DiscoveryError::Aws {
-                    template: template.to_string(),
-                    what: WHAT,
-                    selector: key.clone(),
-                    source: api_error("ec2:DescribeSecurityGroups", e),
-                })?;
-            for g in page.security_groups() {
-                let Some(id) = g.group_id() else { continue };
-                out.push(SecurityGroup {
-                    id: id.to_string(),
-                    name: g.group_name().unwrap_or_default().to_string(),
-                    vpc_id: g.vpc_id().unwrap_or_default().to_string(),
-                    tags: tag_map(g.tags()),
-                });
-            }
-            token = page
-                .next_token()
-                .filter(|t| !t.is_empty())
-                .map(str::to_string);
-            if token.is_none() {
-                break;
-            }
-        }
-        if out.is_empty() {
-            return Err(DiscoveryError::NoMatch {
-                template: template.to_string(),
-                what: WHAT,
-                selector: key,
-            });
-        }
-        out.sort_by(|a, b| a.id.cmp(&b.id));
-        self.cache.insert(key, out.clone());
-        Ok(out)
+        let ec2 = self.ec2.clone();
+        cached_lookup(
+            &self.cache,
+            template,
+            "security group",
+            selector,
+            |x| x.id.as_str(),
+            |q| async move {
+                let mut out = Vec::new();
+                let mut token = None;
+                loop {
+                    let page = ec2
+                        .describe_security_groups()
+                        .set_group_ids((!q.ids.is_empty()).then(|| q.ids.clone()))
+                        .set_filters((!q.filters.is_empty()).then(|| q.filters.clone()))
+                        .set_next_token(token)
+                        .send()
+                        .await
+                        .map_err(|e| api_error("ec2:DescribeSecurityGroups", e))?;
+                    for g in page.security_groups() {
+                        let Some(id) = g.group_id() else { continue };
+                        out.push(SecurityGroup {
+                            id: id.to_string(),
+                            name: g.group_name().unwrap_or_default().to_string(),
+                            vpc_id: g.vpc_id().unwrap_or_default().to_string(),
+                            tags: tag_map(g.tags()),
+                        });
+                    }
+                    token = page
+                        .next_token()
+                        .filter(|t| !t.is_empty())
+                        .map(str::to_string);
+                    if token.is_none() {
+                        return Ok(out);
+                    }
+                }
+            },
+        )
+        .await
     }
 }

@@ -8,7 +8,7 @@ use crate::api_error::api_error;
 use crate::cache::TtlCache;
 use crate::clock::{self, Clock};
 
-use super::{describe, query, tag_map, DiscoveryError, DISCOVERY_TTL};
+use super::{cached_lookup, tag_map, DiscoveryError, DISCOVERY_TTL};
 
 /// A subnet as the launcher needs it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -78,74 +78,57 @@ impl SubnetDiscovery {
         template: &str,
         selector: &BTreeMap<String, String>,
     ) -> Result<Vec<Subnet>, DiscoveryError> {
-        const WHAT: &str = "subnet";
-        if selector.is_empty() {
-            return Err(DiscoveryError::EmptySelector {
-                template: template.to_string(),
-                what: WHAT,
-            });
-        }
-        let key = describe(selector);
-        if let Some(hit) = self.cache.get(&key) {
-            return Ok(hit);
-        }
-        let q = query(selector, &[]);
-        let mut out = Vec::new();
-        let mut token = None;
-        loop {
-            let page = self
-                .ec2
-                .describe_subnets()
-                .set_subnet_ids((!q.ids.is_empty()).then(|| q.ids.clone()))
-                .set_filters((!q.filters.is_empty()).then(|| q.filters.clone()))
-                .set_next_token(token)
-                .send()
-                .await
-                .map_err(|e| DiscoveryError::Aws {
-                    template: template.to_string(),
-                    what: WHAT,
-                    selector: key.clone(),
-                    source: api_error("ec2:DescribeSubnets", e),
-                })?;
-            for s in page.subnets() {
-                let available = s
-                    .state()
-                    .is_none_or(|st| *st == aws_sdk_ec2::types::SubnetState::Available);
-                let (Some(id), Some(zone), true) =
-                    (s.subnet_id(), s.availability_zone(), available)
-                else {
-                    continue;
-                };
-                out.push(Subnet {
-                    id: id.to_string(),
-                    zone: zone.to_string(),
-                    zone_id: s.availability_zone_id().unwrap_or_default().to_string(),
-                    available_ips: s
-                        .available_ip_address_count()
-                        .and_then(|n| u32::try_from(n).ok())
-                        .unwrap_or(0),
-                    vpc_id: s.vpc_id().unwrap_or_default().to_string(),
-                    tags: tag_map(s.tags()),
-                });
-            }
-            token = page
-                .next_token()
-                .filter(|t| !t.is_empty())
-                .map(str::to_string);
-            if token.is_none() {
-                break;
-            }
-        }
-        if out.is_empty() {
-            return Err(DiscoveryError::NoMatch {
-                template: template.to_string(),
-                what: WHAT,
-                selector: key,
-            });
-        }
-        out.sort_by(|a, b| a.id.cmp(&b.id));
-        self.cache.insert(key, out.clone());
-        Ok(out)
+        let ec2 = self.ec2.clone();
+        cached_lookup(
+            &self.cache,
+            template,
+            "subnet",
+            selector,
+            |x| x.id.as_str(),
+            |q| async move {
+                let mut out = Vec::new();
+                let mut token = None;
+                loop {
+                    let page = ec2
+                        .describe_subnets()
+                        .set_subnet_ids((!q.ids.is_empty()).then(|| q.ids.clone()))
+                        .set_filters((!q.filters.is_empty()).then(|| q.filters.clone()))
+                        .set_next_token(token)
+                        .send()
+                        .await
+                        .map_err(|e| api_error("ec2:DescribeSubnets", e))?;
+                    for s in page.subnets() {
+                        let available = s
+                            .state()
+                            .is_none_or(|st| *st == aws_sdk_ec2::types::SubnetState::Available);
+                        let (Some(id), Some(zone), true) =
+                            (s.subnet_id(), s.availability_zone(), available)
+                        else {
+                            continue;
+                        };
+                        out.push(Subnet {
+                            id: id.to_string(),
+                            zone: zone.to_string(),
+                            zone_id: s.availability_zone_id().unwrap_or_default().to_string(),
+                            available_ips: s
+                                .available_ip_address_count()
+                                .and_then(|n| u32::try_from(n).ok())
+                                .unwrap_or(0),
+                            vpc_id: s.vpc_id().unwrap_or_default().to_string(),
+                            tags: tag_map(s.tags()),
+                        });
+                    }
+                    token = page
+                        .next_token()
+                        .filter(|t| !t.is_empty())
+                        .map(str::to_string);
+                    if token.is_none() {
+                        return Ok(out);
+                    }
+                }
+            },
+        )
+        .await
     }
 }
 
