@@ -1,0 +1,108 @@
+//! The controller policy in iam/ must allow exactly the AWS operations the code calls: a new
+//! SDK call without its permission fails in the cluster at 3 a.m., a permission the code no
+//! longer needs is privilege nobody should hold. The calls are read from the source of this
+//! crate (`<client>.<operation>()` chains, whitespace ignored).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// Actions the policy grants that no single SDK call names: CreateFleet of type instant
+/// launches through RunInstances and tags on create through CreateTags; iam:PassRole hands
+/// the node role to EC2.
+const IMPLIED: &[&str] = &["ec2:RunInstances", "ec2:CreateTags", "iam:PassRole"];
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read dir") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+fn camel(snake: &str) -> String {
+    snake
+        .split('_')
+        .map(|w| {
+            let mut c = w.chars();
+            c.next()
+                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// `service:Operation` for every `<ec2|ssm|pricing|sqs>.<operation>()` in non-test code.
+fn calls_in_source() -> BTreeSet<String> {
+    let mut files = Vec::new();
+    rust_files(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut files,
+    );
+    let mut calls = BTreeSet::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("source");
+        // Unit tests at the bottom of a module may call anything.
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        let flat: String = code.chars().filter(|c| !c.is_whitespace()).collect();
+        for service in ["ec2", "ssm", "pricing", "sqs"] {
+            let needle = format!("{service}.");
+            let mut rest = flat.as_str();
+            while let Some(at) = rest.find(&needle) {
+                let before = rest[..at].chars().last();
+                rest = &rest[at + needle.len()..];
+                if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+                    continue; // part of a longer name
+                }
+                let op: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                    .collect();
+                if rest[op.len()..].starts_with("()")
+                    && !matches!(op.as_str(), "clone" | "config" | "")
+                {
+                    calls.insert(format!("{service}:{}", camel(&op)));
+                }
+            }
+        }
+    }
+    calls
+}
+
+fn policy_actions() -> BTreeSet<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../iam/controller-policy.json");
+    let policy: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("policy")).expect("json");
+    let mut actions = BTreeSet::new();
+    for statement in policy["Statement"].as_array().expect("statements") {
+        match &statement["Action"] {
+            serde_json::Value::String(a) => {
+                actions.insert(a.clone());
+            }
+            serde_json::Value::Array(list) => {
+                actions.extend(list.iter().filter_map(|a| a.as_str().map(str::to_string)));
+            }
+            other => panic!("unexpected Action {other}"),
+        }
+    }
+    actions
+}
+
+#[test]
+fn the_policy_grants_exactly_the_operations_the_code_calls() {
+    let calls = calls_in_source();
+    assert!(
+        calls.contains("ec2:CreateFleet") && calls.contains("pricing:GetProducts"),
+        "the source scan found too little: {calls:?}"
+    );
+    let actions = policy_actions();
+    let missing: Vec<_> = calls.difference(&actions).collect();
+    assert!(missing.is_empty(), "called but not allowed: {missing:?}");
+    let unused: Vec<_> = actions
+        .iter()
+        .filter(|a| !calls.contains(*a) && !IMPLIED.contains(&a.as_str()))
+        .collect();
+    assert!(unused.is_empty(), "allowed but never called: {unused:?}");
+}
