@@ -1,12 +1,12 @@
 //! [`AwsCloudProvider`]: the [`CloudProvider`] the controller drives, assembled from the
 //! catalog, discovery, AMI resolution, launch templates, CreateFleet and guarded instances.
 //!
-//! One launch uses one launch template. A template fixes the AMI (so the architecture and
-//! accelerator variant) and the max-pods baked into the user data, so only candidates sharing
-//! those three with the cheapest candidate go into the fleet; the others are dropped for this
-//! launch (logged). The claim stays launchable because its cheapest type is always kept; what
-//! is lost is flexibility when that group has no capacity, which the capacity error and
-//! re-plan recover from. A fleet with one template per group is the planned improvement.
+//! A launch template fixes the AMI (so the architecture and accelerator variant) and the
+//! max-pods baked into the user data, so the candidates are grouped by those three and each
+//! group gets its own template, all in one CreateFleet (one LaunchTemplateConfig each): EC2 can
+//! fall back from the cheapest type to any candidate. The cheapest candidate's group must
+//! resolve; a later group whose AMI or template cannot be made is left out of this launch
+//! (logged), since the claim can still launch without it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
@@ -21,10 +21,11 @@ use crate::ami::{AmiError, AmiResolver, AmiVariant};
 use crate::catalog::LiveCatalog;
 use crate::clock;
 use crate::discovery::{DiscoveryError, SecurityGroupDiscovery, SubnetDiscovery};
-use crate::fleet::{Fleet, FleetRequest, LaunchError};
+use crate::fleet::{Fleet, FleetRequest, LaunchError, TemplateCandidates};
 use crate::instances::{Instance, Instances, TerminateRefusal};
 use crate::launch_template::{
-    build, max_pods, InstanceFacts, LaunchContext, LaunchTemplateError, LaunchTemplates,
+    build, max_pods, InstanceFacts, LaunchContext, LaunchTemplateError, LaunchTemplateRef,
+    LaunchTemplates,
 };
 use crate::tags::{self, cluster_tag_key, OWNED};
 use crate::unavailable::UnavailableOfferings;
@@ -263,6 +264,28 @@ impl AwsCloudProvider {
             })
     }
 
+    /// The launch template of one candidate group: its AMI, the spec, found or created in EC2.
+    async fn template_for(
+        &self,
+        nt: &NodeTemplate,
+        prov: &Provisioner,
+        facts: &InstanceFacts,
+        security_group_ids: &[String],
+    ) -> Result<LaunchTemplateRef, ProviderError> {
+        let image_id = self.image_for(nt, facts.arch, facts.variant).await?;
+        let resolved = build(&LaunchContext {
+            cluster: &self.config.cluster,
+            node_template: nt,
+            provisioner: prov,
+            instance: facts,
+            image_id: &image_id,
+            security_group_ids,
+            default_instance_profile: self.config.default_instance_profile.as_deref(),
+            warm_pool: false,
+        })?;
+        Ok(self.templates.ensure_spec(&resolved.spec).await?)
+    }
+
     fn node(&self, i: Instance) -> LaunchedNode {
         LaunchedNode {
             claim_name: i.tags.get(tags::NODECLAIM).cloned(),
@@ -276,24 +299,25 @@ impl AwsCloudProvider {
     }
 }
 
-/// The candidates launchable with the cheapest one's template: the same architecture, AMI
-/// variant and max-pods, in the request's order, with their facts. Candidates the catalog does
-/// not know are skipped.
-fn cheapest_group(
+/// The candidates grouped by launch settings (architecture, AMI variant, max-pods), each group
+/// with the facts of its first member, groups and members in the request's order (cheapest
+/// first, so the first group holds the cheapest candidate). Candidates the catalog does not know are skipped.
+fn launch_groups(
     candidates: &[(String, f64)],
     catalog: &[InstanceType],
     prov: &Provisioner,
-) -> Option<(InstanceFacts, Vec<(String, f64)>)> {
+) -> Vec<(InstanceFacts, Vec<(String, f64)>)> {
     let by_name: HashMap<&str, &InstanceType> =
         catalog.iter().map(|t| (t.name.as_str(), t)).collect();
     let kubelet = prov.spec.kubelet_configuration.as_ref();
-    let mut group: Option<(GroupKey, InstanceFacts)> = None;
-    let mut members = Vec::new();
+    let mut keys: Vec<GroupKey> = Vec::new();
+    let mut groups: Vec<(InstanceFacts, Vec<(String, f64)>)> = Vec::new();
     for (name, price) in candidates {
         let Some(facts) = by_name
             .get(name.as_str())
             .and_then(|t| InstanceFacts::from_catalog(t))
         else {
+            tracing::debug!(instance_type = %name, "candidate skipped: not in the catalog");
             continue;
         };
         let key = (
@@ -301,18 +325,15 @@ fn cheapest_group(
             facts.variant,
             max_pods(facts.eni_max_pods, facts.vcpus, kubelet),
         );
-        match &group {
+        match keys.iter().position(|k| *k == key) {
+            Some(i) => groups[i].1.push((name.clone(), *price)),
             None => {
-                group = Some((key, facts));
-                members.push((name.clone(), *price));
-            }
-            Some((k, _)) if *k == key => members.push((name.clone(), *price)),
-            Some(_) => {
-                tracing::debug!(instance_type = %name, "candidate dropped: another launch template group")
+                keys.push(key);
+                groups.push((facts, vec![(name.clone(), *price)]));
             }
         }
     }
-    group.map(|(_, facts)| (facts, members))
+    groups
 }
 
 impl CloudProvider for AwsCloudProvider {
@@ -336,18 +357,18 @@ impl CloudProvider for AwsCloudProvider {
     async fn create(&self, req: &LaunchRequest) -> Result<LaunchedNode, ProviderError> {
         let (prov, nt) = self.objects_for(&req.provisioner)?;
         let catalog = self.catalog.instance_types().await?;
-        let (facts, candidates) =
-            cheapest_group(&req.candidates, &catalog, &prov).ok_or_else(|| {
-                ProviderError::NoKnownCandidate {
-                    claim: req.claim_name.clone(),
-                    candidates: req
-                        .candidates
-                        .iter()
-                        .map(|(n, _)| n.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                }
-            })?;
+        let groups = launch_groups(&req.candidates, &catalog, &prov);
+        if groups.is_empty() {
+            return Err(ProviderError::NoKnownCandidate {
+                claim: req.claim_name.clone(),
+                candidates: req
+                    .candidates
+                    .iter()
+                    .map(|(n, _)| n.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        }
 
         let mut subnets = self
             .subnets
@@ -371,18 +392,33 @@ impl CloudProvider for AwsCloudProvider {
             .map(|g| g.id)
             .collect();
 
-        let image_id = self.image_for(&nt, facts.arch, facts.variant).await?;
-        let resolved = build(&LaunchContext {
-            cluster: &self.config.cluster,
-            node_template: &nt,
-            provisioner: &prov,
-            instance: &facts,
-            image_id: &image_id,
-            security_group_ids: &security_group_ids,
-            default_instance_profile: self.config.default_instance_profile.as_deref(),
-            warm_pool: false,
-        })?;
-        let launch_template = self.templates.ensure_spec(&resolved.spec).await?;
+        let mut templates = Vec::new();
+        for (i, (facts, candidates)) in groups.into_iter().enumerate() {
+            match self
+                .template_for(&nt, &prov, &facts, &security_group_ids)
+                .await
+            {
+                Ok(launch_template) => templates.push(TemplateCandidates {
+                    launch_template,
+                    candidates,
+                }),
+                Err(err) if i == 0 => return Err(err),
+                Err(err) => tracing::warn!(
+                    claim = %req.claim_name,
+                    instance_type = %facts.name,
+                    error = %err,
+                    "candidates left out of the launch: no launch template for their group"
+                ),
+            }
+        }
+        let mut templates = templates.into_iter();
+        let Some(first) = templates.next() else {
+            // Unreachable: the first group either gave a template or returned its error.
+            return Err(ProviderError::NoKnownCandidate {
+                claim: req.claim_name.clone(),
+                candidates: String::new(),
+            });
+        };
 
         let mut fleet_tags: BTreeMap<String, String> = nt.spec.tags.clone();
         fleet_tags.insert(
@@ -396,11 +432,12 @@ impl CloudProvider for AwsCloudProvider {
             .fleet
             .launch(&FleetRequest {
                 client_token: req.claim_uid.clone(),
-                launch_template,
+                launch_template: first.launch_template,
                 capacity_type: req.capacity_type,
-                candidates,
+                candidates: first.candidates,
                 subnets,
                 tags: fleet_tags,
+                more_templates: templates.collect(),
             })
             .await?;
         Ok(LaunchedNode {
@@ -439,7 +476,7 @@ mod tests {
     use crate::embedded;
 
     #[test]
-    fn the_cheapest_candidates_group_keeps_its_own_launch_settings() {
+    fn candidates_are_grouped_by_their_launch_settings() {
         let catalog = &embedded::cached("us-east-1")
             .expect("embedded us-east-1")
             .instance_types;
@@ -452,13 +489,28 @@ mod tests {
             ("m5.large".to_string(), 0.096),
             ("m5.xlarge".to_string(), 0.192),
         ];
-        let (facts, members) = cheapest_group(&candidates, catalog, &prov).expect("a group");
-        assert_eq!(facts.name, "c5.large");
-        assert_eq!(facts.arch, Arch::Amd64);
-        let names: Vec<&str> = members.iter().map(|(n, _)| n.as_str()).collect();
-        // arm64 and a different max-pods (m5.xlarge: 58) go elsewhere; unknown types are skipped.
-        assert_eq!(names, ["c5.large", "m5.large"]);
-        assert!(cheapest_group(&candidates[2..3], catalog, &prov).is_none());
+        let groups = launch_groups(&candidates, catalog, &prov);
+        let summary: Vec<(&str, Arch, Vec<&str>)> = groups
+            .iter()
+            .map(|(facts, members)| {
+                (
+                    facts.name.as_str(),
+                    facts.arch,
+                    members.iter().map(|(n, _)| n.as_str()).collect(),
+                )
+            })
+            .collect();
+        // arm64 and a different max-pods (m5.xlarge: 58) get their own group; unknown types
+        // are skipped.
+        assert_eq!(
+            summary,
+            [
+                ("c5.large", Arch::Amd64, vec!["c5.large", "m5.large"]),
+                ("m6g.large", Arch::Arm64, vec!["m6g.large"]),
+                ("m5.xlarge", Arch::Amd64, vec!["m5.xlarge"]),
+            ]
+        );
+        assert!(launch_groups(&candidates[2..3], catalog, &prov).is_empty());
     }
 
     #[test]

@@ -181,12 +181,14 @@ fn request(claim: &str, provisioner: &str, zones: &[&str]) -> LaunchRequest {
         claim_uid: format!("uid-{claim}"),
         provisioner: provisioner.into(),
         capacity_type: CapacityType::OnDemand,
-        // c5.large and m5.large share arch, variant and max-pods (29); the arm64 type does not
-        // and is left out of this launch.
+        // c5.large and m5.large share arch, variant and max-pods (29), so one template;
+        // m5.xlarge (58 pods) gets a second one in the same fleet; the arm64 type needs another
+        // AMI, which the test prefix lacks, so its group is left out.
         candidates: vec![
             ("c5.large".into(), 0.085),
             ("m5.large".into(), 0.096),
             ("m6g.xlarge".into(), 0.154),
+            ("m5.xlarge".into(), 0.192),
         ],
         zones: zones.iter().map(|z| z.to_string()).collect(),
     }
@@ -224,7 +226,7 @@ async fn create_get_list_delete_and_the_ownership_guard() {
         .await
         .expect("create");
     assert!(
-        ["c5.large", "m5.large"].contains(&node.instance_type.as_str()),
+        ["c5.large", "m5.large", "m5.xlarge"].contains(&node.instance_type.as_str()),
         "{node:?}"
     );
     assert!(
@@ -263,6 +265,20 @@ async fn create_get_list_delete_and_the_ownership_guard() {
         Some(image_id.as_str()),
         "the AMI of the SSM parameter"
     );
+
+    let templates = clients
+        .ec2
+        .describe_launch_templates()
+        .send()
+        .await
+        .expect("launch templates");
+    let names: Vec<&str> = templates
+        .launch_templates()
+        .iter()
+        .filter_map(|t| t.launch_template_name())
+        .filter(|n| n.starts_with("joiner/c1/"))
+        .collect();
+    assert_eq!(names.len(), 2, "one template per launch group: {names:?}");
 
     // The claim's zones are honored.
     let in_b = p
