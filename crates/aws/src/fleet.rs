@@ -77,6 +77,19 @@ pub struct FleetRequest {
     pub subnets: Vec<Subnet>,
     /// Tags for the instance, its volumes and the fleet (cluster, claim, provisioner, user tags).
     pub tags: BTreeMap<String, String>,
+    /// Further templates with their own candidates (types needing another AMI or max-pods),
+    /// each a LaunchTemplateConfig of the same fleet, so EC2 can fall back to them. The
+    /// [`MAX_INSTANCE_TYPES`] cap counts the types of all templates together.
+    pub more_templates: Vec<TemplateCandidates>,
+}
+
+/// A launch template and the candidate types (with price, USD/h) launched with it.
+#[derive(Clone, Debug)]
+pub struct TemplateCandidates {
+    /// The template.
+    pub launch_template: LaunchTemplateRef,
+    /// Its candidate types.
+    pub candidates: Vec<(String, f64)>,
 }
 
 /// The instance a launch produced.
@@ -158,7 +171,7 @@ impl Fleet {
 
     /// Launches one instance for `req`.
     pub async fn launch(&self, req: &FleetRequest) -> Result<Launched, LaunchError> {
-        let overrides = build_overrides(req, &self.unavailable)?;
+        let configs = build_configs(req, &self.unavailable)?;
         let capacity = match req.capacity_type {
             CapacityType::Spot => DefaultTargetCapacityType::Spot,
             CapacityType::OnDemand => DefaultTargetCapacityType::OnDemand,
@@ -180,17 +193,22 @@ impl Fleet {
                     .default_target_capacity_type(capacity)
                     .build(),
             )
-            .launch_template_configs(
-                FleetLaunchTemplateConfigRequest::builder()
-                    .launch_template_specification(
-                        FleetLaunchTemplateSpecificationRequest::builder()
-                            .launch_template_id(&req.launch_template.id)
-                            .version("$Latest")
-                            .build(),
-                    )
-                    .set_overrides(Some(overrides))
-                    .build(),
-            )
+            .set_launch_template_configs(Some(
+                configs
+                    .into_iter()
+                    .map(|(template, overrides)| {
+                        FleetLaunchTemplateConfigRequest::builder()
+                            .launch_template_specification(
+                                FleetLaunchTemplateSpecificationRequest::builder()
+                                    .launch_template_id(&template.id)
+                                    .version("$Latest")
+                                    .build(),
+                            )
+                            .set_overrides(Some(overrides))
+                            .build()
+                    })
+                    .collect(),
+            ))
             .tag_specifications(tag_spec(ResourceType::Instance))
             .tag_specifications(tag_spec(ResourceType::Volume))
             .tag_specifications(tag_spec(ResourceType::Fleet));
@@ -320,21 +338,54 @@ impl Fleet {
     }
 }
 
-/// The overrides of `req`: the at most [`MAX_INSTANCE_TYPES`] cheapest distinct candidate types
-/// (price NaN sorts last, ties by name) × the best subnet of each zone, leaving out pairs
-/// marked unavailable. Ordered by price, then zone.
+/// The overrides of `req` for all its templates together, in template order (see
+/// [`build_configs`]); with one template, ordered by price, then zone.
 pub fn build_overrides(
     req: &FleetRequest,
     unavailable: &UnavailableOfferings,
 ) -> Result<Vec<FleetLaunchTemplateOverridesRequest>, LaunchError> {
+    Ok(build_configs(req, unavailable)?
+        .into_iter()
+        .flat_map(|(_, overrides)| overrides)
+        .collect())
+}
+
+/// One (template, overrides) per template of `req` that has any: the at most
+/// [`MAX_INSTANCE_TYPES`] cheapest distinct candidate types over all templates (price NaN
+/// sorts last, ties by name; a type listed under two templates goes with the first) × the best
+/// subnet of each zone, leaving out pairs marked unavailable. Overrides are ordered by price,
+/// then zone.
+pub fn build_configs(
+    req: &FleetRequest,
+    unavailable: &UnavailableOfferings,
+) -> Result<Vec<(LaunchTemplateRef, Vec<FleetLaunchTemplateOverridesRequest>)>, LaunchError> {
     let none = |reason: &str| LaunchError::NoOfferings {
         client_token: req.client_token.clone(),
         reason: reason.to_string(),
     };
-    let mut candidates: Vec<&(String, f64)> = req.candidates.iter().collect();
-    candidates.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+    let templates: Vec<(&LaunchTemplateRef, &[(String, f64)])> =
+        std::iter::once((&req.launch_template, req.candidates.as_slice()))
+            .chain(
+                req.more_templates
+                    .iter()
+                    .map(|t| (&t.launch_template, t.candidates.as_slice())),
+            )
+            .collect();
+    let mut candidates: Vec<(usize, &str, f64)> = templates
+        .iter()
+        .enumerate()
+        .flat_map(|(i, (_, c))| {
+            c.iter()
+                .map(move |(name, price)| (i, name.as_str(), *price))
+        })
+        .collect();
+    candidates.sort_by(|a, b| {
+        a.2.total_cmp(&b.2)
+            .then_with(|| a.1.cmp(b.1))
+            .then_with(|| a.0.cmp(&b.0))
+    });
     let mut seen = HashSet::new();
-    candidates.retain(|(name, price)| !price.is_nan() && seen.insert(name.as_str()));
+    candidates.retain(|(_, name, price)| !price.is_nan() && seen.insert(*name));
     candidates.truncate(MAX_INSTANCE_TYPES);
     if candidates.is_empty() {
         return Err(none("no candidate instance type (with a price)"));
@@ -344,18 +395,24 @@ pub fn build_overrides(
         return Err(none("no subnet"));
     }
     let mut out = Vec::new();
-    for (name, _) in candidates {
-        for s in &subnets {
-            if unavailable.is_unavailable(name, &s.zone, req.capacity_type) {
-                continue;
+    for (i, (template, _)) in templates.iter().enumerate() {
+        let mut overrides = Vec::new();
+        for (_, name, _) in candidates.iter().filter(|c| c.0 == i) {
+            for s in &subnets {
+                if unavailable.is_unavailable(name, &s.zone, req.capacity_type) {
+                    continue;
+                }
+                overrides.push(
+                    FleetLaunchTemplateOverridesRequest::builder()
+                        .instance_type(aws_sdk_ec2::types::InstanceType::from(*name))
+                        .subnet_id(&s.id)
+                        .availability_zone(&s.zone)
+                        .build(),
+                );
             }
-            out.push(
-                FleetLaunchTemplateOverridesRequest::builder()
-                    .instance_type(aws_sdk_ec2::types::InstanceType::from(name.as_str()))
-                    .subnet_id(&s.id)
-                    .availability_zone(&s.zone)
-                    .build(),
-            );
+        }
+        if !overrides.is_empty() {
+            out.push(((*template).clone(), overrides));
         }
     }
     if out.is_empty() {
@@ -396,6 +453,7 @@ mod tests {
                 subnet("subnet-b", "us-east-1b", 5),
             ],
             tags: BTreeMap::new(),
+            more_templates: Vec::new(),
         }
     }
 
@@ -449,5 +507,38 @@ mod tests {
         ));
         assert!(is_capacity_error("InsufficientInstanceCapacity"));
         assert!(!is_capacity_error("UnauthorizedOperation"));
+    }
+
+    #[test]
+    fn several_templates_share_the_type_cap_and_keep_their_own_types() {
+        let mut r = req((0..50).map(|i| (format!("a{i:02}.large"), 1.0)).collect());
+        r.more_templates.push(TemplateCandidates {
+            launch_template: LaunchTemplateRef {
+                id: "lt-2".to_string(),
+                name: "arm".to_string(),
+            },
+            candidates: (0..50)
+                .map(|i| (format!("g{i:02}.large"), 0.5))
+                .chain([("a00.large".to_string(), 0.1)])
+                .collect(),
+        });
+        let u = UnavailableOfferings::default();
+        let configs = build_configs(&r, &u).expect("configs");
+        assert_eq!(configs.len(), 2);
+        let types = |o: &[FleetLaunchTemplateOverridesRequest]| -> HashSet<String> {
+            o.iter()
+                .filter_map(|x| x.instance_type().map(|t| t.as_str().to_string()))
+                .collect()
+        };
+        let first = types(&configs[0].1);
+        let second = types(&configs[1].1);
+        assert_eq!(configs[0].0.id, "lt-1");
+        assert_eq!(configs[1].0.id, "lt-2");
+        // 60 types in all: a00 (listed twice, kept where it is cheapest: lt-2), the 50 cheaper
+        // g types, and 9 more a types.
+        assert_eq!(first.len() + second.len(), 60);
+        assert_eq!(second.len(), 51);
+        assert!(second.contains("a00.large") && !first.contains("a00.large"));
+        assert_eq!(first.len(), 9);
     }
 }

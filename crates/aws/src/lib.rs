@@ -7,7 +7,8 @@
 //! [`ami`] (SSM parameter paths and their resolution, amiSelector), [`launch_template`]
 //! (settings, stable names, find-or-create in EC2), [`userdata`] (per AMI family), [`fleet`]
 //! (CreateFleet, with capacity errors recorded in [`unavailable`]), [`instances`] (look-ups,
-//! guarded terminate) and [`catalog`] (the live catalog).
+//! guarded terminate) and [`catalog`] (the live catalog); [`provider`] assembles them into the
+//! controller's `CloudProvider`.
 
 pub mod allocatable;
 pub mod ami;
@@ -22,6 +23,7 @@ pub mod error;
 pub mod fleet;
 pub mod instances;
 pub mod launch_template;
+pub mod provider;
 pub mod tags;
 pub mod unavailable;
 pub mod userdata;
@@ -29,3 +31,4 @@ pub mod userdata;
 pub use catalog::{CatalogOptions, LiveCatalog};
 pub use clients::AwsClients;
 pub use error::{AwsError, CatalogError};
+pub use provider::{AwsCloudProvider, ProviderConfig, ProviderError};

@@ -565,6 +565,7 @@ fn fleet_request(f: &LaunchFixture, claim: &str, capacity_type: CapacityType) ->
             ("joiner.sh/nodeclaim", claim),
             ("joiner.sh/provisioner-name", "default"),
         ]),
+        more_templates: Vec::new(),
     }
 }
 

@@ -3,6 +3,7 @@
 //! Nothing here performs I/O: the CLI and the controller gather state, call into this crate,
 //! and carry out what it decides. That keeps every decision testable from plain data.
 
+pub mod cloud_provider;
 pub mod error;
 pub mod instance_type;
 pub mod labels;
@@ -16,6 +17,7 @@ pub mod snapshot;
 pub mod taints;
 pub mod workload;
 
+pub use cloud_provider::{CloudProvider, LaunchRequest, LaunchedNode};
 pub use error::{QuantityError, RequirementError};
 pub use instance_type::{CapacityType, InstanceType, Offering};
 pub use pod::{DaemonSet, HostPort, Node, Owner, Pod, PodAffinityTerm, TopologySpread};

@@ -1,0 +1,532 @@
+//! [`AwsCloudProvider`]: the [`CloudProvider`] the controller drives, assembled from the
+//! catalog, discovery, AMI resolution, launch templates, CreateFleet and guarded instances.
+//!
+//! A launch template fixes the AMI (so the architecture and accelerator variant) and the
+//! max-pods baked into the user data, so the candidates are grouped by those three and each
+//! group gets its own template, all in one CreateFleet (one LaunchTemplateConfig each): EC2 can
+//! fall back from the cheapest type to any candidate. The cheapest candidate's group must
+//! resolve; a later group whose AMI or template cannot be made is left out of this launch
+//! (logged), since the claim can still launch without it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+
+use joiner_apis::{NodeTemplate, Provisioner};
+use joiner_core::cloud_provider::aws_provider_id;
+use joiner_core::{CloudProvider, InstanceType, LaunchRequest, LaunchedNode};
+use thiserror::Error;
+
+use crate::allocatable::Arch;
+use crate::ami::{AmiError, AmiResolver, AmiVariant};
+use crate::catalog::LiveCatalog;
+use crate::clock;
+use crate::discovery::{DiscoveryError, SecurityGroupDiscovery, SubnetDiscovery};
+use crate::fleet::{Fleet, FleetRequest, LaunchError, TemplateCandidates};
+use crate::instances::{Instance, Instances, TerminateRefusal};
+use crate::launch_template::{
+    build, max_pods, InstanceFacts, LaunchContext, LaunchTemplateError, LaunchTemplateRef,
+    LaunchTemplates,
+};
+use crate::tags::{self, cluster_tag_key, OWNED};
+use crate::unavailable::UnavailableOfferings;
+use crate::userdata::ClusterInfo;
+use crate::{AwsClients, AwsError, CatalogError};
+
+/// What the provider needs to know of its cluster and environment.
+#[derive(Clone, Debug)]
+pub struct ProviderConfig {
+    /// The cluster nodes join (name, endpoint, CA, service CIDR).
+    pub cluster: ClusterInfo,
+    /// Kubernetes minor version (`1.31`): part of the default AMIs' SSM parameter path.
+    pub kubernetes_version: String,
+    /// Where the AMI parameters are read (`/aws/service`, or a mirror's prefix).
+    pub ssm_prefix: String,
+    /// Instance profile of nodes whose NodeTemplate names none.
+    pub default_instance_profile: Option<String>,
+}
+
+/// Why a provider call failed. Each variant names the object (claim, Provisioner, NodeTemplate,
+/// instance) so the NodeClaim condition tells the user what to fix.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ProviderError {
+    /// No Provisioner of that name is known (not yet seen by the reflector, or deleted).
+    #[error("Provisioner `{provisioner}` not found")]
+    UnknownProvisioner {
+        /// The name asked for.
+        provisioner: String,
+    },
+    /// The Provisioner has no `spec.providerRef`, so no NodeTemplate to launch with.
+    #[error("Provisioner `{provisioner}`: spec.providerRef is not set")]
+    NoProviderRef {
+        /// The Provisioner.
+        provisioner: String,
+    },
+    /// The Provisioner's `spec.providerRef.name` names no known NodeTemplate.
+    #[error("Provisioner `{provisioner}`: spec.providerRef.name: NodeTemplate `{node_template}` not found")]
+    UnknownNodeTemplate {
+        /// The Provisioner.
+        provisioner: String,
+        /// The missing NodeTemplate.
+        node_template: String,
+    },
+    /// None of the candidates is a type the catalog knows with launch facts.
+    #[error(
+        "claim `{claim}`: none of the candidate instance types [{candidates}] is in the catalog"
+    )]
+    NoKnownCandidate {
+        /// The NodeClaim.
+        claim: String,
+        /// The candidates, comma-separated.
+        candidates: String,
+    },
+    /// No discovered subnet is in a zone the claim allows.
+    #[error("claim `{claim}`: NodeTemplate `{node_template}` has no subnet in the allowed zones [{zones}]")]
+    NoSubnetInZones {
+        /// The NodeClaim.
+        claim: String,
+        /// The NodeTemplate.
+        node_template: String,
+        /// The allowed zones, comma-separated.
+        zones: String,
+    },
+    /// The NodeTemplate's amiSelector selects no image of the architecture needed.
+    #[error("NodeTemplate `{node_template}`: spec.amiSelector selects no {arch} image")]
+    NoAmiForArch {
+        /// The NodeTemplate.
+        node_template: String,
+        /// The architecture needed.
+        arch: &'static str,
+    },
+    /// Subnet or security-group discovery failed.
+    #[error(transparent)]
+    Discovery(Box<DiscoveryError>),
+    /// AMI resolution failed.
+    #[error("NodeTemplate `{node_template}`: {source}")]
+    Ami {
+        /// The NodeTemplate.
+        node_template: String,
+        /// Why.
+        source: Box<AmiError>,
+    },
+    /// The launch template could not be built.
+    #[error(transparent)]
+    LaunchTemplate(#[from] LaunchTemplateError),
+    /// CreateFleet gave no instance; [`LaunchError::InsufficientCapacity`] is the capacity case.
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+    /// The catalog could not be read.
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    /// Terminate was refused by the ownership guard (or the instance is unknown).
+    #[error(transparent)]
+    TerminateRefused(#[from] TerminateRefusal),
+    /// Another AWS call failed.
+    #[error(transparent)]
+    Aws(#[from] AwsError),
+}
+
+impl From<DiscoveryError> for ProviderError {
+    fn from(err: DiscoveryError) -> Self {
+        ProviderError::Discovery(Box::new(err))
+    }
+}
+
+/// Launch settings shared by a group of candidates: architecture, AMI variant, max-pods.
+type GroupKey = (Arch, AmiVariant, u32);
+
+#[derive(Debug, Default)]
+struct Objects {
+    provisioners: HashMap<String, Arc<Provisioner>>,
+    node_templates: HashMap<String, Arc<NodeTemplate>>,
+}
+
+/// The AWS [`CloudProvider`]. Provisioners and NodeTemplates are fed in by the controller
+/// (from its reflectors) with [`AwsCloudProvider::set_objects`], so a launch reads the latest
+/// settings without an API call of its own.
+#[derive(Debug)]
+pub struct AwsCloudProvider {
+    config: ProviderConfig,
+    catalog: Arc<LiveCatalog>,
+    unavailable: Arc<UnavailableOfferings>,
+    subnets: SubnetDiscovery,
+    security_groups: SecurityGroupDiscovery,
+    amis: AmiResolver,
+    templates: LaunchTemplates,
+    fleet: Fleet,
+    instances: Instances,
+    objects: RwLock<Objects>,
+}
+
+impl AwsCloudProvider {
+    /// A provider on `clients`; `unavailable` must be the set the planner's catalog reads, so
+    /// capacity failures recorded here steer the next plan.
+    pub fn new(
+        clients: AwsClients,
+        config: ProviderConfig,
+        catalog: Arc<LiveCatalog>,
+        unavailable: Arc<UnavailableOfferings>,
+    ) -> Self {
+        let cluster = config.cluster.name.clone();
+        AwsCloudProvider {
+            subnets: SubnetDiscovery::new(clients.ec2.clone()),
+            security_groups: SecurityGroupDiscovery::new(clients.ec2.clone()),
+            amis: AmiResolver::with_clock(&clients, &config.ssm_prefix, clock::system()),
+            templates: LaunchTemplates::new(clients.ec2.clone(), &cluster),
+            fleet: Fleet::new(&clients.ec2, unavailable.clone()),
+            instances: Instances::new(clients.ec2.clone(), &cluster),
+            objects: RwLock::new(Objects::default()),
+            config,
+            catalog,
+            unavailable,
+        }
+    }
+
+    /// Replaces the known Provisioners and NodeTemplates (the controller's reflector contents).
+    pub fn set_objects(&self, provisioners: Vec<Provisioner>, node_templates: Vec<NodeTemplate>) {
+        let objects = Objects {
+            provisioners: provisioners
+                .into_iter()
+                .map(|p| (p.name().to_string(), Arc::new(p)))
+                .collect(),
+            node_templates: node_templates
+                .into_iter()
+                .map(|n| (n.name().to_string(), Arc::new(n)))
+                .collect(),
+        };
+        *self.objects.write().unwrap_or_else(|p| p.into_inner()) = objects;
+    }
+
+    /// The Provisioner `name` and its NodeTemplate.
+    fn objects_for(
+        &self,
+        name: &str,
+    ) -> Result<(Arc<Provisioner>, Arc<NodeTemplate>), ProviderError> {
+        let objects = self.objects.read().unwrap_or_else(|p| p.into_inner());
+        let prov = objects.provisioners.get(name).cloned().ok_or_else(|| {
+            ProviderError::UnknownProvisioner {
+                provisioner: name.to_string(),
+            }
+        })?;
+        let nt_name = prov
+            .spec
+            .provider_ref
+            .as_ref()
+            .map(|r| r.name.clone())
+            .ok_or_else(|| ProviderError::NoProviderRef {
+                provisioner: name.to_string(),
+            })?;
+        let nt = objects
+            .node_templates
+            .get(&nt_name)
+            .cloned()
+            .ok_or_else(|| ProviderError::UnknownNodeTemplate {
+                provisioner: name.to_string(),
+                node_template: nt_name,
+            })?;
+        Ok((prov, nt))
+    }
+
+    async fn image_for(
+        &self,
+        nt: &NodeTemplate,
+        arch: Arch,
+        variant: AmiVariant,
+    ) -> Result<String, ProviderError> {
+        let ami_err = |source| ProviderError::Ami {
+            node_template: nt.name().to_string(),
+            source: Box::new(source),
+        };
+        if nt.spec.ami_selector.is_empty() {
+            let ami = self
+                .amis
+                .resolve_default(
+                    nt.ami_family(),
+                    &self.config.kubernetes_version,
+                    arch,
+                    variant,
+                )
+                .await
+                .map_err(ami_err)?;
+            return Ok(ami.id);
+        }
+        let amis = self
+            .amis
+            .resolve_selector(nt.name(), &nt.spec.ami_selector)
+            .await
+            .map_err(ami_err)?;
+        amis.into_iter()
+            .find(|a| a.arch == Some(arch))
+            .map(|a| a.id)
+            .ok_or_else(|| ProviderError::NoAmiForArch {
+                node_template: nt.name().to_string(),
+                arch: arch.as_str(),
+            })
+    }
+
+    /// The launch template of one candidate group: its AMI, the spec, found or created in EC2.
+    async fn template_for(
+        &self,
+        nt: &NodeTemplate,
+        prov: &Provisioner,
+        facts: &InstanceFacts,
+        security_group_ids: &[String],
+    ) -> Result<LaunchTemplateRef, ProviderError> {
+        let image_id = self.image_for(nt, facts.arch, facts.variant).await?;
+        let resolved = build(&LaunchContext {
+            cluster: &self.config.cluster,
+            node_template: nt,
+            provisioner: prov,
+            instance: facts,
+            image_id: &image_id,
+            security_group_ids,
+            default_instance_profile: self.config.default_instance_profile.as_deref(),
+            warm_pool: false,
+        })?;
+        Ok(self.templates.ensure_spec(&resolved.spec).await?)
+    }
+
+    fn node(&self, i: Instance) -> LaunchedNode {
+        LaunchedNode {
+            claim_name: i.tags.get(tags::NODECLAIM).cloned(),
+            provider_id: aws_provider_id(&i.zone, &i.id),
+            instance_id: i.id,
+            instance_type: i.instance_type,
+            zone: i.zone,
+            capacity_type: i.capacity_type,
+            state: i.state,
+        }
+    }
+}
+
+/// The candidates grouped by launch settings (architecture, AMI variant, max-pods), each group
+/// with the facts of its first member, groups and members in the request's order (cheapest
+/// first, so the first group holds the cheapest candidate). Candidates the catalog does not know are skipped.
+fn launch_groups(
+    candidates: &[(String, f64)],
+    catalog: &[InstanceType],
+    prov: &Provisioner,
+) -> Vec<(InstanceFacts, Vec<(String, f64)>)> {
+    let by_name: HashMap<&str, &InstanceType> =
+        catalog.iter().map(|t| (t.name.as_str(), t)).collect();
+    let kubelet = prov.spec.kubelet_configuration.as_ref();
+    let mut keys: Vec<GroupKey> = Vec::new();
+    let mut groups: Vec<(InstanceFacts, Vec<(String, f64)>)> = Vec::new();
+    for (name, price) in candidates {
+        let Some(facts) = by_name
+            .get(name.as_str())
+            .and_then(|t| InstanceFacts::from_catalog(t))
+        else {
+            tracing::debug!(instance_type = %name, "candidate skipped: not in the catalog");
+            continue;
+        };
+        let key = (
+            facts.arch,
+            facts.variant,
+            max_pods(facts.eni_max_pods, facts.vcpus, kubelet),
+        );
+        match keys.iter().position(|k| *k == key) {
+            Some(i) => groups[i].1.push((name.clone(), *price)),
+            None => {
+                keys.push(key);
+                groups.push((facts, vec![(name.clone(), *price)]));
+            }
+        }
+    }
+    groups
+}
+
+impl CloudProvider for AwsCloudProvider {
+    type Error = ProviderError;
+
+    fn is_capacity_error(err: &ProviderError) -> bool {
+        matches!(
+            err,
+            ProviderError::Launch(LaunchError::InsufficientCapacity { .. })
+        )
+    }
+
+    async fn instance_types(&self, provisioner: &str) -> Result<Vec<InstanceType>, ProviderError> {
+        // Unknown names fail here rather than plan against a catalog no launch could use.
+        self.objects_for(provisioner)?;
+        let mut types = self.catalog.instance_types().await?.as_ref().clone();
+        self.unavailable.apply(&mut types);
+        Ok(types)
+    }
+
+    async fn create(&self, req: &LaunchRequest) -> Result<LaunchedNode, ProviderError> {
+        let (prov, nt) = self.objects_for(&req.provisioner)?;
+        let catalog = self.catalog.instance_types().await?;
+        let groups = launch_groups(&req.candidates, &catalog, &prov);
+        if groups.is_empty() {
+            return Err(ProviderError::NoKnownCandidate {
+                claim: req.claim_name.clone(),
+                candidates: req
+                    .candidates
+                    .iter()
+                    .map(|(n, _)| n.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        }
+
+        let mut subnets = self
+            .subnets
+            .discover(nt.name(), &nt.spec.subnet_selector)
+            .await?;
+        if !req.zones.is_empty() {
+            subnets.retain(|s| req.zones.contains(&s.zone));
+        }
+        if subnets.is_empty() {
+            return Err(ProviderError::NoSubnetInZones {
+                claim: req.claim_name.clone(),
+                node_template: nt.name().to_string(),
+                zones: req.zones.join(", "),
+            });
+        }
+        let security_group_ids: Vec<String> = self
+            .security_groups
+            .discover(nt.name(), &nt.spec.security_group_selector)
+            .await?
+            .into_iter()
+            .map(|g| g.id)
+            .collect();
+
+        let mut templates = Vec::new();
+        for (i, (facts, candidates)) in groups.into_iter().enumerate() {
+            match self
+                .template_for(&nt, &prov, &facts, &security_group_ids)
+                .await
+            {
+                Ok(launch_template) => templates.push(TemplateCandidates {
+                    launch_template,
+                    candidates,
+                }),
+                Err(err) if i == 0 => return Err(err),
+                Err(err) => tracing::warn!(
+                    claim = %req.claim_name,
+                    instance_type = %facts.name,
+                    error = %err,
+                    "candidates left out of the launch: no launch template for their group"
+                ),
+            }
+        }
+        let mut templates = templates.into_iter();
+        let Some(first) = templates.next() else {
+            // Unreachable: the first group either gave a template or returned its error.
+            return Err(ProviderError::NoKnownCandidate {
+                claim: req.claim_name.clone(),
+                candidates: String::new(),
+            });
+        };
+
+        let mut fleet_tags: BTreeMap<String, String> = nt.spec.tags.clone();
+        fleet_tags.insert(
+            cluster_tag_key(&self.config.cluster.name),
+            OWNED.to_string(),
+        );
+        fleet_tags.insert(tags::PROVISIONER_NAME.to_string(), prov.name().to_string());
+        fleet_tags.insert(tags::NODECLAIM.to_string(), req.claim_name.clone());
+
+        let launched = self
+            .fleet
+            .launch(&FleetRequest {
+                client_token: req.claim_uid.clone(),
+                launch_template: first.launch_template,
+                capacity_type: req.capacity_type,
+                candidates: first.candidates,
+                subnets,
+                tags: fleet_tags,
+                more_templates: templates.collect(),
+            })
+            .await?;
+        Ok(LaunchedNode {
+            claim_name: Some(req.claim_name.clone()),
+            provider_id: aws_provider_id(&launched.zone, &launched.instance_id),
+            instance_id: launched.instance_id,
+            instance_type: launched.instance_type,
+            zone: launched.zone,
+            capacity_type: launched.capacity_type,
+            state: "pending".to_string(),
+        })
+    }
+
+    async fn delete(&self, instance_id: &str) -> Result<(), ProviderError> {
+        let outcome = self.instances.terminate(&[instance_id.to_string()]).await?;
+        match outcome.refused.into_iter().next() {
+            Some(refusal) => Err(refusal.into()),
+            None => Ok(()),
+        }
+    }
+
+    async fn get(&self, claim_name: &str) -> Result<Option<LaunchedNode>, ProviderError> {
+        let found = self.instances.find_by_claim(claim_name).await?;
+        Ok(found.into_iter().next().map(|i| self.node(i)))
+    }
+
+    async fn list(&self) -> Result<Vec<LaunchedNode>, ProviderError> {
+        let found = self.instances.list_by_cluster().await?;
+        Ok(found.into_iter().map(|i| self.node(i)).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::embedded;
+
+    #[test]
+    fn candidates_are_grouped_by_their_launch_settings() {
+        let catalog = &embedded::cached("us-east-1")
+            .expect("embedded us-east-1")
+            .instance_types;
+        let prov: Provisioner =
+            serde_yaml::from_str("metadata: {name: web}\nspec: {}").expect("provisioner");
+        let candidates = vec![
+            ("c5.large".to_string(), 0.085),
+            ("m6g.large".to_string(), 0.077),
+            ("no-such.type".to_string(), 0.09),
+            ("m5.large".to_string(), 0.096),
+            ("m5.xlarge".to_string(), 0.192),
+        ];
+        let groups = launch_groups(&candidates, catalog, &prov);
+        let summary: Vec<(&str, Arch, Vec<&str>)> = groups
+            .iter()
+            .map(|(facts, members)| {
+                (
+                    facts.name.as_str(),
+                    facts.arch,
+                    members.iter().map(|(n, _)| n.as_str()).collect(),
+                )
+            })
+            .collect();
+        // arm64 and a different max-pods (m5.xlarge: 58) get their own group; unknown types
+        // are skipped.
+        assert_eq!(
+            summary,
+            [
+                ("c5.large", Arch::Amd64, vec!["c5.large", "m5.large"]),
+                ("m6g.large", Arch::Arm64, vec!["m6g.large"]),
+                ("m5.xlarge", Arch::Amd64, vec!["m5.xlarge"]),
+            ]
+        );
+        assert!(launch_groups(&candidates[2..3], catalog, &prov).is_empty());
+    }
+
+    #[test]
+    fn only_insufficient_capacity_is_a_capacity_error() {
+        let capacity = ProviderError::Launch(LaunchError::InsufficientCapacity {
+            client_token: "uid".into(),
+            unavailable: Vec::new(),
+            code: "InsufficientInstanceCapacity".into(),
+            message: "none".into(),
+        });
+        assert!(AwsCloudProvider::is_capacity_error(&capacity));
+        let api = ProviderError::Launch(LaunchError::Api {
+            client_token: "uid".into(),
+            code: "UnauthorizedOperation".into(),
+            message: "no".into(),
+        });
+        assert!(!AwsCloudProvider::is_capacity_error(&api));
+    }
+}

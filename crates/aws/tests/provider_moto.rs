@@ -1,0 +1,412 @@
+//! The AWS CloudProvider end to end against moto through the real SDK: discovery, AMI from an
+//! SSM parameter under a test prefix, launch template, CreateFleet with the claim's tags, look-ups
+//! by claim and cluster, guarded delete, and unavailable offerings in the catalog it serves.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
+use joiner_apis::{AmiFamily, NodeTemplate, Provisioner};
+use joiner_aws::allocatable::Arch;
+use joiner_aws::ami::{ssm_parameter_path, AmiVariant};
+use joiner_aws::catalog::{CatalogOptions, LiveCatalog};
+use joiner_aws::instances::TerminateRefusal;
+use joiner_aws::unavailable::{OfferingKey, UnavailableOfferings};
+use joiner_aws::userdata::ClusterInfo;
+use joiner_aws::{AwsClients, AwsCloudProvider, ProviderConfig, ProviderError};
+use joiner_core::{CapacityType, CloudProvider, LaunchRequest};
+use joiner_moto::{MotoServer, MotoSession};
+use prometheus_client::registry::Registry;
+
+const CLUSTER: &str = "c1";
+const PREFIX: &str = "/joiner-test/service";
+const K8S: &str = "1.31";
+
+const NODE_TEMPLATE: &str = r#"
+apiVersion: joiner.sh/v1alpha1
+kind: NodeTemplate
+metadata: {name: default}
+spec:
+  amiFamily: AL2023
+  subnetSelector: {joiner.sh/discovery: c1}
+  securityGroupSelector: {joiner.sh/discovery: c1}
+  tags: {cost-center: "42"}
+"#;
+
+const PROVISIONER: &str = r#"
+apiVersion: joiner.sh/v1alpha1
+kind: Provisioner
+metadata: {name: web}
+spec:
+  providerRef: {name: default}
+"#;
+
+const ORPHAN_PROVISIONER: &str = r#"
+apiVersion: joiner.sh/v1alpha1
+kind: Provisioner
+metadata: {name: orphan}
+spec:
+  providerRef: {name: missing}
+"#;
+
+fn tags(rt: ResourceType, pairs: &[(&str, &str)]) -> TagSpecification {
+    let mut b = TagSpecification::builder().resource_type(rt);
+    for (k, v) in pairs {
+        b = b.tags(Tag::builder().key(*k).value(*v).build());
+    }
+    b.build()
+}
+
+/// A VPC with one tagged subnet in each of us-east-1a and us-east-1b, an untagged subnet in
+/// us-east-1c, a tagged security group, and the AL2023 amd64 parameter under [`PREFIX`]
+/// naming one of moto's built-in images. Returns the tagged subnets and the untagged one.
+async fn environment(clients: &AwsClients) -> (Vec<String>, String, String) {
+    let ec2 = &clients.ec2;
+    let vpc = ec2
+        .create_vpc()
+        .cidr_block("10.0.0.0/16")
+        .send()
+        .await
+        .expect("vpc");
+    let vpc_id = vpc.vpc().and_then(|v| v.vpc_id()).expect("vpc id");
+    let mut tagged = Vec::new();
+    for (cidr, zone, tagged_subnet) in [
+        ("10.0.1.0/24", "us-east-1a", true),
+        ("10.0.2.0/24", "us-east-1b", true),
+        ("10.0.3.0/24", "us-east-1c", false),
+    ] {
+        let mut call = ec2
+            .create_subnet()
+            .vpc_id(vpc_id)
+            .cidr_block(cidr)
+            .availability_zone(zone);
+        if tagged_subnet {
+            call = call.tag_specifications(tags(
+                ResourceType::Subnet,
+                &[("joiner.sh/discovery", CLUSTER)],
+            ));
+        }
+        let s = call.send().await.expect("subnet");
+        tagged.push(
+            s.subnet()
+                .and_then(|s| s.subnet_id())
+                .expect("subnet id")
+                .to_string(),
+        );
+    }
+    let untagged = tagged.pop().expect("three subnets");
+    ec2.create_security_group()
+        .group_name("nodes")
+        .description("nodes")
+        .vpc_id(vpc_id)
+        .tag_specifications(tags(
+            ResourceType::SecurityGroup,
+            &[("joiner.sh/discovery", CLUSTER)],
+        ))
+        .send()
+        .await
+        .expect("security group");
+
+    let images = ec2
+        .describe_images()
+        .owners("amazon")
+        .send()
+        .await
+        .expect("images");
+    let image_id = images
+        .images()
+        .iter()
+        .find(|i| i.architecture().map(|a| a.as_str()) == Some("x86_64"))
+        .and_then(|i| i.image_id())
+        .expect("a built-in x86_64 image")
+        .to_string();
+    let parameter = ssm_parameter_path(
+        PREFIX,
+        AmiFamily::Al2023,
+        K8S,
+        Arch::Amd64,
+        AmiVariant::Standard,
+    )
+    .expect("AL2023 path");
+    clients
+        .ssm
+        .put_parameter()
+        .name(parameter)
+        .value(&image_id)
+        .r#type(aws_sdk_ssm::types::ParameterType::String)
+        .send()
+        .await
+        .expect("put parameter");
+    (tagged, untagged, image_id)
+}
+
+async fn provider(moto: &MotoSession) -> (AwsClients, AwsCloudProvider, Arc<UnavailableOfferings>) {
+    let clients = AwsClients::from_config(&moto.sdk_config("us-east-1").await).expect("clients");
+    let options = CatalogOptions {
+        // moto answers Pricing with HTTP 500; one retry keeps the test quick.
+        max_attempts: 2,
+        call_timeout: Duration::from_secs(60),
+        ..CatalogOptions::default()
+    };
+    let catalog = Arc::new(LiveCatalog::new(
+        &clients,
+        options,
+        &mut Registry::default(),
+    ));
+    let unavailable = Arc::new(UnavailableOfferings::default());
+    let config = ProviderConfig {
+        cluster: ClusterInfo {
+            name: CLUSTER.into(),
+            endpoint: "https://ABCDEF.gr7.us-east-1.eks.amazonaws.com".into(),
+            ca_bundle: "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0t".into(),
+            service_cidr: Some("10.100.0.0/16".into()),
+            dns_ip: None,
+        },
+        kubernetes_version: K8S.into(),
+        ssm_prefix: PREFIX.into(),
+        default_instance_profile: None,
+    };
+    let p = AwsCloudProvider::new(clients.clone(), config, catalog, unavailable.clone());
+    let nt: NodeTemplate = serde_yaml::from_str(NODE_TEMPLATE).expect("node template");
+    let web: Provisioner = serde_yaml::from_str(PROVISIONER).expect("provisioner");
+    let orphan: Provisioner = serde_yaml::from_str(ORPHAN_PROVISIONER).expect("provisioner");
+    p.set_objects(vec![web, orphan], vec![nt]);
+    (clients, p, unavailable)
+}
+
+fn request(claim: &str, provisioner: &str, zones: &[&str]) -> LaunchRequest {
+    LaunchRequest {
+        claim_name: claim.into(),
+        claim_uid: format!("uid-{claim}"),
+        provisioner: provisioner.into(),
+        capacity_type: CapacityType::OnDemand,
+        // c5.large and m5.large share arch, variant and max-pods (29), so one template;
+        // m5.xlarge (58 pods) gets a second one in the same fleet; the arm64 type needs another
+        // AMI, which the test prefix lacks, so its group is left out.
+        candidates: vec![
+            ("c5.large".into(), 0.085),
+            ("m5.large".into(), 0.096),
+            ("m6g.xlarge".into(), 0.154),
+            ("m5.xlarge".into(), 0.192),
+        ],
+        zones: zones.iter().map(|z| z.to_string()).collect(),
+    }
+}
+
+async fn instance_tags(ec2: &aws_sdk_ec2::Client, id: &str) -> (BTreeMap<String, String>, String) {
+    let out = ec2
+        .describe_instances()
+        .instance_ids(id)
+        .send()
+        .await
+        .expect("describe");
+    let i = &out.reservations()[0].instances()[0];
+    let tags = i
+        .tags()
+        .iter()
+        .map(|t| {
+            (
+                t.key().unwrap_or_default().to_string(),
+                t.value().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    (tags, i.subnet_id().unwrap_or_default().to_string())
+}
+
+#[tokio::test]
+async fn create_get_list_delete_and_the_ownership_guard() {
+    let moto = MotoServer::session().expect("moto server");
+    let (clients, p, _) = provider(&moto).await;
+    let (tagged, untagged, image_id) = environment(&clients).await;
+
+    let node = p
+        .create(&request("claim-1", "web", &[]))
+        .await
+        .expect("create");
+    assert!(
+        ["c5.large", "m5.large", "m5.xlarge"].contains(&node.instance_type.as_str()),
+        "{node:?}"
+    );
+    assert!(
+        ["us-east-1a", "us-east-1b"].contains(&node.zone.as_str()),
+        "{node:?}"
+    );
+    assert_eq!(node.claim_name.as_deref(), Some("claim-1"));
+    assert_eq!(
+        node.provider_id,
+        format!("aws:///{}/{}", node.zone, node.instance_id)
+    );
+    let (tags, subnet) = instance_tags(&clients.ec2, &node.instance_id).await;
+    assert!(tagged.contains(&subnet), "{subnet} not a tagged subnet");
+    assert_ne!(subnet, untagged);
+    for (k, v) in [
+        ("kubernetes.io/cluster/c1", "owned"),
+        ("joiner.sh/provisioner-name", "web"),
+        ("joiner.sh/nodeclaim", "claim-1"),
+        ("cost-center", "42"),
+    ] {
+        assert_eq!(
+            tags.get(k).map(String::as_str),
+            Some(v),
+            "tag {k}: {tags:?}"
+        );
+    }
+    let ran = clients
+        .ec2
+        .describe_instances()
+        .instance_ids(&node.instance_id)
+        .send()
+        .await
+        .expect("describe");
+    assert_eq!(
+        ran.reservations()[0].instances()[0].image_id(),
+        Some(image_id.as_str()),
+        "the AMI of the SSM parameter"
+    );
+
+    let templates = clients
+        .ec2
+        .describe_launch_templates()
+        .send()
+        .await
+        .expect("launch templates");
+    let names: Vec<&str> = templates
+        .launch_templates()
+        .iter()
+        .filter_map(|t| t.launch_template_name())
+        .filter(|n| n.starts_with("joiner/c1/"))
+        .collect();
+    assert_eq!(names.len(), 2, "one template per launch group: {names:?}");
+
+    // The claim's zones are honored.
+    let in_b = p
+        .create(&request("claim-2", "web", &["us-east-1b"]))
+        .await
+        .expect("create in b");
+    assert_eq!(in_b.zone, "us-east-1b");
+
+    let got = p.get("claim-1").await.expect("get").expect("found");
+    assert_eq!(got.instance_id, node.instance_id);
+    assert_eq!(got.claim_name.as_deref(), Some("claim-1"));
+    assert!(p.get("claim-none").await.expect("get").is_none());
+
+    // A foreign instance: not listed, and never terminated.
+    let foreign = clients
+        .ec2
+        .run_instances()
+        .image_id(&image_id)
+        .min_count(1)
+        .max_count(1)
+        .send()
+        .await
+        .expect("run foreign");
+    let foreign_id = foreign.instances()[0]
+        .instance_id()
+        .expect("id")
+        .to_string();
+    let listed: Vec<String> = p
+        .list()
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|n| n.instance_id)
+        .collect();
+    assert!(listed.contains(&node.instance_id), "{listed:?}");
+    assert!(listed.contains(&in_b.instance_id), "{listed:?}");
+    assert!(!listed.contains(&foreign_id), "{listed:?}");
+
+    let refused = p.delete(&foreign_id).await.expect_err("foreign refused");
+    assert!(
+        matches!(
+            refused,
+            ProviderError::TerminateRefused(TerminateRefusal::NotOwned { .. })
+        ),
+        "{refused:?}"
+    );
+    let state = clients
+        .ec2
+        .describe_instances()
+        .instance_ids(&foreign_id)
+        .send()
+        .await
+        .expect("describe foreign");
+    assert_eq!(
+        state.reservations()[0].instances()[0]
+            .state()
+            .and_then(|s| s.name())
+            .map(|n| n.as_str()),
+        Some("running")
+    );
+
+    p.delete(&node.instance_id).await.expect("delete");
+    assert!(p.get("claim-1").await.expect("get").is_none(), "terminated");
+    let listed: Vec<String> = p
+        .list()
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|n| n.instance_id)
+        .collect();
+    assert_eq!(listed, vec![in_b.instance_id]);
+}
+
+#[tokio::test]
+async fn missing_objects_give_errors_naming_them() {
+    let moto = MotoServer::session().expect("moto server");
+    let (_clients, p, _) = provider(&moto).await;
+
+    let err = p
+        .create(&request("claim-x", "orphan", &[]))
+        .await
+        .expect_err("no NodeTemplate");
+    assert!(
+        matches!(&err, ProviderError::UnknownNodeTemplate { provisioner, node_template }
+            if provisioner == "orphan" && node_template == "missing"),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "Provisioner `orphan`: spec.providerRef.name: NodeTemplate `missing` not found"
+    );
+    let err = p
+        .create(&request("claim-y", "nobody", &[]))
+        .await
+        .expect_err("no Provisioner");
+    assert_eq!(err.to_string(), "Provisioner `nobody` not found");
+    assert!(!AwsCloudProvider::is_capacity_error(&err));
+}
+
+#[tokio::test]
+async fn instance_types_apply_marked_unavailable_offerings() {
+    let moto = MotoServer::session().expect("moto server");
+    let (_clients, p, unavailable) = provider(&moto).await;
+
+    let before = p.instance_types("web").await.expect("types");
+    let offering = |types: &[joiner_core::InstanceType], zone: &str| {
+        types
+            .iter()
+            .find(|t| t.name == "c5.large")
+            .and_then(|t| {
+                t.offerings
+                    .iter()
+                    .find(|o| o.zone == zone && o.capacity_type == CapacityType::OnDemand)
+            })
+            .map(|o| o.available)
+    };
+    assert_eq!(offering(&before, "us-east-1a"), Some(true));
+
+    unavailable.mark(OfferingKey::new(
+        "c5.large",
+        "us-east-1a",
+        CapacityType::OnDemand,
+    ));
+    let after = p.instance_types("web").await.expect("types");
+    assert_eq!(offering(&after, "us-east-1a"), Some(false));
+    assert_eq!(offering(&after, "us-east-1b"), Some(true));
+    assert!(matches!(
+        p.instance_types("nobody").await,
+        Err(ProviderError::UnknownProvisioner { .. })
+    ));
+}

@@ -1,0 +1,107 @@
+//! The boundary between the controller and a cloud: what the controller may ask of it.
+//!
+//! The controller decides (with the simulation) *what* to launch or remove; a `CloudProvider`
+//! only carries one decision out and reports what exists. Keeping the trait this small lets the
+//! controller be tested against a fake and keeps AWS details (templates, subnets, AMIs) out of
+//! the decisions. Methods return `impl Future + Send` so the controller can drive them from a
+//! multi-threaded runtime without boxing or an async-trait macro, and without this crate
+//! depending on a runtime.
+
+use std::future::Future;
+
+use crate::instance_type::{CapacityType, InstanceType};
+
+/// One launch, as the controller has planned it for a NodeClaim.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LaunchRequest {
+    /// The NodeClaim name: tagged on the instance so a restart finds it again.
+    pub claim_name: String,
+    /// The NodeClaim UID: the idempotency token, so a retried launch never makes two nodes.
+    pub claim_uid: String,
+    /// The Provisioner whose settings (and NodeTemplate) the node is launched with.
+    pub provisioner: String,
+    /// The capacity type the plan chose.
+    pub capacity_type: CapacityType,
+    /// Instance type names with their price (USD/h), cheapest first: every type the claim's
+    /// pods fit, so the cloud may substitute one when the cheapest has no capacity.
+    pub candidates: Vec<(String, f64)>,
+    /// Zones the claim may land in; empty means any zone the provider can reach.
+    pub zones: Vec<String>,
+}
+
+/// A node the cloud has (or is starting), as the controller tracks it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LaunchedNode {
+    /// The NodeClaim it was launched for, when the cloud records one (instances launched by
+    /// hand have none, which is how orphans and foreign nodes are told apart).
+    pub claim_name: Option<String>,
+    /// The cloud's ID (`i-...` on AWS).
+    pub instance_id: String,
+    /// The ID the Node object carries in `spec.providerID`: how Node and instance are matched.
+    pub provider_id: String,
+    /// The type the cloud chose among the candidates.
+    pub instance_type: String,
+    /// The zone it runs in.
+    pub zone: String,
+    /// spot or on-demand.
+    pub capacity_type: CapacityType,
+    /// The cloud's lifecycle state (`pending`, `running`, `stopped`, ...): the controller
+    /// waits on `pending` and garbage-collects what is gone.
+    pub state: String,
+}
+
+/// `aws:///<zone>/<instance id>`: the providerID the AWS cloud controller puts on Nodes, so a
+/// Node registering from this instance is recognised as the claim's.
+pub fn aws_provider_id(zone: &str, instance_id: &str) -> String {
+    format!("aws:///{zone}/{instance_id}")
+}
+
+/// What the controller drives to launch and remove nodes.
+pub trait CloudProvider: Send + Sync {
+    /// Why a call failed. Classify it with [`CloudProvider::is_capacity_error`].
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// True when `err` means "these offerings have no capacity now": the controller plans the
+    /// claim again (the failed offerings are already excluded from
+    /// [`CloudProvider::instance_types`]) instead of reporting a configuration problem.
+    fn is_capacity_error(err: &Self::Error) -> bool;
+
+    /// The instance types `provisioner` may launch, with offerings that recently failed for
+    /// capacity marked unavailable, so a re-plan avoids them.
+    fn instance_types(
+        &self,
+        provisioner: &str,
+    ) -> impl Future<Output = Result<Vec<InstanceType>, Self::Error>> + Send;
+
+    /// Launches one node for `request`.
+    fn create(
+        &self,
+        request: &LaunchRequest,
+    ) -> impl Future<Output = Result<LaunchedNode, Self::Error>> + Send;
+
+    /// Terminates the instance `instance_id`, refusing one the cluster does not own.
+    fn delete(&self, instance_id: &str) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// The live node launched for NodeClaim `claim_name`, if any: a claim whose launch was
+    /// interrupted finds its instance here instead of launching another.
+    fn get(
+        &self,
+        claim_name: &str,
+    ) -> impl Future<Output = Result<Option<LaunchedNode>, Self::Error>> + Send;
+
+    /// Every live node of the cluster, for garbage collection of instances without a claim.
+    fn list(&self) -> impl Future<Output = Result<Vec<LaunchedNode>, Self::Error>> + Send;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_id_has_the_aws_cloud_controller_form() {
+        assert_eq!(
+            aws_provider_id("us-east-1a", "i-0abc"),
+            "aws:///us-east-1a/i-0abc"
+        );
+    }
+}
