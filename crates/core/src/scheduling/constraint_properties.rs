@@ -138,6 +138,11 @@ fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
         .map(|c| {
             let mut c = c.clone();
             c.zone_spread = app_spread[c.app];
+            if c.host_affinity {
+                // A self-affine term next to a term on running pods is decided by the running
+                // pods alone (a known limit: the self term is not counted per node).
+                c.affine_to = None;
+            }
             if c.zone_spread.is_some() {
                 c.zone_anti = false;
                 c.zone_affinity = false;
