@@ -86,6 +86,14 @@ fn constraints_pod_affinity() {
 }
 
 #[test]
+fn constraints_pod_affinity_pending() {
+    check(
+        "examples/constraints/pod-affinity-pending.yaml",
+        "constraints-pod-affinity-pending.json",
+    );
+}
+
+#[test]
 fn constraints_pod_anti_affinity() {
     check(
         "examples/constraints/pod-anti-affinity.yaml",

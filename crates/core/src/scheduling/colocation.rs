@@ -1,11 +1,14 @@
 //! Required pod affinity on `kubernetes.io/hostname`: pods that must share a node with the pods
 //! their term selects.
 //!
-//! Decided per class before placement: with matching pods already running, the class may only
-//! join the nodes they run on; a group that selects itself (and has no running partner) must go
+//! Decided per class before placement. With matching pods only running, the class may only join
+//! the nodes they run on. A group that selects only itself (and has no running partner) must go
 //! onto one node together — the first pod bootstraps a node, the rest must join it, as the
-//! kube-scheduler would see them; a term that selects only pods not running yet (other pending
-//! pods) is not simulated, and the pod is reported rather than placed on a guess.
+//! kube-scheduler would see them. A class whose every term selects other *pending* classes
+//! follows them: it may only go onto nodes (existing or new) that run a matching pod, running or
+//! placed by the same plan, and the packer folds it into the fills of its targets
+//! ([`Follow`]). Cycles (A selects B, B selects A) are broken at one class, the leader, which is
+//! placed with its partners on the same node.
 
 use std::collections::BTreeSet;
 
@@ -14,6 +17,43 @@ use crate::pod::Pod;
 
 use super::affinity::Scope;
 use super::node_rules::describe_selector;
+
+/// One hostname affinity term of a following class.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FollowTerm {
+    /// Existing nodes that run a pod the term selects.
+    pub running: BTreeSet<String>,
+    /// Other pending classes the term selects (a node holding one of them satisfies the term).
+    pub targets: Vec<usize>,
+    /// The selector, for reasons.
+    pub describe: String,
+}
+
+/// A class whose hostname affinity selects pods pending in the same plan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Follow {
+    /// Every term must be satisfied on the node.
+    pub terms: Vec<FollowTerm>,
+    /// The class chosen to break a cycle of followers: it is placed like a target (it may open a
+    /// node) but only together with at least one of the classes following it.
+    pub leader: bool,
+}
+
+impl Follow {
+    /// The reason given to the pods of this class left without a node.
+    pub fn no_room(&self) -> String {
+        let d = self
+            .terms
+            .first()
+            .map(|t| t.describe.as_str())
+            .unwrap_or("");
+        format!(
+            "pod affinity on {}: no node hosting a pod matching {} has room",
+            labels::HOSTNAME,
+            d
+        )
+    }
+}
 
 /// Where a class may go because of its hostname pod affinity.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,8 +64,35 @@ pub enum Together {
     OnNodes(BTreeSet<String>),
     /// All pods of the class onto one node (self-affinity, no running partner).
     OneNode,
+    /// Only onto nodes hosting pods of other pending classes (or running matching pods).
+    Follows(Follow),
     /// Nowhere, and why.
     Refused(String),
+}
+
+impl Together {
+    /// The follow relation, when the class follows other pending classes and is not a leader.
+    pub fn follower(&self) -> Option<&Follow> {
+        match self {
+            Together::Follows(f) if !f.leader => Some(f),
+            _ => None,
+        }
+    }
+}
+
+/// For each class, the non-leader follower classes whose first term selects it: the classes
+/// that must be folded into the nodes this class opens. Class-level, so linear in the number of
+/// (term, class) matches.
+pub fn followers_of(together: &[Together]) -> Vec<Vec<usize>> {
+    let mut out = vec![Vec::new(); together.len()];
+    for (f, t) in together.iter().enumerate() {
+        if let Some(first) = t.follower().and_then(|fl| fl.terms.first()) {
+            for &c in &first.targets {
+                out[c].push(f);
+            }
+        }
+    }
+    out
 }
 
 /// The hostname-affinity decision for each class's effective pod.
@@ -35,9 +102,10 @@ pub enum Together {
 /// that node, which is not simulated, so it is reported.
 pub fn analyze(pods: &[Pod], templates: &[Pod]) -> Vec<Together> {
     let mut claimed: Vec<Vec<Scope>> = Vec::new();
-    templates
+    let mut out: Vec<Together> = templates
         .iter()
-        .map(|t| {
+        .enumerate()
+        .map(|(ci, t)| {
             let terms: Vec<Scope> = t
                 .affinity
                 .iter()
@@ -47,27 +115,57 @@ pub fn analyze(pods: &[Pod], templates: &[Pod]) -> Vec<Together> {
             if terms.is_empty() {
                 return Together::Free;
             }
-            let mut nodes: Option<BTreeSet<String>> = None;
-            let mut self_only = true;
-            for s in &terms {
-                let running: BTreeSet<String> = pods
-                    .iter()
+            let running_of = |s: &Scope| -> BTreeSet<String> {
+                pods.iter()
                     .filter(|p| s.matches(p))
                     .filter_map(|p| p.node_name.clone())
-                    .collect();
-                if running.is_empty() {
+                    .collect()
+            };
+            let targets_of = |s: &Scope| -> Vec<usize> {
+                templates
+                    .iter()
+                    .enumerate()
+                    .filter(|&(j, o)| j != ci && s.matches(o))
+                    .map(|(j, _)| j)
+                    .collect()
+            };
+            // Every term selects other pending classes: follow them.
+            let follow: Vec<FollowTerm> = terms
+                .iter()
+                .map(|s| FollowTerm {
+                    running: running_of(s),
+                    targets: targets_of(s),
+                    describe: describe_selector(s),
+                })
+                .collect();
+            if follow.iter().all(|f| !f.targets.is_empty()) {
+                return Together::Follows(Follow {
+                    terms: follow,
+                    leader: false,
+                });
+            }
+            let mut nodes: Option<BTreeSet<String>> = None;
+            let mut self_only = true;
+            for (s, f) in terms.iter().zip(&follow) {
+                if f.running.is_empty() {
                     if !s.matches(t) {
+                        let why = if f.targets.is_empty() {
+                            "no pod matches"
+                        } else {
+                            "with another term on running pods only, no running pod matches"
+                        };
                         return Together::Refused(format!(
-                            "pod affinity on {}: no running pod matches {} (affinity to pods that are not running yet is not simulated)",
+                            "pod affinity on {}: {} {}",
                             labels::HOSTNAME,
+                            why,
                             describe_selector(s)
                         ));
                     }
                 } else {
                     self_only = false;
                     nodes = Some(match nodes {
-                        None => running,
-                        Some(n) => n.intersection(&running).cloned().collect(),
+                        None => f.running.clone(),
+                        Some(n) => n.intersection(&f.running).cloned().collect(),
                     });
                 }
             }
@@ -88,5 +186,55 @@ pub fn analyze(pods: &[Pod], templates: &[Pod]) -> Vec<Together> {
                 None => Together::Free,
             }
         })
-        .collect()
+        .collect();
+    break_cycles(&mut out);
+    out
+}
+
+/// Marks one class of every cycle of followers (through first terms) as a leader, so some class
+/// of the cycle may open a node. A follower is *resolved* when a chain of first-term targets
+/// reaches a class that may open nodes; an unresolved one lies on, or behind, a cycle.
+fn break_cycles(together: &mut [Together]) {
+    let first_targets = |t: &Together| -> Option<Vec<usize>> {
+        t.follower()
+            .and_then(|f| f.terms.first())
+            .map(|ft| ft.targets.clone())
+    };
+    loop {
+        // Fixpoint over the follow graph; the number of passes is bounded by its depth.
+        let mut resolved: Vec<bool> = together.iter().map(|t| t.follower().is_none()).collect();
+        let mut changed = true;
+        while changed {
+            changed = false;
+            for c in 0..together.len() {
+                if resolved[c] {
+                    continue;
+                }
+                if first_targets(&together[c]).is_some_and(|ts| ts.iter().any(|&x| resolved[x])) {
+                    resolved[c] = true;
+                    changed = true;
+                }
+            }
+        }
+        let Some(start) = resolved.iter().position(|r| !r) else {
+            return;
+        };
+        // Walk unresolved targets until a class repeats: that class lies on a cycle.
+        let mut seen = vec![false; together.len()];
+        let mut at = start;
+        while !seen[at] {
+            seen[at] = true;
+            let next =
+                first_targets(&together[at]).and_then(|ts| ts.into_iter().find(|&x| !resolved[x]));
+            match next {
+                Some(n) => at = n,
+                None => break,
+            }
+        }
+        if let Together::Follows(f) = &mut together[at] {
+            f.leader = true;
+        } else {
+            return;
+        }
+    }
 }

@@ -41,6 +41,8 @@ struct ClassSpec {
     port: Option<i32>,
     on_demand: bool,
     host_affinity: bool,
+    /// Required hostname pod affinity to the pods of this app (often another pending class).
+    affine_to: Option<usize>,
 }
 
 #[derive(Clone, Debug)]
@@ -62,6 +64,7 @@ fn class_spec() -> impl Strategy<Value = ClassSpec> {
         prop::option::weighted(0.25, prop::sample::select(vec![80, 443])),
         prop::bool::weighted(0.3),
         prop::bool::weighted(0.1),
+        prop::option::weighted(0.2, 0usize..APPS.len()),
     )
         .prop_map(
             |(
@@ -76,6 +79,7 @@ fn class_spec() -> impl Strategy<Value = ClassSpec> {
                 port,
                 on_demand,
                 host_affinity,
+                affine_to,
             )| {
                 ClassSpec {
                     count,
@@ -89,6 +93,7 @@ fn class_spec() -> impl Strategy<Value = ClassSpec> {
                     port,
                     on_demand,
                     host_affinity,
+                    affine_to,
                 }
             },
         )
@@ -133,6 +138,11 @@ fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
         .map(|c| {
             let mut c = c.clone();
             c.zone_spread = app_spread[c.app];
+            if c.host_affinity {
+                // A self-affine term next to a term on running pods is decided by the running
+                // pods alone (a known limit: the self term is not counted per node).
+                c.affine_to = None;
+            }
             if c.zone_spread.is_some() {
                 c.zone_anti = false;
                 c.zone_affinity = false;
@@ -140,6 +150,7 @@ fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
                 // spread splits across zones cannot be placed whole, and the refused part would
                 // leave the committed counts skewed (a known limit, see docs/architecture.md).
                 c.host_affinity = false;
+                c.affine_to = None;
             }
             c
         })
@@ -187,6 +198,11 @@ fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
         }
         if c.host_affinity {
             let mut a = anti(labels::HOSTNAME, c.app);
+            a.anti = false;
+            t.affinity.push(a);
+        }
+        if let Some(a) = c.affine_to {
+            let mut a = anti(labels::HOSTNAME, a);
             a.anti = false;
             t.affinity.push(a);
         }
@@ -395,6 +411,20 @@ fn check(s: &Snapshot, plan: &Plan) -> Result<(), TestCaseError> {
                 .iter()
                 .any(|q| q.key() != p.key() && scope.matches(q));
             let owner = p.owner.as_ref().map(|o| o.name.clone()).unwrap_or_default();
+            // Pods of another Deployment (running or pending) match: the pod follows them and
+            // must share a node with one.
+            if s.pods
+                .iter()
+                .any(|q| scope.matches(q) && q.owner != p.owner)
+            {
+                prop_assert!(
+                    near,
+                    "{} on {} shares no node with a pod its hostname affinity selects",
+                    p.key(),
+                    node
+                );
+                continue;
+            }
             let first = *group_node.entry(owner.clone()).or_insert(node.as_str());
             prop_assert!(
                 near || (scope.matches(p) && first == node.as_str()),

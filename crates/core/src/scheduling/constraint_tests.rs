@@ -546,7 +546,7 @@ fn hostname_affinity_to_a_running_pod_uses_its_node_only() {
     assert!(
         reasons
             .iter()
-            .any(|r| r.contains("no running pod matches app In [nobody]")),
+            .any(|r| r.contains("no pod matches app In [nobody]")),
         "{reasons:?}"
     );
     assert!(
@@ -583,4 +583,210 @@ fn min_domains_above_the_zone_count_caps_each_zone_at_max_skew() {
     assert!(p.unschedulable[0]
         .reason
         .starts_with("topology spread on topology.kubernetes.io/zone (maxSkew 1)"));
+}
+
+/// Pods per node (new and existing) in the plan, by name prefix of the pod key.
+fn layout(p: &Plan) -> Vec<(String, String, Vec<String>)> {
+    let short = |k: &String| k.trim_start_matches("default/").to_string();
+    let mut out: Vec<(String, String, Vec<String>)> = p
+        .existing_nodes
+        .iter()
+        .map(|e| {
+            (
+                e.name.clone(),
+                String::new(),
+                e.pods.iter().map(short).collect(),
+            )
+        })
+        .collect();
+    out.extend(p.new_nodes.iter().map(|n| {
+        (
+            n.name.clone(),
+            n.instance_type.clone(),
+            n.pods.iter().map(short).collect(),
+        )
+    }));
+    out
+}
+
+fn with_affinity(mut pods: Vec<Pod>, key: &str, to: Requirements) -> Vec<Pod> {
+    for p in &mut pods {
+        p.affinity.push(term(key, false, to.clone()));
+    }
+    pods
+}
+
+#[test]
+fn hostname_affinity_to_pending_pods_shares_their_nodes() {
+    // The issue's example: 2 cache (1 cpu) and 4 web (0.5 cpu) that must run next to a cache.
+    // Hand-checked on this catalog (c5: 0.0425/vCPU, allocatable = vCPUs − 70m):
+    //   all on one node: 4 cpu > c5.xlarge's 3.93 → c5.2xlarge, 0.34/h;
+    //   2 × (1 cache + 2 web): 2 cpu > c5.large's 1.93 → 2 × c5.xlarge, 0.34/h;
+    //   1 cache + 4 web (3 cpu) on c5.xlarge + the other cache alone on c5.large: 0.255/h,
+    //   the cheapest (a lone cache is fine: only web carries the affinity).
+    let mut pods = deployment("cache", 2, 1000, 1024);
+    pods.extend(with_affinity(
+        deployment("web", 4, 500, 512),
+        labels::HOSTNAME,
+        app("cache"),
+    ));
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    let node = |n: &str, t: &str, pods: &[&str]| {
+        (
+            n.to_string(),
+            t.to_string(),
+            pods.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+        )
+    };
+    assert_eq!(
+        layout(&p),
+        vec![
+            node(
+                "default-1",
+                "c5.xlarge",
+                &["cache-0", "web-0", "web-1", "web-2", "web-3"]
+            ),
+            node("default-2", "c5.large", &["cache-1"]),
+        ]
+    );
+    assert!((p.new_price_per_hour() - 0.255).abs() < 1e-9);
+}
+
+#[test]
+fn hostname_affinity_to_pending_pods_without_room_is_unschedulable() {
+    // A web pod that cannot share any node with a cache: the largest type (x1e, 128 vCPU) holds
+    // the web pod alone but not next to a 1-cpu cache.
+    let mut pods = deployment("cache", 1, 1000, 1024);
+    pods.extend(with_affinity(
+        deployment("web", 1, 127_000, 1024),
+        labels::HOSTNAME,
+        app("cache"),
+    ));
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert_eq!(layout(&p).len(), 1);
+    assert_eq!(p.new_nodes[0].pods, vec!["default/cache-0"]);
+    assert_eq!(p.unschedulable.len(), 1);
+    assert_eq!(p.unschedulable[0].pod, "default/web-0");
+    assert!(
+        p.unschedulable[0].reason.contains(
+            "pod affinity on kubernetes.io/hostname: no node hosting a pod matching app In [cache] has room"
+        ),
+        "{}",
+        p.unschedulable[0].reason
+    );
+}
+
+#[test]
+fn hostname_affinity_to_pending_pods_mixes_running_existing_and_new_targets() {
+    // n-a (2 cpu) takes two pending caches and is full; n-b (2 cpu) runs a 1.5-cpu cache and has
+    // room for one web; the third cache needs a new node, which is sized for it and the 3 other
+    // web pods (2.5 cpu → c5.xlarge).
+    let mut running = pod("cache-r", 1500, 128);
+    running.labels.insert("app".into(), "cache".into());
+    running.node_name = Some("n-b".into());
+    let mut pods = deployment("cache", 3, 1000, 512);
+    pods.extend(with_affinity(
+        deployment("web", 4, 500, 256),
+        labels::HOSTNAME,
+        app("cache"),
+    ));
+    pods.push(running);
+    let p = run(&Snapshot {
+        pods,
+        nodes: vec![node_in("z-a", "n-a", 2), node_in("z-b", "n-b", 2)],
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    let node = |n: &str, t: &str, pods: &[&str]| {
+        (
+            n.to_string(),
+            t.to_string(),
+            pods.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+        )
+    };
+    assert_eq!(
+        layout(&p),
+        vec![
+            node("n-a", "", &["cache-0", "cache-1"]),
+            node("n-b", "", &["web-0"]),
+            node(
+                "default-1",
+                "c5.xlarge",
+                &["cache-2", "web-1", "web-2", "web-3"]
+            ),
+        ]
+    );
+}
+
+#[test]
+fn hostname_affinity_cycle_places_the_pair_together() {
+    // a selects b and b selects a: every node holding one holds the other.
+    let mut pods = with_affinity(deployment("a", 3, 1000, 512), labels::HOSTNAME, app("b"));
+    pods.extend(with_affinity(
+        deployment("b", 3, 500, 512),
+        labels::HOSTNAME,
+        app("a"),
+    ));
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    for (name, _, on) in layout(&p) {
+        let has = |x: &str| on.iter().any(|k| k.starts_with(x));
+        assert!(has("a-") && has("b-"), "{name}: {on:?}");
+    }
+    assert_eq!(p.new_nodes.iter().map(|n| n.pods.len()).sum::<usize>(), 6);
+}
+
+#[test]
+fn hostname_affinity_that_also_selects_itself_follows_the_other_class() {
+    // web selects app In [cache, web]: it rides with the cache, not on a node of its own.
+    let mut sel = Requirements::new();
+    sel.add("app", Requirement::one_of(["cache", "web"]));
+    let mut pods = deployment("cache", 1, 1000, 512);
+    pods.extend(with_affinity(
+        deployment("web", 3, 500, 512),
+        labels::HOSTNAME,
+        sel,
+    ));
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    assert_eq!(p.new_nodes.len(), 1);
+    assert_eq!(p.new_nodes[0].pods.len(), 4);
+}
+
+#[test]
+fn zone_affinity_to_pending_pods_shares_their_zone() {
+    let mut pods = with_affinity(deployment("web", 4, 500, 512), labels::ZONE, app("cache"));
+    pods.extend(deployment("cache", 2, 1000, 1024));
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    // Every zone holding a web pod holds a cache (the caches themselves are free to spread).
+    for n in p
+        .new_nodes
+        .iter()
+        .filter(|n| n.pods.iter().any(|k| k.contains("/web-")))
+    {
+        assert!(
+            p.new_nodes
+                .iter()
+                .any(|m| m.zone == n.zone && m.pods.iter().any(|k| k.contains("/cache-"))),
+            "{} has web pods and no cache",
+            n.zone
+        );
+    }
 }

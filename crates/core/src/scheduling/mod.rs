@@ -102,12 +102,48 @@ fn place(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -> Plan 
         let only = match &together[ci] {
             Together::Free => None,
             Together::OnNodes(n) => Some(n),
-            Together::OneNode | Together::Refused(_) => continue,
+            // Followers go after their targets; a cycle's leader only onto new nodes, with
+            // its partners.
+            Together::OneNode | Together::Refused(_) | Together::Follows(_) => continue,
         };
         let placed = existing.place_class(ci, &templates[ci], &class.pods, &rules, only);
         remaining[ci] -= placed as i64;
         cursor[ci] += placed;
     }
+    // Followers onto the existing nodes that run, or were just given, a pod of each term.
+    if together.iter().any(|t| t.follower().is_some()) {
+        let mut class_of = vec![usize::MAX; pods.len()];
+        for (ci, class) in classes.iter().enumerate() {
+            for &i in &class.pods {
+                class_of[i] = ci;
+            }
+        }
+        for ci in 0..classes.len() {
+            let Some(f) = together[ci].follower() else {
+                continue;
+            };
+            let only: std::collections::BTreeSet<String> = existing
+                .nodes
+                .iter()
+                .zip(&existing.placed)
+                .filter(|(n, placed)| {
+                    f.terms.iter().all(|ft| {
+                        ft.running.contains(&n.name)
+                            || placed.iter().any(|&i| ft.targets.contains(&class_of[i]))
+                    })
+                })
+                .map(|(n, _)| n.name.clone())
+                .collect();
+            if only.is_empty() {
+                continue;
+            }
+            let placed =
+                existing.place_class(ci, &templates[ci], &classes[ci].pods, &rules, Some(&only));
+            remaining[ci] -= placed as i64;
+            cursor[ci] += placed;
+        }
+    }
+    let followers = colocation::followers_of(&together);
     for (ci, t) in together.iter().enumerate() {
         let why = match t {
             Together::Refused(why) => why.clone(),
@@ -144,6 +180,11 @@ fn place(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -> Plan 
                     req,
                     types,
                     one_node: together[ci] == Together::OneNode,
+                    follow: match &together[ci] {
+                        Together::Follows(f) => Some(f.clone()),
+                        _ => None,
+                    },
+                    followers: followers[ci].clone(),
                 }),
                 ClassFit::Refused(r) => refusals[ci].push((prov.name.clone(), r)),
             }
@@ -164,6 +205,11 @@ fn place(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -> Plan 
         );
         for (ci, r) in refused {
             refusals[ci].push((prov.name.clone(), r));
+        }
+        for m in &members {
+            if let (Some(f), true) = (together[m.class].follower(), remaining[m.class] > 0) {
+                refusals[m.class].push((prov.name.clone(), Reason::Topology(f.no_room())));
+            }
         }
         for m in &members {
             if m.one_node && (remaining[m.class] as usize) < classes[m.class].pods.len() {

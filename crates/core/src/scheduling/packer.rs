@@ -7,11 +7,14 @@
 //! Identical fills are repeated as a batch, and every node is finally right-sized to the cheapest
 //! type that holds what was put on it.
 
+use std::collections::VecDeque;
+
 use crate::instance_type::InstanceType;
 use crate::resources::Resources;
 
 use super::candidates::ProvisionerView;
 use super::classes::PodClass;
+use super::colocation::Follow;
 use super::node_rules::{NodeRules, NodeState};
 use super::reasons::Reason;
 use super::reqtable::{ReqId, ReqTable};
@@ -30,6 +33,11 @@ pub struct Member {
     pub types: TypeSet,
     /// All remaining pods of the class must share one node (hostname self-affinity).
     pub one_node: bool,
+    /// Hostname affinity to other pending classes: the class only joins fills holding a class
+    /// of each term's targets (a leader opens fills, but only with one of its followers).
+    pub follow: Option<Follow>,
+    /// Classes that follow this one (first term): folded into its fills, with room reserved.
+    pub followers: Vec<usize>,
 }
 
 /// A node (or a batch of identical nodes) decided by the packer.
@@ -81,8 +89,14 @@ pub fn pack(
         .map(|(m, &cap)| homogeneous_pod_cost(view, catalog, table, classes, m, cap))
         .collect();
     let mut blocked = vec![false; members.len()];
-    while let Some(seed) =
-        (0..members.len()).find(|&m| !blocked[m] && remaining[members[m].class] > 0)
+    let mut member_of: Vec<Option<usize>> = vec![None; classes.len()];
+    for (i, m) in members.iter().enumerate() {
+        member_of[m.class] = Some(i);
+    }
+    // A follower never opens a node: it rides in the fills of its targets.
+    let opens = |m: &Member| m.follow.as_ref().is_none_or(|f| f.leader);
+    while let Some(seed) = (0..members.len())
+        .find(|&m| !blocked[m] && remaining[members[m].class] > 0 && opens(&members[m]))
     {
         let (min_cpu, min_mem) = members
             .iter()
@@ -136,8 +150,8 @@ pub fn pack(
                 continue;
             }
             let fill = fill_type(
-                view, catalog, table, classes, members, rules, remaining, &blocked, &value_of,
-                seed, t, min_cpu, min_mem,
+                view, catalog, table, classes, members, &member_of, rules, remaining, &blocked,
+                &value_of, seed, t, min_cpu, min_mem,
             );
             if fill.counts.is_empty() {
                 continue;
@@ -163,9 +177,16 @@ pub fn pack(
             }
         }
         let Some((_, _, _, fill)) = best else {
-            let reason = limit_reason.unwrap_or(Reason::ResourcesTogether(
-                "the pod and the provisioner's DaemonSets".into(),
-            ));
+            let reason = limit_reason
+                .or_else(|| {
+                    members[seed]
+                        .follow
+                        .as_ref()
+                        .map(|f| Reason::Topology(f.no_room()))
+                })
+                .unwrap_or(Reason::ResourcesTogether(
+                    "the pod and the provisioner's DaemonSets".into(),
+                ));
             refused.push((members[seed].class, reason));
             blocked[seed] = true;
             continue;
@@ -245,6 +266,14 @@ pub fn pack(
     drafts
 }
 
+/// Fills type `t`, starting with the seed.
+///
+/// A class that others follow (hostname pod affinity to pending pods) is added with room reserved
+/// for its followers' share, `ceil(k × followers left / targets left)`, and its followers are
+/// tried right after it: a node that must take affine pods is sized for both, and the followers'
+/// share per target never grows, so when the targets run out every follower has a node. A
+/// follower joins only a fill holding a class of each term's targets; whatever ends up without
+/// its partners is taken out again.
 #[allow(clippy::too_many_arguments)]
 fn fill_type(
     view: &mut ProvisionerView<'_>,
@@ -252,6 +281,7 @@ fn fill_type(
     table: &mut ReqTable,
     classes: &[PodClass],
     members: &[Member],
+    member_of: &[Option<usize>],
     rules: &NodeRules,
     remaining: &[i64],
     blocked: &[bool],
@@ -262,17 +292,30 @@ fn fill_type(
     min_mem: i64,
 ) -> Fill {
     let mut free = view.effective[t].clone();
-    let mut used = Resources::default();
     let mut cur = members[seed].req;
-    let mut counts = Vec::new();
-    let mut value = 0.0;
+    let mut counts: Vec<(usize, i64)> = Vec::new();
     let mut state = NodeState::default();
-    let order = std::iter::once(seed).chain((0..members.len()).filter(|&m| m != seed));
-    for m in order {
+    let mut in_fill = vec![false; classes.len()];
+    // Most pods a follower may take in this fill (set by a cycle's leader).
+    let mut caps: Vec<(usize, i64)> = Vec::new();
+    let mut queue: VecDeque<usize> = std::iter::once(seed)
+        .chain((0..members.len()).filter(|&m| m != seed))
+        .collect();
+    while let Some(m) = queue.pop_front() {
         let member = &members[m];
         let c = member.class;
-        if blocked[m] || remaining[c] == 0 || !member.types.contains(t) {
+        if in_fill[c] || blocked[m] || remaining[c] == 0 || !member.types.contains(t) {
             continue;
+        }
+        let leader = member.follow.as_ref().is_some_and(|f| f.leader);
+        if let Some(f) = member.follow.as_ref().filter(|f| !f.leader) {
+            if !f
+                .terms
+                .iter()
+                .all(|ft| ft.targets.iter().any(|&x| in_fill[x]))
+            {
+                continue;
+            }
         }
         let Some(merged) = table.merge(cur, member.req) else {
             continue;
@@ -281,19 +324,117 @@ fn fill_type(
             continue;
         }
         let req = &classes[c].requests;
-        let k = free.copies_fitting(req, remaining[c].min(rules.cap(c, &state)));
+        let mut want = remaining[c].min(rules.cap(c, &state));
+        if let Some(&(_, cap)) = caps.iter().find(|(x, _)| *x == c) {
+            want = want.min(cap);
+        }
+        let mut k = free.copies_fitting(req, want);
         // A one-node group joins another seed's node only whole.
         if k == 0 || (member.one_node && m != seed && k < remaining[c]) {
             continue;
         }
+        // Room for the followers' share: (class, followers left, targets left).
+        let mut share: Vec<(usize, i64, i64)> = Vec::new();
+        for &f in &member.followers {
+            let Some(fm) = member_of[f] else {
+                continue;
+            };
+            let fmem = &members[fm];
+            if blocked[fm] || remaining[f] <= 0 || in_fill[f] || !fmem.types.contains(t) {
+                continue;
+            }
+            if table.merge(merged, fmem.req).is_none() {
+                continue;
+            }
+            let targets: i64 = fmem
+                .follow
+                .as_ref()
+                .and_then(|fl| fl.terms.first())
+                .map(|ft| ft.targets.iter().map(|&x| remaining[x].max(0)).sum())
+                .unwrap_or(0);
+            share.push((f, remaining[f], targets.max(1)));
+        }
+        if leader && share.is_empty() {
+            // A cycle's leader goes only where one of its partners goes too.
+            continue;
+        }
+        if !share.is_empty() {
+            let fits = |k: i64| {
+                let mut need = Resources::default();
+                need.add_times(req, k);
+                for &(f, left, of) in &share {
+                    need.add_times(&classes[f].requests, ((k * left + of - 1) / of).min(left));
+                }
+                need.fits(&free)
+            };
+            // The largest k that leaves the followers' share room (0 always does).
+            let (mut lo, mut hi) = (0, k);
+            while lo < hi {
+                let mid = (lo + hi + 1) / 2;
+                if fits(mid) {
+                    lo = mid;
+                } else {
+                    hi = mid - 1;
+                }
+            }
+            k = lo;
+            if k == 0 {
+                continue;
+            }
+            if leader {
+                // Followers of a cycle's leader keep one partner for each leader pod still to
+                // place (never less than their share here), so later leader nodes get one too.
+                let later = remaining[c] - k;
+                for &(f, left, of) in &share {
+                    let quota = ((k * left + of - 1) / of).min(left);
+                    caps.push((f, quota.max(left - later)));
+                }
+            }
+        }
         rules.add(c, k, &mut state);
         free.add_times(req, -k);
-        used.add_times(req, k);
         counts.push((c, k));
-        value += value_of[m] * k as f64;
+        in_fill[c] = true;
         cur = merged;
+        for &f in member.followers.iter().rev() {
+            if let Some(fm) = member_of[f] {
+                queue.push_front(fm);
+            }
+        }
         if free.pods <= 0 || free.cpu < min_cpu || free.memory < min_mem {
             break;
+        }
+    }
+    // Take out classes left without a partner of some term (followers whose targets were taken
+    // out, a leader whose followers did not fit), until what remains is consistent.
+    loop {
+        let drop: Vec<usize> = counts
+            .iter()
+            .map(|&(c, _)| c)
+            .filter(|&c| {
+                member_of[c]
+                    .and_then(|m| members[m].follow.as_ref())
+                    .is_some_and(|f| {
+                        !f.terms
+                            .iter()
+                            .all(|ft| ft.targets.iter().any(|&x| in_fill[x]))
+                    })
+            })
+            .collect();
+        if drop.is_empty() {
+            break;
+        }
+        for c in drop {
+            in_fill[c] = false;
+        }
+        counts.retain(|&(c, _)| in_fill[c]);
+    }
+    let mut used = Resources::default();
+    let mut value = 0.0;
+    for &(c, k) in &counts {
+        used.add_times(&classes[c].requests, k);
+        if let Some(m) = member_of[c] {
+            value += value_of[m] * k as f64;
         }
     }
     Fill {
