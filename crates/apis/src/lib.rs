@@ -7,6 +7,7 @@
 //! so a bad manifest is rejected once, here, with an error that names the object and the field.
 
 pub mod condition;
+pub mod convert;
 pub mod crds;
 pub mod disruption;
 pub mod duration;

@@ -80,23 +80,6 @@ pub enum ManifestError {
     },
 }
 
-/// A problem with one field, before it is placed in a file and document.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct FieldError {
-    /// Field path inside the object.
-    pub field: String,
-    /// What is wrong.
-    pub reason: String,
-}
-
-impl FieldError {
-    /// A field error from its path and reason.
-    pub fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
-        FieldError {
-            field: field.into(),
-            reason: reason.into(),
-        }
-    }
-}
-
-pub(crate) use joiner_apis::map_field;
+/// A problem with one field, before it is placed in a file and document (shared with the
+/// controller through `joiner_apis::convert`).
+pub(crate) use joiner_apis::convert::FieldError;

@@ -10,8 +10,9 @@ use serde_yaml::Value;
 
 use super::documents::Document;
 use super::error::{FieldError, Location, ManifestError};
-use super::pods::{self, PodIdentity};
-use super::{nodes, workloads, Loaded};
+use joiner_apis::convert::{self, PodIdentity};
+
+use super::{workloads, Loaded};
 
 /// The identity of one document: enough to name it in messages before it is parsed.
 struct Header {
@@ -146,7 +147,7 @@ pub(crate) fn read(
     match header.kind.as_str() {
         "Pod" => {
             let pod: k8s::Pod = obj.parse(doc.value)?;
-            if let Some(phase) = pods::finished_phase(&pod) {
+            if let Some(phase) = convert::finished_phase(&pod) {
                 loaded.warnings.push(format!(
                     "{}: skipped {}: it has finished (phase {phase})",
                     doc.location,
@@ -162,9 +163,9 @@ pub(crate) fn read(
                 namespace,
                 name,
                 labels: pod.metadata.labels.clone().unwrap_or_default(),
-                owner: pods::controller_owner(&pod),
+                owner: convert::controller_owner(&pod),
             };
-            let converted = pods::convert(id, spec, "spec").map_err(e)?;
+            let converted = convert::pod_spec(id, spec, "spec").map_err(e)?;
             loaded.snapshot.pods.push(converted);
         }
         "Deployment" => {
@@ -189,12 +190,12 @@ pub(crate) fn read(
         }
         "DaemonSet" => {
             let d: apps::DaemonSet = obj.parse(doc.value)?;
-            let ds = workloads::daemon_set(&d, &namespace, &name).map_err(e)?;
+            let ds = convert::daemon_set(&d, &namespace, &name).map_err(e)?;
             loaded.snapshot.daemonsets.push(ds);
         }
         "Node" => {
             let n: k8s::Node = obj.parse(doc.value)?;
-            let node = nodes::node(&n, &name).map_err(e)?;
+            let node = convert::node(&n, &name).map_err(e)?;
             loaded.snapshot.nodes.push(node);
         }
         "Provisioner" => {

@@ -6,18 +6,10 @@
 //! errors naming file, document, object and field) and lenient where it would not (kinds the
 //! planner does not read are skipped with a warning).
 
-mod affinity;
 mod documents;
 mod error;
 mod files;
 mod kinds;
-mod nodes;
-mod pods;
-mod ports;
-mod requests;
-mod selectors;
-mod spread;
-mod tolerations;
 mod workloads;
 
 #[cfg(test)]
@@ -56,30 +48,13 @@ pub fn load(paths: &[PathBuf]) -> Result<Loaded, ManifestError> {
     Ok(loaded)
 }
 
-/// A Provisioner launches only where its NodeTemplate has subnets: when the template's status
-/// lists resolved subnets, their zones become a zone requirement of the Provisioner, so the
-/// simulation (and the topology spread domains) use those zones only. Without a status (the
-/// usual offline case) the zones are those of the offerings.
+/// Narrows each Provisioner to the zones of its NodeTemplate's resolved subnets (see
+/// `joiner_apis::convert::narrow_to_subnet_zones`).
 fn narrow_to_subnet_zones(loaded: &mut Loaded) {
-    for prov in &mut loaded.snapshot.provisioners {
-        let Some(name) = prov.node_template.as_deref() else {
-            continue;
-        };
-        let zones: Vec<String> = loaded
-            .node_templates
-            .iter()
-            .filter(|t| t.metadata.name.as_deref() == Some(name))
-            .filter_map(|t| t.status.as_ref())
-            .flat_map(|s| s.subnets.iter().map(|sn| sn.zone.clone()))
-            .filter(|z| !z.is_empty())
-            .collect();
-        if !zones.is_empty() {
-            prov.requirements.add(
-                joiner_core::labels::ZONE,
-                joiner_core::Requirement::one_of(zones),
-            );
-        }
-    }
+    joiner_apis::convert::narrow_to_subnet_zones(
+        &mut loaded.snapshot.provisioners,
+        &loaded.node_templates,
+    );
 }
 
 /// Loads one file's text as if it had been read from `path`: the unit tests' entry point.

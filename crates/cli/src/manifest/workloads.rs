@@ -1,17 +1,17 @@
-//! Workloads (Deployment, ReplicaSet, StatefulSet, Job) expanded into the pods they will run,
-//! and DaemonSets kept as templates.
+//! Workloads (Deployment, ReplicaSet, StatefulSet, Job) expanded into the pods they will run
+//! (DaemonSets are converted in `joiner_apis::convert`).
 //!
 //! Planning capacity for a workload means planning for its replicas, so each becomes `replicas`
 //! pods named `<owner>-<ordinal>` (the StatefulSet naming, and stable for the others) that carry
 //! the template's labels and the owner, which groups them into one equivalence class.
 
-use joiner_core::{DaemonSet, Owner, Pod};
+use joiner_apis::convert::template_pod;
+use joiner_core::Pod;
 use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::batch::v1 as batch;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 
 use super::error::FieldError;
-use super::pods::{self, PodIdentity};
 
 /// Most pods one workload is expanded into; beyond this a typo (replicas: 1000000) would use
 /// memory for nothing.
@@ -71,21 +71,6 @@ pub(crate) fn job(j: &batch::Job, namespace: &str, name: &str) -> Result<Vec<Pod
     expand("Job", namespace, name, &spec.template, count)
 }
 
-/// A DaemonSet as the template of the pod it runs on every eligible node.
-pub(crate) fn daemon_set(
-    d: &apps::DaemonSet,
-    namespace: &str,
-    name: &str,
-) -> Result<DaemonSet, FieldError> {
-    let spec = &d.spec;
-    let pod = template_pod("DaemonSet", namespace, name, &spec.template)?;
-    Ok(DaemonSet {
-        namespace: namespace.to_string(),
-        name: name.to_string(),
-        pod,
-    })
-}
-
 /// `replicas` (or parallelism) with the API default of 1, checked for range.
 fn replica_count(v: Option<i32>, field: &str) -> Result<i32, FieldError> {
     let n = v.unwrap_or(1);
@@ -121,31 +106,4 @@ fn expand(
             ..pod.clone()
         })
         .collect())
-}
-
-fn template_pod(
-    kind: &str,
-    namespace: &str,
-    name: &str,
-    template: &PodTemplateSpec,
-) -> Result<Pod, FieldError> {
-    let spec = template
-        .spec
-        .as_ref()
-        .ok_or_else(|| FieldError::new("spec.template.spec", "a pod spec is required"))?;
-    let labels = template
-        .metadata
-        .as_ref()
-        .and_then(|m| m.labels.clone())
-        .unwrap_or_default();
-    let id = PodIdentity {
-        namespace: namespace.to_string(),
-        name: name.to_string(),
-        labels,
-        owner: Some(Owner {
-            kind: kind.to_string(),
-            name: name.to_string(),
-        }),
-    };
-    pods::convert(id, spec, "spec.template.spec")
 }

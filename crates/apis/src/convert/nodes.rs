@@ -3,12 +3,12 @@
 use joiner_core::{Effect, Node, Resources, Taint};
 use k8s_openapi::api::core::v1 as k8s;
 
-use super::error::FieldError;
 use super::requests;
+use super::FieldError;
 
 /// Converts a Node. Allocatable defaults to capacity when the status has none (hand-written
 /// fixtures often give only one of them).
-pub(crate) fn node(n: &k8s::Node, name: &str) -> Result<Node, FieldError> {
+pub fn node(n: &k8s::Node, name: &str) -> Result<Node, FieldError> {
     let status = n.status.as_ref();
     let capacity = match status.and_then(|s| s.capacity.as_ref()) {
         Some(c) => requests::parse_map(c, "status.capacity")?,

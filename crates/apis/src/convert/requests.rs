@@ -17,10 +17,11 @@ use joiner_core::Resources;
 use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::error::{map_field, FieldError};
+use super::FieldError;
+use crate::map_field;
 
 /// The effective requests of a pod spec found at field path `prefix`.
-pub(crate) fn effective_requests(spec: &PodSpec, prefix: &str) -> Result<Resources, FieldError> {
+pub fn effective_requests(spec: &PodSpec, prefix: &str) -> Result<Resources, FieldError> {
     let mut sidecars = Resources::default();
     let mut init_peak = Resources::default();
     for (i, c) in spec.init_containers.iter().flatten().enumerate() {
@@ -96,10 +97,7 @@ fn requirements_requests(
 }
 
 /// A whole resource map (`overhead`, node capacity) as a vector.
-pub(crate) fn parse_map(
-    map: &BTreeMap<String, Quantity>,
-    prefix: &str,
-) -> Result<Resources, FieldError> {
+pub fn parse_map(map: &BTreeMap<String, Quantity>, prefix: &str) -> Result<Resources, FieldError> {
     let mut out = Resources::default();
     for (name, q) in map {
         let amount = parse_one(name, q, prefix)?;

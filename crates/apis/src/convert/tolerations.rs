@@ -3,14 +3,11 @@
 use joiner_core::{Effect, Toleration};
 use k8s_openapi::api::core::v1 as k8s;
 
-use super::error::FieldError;
+use super::FieldError;
 
 /// Converts tolerations at path `prefix`. The operator defaults to `Equal`, an empty effect
 /// matches every effect, and `tolerationSeconds` is ignored (it only delays eviction).
-pub(crate) fn tolerations(
-    list: &[k8s::Toleration],
-    prefix: &str,
-) -> Result<Vec<Toleration>, FieldError> {
+pub fn tolerations(list: &[k8s::Toleration], prefix: &str) -> Result<Vec<Toleration>, FieldError> {
     list.iter()
         .enumerate()
         .map(|(i, t)| {

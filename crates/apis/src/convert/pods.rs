@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 use joiner_core::{Owner, Pod};
 use k8s_openapi::api::core::v1::{self as k8s, PodSpec};
 
-use super::error::FieldError;
+use super::FieldError;
 use super::{affinity, ports, requests, spread, tolerations};
 
 /// Who a pod is, apart from its spec.
-pub(crate) struct PodIdentity {
+pub struct PodIdentity {
     /// Namespace.
     pub namespace: String,
     /// Name.
@@ -23,7 +23,7 @@ pub(crate) struct PodIdentity {
 
 /// Converts the pod spec found at field path `prefix` (`spec` for a Pod,
 /// `spec.template.spec` for a workload) into a simulation pod.
-pub(crate) fn convert(id: PodIdentity, spec: &PodSpec, prefix: &str) -> Result<Pod, FieldError> {
+pub fn convert(id: PodIdentity, spec: &PodSpec, prefix: &str) -> Result<Pod, FieldError> {
     let node_name = spec.node_name.clone().filter(|n| !n.is_empty());
     let bound = node_name.is_some() || id.owner.as_ref().is_some_and(|o| o.kind == "DaemonSet");
     let requests = requests::effective_requests(spec, prefix)?;
@@ -58,9 +58,36 @@ pub(crate) fn convert(id: PodIdentity, spec: &PodSpec, prefix: &str) -> Result<P
     })
 }
 
+/// Converts a Pod object as the API server returns it: namespace (default `default`), name and
+/// labels from its metadata, the owner from its controller reference, the spec at `spec`.
+pub fn pod(p: &k8s::Pod) -> Result<Pod, FieldError> {
+    let name = p
+        .metadata
+        .name
+        .clone()
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| FieldError::new("metadata.name", "a name is required"))?;
+    let spec = p
+        .spec
+        .as_ref()
+        .ok_or_else(|| FieldError::new("spec", "a pod spec is required"))?;
+    let id = PodIdentity {
+        namespace: p
+            .metadata
+            .namespace
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "default".to_string()),
+        name,
+        labels: p.metadata.labels.clone().unwrap_or_default(),
+        owner: controller_owner(p),
+    };
+    convert(id, spec, "spec")
+}
+
 /// The controller named in a pod's ownerReferences, so that pods from a cluster dump keep
 /// their owner (and DaemonSet pods are recognised as daemons).
-pub(crate) fn controller_owner(pod: &k8s::Pod) -> Option<Owner> {
+pub fn controller_owner(pod: &k8s::Pod) -> Option<Owner> {
     pod.metadata
         .owner_references
         .iter()
@@ -73,7 +100,7 @@ pub(crate) fn controller_owner(pod: &k8s::Pod) -> Option<Owner> {
 }
 
 /// The phase of a pod that has finished and holds no resources any more.
-pub(crate) fn finished_phase(pod: &k8s::Pod) -> Option<&str> {
+pub fn finished_phase(pod: &k8s::Pod) -> Option<&str> {
     pod.status
         .as_ref()
         .and_then(|s| s.phase.as_deref())

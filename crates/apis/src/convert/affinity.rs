@@ -5,12 +5,12 @@ use std::collections::BTreeMap;
 use joiner_core::{PodAffinityTerm, Requirement, Requirements};
 use k8s_openapi::api::core::v1::{self as k8s, NodeSelectorTerm, PodSpec};
 
-use super::error::FieldError;
 use super::selectors;
+use super::FieldError;
 
 /// The node constraints of a pod: `node_terms` (ORed, each with the nodeSelector merged in) and
 /// the weighted preferred terms.
-pub(crate) struct NodeConstraints {
+pub struct NodeConstraints {
     /// Required terms; empty means no constraint.
     pub required: Vec<Requirements>,
     /// Preferred terms with their weights.
@@ -21,7 +21,7 @@ pub(crate) struct NodeConstraints {
 /// planned for, because a new node's name is not known before it exists, so it is rejected;
 /// for pods already bound to a node (`bound`), which the simulation never places, it is
 /// ignored: the DaemonSet controller writes such terms into every daemon pod.
-pub(crate) fn node_constraints(
+pub fn node_constraints(
     spec: &PodSpec,
     prefix: &str,
     bound: bool,
@@ -118,7 +118,7 @@ fn term_requirements(
 
 /// Pod affinity and anti-affinity terms, required and preferred. A term without a label
 /// selector selects no pods, so it constrains nothing and is left out.
-pub(crate) fn pod_affinity_terms(
+pub fn pod_affinity_terms(
     spec: &PodSpec,
     prefix: &str,
     own_labels: &BTreeMap<String, String>,

@@ -9,11 +9,11 @@ use joiner_core::{Operator, Requirement, Requirements};
 use k8s_openapi::api::core::v1::NodeSelectorRequirement;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-use super::error::FieldError;
+use super::FieldError;
 
 /// Node-selector expressions (`matchExpressions` of a node-affinity term) at path `prefix`,
 /// added to `out`.
-pub(crate) fn add_node_expressions(
+pub fn add_node_expressions(
     out: &mut Requirements,
     exprs: &[NodeSelectorRequirement],
     prefix: &str,
@@ -35,7 +35,7 @@ pub(crate) fn add_node_expressions(
 /// A pod label selector at path `prefix` as requirements on pod labels. `match_label_keys`
 /// (from spread constraints and affinity terms) adds the pod's own value of each key, as the
 /// scheduler does, so "spread my own revision" selectors work.
-pub(crate) fn label_selector(
+pub fn label_selector(
     sel: &LabelSelector,
     prefix: &str,
     own_labels: &BTreeMap<String, String>,

@@ -5,12 +5,12 @@ use std::collections::BTreeMap;
 use joiner_core::TopologySpread;
 use k8s_openapi::api::core::v1 as k8s;
 
-use super::error::FieldError;
 use super::selectors;
+use super::FieldError;
 
 /// Converts spread constraints at path `prefix`. A constraint without a label selector counts
 /// no pods, so it can never be violated and is left out.
-pub(crate) fn topology_spread(
+pub fn topology_spread(
     list: &[k8s::TopologySpreadConstraint],
     prefix: &str,
     own_labels: &BTreeMap<String, String>,

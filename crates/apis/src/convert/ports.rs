@@ -4,11 +4,11 @@
 use joiner_core::HostPort;
 use k8s_openapi::api::core::v1::PodSpec;
 
-use super::error::FieldError;
+use super::FieldError;
 
 /// Host ports of the app containers and sidecars. With `hostNetwork` every container port is a
 /// host port (the API server defaults hostPort to containerPort there).
-pub(crate) fn host_ports(spec: &PodSpec, prefix: &str) -> Result<Vec<HostPort>, FieldError> {
+pub fn host_ports(spec: &PodSpec, prefix: &str) -> Result<Vec<HostPort>, FieldError> {
     let host_network = spec.host_network.unwrap_or(false);
     let sidecars = spec
         .init_containers

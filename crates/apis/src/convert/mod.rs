@@ -1,0 +1,73 @@
+//! Kubernetes objects (k8s-openapi `Pod`, `PodSpec`, `Node`, `DaemonSet`) into the simulation's
+//! types.
+//!
+//! The manifest loader of `joiner plan` and the controller's cluster state both read these
+//! objects; one implementation here means a plan computed offline from a cluster dump and the
+//! controller's own decision read every field the same way. Errors name the field path inside
+//! the object ([`FieldError`]); the caller adds which object (and which file) it was.
+
+mod affinity;
+mod daemonsets;
+mod nodes;
+mod pods;
+mod ports;
+mod requests;
+mod selectors;
+mod spread;
+mod tolerations;
+
+use thiserror::Error;
+
+pub use daemonsets::{daemon_set, template_pod};
+pub use nodes::node;
+pub use pods::{controller_owner, convert as pod_spec, finished_phase, pod, PodIdentity};
+
+/// A problem with one field of an object, before the caller names the object (and, for the
+/// manifest loader, the file and document).
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[error("{field}: {reason}")]
+pub struct FieldError {
+    /// Field path inside the object, e.g. `spec.containers[0].resources.requests.cpu`.
+    pub field: String,
+    /// What is wrong.
+    pub reason: String,
+}
+
+impl FieldError {
+    /// A field error from its path and reason.
+    pub fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        FieldError {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// A Provisioner launches only where its NodeTemplate has subnets: when the template's status
+/// lists resolved subnets, their zones become a zone requirement of the Provisioner, so the
+/// simulation (and the topology spread domains) use those zones only. Without a status (the
+/// usual offline case) the zones are those of the offerings. Shared by the manifest loader and
+/// the controller so both plan over the same zones.
+pub fn narrow_to_subnet_zones(
+    provisioners: &mut [joiner_core::Provisioner],
+    templates: &[crate::NodeTemplate],
+) {
+    for prov in provisioners {
+        let Some(name) = prov.node_template.as_deref() else {
+            continue;
+        };
+        let zones: Vec<String> = templates
+            .iter()
+            .filter(|t| t.metadata.name.as_deref() == Some(name))
+            .filter_map(|t| t.status.as_ref())
+            .flat_map(|s| s.subnets.iter().map(|sn| sn.zone.clone()))
+            .filter(|z| !z.is_empty())
+            .collect();
+        if !zones.is_empty() {
+            prov.requirements.add(
+                joiner_core::labels::ZONE,
+                joiner_core::Requirement::one_of(zones),
+            );
+        }
+    }
+}

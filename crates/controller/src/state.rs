@@ -1,0 +1,163 @@
+//! The cluster state cache: reflector stores for everything the simulation reads, and their
+//! conversion into a core [`Snapshot`].
+//!
+//! The stores are filled by watchers (or, in tests, by `Writer::apply_watcher_event`); this
+//! module only reads them, so a snapshot is a consistent-enough copy taken without a request.
+
+use joiner_apis::convert;
+use joiner_apis::{NodeClaim, NodeTemplate, Provisioner};
+use joiner_core::Snapshot;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::runtime::reflector::Store;
+
+/// Read handles on the reflector stores the controller keeps. Cloning is cheap (the stores are
+/// shared), so each reconciler can hold its own copy.
+#[derive(Clone)]
+pub struct ClusterState {
+    /// Every pod in the cluster.
+    pub pods: Store<Pod>,
+    /// Every node.
+    pub nodes: Store<Node>,
+    /// Every DaemonSet: their pods land on each new node and reduce what it can hold.
+    pub daemonsets: Store<DaemonSet>,
+    /// joiner Provisioners.
+    pub provisioners: Store<Provisioner>,
+    /// joiner NodeTemplates: their resolved subnets narrow a Provisioner's zones.
+    pub node_templates: Store<NodeTemplate>,
+    /// joiner NodeClaims: launches in flight and done. Not yet part of the snapshot.
+    pub node_claims: Store<NodeClaim>,
+}
+
+/// What a pod means to the simulation.
+#[derive(Debug, PartialEq, Eq)]
+enum PodRole {
+    /// Bound to a node (or a DaemonSet pod): its requests count on that node.
+    Bound,
+    /// The kube-scheduler tried and found no node: capacity may have to be made.
+    Pending,
+    /// Not for planning: finished, being deleted before it ran, or not yet tried.
+    Ignored,
+}
+
+/// Classifies a pod.
+///
+/// A pod without a node is pending for joiner only once the kube-scheduler has marked it
+/// `PodScheduled=False` with reason `Unschedulable`: before that the scheduler may still place
+/// it on capacity that exists, and launching for it would race the scheduler and buy nodes
+/// nobody needs (Karpenter waits for the same condition). Pods in phase Succeeded or Failed hold
+/// no resources and are ignored, as are unbound pods already being deleted.
+fn role(pod: &Pod) -> PodRole {
+    if convert::finished_phase(pod).is_some() {
+        return PodRole::Ignored;
+    }
+    let bound = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    if bound {
+        return PodRole::Bound;
+    }
+    if pod.metadata.deletion_timestamp.is_some() {
+        return PodRole::Ignored;
+    }
+    let unschedulable = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c.type_ == "PodScheduled"
+                && c.status == "False"
+                && c.reason.as_deref() == Some("Unschedulable")
+        });
+    if unschedulable {
+        PodRole::Pending
+    } else {
+        PodRole::Ignored
+    }
+}
+
+/// `namespace/name` of a namespaced object, for warnings.
+fn namespaced_name(meta: &kube::api::ObjectMeta) -> String {
+    format!(
+        "{}/{}",
+        meta.namespace.as_deref().unwrap_or("default"),
+        meta.name.as_deref().unwrap_or("<unnamed>")
+    )
+}
+
+/// The name of a cluster-scoped object, for warnings.
+fn cluster_name(meta: &kube::api::ObjectMeta) -> String {
+    meta.name.as_deref().unwrap_or("<unnamed>").to_string()
+}
+
+impl ClusterState {
+    /// The simulation's view of the cluster, with one warning per object that could not be
+    /// converted (`Pod ns/name: field: reason`). Such an object is skipped rather than failing
+    /// the snapshot: one bad pod must not stop capacity for every other pod.
+    pub fn snapshot(&self) -> (Snapshot, Vec<String>) {
+        let mut snap = Snapshot::default();
+        let mut warnings = Vec::new();
+
+        for pod in self.pods.state() {
+            if role(&pod) == PodRole::Ignored {
+                continue;
+            }
+            match convert::pod(&pod) {
+                Ok(p) => snap.pods.push(p),
+                Err(e) => warnings.push(format!("Pod {}: {e}", namespaced_name(&pod.metadata))),
+            }
+        }
+
+        for node in self.nodes.state() {
+            let name = cluster_name(&node.metadata);
+            match convert::node(&node, &name) {
+                Ok(n) => snap.nodes.push(n),
+                Err(e) => warnings.push(format!("Node {name}: {e}")),
+            }
+        }
+
+        for ds in self.daemonsets.state() {
+            let namespace = ds.metadata.namespace.as_deref().unwrap_or("default");
+            let name = cluster_name(&ds.metadata);
+            match convert::daemon_set(&ds, namespace, &name) {
+                Ok(d) => snap.daemonsets.push(d),
+                Err(e) => warnings.push(format!("DaemonSet {namespace}/{name}: {e}")),
+            }
+        }
+
+        for prov in self.provisioners.state() {
+            match prov.to_core() {
+                Ok(p) => snap.provisioners.push(p),
+                Err(e) => warnings.push(format!(
+                    "Provisioner {}: {}: {}",
+                    cluster_name(&prov.metadata),
+                    e.field(),
+                    e.reason()
+                )),
+            }
+        }
+
+        let templates: Vec<NodeTemplate> = self
+            .node_templates
+            .state()
+            .iter()
+            .map(|t| NodeTemplate::clone(t))
+            .collect();
+        convert::narrow_to_subnet_zones(&mut snap.provisioners, &templates);
+
+        // Store order is a hash order; sorting keeps the snapshot (and so the plan and its
+        // messages) the same from one call to the next.
+        snap.pods
+            .sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        snap.nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        snap.daemonsets
+            .sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        snap.provisioners.sort_by(|a, b| a.name.cmp(&b.name));
+        warnings.sort();
+        (snap, warnings)
+    }
+}

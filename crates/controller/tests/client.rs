@@ -1,0 +1,123 @@
+//! A real `kube::Client` and a mocked API server: the TLS provider does not panic, and
+//! `events::publish` sends the request the API server expects.
+
+use http::{Method, Request, Response, StatusCode};
+use joiner_controller::{crypto, events};
+use k8s_openapi::api::core::v1::Pod;
+use kube::client::Body;
+use serde_json::{json, Value};
+
+#[tokio::test]
+async fn building_a_client_after_installing_the_provider_does_not_panic() {
+    crypto::install_default_provider();
+    let url = "https://joiner.invalid:6443"
+        .parse()
+        .expect("static URL parses");
+    let config = kube::Config::new(url);
+    // Building the TLS connector is where an undecided provider panics; no request is made.
+    let client = kube::Client::try_from(config).expect("client builds");
+    assert_eq!(client.default_namespace(), "default");
+}
+
+#[tokio::test]
+async fn publish_creates_a_core_v1_event_on_the_pod() {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "web-0", "namespace": "shop", "uid": "u-1", "resourceVersion": "7"},
+    }))
+    .expect("pod parses");
+
+    let server = tokio::spawn(async move {
+        let (request, send) = handle.next_request().await.expect("a request arrives");
+        assert_eq!(request.method(), Method::POST);
+        assert_eq!(request.uri().path(), "/api/v1/namespaces/shop/events");
+        let bytes = request
+            .into_body()
+            .collect_bytes()
+            .await
+            .expect("body reads");
+        let body: Value = serde_json::from_slice(&bytes).expect("body is JSON");
+        assert_eq!(body["apiVersion"], "v1");
+        assert_eq!(body["kind"], "Event");
+        assert_eq!(body["metadata"]["generateName"], "web-0.");
+        assert_eq!(body["metadata"]["namespace"], "shop");
+        assert_eq!(
+            body["involvedObject"],
+            json!({"apiVersion": "v1", "kind": "Pod", "name": "web-0", "namespace": "shop",
+                   "uid": "u-1", "resourceVersion": "7"})
+        );
+        assert_eq!(body["reason"], "Unschedulable");
+        assert_eq!(body["message"], "no provisioner admits the pod");
+        assert_eq!(body["type"], "Warning");
+        assert_eq!(body["source"]["component"], "joiner");
+        assert_eq!(body["count"], 1);
+        assert!(body["firstTimestamp"].is_string());
+
+        let mut stored = body;
+        stored["metadata"]["name"] = json!("web-0.abc12");
+        let response = Response::builder()
+            .status(StatusCode::CREATED)
+            .body(Body::from(serde_json::to_vec(&stored).expect("serializes")))
+            .expect("response builds");
+        send.send_response(response);
+    });
+
+    let event = events::publish(
+        &client,
+        &pod,
+        events::EventType::Warning,
+        "Unschedulable",
+        "no provisioner admits the pod",
+    )
+    .await
+    .expect("event is created");
+    server.await.expect("mock server checks pass");
+    assert_eq!(event.metadata.name.as_deref(), Some("web-0.abc12"));
+}
+
+#[tokio::test]
+async fn publish_names_the_pod_when_the_api_refuses() {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let pod: Pod =
+        serde_json::from_value(json!({"metadata": {"name": "web-0", "namespace": "shop"}}))
+            .expect("pod parses");
+    let server = tokio::spawn(async move {
+        let (_request, send) = handle.next_request().await.expect("a request arrives");
+        let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "message": "events is forbidden", "reason": "Forbidden", "code": 403});
+        send.send_response(
+            Response::builder()
+                .status(StatusCode::FORBIDDEN)
+                .body(Body::from(serde_json::to_vec(&status).expect("serializes")))
+                .expect("response builds"),
+        );
+    });
+    let err = events::publish(&client, &pod, events::EventType::Normal, "Launched", "m")
+        .await
+        .expect_err("a 403 is an error");
+    server.await.expect("mock server ran");
+    let text = err.to_string();
+    assert!(
+        text.starts_with("Pod shop/web-0: creating event Launched:"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_pod_without_namespace_is_an_error_naming_the_field() {
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "web-0"}})).expect("parses");
+    let err = events::pod_event(
+        &pod,
+        events::EventType::Normal,
+        "r",
+        "m",
+        k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+    )
+    .expect_err("no namespace");
+    assert_eq!(
+        err.to_string(),
+        "Pod <none>/web-0: metadata.namespace: required to publish an event"
+    );
+}
