@@ -25,6 +25,8 @@ pub mod instances;
 pub mod launch_template;
 pub mod provider;
 pub mod tags;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod unavailable;
 pub mod userdata;
 

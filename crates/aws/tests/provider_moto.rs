@@ -4,20 +4,14 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
-use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
-use joiner_apis::{AmiFamily, NodeTemplate, Provisioner};
-use joiner_aws::allocatable::Arch;
-use joiner_aws::ami::{ssm_parameter_path, AmiVariant};
-use joiner_aws::catalog::{CatalogOptions, LiveCatalog};
+use joiner_apis::{NodeTemplate, Provisioner};
 use joiner_aws::instances::TerminateRefusal;
+use joiner_aws::testing;
 use joiner_aws::unavailable::{OfferingKey, UnavailableOfferings};
-use joiner_aws::userdata::ClusterInfo;
-use joiner_aws::{AwsClients, AwsCloudProvider, ProviderConfig, ProviderError};
+use joiner_aws::{AwsClients, AwsCloudProvider, ProviderError};
 use joiner_core::{CapacityType, CloudProvider, LaunchRequest};
 use joiner_moto::{MotoServer, MotoSession};
-use prometheus_client::registry::Registry;
 
 const CLUSTER: &str = "c1";
 const PREFIX: &str = "/joiner-test/service";
@@ -50,128 +44,24 @@ spec:
   providerRef: {name: missing}
 "#;
 
-fn tags(rt: ResourceType, pairs: &[(&str, &str)]) -> TagSpecification {
-    let mut b = TagSpecification::builder().resource_type(rt);
-    for (k, v) in pairs {
-        b = b.tags(Tag::builder().key(*k).value(*v).build());
-    }
-    b.build()
-}
-
-/// A VPC with one tagged subnet in each of us-east-1a and us-east-1b, an untagged subnet in
-/// us-east-1c, a tagged security group, and the AL2023 amd64 parameter under [`PREFIX`]
-/// naming one of moto's built-in images. Returns the tagged subnets and the untagged one.
 async fn environment(clients: &AwsClients) -> (Vec<String>, String, String) {
-    let ec2 = &clients.ec2;
-    let vpc = ec2
-        .create_vpc()
-        .cidr_block("10.0.0.0/16")
-        .send()
+    let env = testing::environment(clients, CLUSTER, PREFIX, K8S)
         .await
-        .expect("vpc");
-    let vpc_id = vpc.vpc().and_then(|v| v.vpc_id()).expect("vpc id");
-    let mut tagged = Vec::new();
-    for (cidr, zone, tagged_subnet) in [
-        ("10.0.1.0/24", "us-east-1a", true),
-        ("10.0.2.0/24", "us-east-1b", true),
-        ("10.0.3.0/24", "us-east-1c", false),
-    ] {
-        let mut call = ec2
-            .create_subnet()
-            .vpc_id(vpc_id)
-            .cidr_block(cidr)
-            .availability_zone(zone);
-        if tagged_subnet {
-            call = call.tag_specifications(tags(
-                ResourceType::Subnet,
-                &[("joiner.sh/discovery", CLUSTER)],
-            ));
-        }
-        let s = call.send().await.expect("subnet");
-        tagged.push(
-            s.subnet()
-                .and_then(|s| s.subnet_id())
-                .expect("subnet id")
-                .to_string(),
-        );
-    }
-    let untagged = tagged.pop().expect("three subnets");
-    ec2.create_security_group()
-        .group_name("nodes")
-        .description("nodes")
-        .vpc_id(vpc_id)
-        .tag_specifications(tags(
-            ResourceType::SecurityGroup,
-            &[("joiner.sh/discovery", CLUSTER)],
-        ))
-        .send()
-        .await
-        .expect("security group");
-
-    let images = ec2
-        .describe_images()
-        .owners("amazon")
-        .send()
-        .await
-        .expect("images");
-    let image_id = images
-        .images()
-        .iter()
-        .find(|i| i.architecture().map(|a| a.as_str()) == Some("x86_64"))
-        .and_then(|i| i.image_id())
-        .expect("a built-in x86_64 image")
-        .to_string();
-    let parameter = ssm_parameter_path(
-        PREFIX,
-        AmiFamily::Al2023,
-        K8S,
-        Arch::Amd64,
-        AmiVariant::Standard,
-    )
-    .expect("AL2023 path");
-    clients
-        .ssm
-        .put_parameter()
-        .name(parameter)
-        .value(&image_id)
-        .r#type(aws_sdk_ssm::types::ParameterType::String)
-        .send()
-        .await
-        .expect("put parameter");
-    (tagged, untagged, image_id)
+        .expect("environment");
+    (env.subnets, env.untagged_subnet, env.image_id)
 }
 
 async fn provider(moto: &MotoSession) -> (AwsClients, AwsCloudProvider, Arc<UnavailableOfferings>) {
     let clients = AwsClients::from_config(&moto.sdk_config("us-east-1").await).expect("clients");
-    let options = CatalogOptions {
-        // moto answers Pricing with HTTP 500; one retry keeps the test quick.
-        max_attempts: 2,
-        call_timeout: Duration::from_secs(60),
-        ..CatalogOptions::default()
-    };
-    let catalog = Arc::new(LiveCatalog::new(
-        &clients,
-        options,
-        &mut Registry::default(),
-    ));
-    let unavailable = Arc::new(UnavailableOfferings::default());
-    let config = ProviderConfig {
-        cluster: ClusterInfo {
-            name: CLUSTER.into(),
-            endpoint: "https://ABCDEF.gr7.us-east-1.eks.amazonaws.com".into(),
-            ca_bundle: "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0t".into(),
-            service_cidr: Some("10.100.0.0/16".into()),
-            dns_ip: None,
-        },
-        kubernetes_version: K8S.into(),
-        ssm_prefix: PREFIX.into(),
-        default_instance_profile: None,
-    };
-    let p = AwsCloudProvider::new(clients.clone(), config, catalog, unavailable.clone());
     let nt: NodeTemplate = serde_yaml::from_str(NODE_TEMPLATE).expect("node template");
     let web: Provisioner = serde_yaml::from_str(PROVISIONER).expect("provisioner");
     let orphan: Provisioner = serde_yaml::from_str(ORPHAN_PROVISIONER).expect("provisioner");
-    p.set_objects(vec![web, orphan], vec![nt]);
+    let (p, unavailable) = testing::provider(
+        &clients,
+        testing::provider_config(CLUSTER, PREFIX, K8S),
+        vec![web, orphan],
+        vec![nt],
+    );
     (clients, p, unavailable)
 }
 

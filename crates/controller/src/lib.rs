@@ -6,8 +6,14 @@
 //! through the API ([`events`] explains decisions on pods). [`crypto`] settles the TLS provider
 //! before any client is built.
 
+pub mod context;
 pub mod crypto;
 pub mod events;
+pub mod metrics;
+pub mod settings;
 pub mod state;
 
+pub use context::Context;
+pub use metrics::Metrics;
+pub use settings::Settings;
 pub use state::ClusterState;

@@ -9,6 +9,7 @@ use joiner_apis::{NodeClaim, NodeTemplate, Provisioner};
 use joiner_core::Snapshot;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::reflector::Store;
 
 /// Read handles on the reflector stores the controller keeps. Cloning is cheap (the stores are
@@ -27,6 +28,8 @@ pub struct ClusterState {
     pub node_templates: Store<NodeTemplate>,
     /// joiner NodeClaims: launches in flight and done. Not yet part of the snapshot.
     pub node_claims: Store<NodeClaim>,
+    /// PodDisruptionBudgets: drains and disruption decisions respect them.
+    pub pdbs: Store<PodDisruptionBudget>,
 }
 
 /// What a pod means to the simulation.

@@ -4,6 +4,7 @@ use joiner_apis::{NodeClaim, NodeTemplate, Provisioner};
 use joiner_controller::ClusterState;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher::Event;
 use serde::de::DeserializeOwned;
@@ -55,6 +56,7 @@ struct Fixture {
     _provisioners: Writer<Provisioner>,
     _templates: Writer<NodeTemplate>,
     _claims: Writer<NodeClaim>,
+    _pdbs: Writer<PodDisruptionBudget>,
 }
 
 fn fixture(pods: Vec<Pod>) -> Fixture {
@@ -91,6 +93,7 @@ fn fixture(pods: Vec<Pod>) -> Fixture {
     let provisioners = writer(vec![prov]);
     let templates = writer(vec![template]);
     let claims = writer::<NodeClaim>(vec![]);
+    let pdbs = writer::<PodDisruptionBudget>(vec![]);
     Fixture {
         state: ClusterState {
             pods: pods.as_reader(),
@@ -99,6 +102,7 @@ fn fixture(pods: Vec<Pod>) -> Fixture {
             provisioners: provisioners.as_reader(),
             node_templates: templates.as_reader(),
             node_claims: claims.as_reader(),
+            pdbs: pdbs.as_reader(),
         },
         pods,
         _nodes: nodes,
@@ -106,6 +110,7 @@ fn fixture(pods: Vec<Pod>) -> Fixture {
         _provisioners: provisioners,
         _templates: templates,
         _claims: claims,
+        _pdbs: pdbs,
     }
 }
 

@@ -1,0 +1,205 @@
+//! The controller's Prometheus metrics, served on /metrics.
+//!
+//! One struct holds every family so reconcilers update them through `ctx.metrics` and the
+//! runtime registers them once. Label values are bounded: provisioner names, reasons and error
+//! codes, never pod or instance names.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+/// `provisioner` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProvisionerLabels {
+    /// The Provisioner's name.
+    pub provisioner: String,
+}
+
+/// `provisioner` and `reason` labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// The Provisioner's name.
+    pub provisioner: String,
+    /// Why (`deleted`, `launch_timeout`, `registration_timeout`, `orphan`, `instance_gone`, ...).
+    pub reason: String,
+}
+
+/// `code` label: the cloud's error code (`InsufficientInstanceCapacity`, ...).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CodeLabels {
+    /// The error code, or `other`.
+    pub code: String,
+}
+
+/// `method` label: the CloudProvider call (`create`, `delete`, `get`, `list`, `instance_types`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MethodLabels {
+    /// The method.
+    pub method: String,
+}
+
+/// `controller` label: the reconciler (`provisioning`, `registration`, `termination`, `gc`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabels {
+    /// The reconciler.
+    pub controller: String,
+}
+
+fn seconds_histogram() -> Histogram {
+    // 5 ms .. ~80 s.
+    Histogram::new(exponential_buckets(0.005, 2.0, 15))
+}
+
+/// Every metric the controller exports.
+#[derive(Debug)]
+pub struct Metrics {
+    /// Pods the kube-scheduler marked Unschedulable, at the last batch.
+    pub pods_pending: Gauge,
+    /// Pods a batch placed on existing, in-flight or new capacity.
+    pub pods_scheduled: Counter,
+    /// NodeClaims written, per Provisioner.
+    pub claims_created: Family<ProvisionerLabels, Counter>,
+    /// NodeClaims whose node registered, per Provisioner.
+    pub claims_registered: Family<ProvisionerLabels, Counter>,
+    /// NodeClaims terminated, per Provisioner and reason.
+    pub claims_terminated: Family<ReasonLabels, Counter>,
+    /// Launches that failed, per error code.
+    pub launch_failures: Family<CodeLabels, Counter>,
+    /// Duration of one scheduling simulation.
+    pub scheduling_duration: Histogram,
+    /// Duration of CloudProvider calls, per method.
+    pub cloud_duration: Family<MethodLabels, Histogram>,
+    /// CloudProvider calls that failed, per method.
+    pub cloud_errors: Family<MethodLabels, Counter>,
+    /// Hourly price of the running nodes (claims with a price), per Provisioner, USD.
+    pub cost_per_hour: Family<ProvisionerLabels, Gauge<f64, AtomicU64>>,
+    /// Reconcile passes that ended in an error, per reconciler.
+    pub reconcile_errors: Family<ControllerLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            pods_pending: Gauge::default(),
+            pods_scheduled: Counter::default(),
+            claims_created: Family::default(),
+            claims_registered: Family::default(),
+            claims_terminated: Family::default(),
+            launch_failures: Family::default(),
+            scheduling_duration: seconds_histogram(),
+            cloud_duration: Family::new_with_constructor(seconds_histogram),
+            cloud_errors: Family::default(),
+            cost_per_hour: Family::default(),
+            reconcile_errors: Family::default(),
+        }
+    }
+}
+
+impl Metrics {
+    /// Creates the metrics and registers them in `registry` (prefix-free names `joiner_*`).
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Metrics::default();
+        registry.register(
+            "joiner_pods_pending",
+            "Pods marked Unschedulable by the kube-scheduler at the last batch",
+            m.pods_pending.clone(),
+        );
+        registry.register(
+            "joiner_pods_scheduled",
+            "Pods placed by a scheduling batch",
+            m.pods_scheduled.clone(),
+        );
+        registry.register(
+            "joiner_nodeclaims_created",
+            "NodeClaims written",
+            m.claims_created.clone(),
+        );
+        registry.register(
+            "joiner_nodeclaims_registered",
+            "NodeClaims whose node registered",
+            m.claims_registered.clone(),
+        );
+        registry.register(
+            "joiner_nodeclaims_terminated",
+            "NodeClaims terminated, by reason",
+            m.claims_terminated.clone(),
+        );
+        registry.register(
+            "joiner_launch_failures",
+            "Instance launches that failed, by error code",
+            m.launch_failures.clone(),
+        );
+        registry.register(
+            "joiner_scheduling_duration_seconds",
+            "Duration of one scheduling simulation",
+            m.scheduling_duration.clone(),
+        );
+        registry.register(
+            "joiner_cloudprovider_duration_seconds",
+            "Duration of cloud provider calls",
+            m.cloud_duration.clone(),
+        );
+        registry.register(
+            "joiner_cloudprovider_errors",
+            "Cloud provider calls that failed",
+            m.cloud_errors.clone(),
+        );
+        registry.register(
+            "joiner_nodes_cost_per_hour",
+            "Hourly price of joiner's nodes, per provisioner (USD)",
+            m.cost_per_hour.clone(),
+        );
+        registry.register(
+            "joiner_reconcile_errors",
+            "Reconcile passes that failed, per reconciler",
+            m.reconcile_errors.clone(),
+        );
+        m
+    }
+
+    /// Counts a failed reconcile pass of `controller`.
+    pub fn reconcile_failed(&self, controller: &str) {
+        self.reconcile_errors
+            .get_or_create(&ControllerLabels {
+                controller: controller.to_string(),
+            })
+            .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prometheus_client::encoding::text::encode;
+
+    #[test]
+    fn registered_metrics_appear_in_the_text_exposition() {
+        let mut registry = Registry::default();
+        let m = Metrics::register(&mut registry);
+        m.pods_pending.set(3);
+        m.claims_terminated
+            .get_or_create(&ReasonLabels {
+                provisioner: "web".into(),
+                reason: "orphan".into(),
+            })
+            .inc();
+        m.reconcile_failed("gc");
+        let mut out = String::new();
+        encode(&mut out, &registry).expect("encodes");
+        assert!(out.contains("joiner_pods_pending 3"), "{out}");
+        assert!(
+            out.contains(
+                r#"joiner_nodeclaims_terminated_total{provisioner="web",reason="orphan"} 1"#
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains(r#"joiner_reconcile_errors_total{controller="gc"} 1"#),
+            "{out}"
+        );
+    }
+}
