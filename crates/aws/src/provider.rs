@@ -346,6 +346,13 @@ impl CloudProvider for AwsCloudProvider {
         )
     }
 
+    fn is_not_found(err: &ProviderError) -> bool {
+        matches!(
+            err,
+            ProviderError::TerminateRefused(TerminateRefusal::NotFound { .. })
+        )
+    }
+
     async fn instance_types(&self, provisioner: &str) -> Result<Vec<InstanceType>, ProviderError> {
         // Unknown names fail here rather than plan against a catalog no launch could use.
         self.objects_for(provisioner)?;
@@ -528,5 +535,19 @@ mod tests {
             message: "no".into(),
         });
         assert!(!AwsCloudProvider::is_capacity_error(&api));
+    }
+
+    #[test]
+    fn only_an_unknown_instance_is_not_found() {
+        let gone = ProviderError::TerminateRefused(TerminateRefusal::NotFound {
+            instance_id: "i-1".into(),
+        });
+        assert!(AwsCloudProvider::is_not_found(&gone));
+        let foreign = ProviderError::TerminateRefused(TerminateRefusal::NotOwned {
+            instance_id: "i-1".into(),
+            tag: "kubernetes.io/cluster/c1".into(),
+            value: "owned",
+        });
+        assert!(!AwsCloudProvider::is_not_found(&foreign));
     }
 }

@@ -66,6 +66,10 @@ pub trait CloudProvider: Send + Sync {
     /// [`CloudProvider::instance_types`]) instead of reporting a configuration problem.
     fn is_capacity_error(err: &Self::Error) -> bool;
 
+    /// True when `err` means "the cloud does not know this instance": a delete of it has
+    /// nothing left to do, so the controller releases the claim or node instead of retrying.
+    fn is_not_found(err: &Self::Error) -> bool;
+
     /// The instance types `provisioner` may launch, with offerings that recently failed for
     /// capacity marked unavailable, so a re-plan avoids them.
     fn instance_types(
