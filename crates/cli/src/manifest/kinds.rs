@@ -12,6 +12,7 @@ use super::documents::Document;
 use super::error::{FieldError, Location, ManifestError};
 use joiner_apis::convert::{self, PodIdentity};
 
+use super::dump::Expansion;
 use super::{workloads, Loaded};
 
 /// The identity of one document: enough to name it in messages before it is parsed.
@@ -171,22 +172,22 @@ pub(crate) fn read(
         "Deployment" => {
             let d: apps::Deployment = obj.parse(doc.value)?;
             let pods = workloads::deployment(&d, &namespace, &name).map_err(e)?;
-            loaded.snapshot.pods.extend(pods);
+            record(loaded, "Deployment", &namespace, &name, &d.metadata, pods);
         }
         "ReplicaSet" => {
             let r: apps::ReplicaSet = obj.parse(doc.value)?;
             let pods = workloads::replica_set(&r, &namespace, &name).map_err(e)?;
-            loaded.snapshot.pods.extend(pods);
+            record(loaded, "ReplicaSet", &namespace, &name, &r.metadata, pods);
         }
         "StatefulSet" => {
             let s: apps::StatefulSet = obj.parse(doc.value)?;
             let pods = workloads::stateful_set(&s, &namespace, &name).map_err(e)?;
-            loaded.snapshot.pods.extend(pods);
+            record(loaded, "StatefulSet", &namespace, &name, &s.metadata, pods);
         }
         "Job" => {
             let j: batch::Job = obj.parse(doc.value)?;
             let pods = workloads::job(&j, &namespace, &name).map_err(e)?;
-            loaded.snapshot.pods.extend(pods);
+            record(loaded, "Job", &namespace, &name, &j.metadata, pods);
         }
         "DaemonSet" => {
             let d: apps::DaemonSet = obj.parse(doc.value)?;
@@ -221,6 +222,36 @@ pub(crate) fn read(
         }
     }
     Ok(())
+}
+
+/// Adds a workload's template pods, remembering where they are so a dump that also holds the
+/// real pods does not count them twice.
+fn record(
+    loaded: &mut Loaded,
+    kind: &str,
+    namespace: &str,
+    name: &str,
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    pods: Vec<joiner_core::Pod>,
+) {
+    let owner = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true))
+        .map(|r| joiner_core::Owner {
+            kind: r.kind.clone(),
+            name: r.name.clone(),
+        });
+    loaded.expansions.push(Expansion {
+        kind: kind.to_string(),
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        owner,
+        first: loaded.snapshot.pods.len(),
+        count: pods.len(),
+    });
+    loaded.snapshot.pods.extend(pods);
 }
 
 fn skip_warning(h: &Header, location: &Location) -> String {

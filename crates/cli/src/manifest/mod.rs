@@ -7,6 +7,7 @@
 //! planner does not read are skipped with a warning).
 
 mod documents;
+mod dump;
 mod error;
 mod files;
 mod kinds;
@@ -29,6 +30,9 @@ pub struct Loaded {
     pub node_templates: Vec<joiner_apis::NodeTemplate>,
     /// Things skipped on the way (unknown kinds, finished pods), for the user to see.
     pub warnings: Vec<String>,
+    /// Where each workload's template pods are in `snapshot.pods`, until [`dump::settle`]
+    /// has reconciled them with the pods the input holds.
+    pub(crate) expansions: Vec<dump::Expansion>,
 }
 
 /// Loads manifests from files and folders (every `*.yaml`/`*.yml` below a folder, sorted by
@@ -44,6 +48,7 @@ pub fn load(paths: &[PathBuf]) -> Result<Loaded, ManifestError> {
         })?;
         read_text(&file, &text, &mut seen, &mut loaded)?;
     }
+    dump::settle(&mut loaded);
     narrow_to_subnet_zones(&mut loaded);
     Ok(loaded)
 }
@@ -67,6 +72,7 @@ pub(crate) fn load_text(path: &str, text: &str) -> Result<Loaded, ManifestError>
         &mut kinds::Seen::default(),
         &mut loaded,
     )?;
+    dump::settle(&mut loaded);
     narrow_to_subnet_zones(&mut loaded);
     Ok(loaded)
 }

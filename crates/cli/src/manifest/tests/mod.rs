@@ -1,5 +1,6 @@
 //! Loader tests: each kind, request arithmetic, scheduling constraints and error messages.
 
+mod dump;
 mod errors;
 mod kinds;
 mod requests;
