@@ -1,0 +1,138 @@
+//! Telling pods what a batch decided: `Nominated` naming the claim a pod should land on, or
+//! `FailedScheduling` with the simulation's reason.
+//!
+//! A pod stays pending across several batches (its node is still starting), so the same
+//! message would be posted again and again; the last message per pod is remembered and only a
+//! change is published.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use joiner_core::scheduling::Plan;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::reflector::{ObjectRef, Store};
+
+use crate::events::{self, EventType};
+
+/// Reason of the Event naming the claim a pod is waiting for.
+pub const NOMINATED: &str = "Nominated";
+/// Reason of the Event explaining why no node joiner could launch fits the pod.
+pub const FAILED_SCHEDULING: &str = "FailedScheduling";
+
+/// The message of a `Nominated` Event.
+pub fn nominated_message(claim: &str) -> String {
+    format!("Pod should schedule on nodeclaim/{claim}")
+}
+
+/// One Event to publish.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Notice {
+    /// `namespace/name` of the pod.
+    pub pod: String,
+    /// Normal or Warning.
+    pub kind: EventType,
+    /// `Nominated` or `FailedScheduling`.
+    pub reason: &'static str,
+    /// The message.
+    pub message: String,
+}
+
+/// The Events a plan calls for: `Nominated` for pods on new claims (`claim_of_node` maps the
+/// plan's node names to the claims written for them) and on in-flight claims (`in_flight`),
+/// `FailedScheduling` for pods the plan cannot place. Pods placed on registered nodes get none:
+/// the kube-scheduler binds them.
+pub fn notices(
+    plan: &Plan,
+    claim_of_node: &BTreeMap<String, String>,
+    in_flight: &HashSet<String>,
+) -> Vec<Notice> {
+    let mut out = Vec::new();
+    for node in &plan.new_nodes {
+        if let Some(claim) = claim_of_node.get(&node.name) {
+            for pod in &node.pods {
+                out.push(nominated(pod, claim));
+            }
+        }
+    }
+    for used in &plan.existing_nodes {
+        if in_flight.contains(&used.name) {
+            for pod in &used.pods {
+                out.push(nominated(pod, &used.name));
+            }
+        }
+    }
+    for u in &plan.unschedulable {
+        out.push(Notice {
+            pod: u.pod.clone(),
+            kind: EventType::Warning,
+            reason: FAILED_SCHEDULING,
+            message: u.reason.clone(),
+        });
+    }
+    out
+}
+
+fn nominated(pod: &str, claim: &str) -> Notice {
+    Notice {
+        pod: pod.to_string(),
+        kind: EventType::Normal,
+        reason: NOMINATED,
+        message: nominated_message(claim),
+    }
+}
+
+/// The last message published per pod.
+#[derive(Debug, Default)]
+pub struct Published {
+    last: HashMap<String, (&'static str, String)>,
+}
+
+impl Published {
+    /// Keeps only the pods in `pending`: a pod that was scheduled or deleted is forgotten, so
+    /// the memory stays as small as the pending set.
+    pub fn retain_pending(&mut self, pending: &HashSet<String>) {
+        self.last.retain(|k, _| pending.contains(k));
+    }
+
+    /// True when `notice` differs from the last message published on its pod.
+    pub fn is_new(&self, notice: &Notice) -> bool {
+        self.last
+            .get(&notice.pod)
+            .is_none_or(|(r, m)| *r != notice.reason || *m != notice.message)
+    }
+
+    fn remember(&mut self, notice: &Notice) {
+        self.last
+            .insert(notice.pod.clone(), (notice.reason, notice.message.clone()));
+    }
+}
+
+/// Publishes each notice that is new for its pod; returns how many were published. A failure
+/// is logged and the notice is not remembered, so the next batch tries again: an Event is an
+/// explanation, never a reason to fail the batch.
+pub async fn publish_all(
+    client: &kube::Client,
+    pods: &Store<Pod>,
+    published: &mut Published,
+    notices: &[Notice],
+) -> usize {
+    let mut sent = 0;
+    for notice in notices {
+        if !published.is_new(notice) {
+            continue;
+        }
+        let Some((namespace, name)) = notice.pod.split_once('/') else {
+            continue;
+        };
+        let Some(pod) = pods.get(&ObjectRef::new(name).within(namespace)) else {
+            continue;
+        };
+        match events::publish(client, &pod, notice.kind, notice.reason, &notice.message).await {
+            Ok(_) => {
+                published.remember(notice);
+                sent += 1;
+            }
+            Err(e) => tracing::warn!(pod = %notice.pod, error = %e, "could not publish event"),
+        }
+    }
+    sent
+}
