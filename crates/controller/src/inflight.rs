@@ -122,10 +122,19 @@ fn lowest_price(t: &InstanceType, reqs: &Requirements) -> Option<f64> {
 /// (or every type, without one) whose labels and offerings its requirements allow.
 fn candidate_types<'a>(catalog: &'a [InstanceType], reqs: &Requirements) -> Vec<&'a InstanceType> {
     let named = reqs.get(labels::INSTANCE_TYPE);
+    // The type's name is checked against the requirement directly: catalogs need not repeat it
+    // among the type's labels.
+    let mut others = Requirements::new();
+    for (k, r) in reqs
+        .iter()
+        .filter(|(k, _)| k.as_str() != labels::INSTANCE_TYPE)
+    {
+        others.add(k, r.clone());
+    }
     catalog
         .iter()
         .filter(|t| named.is_none_or(|r| r.allows(&t.name)))
-        .filter(|t| t.first_label_conflict(reqs).is_none())
+        .filter(|t| t.first_label_conflict(&others).is_none())
         .collect()
 }
 
