@@ -332,8 +332,14 @@ pub async fn provision_batch<P: CloudProvider>(
     }
 
     let notes = notices::notices(&plan, &claim_of_node, &in_flight);
-    outcome.events =
-        notices::publish_all(&ctx.client, &ctx.state.pods, &mut memory.published, &notes).await;
+    outcome.events = notices::publish_all(
+        &ctx.client,
+        &ctx.state.pods,
+        &mut memory.published,
+        &notes,
+        &in_flight,
+    )
+    .await;
     outcome.plan = plan;
     Ok(outcome)
 }

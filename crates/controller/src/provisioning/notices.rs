@@ -34,6 +34,8 @@ pub struct Notice {
     pub reason: &'static str,
     /// The message.
     pub message: String,
+    /// For `Nominated`, the claim named.
+    pub claim: Option<String>,
 }
 
 /// The Events a plan calls for: `Nominated` for pods on new claims (`claim_of_node` maps the
@@ -66,6 +68,7 @@ pub fn notices(
             kind: EventType::Warning,
             reason: FAILED_SCHEDULING,
             message: u.reason.clone(),
+            claim: None,
         });
     }
     out
@@ -77,13 +80,14 @@ fn nominated(pod: &str, claim: &str) -> Notice {
         kind: EventType::Normal,
         reason: NOMINATED,
         message: nominated_message(claim),
+        claim: Some(claim.to_string()),
     }
 }
 
-/// The last message published per pod.
+/// The last notice published per pod.
 #[derive(Debug, Default)]
 pub struct Published {
-    last: HashMap<String, (&'static str, String)>,
+    last: HashMap<String, Notice>,
 }
 
 impl Published {
@@ -93,20 +97,30 @@ impl Published {
         self.last.retain(|k, _| pending.contains(k));
     }
 
-    /// True when `notice` differs from the last message published on its pod.
-    pub fn is_new(&self, notice: &Notice) -> bool {
-        self.last
-            .get(&notice.pod)
-            .is_none_or(|(r, m)| *r != notice.reason || *m != notice.message)
+    /// True when `notice` tells the pod something new. A pod already nominated to a claim
+    /// that is still in flight (`in_flight`) is not nominated again to another: identical pods
+    /// may trade identical claims from one simulation to the next, and which one a pod lands on
+    /// is the kube-scheduler's choice anyway.
+    pub fn is_new(&self, notice: &Notice, in_flight: &HashSet<String>) -> bool {
+        let Some(last) = self.last.get(&notice.pod) else {
+            return true;
+        };
+        if last.reason == NOMINATED
+            && notice.reason == NOMINATED
+            && last.claim.as_ref().is_some_and(|c| in_flight.contains(c))
+        {
+            return false;
+        }
+        last.reason != notice.reason || last.message != notice.message
     }
 
     fn remember(&mut self, notice: &Notice) {
-        self.last
-            .insert(notice.pod.clone(), (notice.reason, notice.message.clone()));
+        self.last.insert(notice.pod.clone(), notice.clone());
     }
 }
 
-/// Publishes each notice that is new for its pod; returns how many were published. A failure
+/// Publishes each notice that is new for its pod (see [`Published::is_new`]); returns how many
+/// were published. A failure
 /// is logged and the notice is not remembered, so the next batch tries again: an Event is an
 /// explanation, never a reason to fail the batch.
 pub async fn publish_all(
@@ -114,10 +128,11 @@ pub async fn publish_all(
     pods: &Store<Pod>,
     published: &mut Published,
     notices: &[Notice],
+    in_flight: &HashSet<String>,
 ) -> usize {
     let mut sent = 0;
     for notice in notices {
-        if !published.is_new(notice) {
+        if !published.is_new(notice, in_flight) {
             continue;
         }
         let Some((namespace, name)) = notice.pod.split_once('/') else {
