@@ -793,3 +793,37 @@ async fn run_provisions_pending_pods_and_stops_when_cancelled() {
         .to_string();
     assert_eq!(live_instances_of(&h.clients, &name).await.len(), 1);
 }
+
+#[tokio::test]
+async fn a_zone_the_pods_select_pins_the_claim_and_the_instance() {
+    let mut pod = pending_pod("zonal", "1500m");
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.node_selector = Some(
+            [(
+                "topology.kubernetes.io/zone".to_string(),
+                "us-east-1b".to_string(),
+            )]
+            .into(),
+        );
+    }
+    let h = harness(vec![pod], vec![], Script::default()).await;
+    let outcome = provision_batch(&h.ctx, &mut Memory::default())
+        .await
+        .expect("batch runs");
+    assert!(outcome.errors.is_empty(), "{:?}", outcome.errors);
+    let posts = claim_posts(&h.api);
+    assert_eq!(posts.len(), 1);
+    let reqs = posts[0].body["spec"]["requirements"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        reqs.contains(&requirement("topology.kubernetes.io/zone", &["us-east-1b"])),
+        "{reqs:?}"
+    );
+    let patches = status_patches(&h.api);
+    assert_eq!(patches.len(), 1);
+    assert_eq!(patches[0].body["status"]["zone"], "us-east-1b");
+    let name = outcome.claims[0].name();
+    assert_eq!(live_instances_of(&h.clients, name).await.len(), 1);
+}

@@ -468,3 +468,32 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>, stop: Cancell
     }
     tracing::info!("provisioning stopped");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launch_backoff_doubles_up_to_the_cap_and_success_clears_it() {
+        let mut m = Memory::default();
+        let t0 = Instant::now();
+        assert!(m.may_launch("c", t0));
+        m.failed("c", t0);
+        assert_eq!(m.next_attempt("c"), Some(t0 + BACKOFF_BASE));
+        assert!(!m.may_launch("c", t0 + BACKOFF_BASE - Duration::from_millis(1)));
+        assert!(m.may_launch("c", t0 + BACKOFF_BASE));
+        m.failed("c", t0);
+        assert_eq!(m.next_attempt("c"), Some(t0 + BACKOFF_BASE * 2));
+        for _ in 0..20 {
+            m.failed("c", t0);
+        }
+        assert_eq!(m.next_attempt("c"), Some(t0 + BACKOFF_MAX));
+        m.launched("c", t0);
+        assert_eq!(m.next_attempt("c"), None);
+        assert!(
+            !m.may_launch("c", t0 + Duration::from_secs(1)),
+            "just launched"
+        );
+        assert!(m.may_launch("c", t0 + RECENTLY_LAUNCHED));
+    }
+}

@@ -151,3 +151,63 @@ pub async fn publish_all(
     }
     sent
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use joiner_core::scheduling::{ExistingNodeUse, Unschedulable};
+
+    fn plan_on(claim: &str) -> Plan {
+        Plan {
+            existing_nodes: vec![ExistingNodeUse {
+                name: claim.into(),
+                pods: vec!["shop/a".into()],
+            }],
+            unschedulable: vec![Unschedulable {
+                pod: "shop/big".into(),
+                reason: "no instance type has 64 cpu".into(),
+            }],
+            ..Plan::default()
+        }
+    }
+
+    #[test]
+    fn pods_on_in_flight_claims_are_nominated_and_registered_nodes_are_not() {
+        let in_flight: HashSet<String> = ["web-aaaaa".to_string()].into();
+        let n = notices(&plan_on("web-aaaaa"), &BTreeMap::new(), &in_flight);
+        assert_eq!(n.len(), 2);
+        assert_eq!(n[0].reason, NOMINATED);
+        assert_eq!(n[0].message, "Pod should schedule on nodeclaim/web-aaaaa");
+        assert_eq!(n[1].reason, FAILED_SCHEDULING);
+        assert_eq!(n[1].kind, EventType::Warning);
+        let on_node = notices(&plan_on("ip-10-0-1-5"), &BTreeMap::new(), &in_flight);
+        assert_eq!(on_node.len(), 1, "a registered node needs no nomination");
+    }
+
+    #[test]
+    fn repeats_and_trades_between_in_flight_claims_are_not_new() {
+        let both: HashSet<String> = ["web-aaaaa".to_string(), "web-bbbbb".to_string()].into();
+        let mut p = Published::default();
+        let first = notices(&plan_on("web-aaaaa"), &BTreeMap::new(), &both);
+        for n in &first {
+            assert!(p.is_new(n, &both));
+            p.remember(n);
+        }
+        for n in &first {
+            assert!(!p.is_new(n, &both), "identical: {n:?}");
+        }
+        let traded = notices(&plan_on("web-bbbbb"), &BTreeMap::new(), &both);
+        assert!(
+            !p.is_new(&traded[0], &both),
+            "still waiting for an in-flight claim"
+        );
+        // Once the first claim is gone, the new nomination is news.
+        let only_b: HashSet<String> = ["web-bbbbb".to_string()].into();
+        assert!(p.is_new(&traded[0], &only_b));
+        p.retain_pending(&HashSet::new());
+        assert!(
+            p.is_new(&first[1], &both),
+            "forgotten once no longer pending"
+        );
+    }
+}
