@@ -247,3 +247,70 @@ fn in_flight_node(
         unschedulable: false,
     })
 }
+
+/// Taints the node lifecycle and cloud controllers put on every new node until it is ready.
+pub const STARTING_TAINTS: &[&str] = &[
+    "node.kubernetes.io/not-ready",
+    "node.cloudprovider.kubernetes.io/uninitialized",
+];
+
+/// Nodes that registered for a claim not yet Initialized are still starting: they carry the
+/// claim's startup taints and the not-ready taints, and may not report allocatable yet. Taken
+/// at face value they would refuse the very pods they were bought for, and the next batch would
+/// buy again. So those taints are dropped from the snapshot's node (the pods will be able to
+/// run there once it is initialized), and a node without allocatable gets the claim's.
+/// `snap_nodes` are the converted `kube_nodes`, matched by name. Returns a warning per claim
+/// that could not be sized.
+pub fn settle_initializing(
+    snap_nodes: &mut [Node],
+    kube_nodes: &[Arc<k8s::Node>],
+    claims: &[Arc<NodeClaim>],
+    catalog: &[InstanceType],
+    daemonsets: &[DaemonSet],
+) -> Vec<String> {
+    let mut warnings = Vec::new();
+    let starting: Vec<&NodeClaim> = claims
+        .iter()
+        .map(Arc::as_ref)
+        .filter(|c| c.metadata.deletion_timestamp.is_none() && !c.is_initialized())
+        .collect();
+    for kube_node in kube_nodes {
+        let Some(name) = kube_node.metadata.name.as_deref() else {
+            continue;
+        };
+        let provider_id = kube_node
+            .spec
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref());
+        let Some(claim) = starting.iter().find(|c| {
+            let status = c.status.as_ref();
+            let by_id = provider_id.is_some()
+                && status.and_then(|s| s.provider_id.as_deref()) == provider_id;
+            let by_name = status.and_then(|s| s.node_name.as_deref()) == Some(name);
+            by_id || by_name
+        }) else {
+            continue;
+        };
+        let Some(node) = snap_nodes.iter_mut().find(|n| n.name == name) else {
+            continue;
+        };
+        let startup: HashSet<&str> = claim
+            .spec
+            .startup_taints
+            .iter()
+            .map(|t| t.key.as_str())
+            .chain(STARTING_TAINTS.iter().copied())
+            .collect();
+        node.taints.retain(|t| !startup.contains(t.key.as_str()));
+        if node.allocatable == joiner_core::Resources::default() {
+            match in_flight_node(claim, catalog, daemonsets) {
+                Ok(sized) => {
+                    node.allocatable = sized.allocatable;
+                    node.capacity = sized.capacity;
+                }
+                Err(e) => warnings.push(format!("NodeClaim {}: {e}", claim.name())),
+            }
+        }
+    }
+    warnings
+}

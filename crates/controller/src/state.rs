@@ -136,6 +136,8 @@ impl ClusterState {
     /// [`ClusterState::snapshot`] plus one in-flight node per NodeClaim whose node has not
     /// registered yet (see [`crate::inflight`]), sized from `catalog`. Pods of an earlier batch
     /// are still pending and fit there, so a later batch does not buy their capacity again.
+    /// Nodes of claims that registered but are not initialized are planned without their
+    /// startup and not-ready taints ([`inflight::settle_initializing`]), for the same reason.
     pub fn snapshot_with_catalog(&self, catalog: &[InstanceType]) -> (Snapshot, Vec<String>) {
         self.build(Some(catalog))
     }
@@ -154,9 +156,10 @@ impl ClusterState {
             }
         }
 
-        for node in self.nodes.state() {
+        let kube_nodes = self.nodes.state();
+        for node in &kube_nodes {
             let name = cluster_name(&node.metadata);
-            match convert::node(&node, &name) {
+            match convert::node(node, &name) {
                 Ok(n) => snap.nodes.push(n),
                 Err(e) => warnings.push(format!("Node {name}: {e}")),
             }
@@ -193,9 +196,15 @@ impl ClusterState {
 
         if let Some(catalog) = catalog {
             let claims = self.node_claims.state();
-            let nodes = self.nodes.state();
+            warnings.extend(inflight::settle_initializing(
+                &mut snap.nodes,
+                &kube_nodes,
+                &claims,
+                catalog,
+                &snap.daemonsets,
+            ));
             let (in_flight, claim_warnings) =
-                inflight::in_flight_nodes(&claims, &nodes, catalog, &snap.daemonsets);
+                inflight::in_flight_nodes(&claims, &kube_nodes, catalog, &snap.daemonsets);
             snap.nodes.extend(in_flight);
             warnings.extend(claim_warnings);
         }

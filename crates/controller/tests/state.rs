@@ -63,10 +63,10 @@ struct Fixture {
 }
 
 fn fixture(pods: Vec<Pod>) -> Fixture {
-    fixture_with(pods, vec![])
+    fixture_with(pods, vec![], vec![])
 }
 
-fn fixture_with(pods: Vec<Pod>, claims: Vec<NodeClaim>) -> Fixture {
+fn fixture_with(pods: Vec<Pod>, extra_nodes: Vec<Node>, claims: Vec<NodeClaim>) -> Fixture {
     let node: Node = obj(json!({
         "metadata": {"name": "n1", "labels": {"topology.kubernetes.io/zone": "us-east-1a"}},
         "spec": {"taints": [{"key": "dedicated", "value": "db", "effect": "NoSchedule"}]},
@@ -95,7 +95,9 @@ fn fixture_with(pods: Vec<Pod>, claims: Vec<NodeClaim>) -> Fixture {
         "status": {"subnets": [{"id": "subnet-1", "zone": "us-east-1b"}]},
     }));
     let pods = writer(pods);
-    let nodes = writer(vec![node, bad_node]);
+    let mut all_nodes = vec![node, bad_node];
+    all_nodes.extend(extra_nodes);
+    let nodes = writer(all_nodes);
     let daemonsets = writer(vec![ds]);
     let provisioners = writer(vec![prov]);
     let templates = writer(vec![template]);
@@ -350,7 +352,7 @@ fn unregistered_claims_are_in_flight_nodes_sized_from_the_catalog() {
             json!({"status": {"instanceType": "x9.huge"}}),
         ),
     ];
-    let f = fixture_with(vec![], claims);
+    let f = fixture_with(vec![], vec![], claims);
 
     let (plain, _) = f.state.snapshot();
     assert_eq!(plain.nodes.len(), 1, "without a catalog no claim is a node");
@@ -410,4 +412,78 @@ fn unregistered_claims_are_in_flight_nodes_sized_from_the_catalog() {
     );
     assert_eq!(d.taints.len(), 1, "startup taints are not planned around");
     assert_eq!(d.taints[0].key, "gpu");
+}
+
+#[test]
+fn a_registered_node_of_an_uninitialized_claim_is_planned_without_its_starting_taints() {
+    let startup = json!({"spec": {
+        "taints": [{"key": "team", "value": "web", "effect": "NoSchedule"}],
+        "startupTaints": [{"key": "joiner.sh/unready", "effect": "NoSchedule"}],
+    }});
+    let mut starting = claim("default-hhhhh", startup.clone());
+    starting.status = Some(obj(json!({
+        "instanceType": "m5.large", "providerID": "aws:///us-east-1a/i-8",
+        "conditions": [{"type": "Registered", "status": "True", "reason": "R", "message": "",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+    })));
+    let mut ready = claim("default-iiiii", startup);
+    ready.status = Some(obj(json!({
+        "instanceType": "m5.large", "providerID": "aws:///us-east-1a/i-9",
+        "conditions": [{"type": "Initialized", "status": "True", "reason": "R", "message": "",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+    })));
+    let taints = json!([
+        {"key": "team", "value": "web", "effect": "NoSchedule"},
+        {"key": "joiner.sh/unready", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+    ]);
+    // Registered a moment ago: no allocatable reported yet.
+    let new_node: Node = obj(json!({
+        "metadata": {"name": "ip-10-0-1-8"},
+        "spec": {"providerID": "aws:///us-east-1a/i-8", "taints": taints},
+    }));
+    let old_node: Node = obj(json!({
+        "metadata": {"name": "ip-10-0-1-9"},
+        "spec": {"providerID": "aws:///us-east-1a/i-9", "taints": taints},
+        "status": {"allocatable": {"cpu": "2", "memory": "7Gi", "pods": "29"}},
+    }));
+    let f = fixture_with(vec![], vec![new_node, old_node], vec![starting, ready]);
+
+    let (plain, _) = f.state.snapshot();
+    let plain_new = plain
+        .nodes
+        .iter()
+        .find(|n| n.name == "ip-10-0-1-8")
+        .expect("node");
+    assert_eq!(
+        plain_new.taints.len(),
+        3,
+        "the plain snapshot shows the node as it is"
+    );
+
+    let (snap, warnings) = f.state.snapshot_with_catalog(&catalog());
+    assert!(
+        warnings.iter().all(|w| !w.contains("default-hhhhh")),
+        "{warnings:?}"
+    );
+    let names: Vec<&str> = snap.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["ip-10-0-1-8", "ip-10-0-1-9", "n1"],
+        "registered claims are not in flight"
+    );
+    let new = &snap.nodes[0];
+    let keys: Vec<&str> = new.taints.iter().map(|t| t.key.as_str()).collect();
+    assert_eq!(keys, ["team"]);
+    assert_eq!(
+        new.allocatable.cpu, 1900,
+        "the claim's type (the logs daemon does not tolerate its taint)"
+    );
+    let old = &snap.nodes[1];
+    assert_eq!(
+        old.taints.len(),
+        3,
+        "an initialized claim's node is taken as it is"
+    );
+    assert_eq!(old.allocatable.cpu, 2000);
 }
