@@ -296,8 +296,13 @@ pub async fn provision_batch<P: CloudProvider>(
             });
             continue;
         };
-        let pin = claims::pins_zone(node, &snap.pods);
-        let stored = match claims::create_claim(&ctx.client, prov, node, pin).await {
+        let narrowing = snap
+            .provisioners
+            .iter()
+            .find(|p| p.name == node.provisioner)
+            .map(|core| claims::Narrowing::of(node, &snap.pods, core))
+            .unwrap_or_default();
+        let stored = match claims::create_claim(&ctx.client, prov, node, &narrowing).await {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(provisioner = %prov.name(), error = %e, "NodeClaim not written");
@@ -315,9 +320,8 @@ pub async fn provision_batch<P: CloudProvider>(
         tracing::info!(claim = %name, provisioner = %prov.name(), instance_type = %node.instance_type,
             pods = node.pods.len(), "NodeClaim created");
         claim_of_node.insert(node.name.clone(), name.clone());
-        let types = catalogs.get(ctx, prov.name()).await.map(<[_]>::to_vec);
-        let result = match types {
-            Ok(types) => launch_claim(ctx, &stored, &types).await,
+        let result = match catalogs.get(ctx, prov.name()).await {
+            Ok(types) => launch_claim(ctx, &stored, types).await,
             Err(e) => Err(e),
         };
         record(memory, &name, &result, Instant::now());
@@ -383,12 +387,8 @@ pub async fn launch_pending_claims<P: CloudProvider>(
     let mut results = Vec::new();
     for claim in claims {
         let name = claim.name().to_string();
-        let types = catalogs
-            .get(ctx, &claim.spec.provisioner_name)
-            .await
-            .map(<[_]>::to_vec);
-        let result = match types {
-            Ok(types) => launch_claim(ctx, &claim, &types).await,
+        let result = match catalogs.get(ctx, &claim.spec.provisioner_name).await {
+            Ok(types) => launch_claim(ctx, &claim, types).await,
             Err(e) => Err(e),
         };
         if let Err(e) = &result {
