@@ -78,6 +78,8 @@ struct Script {
     conflicts: usize,
     /// Answer status writes with 404 NotFound.
     status_not_found: bool,
+    /// Answer claim creates with 429 TooManyRequests.
+    throttle_creates: bool,
 }
 
 fn merge_status(claim: &mut Value, status: &Value) {
@@ -108,6 +110,9 @@ fn api_server(script: Script, seed: Vec<NodeClaim>) -> impl FnMut(&Recorded) -> 
             .strip_prefix(CLAIMS)
             .and_then(|p| p.strip_prefix('/'));
         if req.is(Method::POST, CLAIMS) {
+            if script.throttle_creates {
+                return Reply::error(429, "TooManyRequests", "client rate limiter");
+            }
             if conflicts > 0 {
                 conflicts -= 1;
                 return Reply::error(409, "AlreadyExists", "nodeclaims already exists");
@@ -826,4 +831,41 @@ async fn a_zone_the_pods_select_pins_the_claim_and_the_instance() {
     assert_eq!(patches[0].body["status"]["zone"], "us-east-1b");
     let name = outcome.claims[0].name();
     assert_eq!(live_instances_of(&h.clients, name).await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_throttled_claim_write_is_an_error_naming_the_claim_and_launches_nothing() {
+    let h = harness(
+        vec![pending_pod("a", "1500m")],
+        vec![],
+        Script {
+            throttle_creates: true,
+            ..Script::default()
+        },
+    )
+    .await;
+    let mut memory = Memory::default();
+    let outcome = provision_batch(&h.ctx, &mut memory)
+        .await
+        .expect("the batch itself runs");
+    assert_eq!(outcome.errors.len(), 1, "{:?}", outcome.errors);
+    let name = claim_posts(&h.api)[0].body["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    match &outcome.errors[0] {
+        ProvisioningError::CreateClaim { claim, .. } => assert_eq!(claim, &name),
+        other => panic!("unexpected error {other}"),
+    }
+    assert!(
+        outcome.errors[0]
+            .to_string()
+            .starts_with(&format!("NodeClaim {name}: create:")),
+        "{}",
+        outcome.errors[0]
+    );
+    assert!(outcome.claims.is_empty());
+    assert!(instances(&h.clients).await.is_empty(), "nothing launched");
+    // The pod is told nothing yet: no claim was written for it.
+    assert!(event_posts(&h.api).is_empty());
 }
