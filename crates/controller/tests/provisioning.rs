@@ -869,3 +869,31 @@ async fn a_throttled_claim_write_is_an_error_naming_the_claim_and_launches_nothi
     // The pod is told nothing yet: no claim was written for it.
     assert!(event_posts(&h.api).is_empty());
 }
+
+#[tokio::test]
+async fn run_plans_nothing_before_the_claims_are_listed() {
+    let h = harness(vec![pending_pod("a", "1500m")], vec![], Script::default()).await;
+    let mut settings = Settings::new(CLUSTER);
+    settings.batch_idle = std::time::Duration::from_millis(100);
+    let mut state = h.ctx.state.clone();
+    // The NodeClaim watcher has not delivered its initial list yet.
+    let unlisted = Writer::<NodeClaim>::default();
+    state.node_claims = unlisted.as_reader();
+    let ctx = Arc::new(Context::new(
+        h.ctx.client.clone(),
+        state,
+        h.ctx.cloud.clone(),
+        settings,
+    ));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(provisioning::run(ctx, stop.clone()));
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert!(h.api.requests().is_empty(), "{:?}", h.api.calls());
+    stop.cancel();
+    tokio::time::timeout(std::time::Duration::from_secs(5), task)
+        .await
+        .expect("run returns after cancel while waiting")
+        .expect("run does not panic");
+    assert!(instances(&h.clients).await.is_empty());
+    drop(unlisted);
+}

@@ -400,9 +400,22 @@ pub async fn launch_pending_claims<P: CloudProvider>(
     results
 }
 
-/// The provisioning loop: polls the pending pods every 100 ms, plans a batch when its window
-/// closes (and, while pods wait, every `settings.sweep_interval` or right after a claim was
-/// given up for capacity), and finishes interrupted launches every second. Returns when `stop`
+/// Waits until every store a batch reads has had its initial list. Planning earlier would miss
+/// in-flight NodeClaims (or nodes) not listed yet and buy their capacity a second time.
+/// False when a store's writer was dropped before it was filled.
+async fn stores_ready(state: &ClusterState) -> bool {
+    state.pods.wait_until_ready().await.is_ok()
+        && state.nodes.wait_until_ready().await.is_ok()
+        && state.node_claims.wait_until_ready().await.is_ok()
+        && state.provisioners.wait_until_ready().await.is_ok()
+        && state.node_templates.wait_until_ready().await.is_ok()
+        && state.daemonsets.wait_until_ready().await.is_ok()
+}
+
+/// The provisioning loop: waits for the stores' initial lists, then polls the pending pods
+/// every 100 ms, plans a batch when its window closes (and, while pods wait, every
+/// `settings.sweep_interval` or right after a claim was given up for capacity), and finishes
+/// interrupted launches every second. Returns when `stop`
 /// is cancelled; a pass under way is finished first, so no claim is left half-written.
 pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>, stop: CancellationToken) {
     let mut batcher = Batcher::new(ctx.settings.batch_idle, ctx.settings.batch_max);
@@ -410,6 +423,15 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>, stop: Cancell
     let mut last_batch = Instant::now();
     let mut last_launch: Option<Instant> = None;
     let mut batch_number: u64 = 0;
+    tokio::select! {
+        _ = stop.cancelled() => return,
+        ready = stores_ready(&ctx.state) => {
+            if !ready {
+                tracing::warn!("a reflector store was dropped before it was filled; provisioning does not start");
+                return;
+            }
+        }
+    }
     tracing::info!("provisioning started");
     loop {
         tokio::select! {
