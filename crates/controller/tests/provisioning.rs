@@ -762,6 +762,22 @@ async fn other_launch_failures_mark_the_claim_and_back_off() {
     assert_eq!(cond["message"], message.as_str());
     assert!(instances(&h.clients).await.is_empty());
 
+    let metrics = &h.ctx.metrics;
+    let failures = metrics
+        .launch_failures
+        .get_or_create(&joiner_controller::metrics::CodeLabels {
+            code: "other".into(),
+        })
+        .get();
+    assert_eq!(failures, 1);
+    let create_errors = metrics
+        .cloud_errors
+        .get_or_create(&joiner_controller::metrics::MethodLabels {
+            method: "create".into(),
+        })
+        .get();
+    assert_eq!(create_errors, 1);
+
     // Backing off: an immediate second pass does not try again.
     assert!(memory.next_attempt("web-nosub").is_some());
     assert!(launch_pending_claims(&h.ctx, &mut memory).await.is_empty());
