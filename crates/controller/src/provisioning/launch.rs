@@ -415,11 +415,6 @@ impl Catalogs {
             .map(Vec::as_slice)
             .unwrap_or_default())
     }
-
-    /// Seeds the catalog of `provisioner` (the batch already has it).
-    pub fn insert(&mut self, provisioner: &str, types: Vec<InstanceType>) {
-        self.by_provisioner.insert(provisioner.to_string(), types);
-    }
 }
 
 #[cfg(test)]
