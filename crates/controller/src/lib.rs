@@ -9,7 +9,9 @@
 pub mod context;
 pub mod crypto;
 pub mod events;
+pub mod inflight;
 pub mod metrics;
+pub mod provisioning;
 pub mod settings;
 pub mod state;
 

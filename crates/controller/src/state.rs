@@ -6,11 +6,13 @@
 
 use joiner_apis::convert;
 use joiner_apis::{NodeClaim, NodeTemplate, Provisioner};
-use joiner_core::Snapshot;
+use joiner_core::{InstanceType, Snapshot};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::reflector::Store;
+
+use crate::inflight;
 
 /// Read handles on the reflector stores the controller keeps. Cloning is cheap (the stores are
 /// shared), so each reconciler can hold its own copy.
@@ -26,7 +28,8 @@ pub struct ClusterState {
     pub provisioners: Store<Provisioner>,
     /// joiner NodeTemplates: their resolved subnets narrow a Provisioner's zones.
     pub node_templates: Store<NodeTemplate>,
-    /// joiner NodeClaims: launches in flight and done. Not yet part of the snapshot.
+    /// joiner NodeClaims: launches in flight and done. Claims whose node has not registered
+    /// enter the snapshot as in-flight nodes ([`ClusterState::snapshot_with_catalog`]).
     pub node_claims: Store<NodeClaim>,
     /// PodDisruptionBudgets: drains and disruption decisions respect them.
     pub pdbs: Store<PodDisruptionBudget>,
@@ -49,7 +52,10 @@ enum PodRole {
 /// `PodScheduled=False` with reason `Unschedulable`: before that the scheduler may still place
 /// it on capacity that exists, and launching for it would race the scheduler and buy nodes
 /// nobody needs (Karpenter waits for the same condition). Pods in phase Succeeded or Failed hold
-/// no resources and are ignored, as are unbound pods already being deleted.
+/// no resources and are ignored, as are unbound pods already being deleted. An unbound pod with
+/// `status.nominatedNodeName` is waiting for a preemption the scheduler started on that node, and
+/// an unbound DaemonSet pod waits for its own node (the DaemonSet controller binds it there): new
+/// capacity would help neither, so both are ignored.
 fn role(pod: &Pod) -> PodRole {
     if convert::finished_phase(pod).is_some() {
         return PodRole::Ignored;
@@ -63,6 +69,17 @@ fn role(pod: &Pod) -> PodRole {
         return PodRole::Bound;
     }
     if pod.metadata.deletion_timestamp.is_some() {
+        return PodRole::Ignored;
+    }
+    let nominated = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.nominated_node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    if nominated {
+        return PodRole::Ignored;
+    }
+    if convert::controller_owner(pod).is_some_and(|o| o.kind == "DaemonSet") {
         return PodRole::Ignored;
     }
     let unschedulable = pod
@@ -83,6 +100,14 @@ fn role(pod: &Pod) -> PodRole {
     }
 }
 
+/// True when joiner should plan capacity for `pod`: the kube-scheduler marked it
+/// `PodScheduled=False` reason `Unschedulable`, it has no `spec.nodeName` and no
+/// `status.nominatedNodeName`, no DaemonSet owns it, and it is neither finished nor being
+/// deleted. The provisioning batcher watches exactly these pods.
+pub fn is_provisionable(pod: &Pod) -> bool {
+    role(pod) == PodRole::Pending
+}
+
 /// `namespace/name` of a namespaced object, for warnings.
 fn namespaced_name(meta: &kube::api::ObjectMeta) -> String {
     format!(
@@ -101,7 +126,23 @@ impl ClusterState {
     /// The simulation's view of the cluster, with one warning per object that could not be
     /// converted (`Pod ns/name: field: reason`). Such an object is skipped rather than failing
     /// the snapshot: one bad pod must not stop capacity for every other pod.
+    ///
+    /// NodeClaims are left out: without the catalog their allocatable is unknown. Provisioning
+    /// uses [`ClusterState::snapshot_with_catalog`].
     pub fn snapshot(&self) -> (Snapshot, Vec<String>) {
+        self.build(None)
+    }
+
+    /// [`ClusterState::snapshot`] plus one in-flight node per NodeClaim whose node has not
+    /// registered yet (see [`crate::inflight`]), sized from `catalog`. Pods of an earlier batch
+    /// are still pending and fit there, so a later batch does not buy their capacity again.
+    /// Nodes of claims that registered but are not initialized are planned without their
+    /// startup and not-ready taints ([`inflight::settle_initializing`]), for the same reason.
+    pub fn snapshot_with_catalog(&self, catalog: &[InstanceType]) -> (Snapshot, Vec<String>) {
+        self.build(Some(catalog))
+    }
+
+    fn build(&self, catalog: Option<&[InstanceType]>) -> (Snapshot, Vec<String>) {
         let mut snap = Snapshot::default();
         let mut warnings = Vec::new();
 
@@ -115,9 +156,10 @@ impl ClusterState {
             }
         }
 
-        for node in self.nodes.state() {
+        let kube_nodes = self.nodes.state();
+        for node in &kube_nodes {
             let name = cluster_name(&node.metadata);
-            match convert::node(&node, &name) {
+            match convert::node(node, &name) {
                 Ok(n) => snap.nodes.push(n),
                 Err(e) => warnings.push(format!("Node {name}: {e}")),
             }
@@ -151,6 +193,21 @@ impl ClusterState {
             .map(|t| NodeTemplate::clone(t))
             .collect();
         convert::narrow_to_subnet_zones(&mut snap.provisioners, &templates);
+
+        if let Some(catalog) = catalog {
+            let claims = self.node_claims.state();
+            warnings.extend(inflight::settle_initializing(
+                &mut snap.nodes,
+                &kube_nodes,
+                &claims,
+                catalog,
+                &snap.daemonsets,
+            ));
+            let (in_flight, claim_warnings) =
+                inflight::in_flight_nodes(&claims, &kube_nodes, catalog, &snap.daemonsets);
+            snap.nodes.extend(in_flight);
+            warnings.extend(claim_warnings);
+        }
 
         // Store order is a hash order; sorting keeps the snapshot (and so the plan and its
         // messages) the same from one call to the next.

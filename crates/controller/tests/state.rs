@@ -1,7 +1,10 @@
 //! `ClusterState::snapshot` over reflector stores fed by hand, as a watcher would feed them.
 
 use joiner_apis::{NodeClaim, NodeTemplate, Provisioner};
+use std::collections::BTreeMap;
+
 use joiner_controller::ClusterState;
+use joiner_core::{CapacityType, InstanceType, Offering, Resources};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -60,6 +63,10 @@ struct Fixture {
 }
 
 fn fixture(pods: Vec<Pod>) -> Fixture {
+    fixture_with(pods, vec![], vec![])
+}
+
+fn fixture_with(pods: Vec<Pod>, extra_nodes: Vec<Node>, claims: Vec<NodeClaim>) -> Fixture {
     let node: Node = obj(json!({
         "metadata": {"name": "n1", "labels": {"topology.kubernetes.io/zone": "us-east-1a"}},
         "spec": {"taints": [{"key": "dedicated", "value": "db", "effect": "NoSchedule"}]},
@@ -88,11 +95,13 @@ fn fixture(pods: Vec<Pod>) -> Fixture {
         "status": {"subnets": [{"id": "subnet-1", "zone": "us-east-1b"}]},
     }));
     let pods = writer(pods);
-    let nodes = writer(vec![node, bad_node]);
+    let mut all_nodes = vec![node, bad_node];
+    all_nodes.extend(extra_nodes);
+    let nodes = writer(all_nodes);
     let daemonsets = writer(vec![ds]);
     let provisioners = writer(vec![prov]);
     let templates = writer(vec![template]);
-    let claims = writer::<NodeClaim>(vec![]);
+    let claims = writer(claims);
     let pdbs = writer::<PodDisruptionBudget>(vec![]);
     Fixture {
         state: ClusterState {
@@ -206,4 +215,275 @@ fn provisioners_are_narrowed_to_their_template_subnet_zones() {
     let (snap, _) = f.state.snapshot();
     let zones = format!("{:?}", snap.provisioners[0].requirements);
     assert!(zones.contains("us-east-1b"), "{zones}");
+}
+
+#[test]
+fn nominated_and_daemonset_pods_are_not_provisionable() {
+    let mut nominated = unschedulable();
+    nominated["nominatedNodeName"] = json!("n1");
+    let mut daemon = pod(
+        "logs-x",
+        json!({"containers": containers("100m")}),
+        unschedulable(),
+    );
+    daemon.metadata.owner_references = Some(vec![obj(json!({
+        "apiVersion": "apps/v1", "kind": "DaemonSet", "name": "logs", "uid": "d1",
+        "controller": true,
+    }))]);
+    let waiting = pod(
+        "waiting",
+        json!({"containers": containers("1")}),
+        unschedulable(),
+    );
+    let preempting = pod(
+        "preempting",
+        json!({"containers": containers("1")}),
+        nominated,
+    );
+    assert!(joiner_controller::state::is_provisionable(&waiting));
+    assert!(!joiner_controller::state::is_provisionable(&preempting));
+    assert!(!joiner_controller::state::is_provisionable(&daemon));
+    let f = fixture(vec![waiting, preempting, daemon]);
+    let (snap, _) = f.state.snapshot();
+    let names: Vec<&str> = snap.pods.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["waiting"]);
+}
+
+fn offering(zone: &str, price: f64) -> Offering {
+    Offering {
+        zone: zone.into(),
+        capacity_type: CapacityType::OnDemand,
+        price,
+        price_estimated: false,
+        available: true,
+    }
+}
+
+fn instance_type(name: &str, cpu: i64, price: f64) -> InstanceType {
+    let mut labels = BTreeMap::new();
+    labels.insert("kubernetes.io/arch".to_string(), "amd64".to_string());
+    labels.insert(
+        "karpenter.k8s.aws/instance-family".to_string(),
+        "m5".to_string(),
+    );
+    labels.insert(
+        "karpenter.k8s.aws/instance-cpu".to_string(),
+        (cpu / 1000).to_string(),
+    );
+    InstanceType {
+        name: name.into(),
+        labels,
+        capacity: Resources::new(cpu, 8 << 30, 20 << 30, 29),
+        allocatable: Resources::new(cpu - 100, 6 << 30, 17 << 30, 29),
+        offerings: vec![offering("us-east-1a", price), offering("us-east-1b", price)],
+    }
+}
+
+fn catalog() -> Vec<InstanceType> {
+    vec![
+        instance_type("m5.xlarge", 4000, 0.192),
+        instance_type("m5.large", 2000, 0.096),
+    ]
+}
+
+fn claim(name: &str, extra: Value) -> NodeClaim {
+    let mut v = json!({
+        "apiVersion": "joiner.sh/v1alpha1", "kind": "NodeClaim",
+        "metadata": {"name": name, "uid": format!("uid-{name}")},
+        "spec": {
+            "provisionerName": "default",
+            "requirements": [
+                {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large", "m5.xlarge"]},
+                {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-east-1a", "us-east-1b"]},
+            ],
+        },
+    });
+    if let (Some(base), Some(more)) = (v.as_object_mut(), extra.as_object()) {
+        for (k, val) in more {
+            if k == "spec" {
+                for (sk, sv) in val.as_object().into_iter().flatten() {
+                    base["spec"][sk] = sv.clone();
+                }
+            } else if k == "metadata" {
+                for (mk, mv) in val.as_object().into_iter().flatten() {
+                    base["metadata"][mk] = mv.clone();
+                }
+            } else {
+                base.insert(k.clone(), val.clone());
+            }
+        }
+    }
+    obj(v)
+}
+
+#[test]
+fn unregistered_claims_are_in_flight_nodes_sized_from_the_catalog() {
+    let claims = vec![
+        // Not launched yet: the cheapest type of its requirement, labels every candidate shares.
+        claim("default-aaaaa", json!({})),
+        // Launched as m5.xlarge in us-east-1a.
+        claim(
+            "default-bbbbb",
+            json!({"status": {"instanceType": "m5.xlarge", "zone": "us-east-1a",
+                              "capacityType": "on-demand", "providerID": "aws:///us-east-1a/i-2"}}),
+        ),
+        // Its status carries the allocatable the node reported.
+        claim(
+            "default-ccccc",
+            json!({"status": {"instanceType": "m5.large", "allocatable": {"cpu": "1500m", "memory": "4Gi", "pods": "20"}}}),
+        ),
+        // A taint the logs DaemonSet does not tolerate: no daemon overhead.
+        claim(
+            "default-ddddd",
+            json!({"spec": {"taints": [{"key": "gpu", "effect": "NoSchedule"}],
+                            "startupTaints": [{"key": "joiner.sh/unready", "effect": "NoSchedule"}]}}),
+        ),
+        // Registered (a Node named as its status says), and being deleted: not in flight.
+        claim("default-eeeee", json!({"status": {"nodeName": "n1"}})),
+        claim(
+            "default-fffff",
+            json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": ["joiner.sh/termination"]}}),
+        ),
+        // Launched as a type the catalog does not know, with no allocatable: cannot be sized.
+        claim(
+            "default-ggggg",
+            json!({"status": {"instanceType": "x9.huge"}}),
+        ),
+    ];
+    let f = fixture_with(vec![], vec![], claims);
+
+    let (plain, _) = f.state.snapshot();
+    assert_eq!(plain.nodes.len(), 1, "without a catalog no claim is a node");
+
+    let (snap, warnings) = f.state.snapshot_with_catalog(&catalog());
+    let names: Vec<&str> = snap.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "default-aaaaa",
+            "default-bbbbb",
+            "default-ccccc",
+            "default-ddddd",
+            "n1"
+        ]
+    );
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(
+        warnings.iter().any(|w| w.starts_with(
+            "NodeClaim default-ggggg: status.instanceType: instance type \"x9.huge\" is not in the catalog"
+        )),
+        "{warnings:?}"
+    );
+
+    let a = &snap.nodes[0];
+    // m5.large (cheapest) minus the 100m logs daemon.
+    assert_eq!(a.allocatable.cpu, 1900 - 100);
+    assert_eq!(a.capacity.cpu, 2000);
+    assert_eq!(a.labels["kubernetes.io/arch"], "amd64");
+    assert_eq!(a.labels["karpenter.sh/capacity-type"], "on-demand");
+    assert_eq!(a.labels["joiner.sh/provisioner-name"], "default");
+    assert_eq!(a.labels["joiner.sh/nodeclaim"], "default-aaaaa");
+    assert_eq!(a.labels["kubernetes.io/hostname"], "default-aaaaa");
+    assert_eq!(a.labels["karpenter.k8s.aws/instance-family"], "m5");
+    assert!(
+        !a.labels.contains_key("karpenter.k8s.aws/instance-cpu"),
+        "the candidates differ on it: {:?}",
+        a.labels
+    );
+    assert!(!a.labels.contains_key("node.kubernetes.io/instance-type"));
+    assert!(!a.labels.contains_key("topology.kubernetes.io/zone"));
+
+    let b = &snap.nodes[1];
+    assert_eq!(b.allocatable.cpu, 3900 - 100);
+    assert_eq!(b.labels["node.kubernetes.io/instance-type"], "m5.xlarge");
+    assert_eq!(b.labels["topology.kubernetes.io/zone"], "us-east-1a");
+    assert_eq!(b.labels["karpenter.k8s.aws/instance-cpu"], "4");
+
+    let c = &snap.nodes[2];
+    assert_eq!(c.allocatable.cpu, 1500 - 100);
+    assert_eq!(c.allocatable.pods, 20 - 1, "the daemon takes a pod slot");
+
+    let d = &snap.nodes[3];
+    assert_eq!(
+        d.allocatable.cpu, 1900,
+        "the daemon does not tolerate the taint"
+    );
+    assert_eq!(d.taints.len(), 1, "startup taints are not planned around");
+    assert_eq!(d.taints[0].key, "gpu");
+}
+
+#[test]
+fn a_registered_node_of_an_uninitialized_claim_is_planned_without_its_starting_taints() {
+    let startup = json!({"spec": {
+        "taints": [{"key": "team", "value": "web", "effect": "NoSchedule"}],
+        "startupTaints": [{"key": "joiner.sh/unready", "effect": "NoSchedule"}],
+    }});
+    let mut starting = claim("default-hhhhh", startup.clone());
+    starting.status = Some(obj(json!({
+        "instanceType": "m5.large", "providerID": "aws:///us-east-1a/i-8",
+        "conditions": [{"type": "Registered", "status": "True", "reason": "R", "message": "",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+    })));
+    let mut ready = claim("default-iiiii", startup);
+    ready.status = Some(obj(json!({
+        "instanceType": "m5.large", "providerID": "aws:///us-east-1a/i-9",
+        "conditions": [{"type": "Initialized", "status": "True", "reason": "R", "message": "",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+    })));
+    let taints = json!([
+        {"key": "team", "value": "web", "effect": "NoSchedule"},
+        {"key": "joiner.sh/unready", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+    ]);
+    // Registered a moment ago: no allocatable reported yet.
+    let new_node: Node = obj(json!({
+        "metadata": {"name": "ip-10-0-1-8"},
+        "spec": {"providerID": "aws:///us-east-1a/i-8", "taints": taints},
+    }));
+    let old_node: Node = obj(json!({
+        "metadata": {"name": "ip-10-0-1-9"},
+        "spec": {"providerID": "aws:///us-east-1a/i-9", "taints": taints},
+        "status": {"allocatable": {"cpu": "2", "memory": "7Gi", "pods": "29"}},
+    }));
+    let f = fixture_with(vec![], vec![new_node, old_node], vec![starting, ready]);
+
+    let (plain, _) = f.state.snapshot();
+    let plain_new = plain
+        .nodes
+        .iter()
+        .find(|n| n.name == "ip-10-0-1-8")
+        .expect("node");
+    assert_eq!(
+        plain_new.taints.len(),
+        3,
+        "the plain snapshot shows the node as it is"
+    );
+
+    let (snap, warnings) = f.state.snapshot_with_catalog(&catalog());
+    assert!(
+        warnings.iter().all(|w| !w.contains("default-hhhhh")),
+        "{warnings:?}"
+    );
+    let names: Vec<&str> = snap.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["ip-10-0-1-8", "ip-10-0-1-9", "n1"],
+        "registered claims are not in flight"
+    );
+    let new = &snap.nodes[0];
+    let keys: Vec<&str> = new.taints.iter().map(|t| t.key.as_str()).collect();
+    assert_eq!(keys, ["team"]);
+    assert_eq!(
+        new.allocatable.cpu, 1900,
+        "the claim's type (the logs daemon does not tolerate its taint)"
+    );
+    let old = &snap.nodes[1];
+    assert_eq!(
+        old.taints.len(),
+        3,
+        "an initialized claim's node is taken as it is"
+    );
+    assert_eq!(old.allocatable.cpu, 2000);
 }

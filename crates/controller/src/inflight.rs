@@ -1,0 +1,316 @@
+//! NodeClaims as in-flight capacity.
+//!
+//! Between the moment a NodeClaim is written and the moment its Node registers, the capacity it
+//! bought exists only as the claim. The pods it was bought for are still pending, so a second
+//! batch would plan (and buy) for them again unless the simulation sees that capacity. Each such
+//! claim therefore enters the snapshot as a core [`Node`] named after the claim, with the labels
+//! and taints the node will register with and the allocatable of the type launched, minus the
+//! DaemonSet pods that will land on it. The simulation places the pending pods there first, at
+//! no new cost.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use joiner_apis::convert::FieldError;
+use joiner_apis::NodeClaim;
+use joiner_core::instance_type::offering_allowed;
+use joiner_core::taints::first_untolerated;
+use joiner_core::{
+    labels, DaemonSet, Effect, InstanceType, Node, Operator, Requirement, Requirements, Taint,
+};
+use k8s_openapi::api::core::v1 as k8s;
+
+use crate::provisioning::resources::from_quantities;
+
+/// The in-flight nodes of `claims`: one per claim that is not being deleted and whose node has
+/// not registered (no Node carries its `status.providerID` in `spec.providerID`, none is named
+/// `status.nodeName`). A claim that cannot be sized is skipped with a warning
+/// (`NodeClaim name: field: reason`) rather than failing the snapshot.
+pub fn in_flight_nodes(
+    claims: &[Arc<NodeClaim>],
+    nodes: &[Arc<k8s::Node>],
+    catalog: &[InstanceType],
+    daemonsets: &[DaemonSet],
+) -> (Vec<Node>, Vec<String>) {
+    let provider_ids: HashSet<&str> = nodes
+        .iter()
+        .filter_map(|n| n.spec.as_ref()?.provider_id.as_deref())
+        .collect();
+    let node_names: HashSet<&str> = nodes
+        .iter()
+        .filter_map(|n| n.metadata.name.as_deref())
+        .collect();
+    let mut out = Vec::new();
+    let mut warnings = Vec::new();
+    for claim in claims {
+        if !is_in_flight(claim, &provider_ids, &node_names) {
+            continue;
+        }
+        match in_flight_node(claim, catalog, daemonsets) {
+            Ok(node) => out.push(node),
+            Err(e) => warnings.push(format!("NodeClaim {}: {e}", claim.name())),
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    (out, warnings)
+}
+
+/// True while the claim stands for capacity that has no Node yet.
+fn is_in_flight(claim: &NodeClaim, provider_ids: &HashSet<&str>, names: &HashSet<&str>) -> bool {
+    if claim.metadata.deletion_timestamp.is_some() || claim.name().is_empty() {
+        return false;
+    }
+    let status = claim.status.as_ref();
+    let registered_by_id = status
+        .and_then(|s| s.provider_id.as_deref())
+        .is_some_and(|id| provider_ids.contains(id));
+    let registered_by_name = status
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| names.contains(n));
+    !registered_by_id && !registered_by_name
+}
+
+/// The claim's requirements as core requirements, each error naming its index.
+pub fn claim_requirements(claim: &NodeClaim) -> Result<Requirements, FieldError> {
+    let mut reqs = Requirements::new();
+    for (i, r) in claim.spec.requirements.iter().enumerate() {
+        let at = format!("spec.requirements[{i}]");
+        let op = Operator::parse(&r.operator)
+            .map_err(|e| FieldError::new(format!("{at}.operator"), e.to_string()))?;
+        let req = Requirement::new(op, &r.values)
+            .map_err(|e| FieldError::new(format!("{at}.values"), e.to_string()))?;
+        reqs.add(&r.key, req);
+    }
+    Ok(reqs)
+}
+
+/// The claim's taints (not its startup taints: pods need not tolerate those, and planning
+/// around them would buy a second node for pods the first one takes once it is initialized).
+fn claim_taints(claim: &NodeClaim) -> Result<Vec<Taint>, FieldError> {
+    claim
+        .spec
+        .taints
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let effect = Effect::parse(&t.effect).ok_or_else(|| {
+                FieldError::new(
+                    format!("spec.taints[{i}].effect"),
+                    format!("unknown effect {:?}", t.effect),
+                )
+            })?;
+            Ok(Taint {
+                key: t.key.clone(),
+                value: t.value.clone().unwrap_or_default(),
+                effect,
+            })
+        })
+        .collect()
+}
+
+/// The lowest price among the type's offerings that `reqs` allow (available or not: a claim
+/// may have been launched into an offering that has since run out).
+fn lowest_price(t: &InstanceType, reqs: &Requirements) -> Option<f64> {
+    t.offerings
+        .iter()
+        .filter(|o| offering_allowed(o, reqs))
+        .map(|o| o.price)
+        .min_by(f64::total_cmp)
+}
+
+/// The catalog types the claim may be launched as: those its instance-type requirement names
+/// (or every type, without one) whose labels and offerings its requirements allow.
+fn candidate_types<'a>(catalog: &'a [InstanceType], reqs: &Requirements) -> Vec<&'a InstanceType> {
+    let named = reqs.get(labels::INSTANCE_TYPE);
+    // The type's name is checked against the requirement directly: catalogs need not repeat it
+    // among the type's labels.
+    let mut others = Requirements::new();
+    for (k, r) in reqs
+        .iter()
+        .filter(|(k, _)| k.as_str() != labels::INSTANCE_TYPE)
+    {
+        others.add(k, r.clone());
+    }
+    catalog
+        .iter()
+        .filter(|t| named.is_none_or(|r| r.allows(&t.name)))
+        .filter(|t| t.first_label_conflict(&others).is_none())
+        .collect()
+}
+
+/// Labels on which every candidate type agrees: true of the node whichever one is launched.
+fn shared_labels(types: &[&InstanceType]) -> BTreeMap<String, String> {
+    let Some((first, rest)) = types.split_first() else {
+        return BTreeMap::new();
+    };
+    let mut shared = first.labels.clone();
+    for t in rest {
+        shared.retain(|k, v| t.labels.get(k) == Some(v));
+    }
+    shared
+}
+
+/// One claim as a node of the snapshot.
+fn in_flight_node(
+    claim: &NodeClaim,
+    catalog: &[InstanceType],
+    daemonsets: &[DaemonSet],
+) -> Result<Node, FieldError> {
+    let name = claim.name().to_string();
+    let reqs = claim_requirements(claim)?;
+    let status = claim.status.clone().unwrap_or_default();
+
+    let mut node_labels: BTreeMap<String, String> = reqs
+        .iter()
+        .filter_map(|(k, r)| r.single_value().map(|v| (k.clone(), v.to_string())))
+        .collect();
+
+    let launched = status.instance_type.as_deref();
+    let chosen: Option<&InstanceType> = match launched {
+        Some(t) => catalog.iter().find(|c| c.name == t),
+        None => {
+            let candidates = candidate_types(catalog, &reqs);
+            node_labels.extend(shared_labels(&candidates));
+            candidates
+                .into_iter()
+                .filter_map(|t| lowest_price(t, &reqs).map(|p| (p, t)))
+                .min_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)))
+                .map(|(_, t)| t)
+        }
+    };
+    if let (Some(t), Some(_)) = (chosen, launched) {
+        node_labels.extend(t.labels.clone());
+    }
+    if let Some(t) = launched {
+        node_labels.insert(labels::INSTANCE_TYPE.to_string(), t.to_string());
+    }
+    if let Some(z) = &status.zone {
+        node_labels.insert(labels::ZONE.to_string(), z.clone());
+    }
+    if let Some(ct) = &status.capacity_type {
+        node_labels.insert(labels::CAPACITY_TYPE.to_string(), ct.clone());
+    }
+    node_labels.insert(
+        labels::PROVISIONER_NAME.to_string(),
+        claim.spec.provisioner_name.clone(),
+    );
+    node_labels.insert(labels::NODECLAIM.to_string(), name.clone());
+    node_labels.insert(labels::HOSTNAME.to_string(), name.clone());
+
+    let mut allocatable = if !status.allocatable.is_empty() {
+        from_quantities(&status.allocatable, "status.allocatable")?
+    } else {
+        match chosen {
+            Some(t) => t.allocatable.clone(),
+            None => {
+                return Err(match launched {
+                    Some(t) => FieldError::new(
+                        "status.instanceType",
+                        format!("instance type {t:?} is not in the catalog"),
+                    ),
+                    None => FieldError::new(
+                        "spec.requirements",
+                        "no instance type of the catalog satisfies them",
+                    ),
+                })
+            }
+        }
+    };
+    let capacity = if !status.capacity.is_empty() {
+        from_quantities(&status.capacity, "status.capacity")?
+    } else {
+        chosen
+            .map(|t| t.capacity.clone())
+            .unwrap_or_else(|| allocatable.clone())
+    };
+
+    let taints = claim_taints(claim)?;
+    for ds in daemonsets {
+        let tolerated = first_untolerated(&taints, &ds.pod.tolerations).is_none();
+        let selected = ds.pod.node_terms.is_empty()
+            || ds
+                .pod
+                .node_terms
+                .iter()
+                .any(|t| t.matches_labels(&node_labels));
+        if tolerated && selected {
+            allocatable.sub(&ds.pod.requests);
+        }
+    }
+
+    Ok(Node {
+        name,
+        labels: node_labels,
+        taints,
+        capacity,
+        allocatable,
+        unschedulable: false,
+    })
+}
+
+/// Taints the node lifecycle and cloud controllers put on every new node until it is ready.
+pub const STARTING_TAINTS: &[&str] = &[
+    "node.kubernetes.io/not-ready",
+    "node.cloudprovider.kubernetes.io/uninitialized",
+];
+
+/// Nodes that registered for a claim not yet Initialized are still starting: they carry the
+/// claim's startup taints and the not-ready taints, and may not report allocatable yet. Taken
+/// at face value they would refuse the very pods they were bought for, and the next batch would
+/// buy again. So those taints are dropped from the snapshot's node (the pods will be able to
+/// run there once it is initialized), and a node without allocatable gets the claim's.
+/// `snap_nodes` are the converted `kube_nodes`, matched by name. Returns a warning per claim
+/// that could not be sized.
+pub fn settle_initializing(
+    snap_nodes: &mut [Node],
+    kube_nodes: &[Arc<k8s::Node>],
+    claims: &[Arc<NodeClaim>],
+    catalog: &[InstanceType],
+    daemonsets: &[DaemonSet],
+) -> Vec<String> {
+    let mut warnings = Vec::new();
+    let starting: Vec<&NodeClaim> = claims
+        .iter()
+        .map(Arc::as_ref)
+        .filter(|c| c.metadata.deletion_timestamp.is_none() && !c.is_initialized())
+        .collect();
+    for kube_node in kube_nodes {
+        let Some(name) = kube_node.metadata.name.as_deref() else {
+            continue;
+        };
+        let provider_id = kube_node
+            .spec
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref());
+        let Some(claim) = starting.iter().find(|c| {
+            let status = c.status.as_ref();
+            let by_id = provider_id.is_some()
+                && status.and_then(|s| s.provider_id.as_deref()) == provider_id;
+            let by_name = status.and_then(|s| s.node_name.as_deref()) == Some(name);
+            by_id || by_name
+        }) else {
+            continue;
+        };
+        let Some(node) = snap_nodes.iter_mut().find(|n| n.name == name) else {
+            continue;
+        };
+        let startup: HashSet<&str> = claim
+            .spec
+            .startup_taints
+            .iter()
+            .map(|t| t.key.as_str())
+            .chain(STARTING_TAINTS.iter().copied())
+            .collect();
+        node.taints.retain(|t| !startup.contains(t.key.as_str()));
+        if node.allocatable == joiner_core::Resources::default() {
+            match in_flight_node(claim, catalog, daemonsets) {
+                Ok(sized) => {
+                    node.allocatable = sized.allocatable;
+                    node.capacity = sized.capacity;
+                }
+                Err(e) => warnings.push(format!("NodeClaim {}: {e}", claim.name())),
+            }
+        }
+    }
+    warnings
+}

@@ -1,0 +1,436 @@
+//! Launching a NodeClaim's instance and recording it in the claim's status.
+//!
+//! Every launch starts by asking the cloud for an instance already tagged with the claim: a
+//! crash between the NodeClaim write and CreateFleet finds none and launches (with the claim's
+//! UID as idempotency token), a crash between CreateFleet and the status write finds the
+//! instance and only writes the status. So no path leaks or duplicates an instance.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use joiner_apis::condition::{self, Condition};
+use joiner_apis::NodeClaim;
+use joiner_core::instance_type::offering_allowed;
+use joiner_core::{labels, CapacityType, CloudProvider, InstanceType, LaunchRequest, LaunchedNode};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use serde_json::{json, Value};
+
+use crate::context::Context;
+use crate::inflight::claim_requirements;
+use crate::metrics::{CodeLabels, MethodLabels};
+
+use super::resources::to_quantities;
+use super::ProvisioningError;
+
+/// Condition reason of a launch that failed for a reason other than capacity.
+pub const LAUNCH_FAILED: &str = "LaunchFailed";
+/// Condition reason of a successful launch.
+pub const LAUNCHED_REASON: &str = "InstanceLaunched";
+
+/// What one launch attempt did.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Launch {
+    /// The claim has an instance and its status says so.
+    Launched(LaunchedClaim),
+    /// No capacity (or no offering left): the claim was deleted so its pods are planned again
+    /// without the offerings that failed.
+    Requeued {
+        /// The claim.
+        claim: String,
+        /// The error code (`InsufficientInstanceCapacity`, `NoAvailableOffering`).
+        code: String,
+    },
+    /// Launching failed for another reason; the claim's Launched condition is False with the
+    /// reason and the launcher retries with backoff.
+    Failed {
+        /// The claim.
+        claim: String,
+        /// The error code, `other` when unknown.
+        code: String,
+        /// The error, naming the object at fault.
+        message: String,
+    },
+}
+
+/// A claim whose instance exists.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LaunchedClaim {
+    /// The claim.
+    pub claim: String,
+    /// The instance.
+    pub instance_id: String,
+    /// Its type.
+    pub instance_type: String,
+    /// Its zone.
+    pub zone: String,
+    /// True when the instance already existed (an interrupted launch) and was adopted.
+    pub adopted: bool,
+}
+
+/// The error code in a cloud error's text: the first word of the form `Code:` that starts with
+/// an upper-case letter (`... failed: InsufficientInstanceCapacity: ...`), or `other`. Codes
+/// label a metric, so anything else collapses into one value.
+pub fn error_code(message: &str) -> String {
+    message
+        .split_whitespace()
+        .filter_map(|w| w.trim_start_matches(['(', '[']).strip_suffix(':'))
+        .find(|w| {
+            w.len() > 3
+                && w.starts_with(|c: char| c.is_ascii_uppercase())
+                && w.chars().all(|c| c.is_ascii_alphanumeric() || c == '.')
+        })
+        .map(str::to_string)
+        .unwrap_or_else(|| "other".to_string())
+}
+
+/// Times a cloud call into `cloud_duration{method}` and counts its failure in
+/// `cloud_errors{method}`.
+pub async fn timed<P, T, F>(ctx: &Context<P>, method: &str, call: F) -> Result<T, P::Error>
+where
+    P: CloudProvider,
+    F: std::future::Future<Output = Result<T, P::Error>>,
+{
+    let labels = MethodLabels {
+        method: method.to_string(),
+    };
+    let start = Instant::now();
+    let out = call.await;
+    ctx.metrics
+        .cloud_duration
+        .get_or_create(&labels)
+        .observe(start.elapsed().as_secs_f64());
+    if out.is_err() {
+        ctx.metrics.cloud_errors.get_or_create(&labels).inc();
+    }
+    out
+}
+
+/// The launch request for `claim`: candidates are the types of its instance-type requirement
+/// that the catalog offers where the claim allows, with their lowest available price, cheapest
+/// first; zones are those of its zone requirement (none: any zone the provider reaches).
+pub fn launch_request(
+    claim: &NodeClaim,
+    catalog: &[InstanceType],
+) -> Result<LaunchRequest, ProvisioningError> {
+    let name = claim.name().to_string();
+    let reqs = claim_requirements(claim).map_err(|e| ProvisioningError::Invalid {
+        claim: name.clone(),
+        field: e.field,
+        reason: e.reason,
+    })?;
+    let uid = claim
+        .metadata
+        .uid
+        .clone()
+        .ok_or_else(|| ProvisioningError::Invalid {
+            claim: name.clone(),
+            field: "metadata.uid".into(),
+            reason: "the API server gave the claim no UID".into(),
+        })?;
+    let capacity_type = reqs
+        .get(labels::CAPACITY_TYPE)
+        .and_then(|r| r.single_value())
+        .and_then(CapacityType::parse)
+        .unwrap_or(CapacityType::OnDemand);
+    let named: Vec<String> = reqs
+        .get(labels::INSTANCE_TYPE)
+        .and_then(|r| r.in_values())
+        .map(|v| v.iter().cloned().collect())
+        .unwrap_or_default();
+    let mut candidates: Vec<(String, f64)> = named
+        .iter()
+        .filter_map(|t| {
+            let it = catalog.iter().find(|c| &c.name == t)?;
+            let price = it
+                .offerings
+                .iter()
+                .filter(|o| {
+                    o.available && o.capacity_type == capacity_type && offering_allowed(o, &reqs)
+                })
+                .map(|o| o.price)
+                .min_by(f64::total_cmp)?;
+            Some((t.clone(), price))
+        })
+        .collect();
+    candidates.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+    let zones = reqs
+        .get(labels::ZONE)
+        .and_then(|r| r.in_values())
+        .map(|v| v.iter().cloned().collect())
+        .unwrap_or_default();
+    Ok(LaunchRequest {
+        claim_name: name,
+        claim_uid: uid,
+        provisioner: claim.spec.provisioner_name.clone(),
+        capacity_type,
+        candidates,
+        zones,
+    })
+}
+
+fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Condition {
+    Condition {
+        type_: type_.to_string(),
+        status: status.to_string(),
+        reason: reason.to_string(),
+        message: message.to_string(),
+        last_transition_time: Time(Timestamp::now()),
+        observed_generation: None,
+    }
+}
+
+/// The claim's conditions with `new` in place of the one of its type. A merge patch replaces
+/// the whole list, so the others are carried over; the transition time is kept when the status
+/// does not change.
+fn with_condition(claim: &NodeClaim, mut new: Condition) -> Vec<Condition> {
+    let mut out: Vec<Condition> = claim
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    if let Some(old) = condition::find(&out, &new.type_) {
+        if old.status == new.status {
+            new.last_transition_time = old.last_transition_time.clone();
+        }
+    }
+    out.retain(|c| c.type_ != new.type_);
+    out.push(new);
+    out
+}
+
+async fn patch_status(
+    client: &kube::Client,
+    claim: &str,
+    status: Value,
+) -> Result<NodeClaim, kube::Error> {
+    let api: Api<NodeClaim> = Api::all(client.clone());
+    api.patch_status(
+        claim,
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": status })),
+    )
+    .await
+}
+
+/// Writes what the cloud launched into the claim's status, with Launched=True.
+async fn record_launch<P: CloudProvider>(
+    ctx: &Context<P>,
+    claim: &NodeClaim,
+    node: &LaunchedNode,
+    request: &LaunchRequest,
+    catalog: &[InstanceType],
+) -> Result<(), ProvisioningError> {
+    let name = claim.name();
+    let it = catalog.iter().find(|t| t.name == node.instance_type);
+    let price = it
+        .and_then(|t| {
+            t.offerings
+                .iter()
+                .find(|o| o.zone == node.zone && o.capacity_type == node.capacity_type)
+                .map(|o| o.price)
+        })
+        .or_else(|| {
+            request
+                .candidates
+                .iter()
+                .find(|(t, _)| t == &node.instance_type)
+                .map(|(_, p)| *p)
+        });
+    let message = format!(
+        "NodeClaim {name}: instance {} ({}) in {}",
+        node.instance_id, node.instance_type, node.zone
+    );
+    let conditions = with_condition(
+        claim,
+        condition(condition::LAUNCHED, "True", LAUNCHED_REASON, &message),
+    );
+    let mut status = json!({
+        "instanceID": node.instance_id,
+        "providerID": node.provider_id,
+        "instanceType": node.instance_type,
+        "zone": node.zone,
+        "capacityType": node.capacity_type.as_str(),
+        "conditions": conditions,
+    });
+    if let Some(p) = price {
+        status["pricePerHour"] = json!(p);
+    }
+    if let Some(t) = it {
+        status["capacity"] = json!(to_quantities(&t.capacity));
+        status["allocatable"] = json!(to_quantities(&t.allocatable));
+    }
+    match patch_status(&ctx.client, name, status).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => {
+            // The claim was deleted while its instance was being launched: nothing will ever
+            // register or terminate that instance through the claim, so it goes now.
+            tracing::warn!(claim = %name, instance = %node.instance_id,
+                "NodeClaim deleted during launch; terminating its instance");
+            if let Err(e) = timed(ctx, "delete", ctx.cloud.delete(&node.instance_id)).await {
+                if !P::is_not_found(&e) {
+                    tracing::warn!(claim = %name, instance = %node.instance_id, error = %e,
+                        "terminating the instance of a deleted NodeClaim failed; garbage collection will retry");
+                }
+            }
+            Err(ProvisioningError::ClaimGone {
+                claim: name.to_string(),
+                instance_id: node.instance_id.clone(),
+            })
+        }
+        Err(source) => Err(ProvisioningError::PatchStatus {
+            claim: name.to_string(),
+            source: Box::new(source),
+        }),
+    }
+}
+
+fn count_failure<P: CloudProvider>(ctx: &Context<P>, code: &str) {
+    ctx.metrics
+        .launch_failures
+        .get_or_create(&CodeLabels {
+            code: code.to_string(),
+        })
+        .inc();
+}
+
+/// Gives up a claim that cannot be launched now: deleting it lets the termination controller
+/// release it (it has no instance) and the next batch plan its pods again.
+async fn requeue<P: CloudProvider>(
+    ctx: &Context<P>,
+    claim: &str,
+    code: String,
+) -> Result<Launch, ProvisioningError> {
+    count_failure(ctx, &code);
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    match api.delete(claim, &DeleteParams::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(source) => {
+            return Err(ProvisioningError::DeleteClaim {
+                claim: claim.to_string(),
+                source: Box::new(source),
+            })
+        }
+    }
+    tracing::warn!(claim = %claim, code = %code, "no capacity for NodeClaim; deleted it so its pods are planned again");
+    Ok(Launch::Requeued {
+        claim: claim.to_string(),
+        code,
+    })
+}
+
+/// Launches (or adopts) the instance of `claim` and writes its status, planning candidates
+/// against `catalog` (the types `ctx.cloud.instance_types` gave for the claim's Provisioner).
+pub async fn launch_claim<P: CloudProvider>(
+    ctx: &Context<P>,
+    claim: &NodeClaim,
+    catalog: &[InstanceType],
+) -> Result<Launch, ProvisioningError> {
+    let name = claim.name().to_string();
+    let request = launch_request(claim, catalog)?;
+    let found =
+        timed(ctx, "get", ctx.cloud.get(&name))
+            .await
+            .map_err(|e| ProvisioningError::Cloud {
+                claim: name.clone(),
+                message: e.to_string(),
+            })?;
+    let (node, adopted) = match found {
+        Some(node) => {
+            tracing::info!(claim = %name, instance = %node.instance_id,
+                "NodeClaim already has an instance; recording it");
+            (node, true)
+        }
+        None if request.candidates.is_empty() => {
+            return requeue(ctx, &name, "NoAvailableOffering".to_string()).await;
+        }
+        None => match timed(ctx, "create", ctx.cloud.create(&request)).await {
+            Ok(node) => (node, false),
+            Err(e) if P::is_capacity_error(&e) => {
+                return requeue(ctx, &name, error_code(&e.to_string())).await;
+            }
+            Err(e) => {
+                let text = e.to_string();
+                let code = error_code(&text);
+                count_failure(ctx, &code);
+                let message = format!("NodeClaim {name}: launch failed: {text}");
+                tracing::warn!(claim = %name, code = %code, error = %text, "launch failed");
+                let conditions = with_condition(
+                    claim,
+                    condition(condition::LAUNCHED, "False", LAUNCH_FAILED, &message),
+                );
+                patch_status(&ctx.client, &name, json!({ "conditions": conditions }))
+                    .await
+                    .map_err(|source| ProvisioningError::PatchStatus {
+                        claim: name.clone(),
+                        source: Box::new(source),
+                    })?;
+                return Ok(Launch::Failed {
+                    claim: name,
+                    code,
+                    message,
+                });
+            }
+        },
+    };
+    record_launch(ctx, claim, &node, &request, catalog).await?;
+    tracing::info!(claim = %name, instance = %node.instance_id, instance_type = %node.instance_type,
+        zone = %node.zone, adopted, "NodeClaim launched");
+    Ok(Launch::Launched(LaunchedClaim {
+        claim: name,
+        instance_id: node.instance_id,
+        instance_type: node.instance_type,
+        zone: node.zone,
+        adopted,
+    }))
+}
+
+/// Per-provisioner catalogs fetched once per pass.
+#[derive(Default)]
+pub struct Catalogs {
+    by_provisioner: BTreeMap<String, Vec<InstanceType>>,
+}
+
+impl Catalogs {
+    /// The catalog of `provisioner`, asking the cloud the first time.
+    pub async fn get<P: CloudProvider>(
+        &mut self,
+        ctx: &Context<P>,
+        provisioner: &str,
+    ) -> Result<&[InstanceType], ProvisioningError> {
+        if !self.by_provisioner.contains_key(provisioner) {
+            let types = timed(ctx, "instance_types", ctx.cloud.instance_types(provisioner))
+                .await
+                .map_err(|e| ProvisioningError::Catalog {
+                    provisioner: provisioner.to_string(),
+                    message: e.to_string(),
+                })?;
+            self.by_provisioner.insert(provisioner.to_string(), types);
+        }
+        Ok(self
+            .by_provisioner
+            .get(provisioner)
+            .map(Vec::as_slice)
+            .unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_read_from_error_texts() {
+        assert_eq!(
+            error_code("claim u1: ec2:CreateFleet failed: InvalidParameterValue: bad subnet"),
+            "InvalidParameterValue"
+        );
+        assert_eq!(
+            error_code("claim u1: insufficient capacity (InsufficientInstanceCapacity: none); 2 offering(s) marked unavailable"),
+            "InsufficientInstanceCapacity"
+        );
+        assert_eq!(error_code("Provisioner `web` not found"), "other");
+    }
+}

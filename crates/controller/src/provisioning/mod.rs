@@ -1,0 +1,521 @@
+//! Provisioning: capacity for the pods the kube-scheduler could not place.
+//!
+//! The run loop watches the pending pods ([`crate::state::is_provisionable`]) and batches them
+//! ([`batcher`]). When a window closes, [`provision_batch`] simulates the snapshot (existing
+//! nodes and in-flight NodeClaims first, so a second batch never buys what the first already
+//! bought), writes a NodeClaim per new node ([`claims`]) and launches it ([`launch`]); pods are
+//! told where they will go ([`notices`]). [`launch_pending_claims`] finishes launches a crash or
+//! an error interrupted, without leaking or duplicating an instance.
+
+pub mod batcher;
+pub mod claims;
+pub mod launch;
+pub mod notices;
+pub mod resources;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use joiner_apis::{NodeClaim, Provisioner};
+use joiner_core::scheduling::{simulate, Options, Plan};
+use joiner_core::{labels, CloudProvider, InstanceType};
+use thiserror::Error;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::context::Context;
+use crate::metrics::ProvisionerLabels;
+use crate::state::{is_provisionable, ClusterState};
+
+pub use batcher::Batcher;
+pub use launch::{launch_claim, Launch, LaunchedClaim};
+
+/// How often the run loop looks at the pending pods.
+const POLL: Duration = Duration::from_millis(100);
+/// How often claims that are not launched are looked at.
+const LAUNCH_INTERVAL: Duration = Duration::from_secs(1);
+/// A claim launched this recently is not launched again while the store catches up with its
+/// status.
+const RECENTLY_LAUNCHED: Duration = Duration::from_secs(30);
+/// First retry delay of a failed launch; doubled per failure up to [`BACKOFF_MAX`].
+const BACKOFF_BASE: Duration = Duration::from_secs(5);
+/// Longest retry delay of a failed launch.
+const BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+/// Why provisioning (or one claim of it) failed. Each variant names the object at fault.
+#[derive(Debug, Error)]
+pub enum ProvisioningError {
+    /// The cloud gave no instance types for a Provisioner.
+    #[error("Provisioner {provisioner}: listing instance types: {message}")]
+    Catalog {
+        /// The Provisioner.
+        provisioner: String,
+        /// The cloud's error.
+        message: String,
+    },
+    /// No Provisioner can be planned with: none exists, or none has a catalog.
+    #[error("no usable Provisioner for {pending} pending pod(s): {reasons}")]
+    NoUsableProvisioner {
+        /// Pods waiting.
+        pending: usize,
+        /// Why each Provisioner was left out.
+        reasons: String,
+    },
+    /// The plan names a Provisioner the store does not hold (deleted meanwhile).
+    #[error("Provisioner {provisioner}: not found")]
+    UnknownProvisioner {
+        /// The Provisioner.
+        provisioner: String,
+    },
+    /// Writing the NodeClaim failed.
+    #[error("NodeClaim {claim}: create: {source}")]
+    CreateClaim {
+        /// The claim's name.
+        claim: String,
+        /// The client error.
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// Every generated name was taken (409 AlreadyExists each time).
+    #[error("NodeClaim {claim}: create: name already exists (tried {attempts} names)")]
+    NameTaken {
+        /// The last name tried.
+        claim: String,
+        /// Names tried.
+        attempts: usize,
+    },
+    /// A field of the claim cannot be launched from.
+    #[error("NodeClaim {claim}: {field}: {reason}")]
+    Invalid {
+        /// The claim.
+        claim: String,
+        /// The field.
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Asking the cloud for the claim's instance failed.
+    #[error("NodeClaim {claim}: looking up its instance: {message}")]
+    Cloud {
+        /// The claim.
+        claim: String,
+        /// The cloud's error.
+        message: String,
+    },
+    /// Writing the claim's status failed.
+    #[error("NodeClaim {claim}: status update: {source}")]
+    PatchStatus {
+        /// The claim.
+        claim: String,
+        /// The client error.
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// Deleting a claim that cannot be launched failed.
+    #[error("NodeClaim {claim}: delete: {source}")]
+    DeleteClaim {
+        /// The claim.
+        claim: String,
+        /// The client error.
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// The claim was deleted (404 on the status write) while its instance launched; the
+    /// instance was terminated.
+    #[error("NodeClaim {claim}: deleted while instance {instance_id} was launched; the instance was terminated")]
+    ClaimGone {
+        /// The claim.
+        claim: String,
+        /// Its instance.
+        instance_id: String,
+    },
+}
+
+/// What the provisioning loop remembers between passes: the Events already published, launch
+/// backoffs, and the claims just launched.
+#[derive(Debug, Default)]
+pub struct Memory {
+    published: notices::Published,
+    backoff: HashMap<String, (u32, Instant)>,
+    recent: HashMap<String, Instant>,
+}
+
+impl Memory {
+    fn launched(&mut self, claim: &str, now: Instant) {
+        self.backoff.remove(claim);
+        self.recent.insert(claim.to_string(), now);
+    }
+
+    fn failed(&mut self, claim: &str, now: Instant) {
+        let attempts = self.backoff.get(claim).map(|(n, _)| n + 1).unwrap_or(1);
+        let delay = BACKOFF_BASE
+            .saturating_mul(2u32.saturating_pow(attempts.saturating_sub(1)))
+            .min(BACKOFF_MAX);
+        self.backoff
+            .insert(claim.to_string(), (attempts, now + delay));
+    }
+
+    fn may_launch(&self, claim: &str, now: Instant) -> bool {
+        let recent = self
+            .recent
+            .get(claim)
+            .is_some_and(|t| now.duration_since(*t) < RECENTLY_LAUNCHED);
+        let waiting = self.backoff.get(claim).is_some_and(|(_, next)| now < *next);
+        !recent && !waiting
+    }
+
+    /// The retry time of a claim whose launch failed, if it is backing off.
+    pub fn next_attempt(&self, claim: &str) -> Option<Instant> {
+        self.backoff.get(claim).map(|(_, t)| *t)
+    }
+}
+
+/// What one batch did.
+#[derive(Debug, Default)]
+pub struct BatchOutcome {
+    /// Pods pending when the batch was planned.
+    pub pending: usize,
+    /// The simulation's plan.
+    pub plan: Plan,
+    /// The NodeClaims written, as the API server stored them.
+    pub claims: Vec<NodeClaim>,
+    /// The launch of each claim written.
+    pub launches: Vec<Launch>,
+    /// Claims that could not be written or launched; the batch went on with the others.
+    pub errors: Vec<ProvisioningError>,
+    /// Events published.
+    pub events: usize,
+    /// Objects the snapshot or catalog had to leave out.
+    pub warnings: Vec<String>,
+}
+
+/// `namespace/name` of every provisionable pod in the store.
+pub fn pending_keys(state: &ClusterState) -> HashSet<String> {
+    state
+        .pods
+        .state()
+        .iter()
+        .filter(|p| is_provisionable(p))
+        .map(|p| {
+            format!(
+                "{}/{}",
+                p.metadata.namespace.as_deref().unwrap_or("default"),
+                p.metadata.name.as_deref().unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+/// Plans the pending pods and carries the plan out: a NodeClaim per new node, written first,
+/// then launched; Events on the pods. Fails as a whole only when nothing can be planned (no
+/// Provisioner with a catalog); a claim that fails is reported in
+/// [`BatchOutcome::errors`] and the batch goes on.
+pub async fn provision_batch<P: CloudProvider>(
+    ctx: &Context<P>,
+    memory: &mut Memory,
+) -> Result<BatchOutcome, ProvisioningError> {
+    let mut outcome = BatchOutcome::default();
+    let pending = pending_keys(&ctx.state);
+    outcome.pending = pending.len();
+    ctx.metrics.pods_pending.set(pending.len() as i64);
+    memory.published.retain_pending(&pending);
+    if pending.is_empty() {
+        return Ok(outcome);
+    }
+
+    let mut provisioners: Vec<Arc<Provisioner>> = ctx.state.provisioners.state();
+    provisioners.sort_by(|a, b| a.name().cmp(b.name()));
+    let mut catalogs = launch::Catalogs::default();
+    let mut catalog: Vec<InstanceType> = Vec::new();
+    let mut type_names: HashSet<String> = HashSet::new();
+    let mut unusable: BTreeMap<String, String> = BTreeMap::new();
+    for prov in &provisioners {
+        match catalogs.get(ctx, prov.name()).await {
+            Ok(types) => {
+                for t in types {
+                    if type_names.insert(t.name.clone()) {
+                        catalog.push(t.clone());
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(provisioner = %prov.name(), error = %e, "Provisioner left out of the batch");
+                outcome.warnings.push(e.to_string());
+                unusable.insert(prov.name().to_string(), e.to_string());
+            }
+        }
+    }
+
+    let (mut snap, warnings) = ctx.state.snapshot_with_catalog(&catalog);
+    outcome.warnings.extend(warnings);
+    snap.provisioners
+        .retain(|p| !unusable.contains_key(&p.name));
+    if snap.provisioners.is_empty() {
+        let reasons = if unusable.is_empty() {
+            "no Provisioner exists (or none is valid)".to_string()
+        } else {
+            unusable.values().cloned().collect::<Vec<_>>().join("; ")
+        };
+        return Err(ProvisioningError::NoUsableProvisioner {
+            pending: pending.len(),
+            reasons,
+        });
+    }
+
+    let start = Instant::now();
+    let plan = simulate(&snap, &catalog, &Options::default());
+    ctx.metrics
+        .scheduling_duration
+        .observe(start.elapsed().as_secs_f64());
+    let placed: usize = plan.new_nodes.iter().map(|n| n.pods.len()).sum::<usize>()
+        + plan
+            .existing_nodes
+            .iter()
+            .map(|n| n.pods.len())
+            .sum::<usize>();
+    ctx.metrics.pods_scheduled.inc_by(placed as u64);
+    tracing::info!(
+        pending = pending.len(),
+        new_nodes = plan.new_nodes.len(),
+        unschedulable = plan.unschedulable.len(),
+        "batch planned"
+    );
+
+    let in_flight: HashSet<String> = snap
+        .nodes
+        .iter()
+        .filter(|n| n.labels.get(labels::NODECLAIM) == Some(&n.name))
+        .map(|n| n.name.clone())
+        .collect();
+    let mut claim_of_node: BTreeMap<String, String> = BTreeMap::new();
+    for node in &plan.new_nodes {
+        let Some(prov) = provisioners.iter().find(|p| p.name() == node.provisioner) else {
+            outcome.errors.push(ProvisioningError::UnknownProvisioner {
+                provisioner: node.provisioner.clone(),
+            });
+            continue;
+        };
+        let narrowing = snap
+            .provisioners
+            .iter()
+            .find(|p| p.name == node.provisioner)
+            .map(|core| claims::Narrowing::of(node, &snap.pods, core))
+            .unwrap_or_default();
+        let stored = match claims::create_claim(&ctx.client, prov, node, &narrowing).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(provisioner = %prov.name(), error = %e, "NodeClaim not written");
+                outcome.errors.push(e);
+                continue;
+            }
+        };
+        ctx.metrics
+            .claims_created
+            .get_or_create(&ProvisionerLabels {
+                provisioner: prov.name().to_string(),
+            })
+            .inc();
+        let name = stored.name().to_string();
+        tracing::info!(claim = %name, provisioner = %prov.name(), instance_type = %node.instance_type,
+            pods = node.pods.len(), "NodeClaim created");
+        claim_of_node.insert(node.name.clone(), name.clone());
+        let result = match catalogs.get(ctx, prov.name()).await {
+            Ok(types) => launch_claim(ctx, &stored, types).await,
+            Err(e) => Err(e),
+        };
+        record(memory, &name, &result, Instant::now());
+        match result {
+            Ok(l) => outcome.launches.push(l),
+            Err(e) => {
+                tracing::warn!(claim = %name, error = %e, "launch failed");
+                outcome.errors.push(e);
+            }
+        }
+        outcome.claims.push(stored);
+    }
+
+    let notes = notices::notices(&plan, &claim_of_node, &in_flight);
+    outcome.events = notices::publish_all(
+        &ctx.client,
+        &ctx.state.pods,
+        &mut memory.published,
+        &notes,
+        &in_flight,
+    )
+    .await;
+    outcome.plan = plan;
+    Ok(outcome)
+}
+
+fn record(
+    memory: &mut Memory,
+    claim: &str,
+    result: &Result<Launch, ProvisioningError>,
+    now: Instant,
+) {
+    match result {
+        Ok(Launch::Launched(_)) => memory.launched(claim, now),
+        Ok(Launch::Requeued { .. }) => {
+            memory.backoff.remove(claim);
+        }
+        Ok(Launch::Failed { .. }) | Err(_) => memory.failed(claim, now),
+    }
+}
+
+/// Launches every claim in the store that is not launched, not being deleted, not launched a
+/// moment ago by this loop and not backing off: the claims a crash or an error left behind.
+/// Each goes through [`launch_claim`], which adopts an instance the cloud already has for it.
+pub async fn launch_pending_claims<P: CloudProvider>(
+    ctx: &Context<P>,
+    memory: &mut Memory,
+) -> Vec<Result<Launch, ProvisioningError>> {
+    let now = Instant::now();
+    memory
+        .recent
+        .retain(|_, t| now.duration_since(*t) < RECENTLY_LAUNCHED);
+    let mut claims: Vec<Arc<NodeClaim>> = ctx
+        .state
+        .node_claims
+        .state()
+        .into_iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none() && !c.is_launched())
+        .filter(|c| memory.may_launch(c.name(), now))
+        .collect();
+    claims.sort_by(|a, b| a.name().cmp(b.name()));
+    let mut catalogs = launch::Catalogs::default();
+    let mut results = Vec::new();
+    for claim in claims {
+        let name = claim.name().to_string();
+        let result = match catalogs.get(ctx, &claim.spec.provisioner_name).await {
+            Ok(types) => launch_claim(ctx, &claim, types).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = &result {
+            tracing::warn!(claim = %name, error = %e, "launch failed");
+        }
+        record(memory, &name, &result, Instant::now());
+        results.push(result);
+    }
+    results
+}
+
+/// Waits until every store a batch reads has had its initial list. Planning earlier would miss
+/// in-flight NodeClaims (or nodes) not listed yet and buy their capacity a second time.
+/// False when a store's writer was dropped before it was filled.
+async fn stores_ready(state: &ClusterState) -> bool {
+    state.pods.wait_until_ready().await.is_ok()
+        && state.nodes.wait_until_ready().await.is_ok()
+        && state.node_claims.wait_until_ready().await.is_ok()
+        && state.provisioners.wait_until_ready().await.is_ok()
+        && state.node_templates.wait_until_ready().await.is_ok()
+        && state.daemonsets.wait_until_ready().await.is_ok()
+}
+
+/// The provisioning loop: waits for the stores' initial lists, then polls the pending pods
+/// every 100 ms, plans a batch when its window closes (and, while pods wait, every
+/// `settings.sweep_interval` or right after a claim was given up for capacity), and finishes
+/// interrupted launches every second. Returns when `stop`
+/// is cancelled; a pass under way is finished first, so no claim is left half-written.
+pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>, stop: CancellationToken) {
+    let mut batcher = Batcher::new(ctx.settings.batch_idle, ctx.settings.batch_max);
+    let mut memory = Memory::default();
+    let mut last_batch = Instant::now();
+    let mut last_launch: Option<Instant> = None;
+    let mut batch_number: u64 = 0;
+    tokio::select! {
+        _ = stop.cancelled() => return,
+        ready = stores_ready(&ctx.state) => {
+            if !ready {
+                tracing::warn!("a reflector store was dropped before it was filled; provisioning does not start");
+                return;
+            }
+        }
+    }
+    tracing::info!("provisioning started");
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(POLL) => {}
+        }
+        let now = Instant::now();
+        let pending = pending_keys(&ctx.state);
+        let waiting = !pending.is_empty();
+        batcher.observe(pending, now);
+        if waiting
+            && !batcher.is_open()
+            && now.duration_since(last_batch) >= ctx.settings.sweep_interval
+        {
+            batcher.trigger(now);
+        }
+        if batcher.close_if_due(now) {
+            batch_number += 1;
+            last_batch = now;
+            let span = tracing::info_span!("provisioning_batch", batch = batch_number);
+            match provision_batch(&ctx, &mut memory).instrument(span).await {
+                Ok(outcome) => {
+                    if outcome
+                        .launches
+                        .iter()
+                        .any(|l| matches!(l, Launch::Requeued { .. }))
+                    {
+                        batcher.trigger(Instant::now());
+                    }
+                    if !outcome.errors.is_empty() {
+                        ctx.metrics.reconcile_failed("provisioning");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "provisioning batch failed");
+                    ctx.metrics.reconcile_failed("provisioning");
+                }
+            }
+        }
+        if last_launch.is_none_or(|t| now.duration_since(t) >= LAUNCH_INTERVAL) {
+            last_launch = Some(now);
+            let span = tracing::info_span!("launch_pending_claims");
+            let results = launch_pending_claims(&ctx, &mut memory)
+                .instrument(span)
+                .await;
+            if results
+                .iter()
+                .any(|r| matches!(r, Ok(Launch::Requeued { .. })))
+            {
+                batcher.trigger(Instant::now());
+            }
+            if results.iter().any(Result::is_err) {
+                ctx.metrics.reconcile_failed("provisioning");
+            }
+        }
+    }
+    tracing::info!("provisioning stopped");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launch_backoff_doubles_up_to_the_cap_and_success_clears_it() {
+        let mut m = Memory::default();
+        let t0 = Instant::now();
+        assert!(m.may_launch("c", t0));
+        m.failed("c", t0);
+        assert_eq!(m.next_attempt("c"), Some(t0 + BACKOFF_BASE));
+        assert!(!m.may_launch("c", t0 + BACKOFF_BASE - Duration::from_millis(1)));
+        assert!(m.may_launch("c", t0 + BACKOFF_BASE));
+        m.failed("c", t0);
+        assert_eq!(m.next_attempt("c"), Some(t0 + BACKOFF_BASE * 2));
+        for _ in 0..20 {
+            m.failed("c", t0);
+        }
+        assert_eq!(m.next_attempt("c"), Some(t0 + BACKOFF_MAX));
+        m.launched("c", t0);
+        assert_eq!(m.next_attempt("c"), None);
+        assert!(
+            !m.may_launch("c", t0 + Duration::from_secs(1)),
+            "just launched"
+        );
+        assert!(m.may_launch("c", t0 + RECENTLY_LAUNCHED));
+    }
+}
