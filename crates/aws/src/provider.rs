@@ -295,6 +295,7 @@ impl AwsCloudProvider {
             zone: i.zone,
             capacity_type: i.capacity_type,
             state: i.state,
+            launch_time: i.launch_time,
         }
     }
 }
@@ -455,6 +456,7 @@ impl CloudProvider for AwsCloudProvider {
             zone: launched.zone,
             capacity_type: launched.capacity_type,
             state: "pending".to_string(),
+            launch_time: Some(std::time::SystemTime::now()),
         })
     }
 
