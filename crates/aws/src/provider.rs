@@ -296,6 +296,7 @@ impl AwsCloudProvider {
             capacity_type: i.capacity_type,
             state: i.state,
             launch_time: i.launch_time,
+            warm_pool: i.tags.contains_key(joiner_core::labels::WARM_POOL),
         }
     }
 }
@@ -457,6 +458,7 @@ impl CloudProvider for AwsCloudProvider {
             capacity_type: launched.capacity_type,
             state: "pending".to_string(),
             launch_time: Some(std::time::SystemTime::now()),
+            warm_pool: false,
         })
     }
 

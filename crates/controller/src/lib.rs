@@ -9,9 +9,14 @@
 pub mod context;
 pub mod crypto;
 pub mod events;
+pub mod gc;
+pub mod lifecycle;
+pub mod liveness;
 pub mod metrics;
+pub mod registration;
 pub mod settings;
 pub mod state;
+pub mod termination;
 
 pub use context::Context;
 pub use metrics::Metrics;
