@@ -26,12 +26,13 @@ pub struct Cloud {
     pub moto: MotoSession,
     pub clients: AwsClients,
     pub provider: Arc<AwsCloudProvider>,
+    pub env: testing::Environment,
 }
 
 pub async fn cloud() -> Cloud {
     let moto = MotoServer::session().expect("moto server");
     let clients = AwsClients::from_config(&moto.sdk_config("us-east-1").await).expect("clients");
-    testing::environment(&clients, CLUSTER, PREFIX, K8S)
+    let env = testing::environment(&clients, CLUSTER, PREFIX, K8S)
         .await
         .expect("environment");
     let nt: NodeTemplate = obj(json!({
@@ -55,6 +56,7 @@ pub async fn cloud() -> Cloud {
         moto,
         clients,
         provider: Arc::new(p),
+        env,
     }
 }
 
