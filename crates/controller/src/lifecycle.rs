@@ -19,9 +19,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::context::Context;
 use crate::gc::Collector;
+use crate::metrics::{MethodLabels, Metrics};
 use crate::termination::Terminator;
 
 /// How often the registration, liveness and termination passes run.
@@ -88,6 +90,28 @@ impl LifecycleError {
             source: Box::new(source),
         }
     }
+}
+
+/// Awaits the cloud call `call` of `method` (`delete`, `get`, `list`), recording its duration
+/// in `cloud_duration{method}` and a failure in `cloud_errors{method}`.
+pub(crate) async fn observed<T, E>(
+    metrics: &Metrics,
+    method: &'static str,
+    call: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    let labels = MethodLabels {
+        method: method.to_string(),
+    };
+    let start = std::time::Instant::now();
+    let out = call.await;
+    metrics
+        .cloud_duration
+        .get_or_create(&labels)
+        .observe(start.elapsed().as_secs_f64());
+    if out.is_err() {
+        metrics.cloud_errors.get_or_create(&labels).inc();
+    }
+    out
 }
 
 /// The HTTP status of an API error, if `err` is one.
@@ -203,12 +227,26 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>, stop: Cancell
         tokio::select! {
             _ = stop.cancelled() => break,
             _ = fast.tick() => {
-                report(&ctx, "registration", crate::registration::reconcile(&ctx).await);
-                report(&ctx, "liveness", crate::liveness::reconcile(&ctx).await);
-                report(&ctx, "termination", terminator.reconcile(&ctx).await);
+                let result = crate::registration::reconcile(&ctx)
+                    .instrument(tracing::debug_span!("reconcile", controller = "registration"))
+                    .await;
+                report(&ctx, "registration", result);
+                let result = crate::liveness::reconcile(&ctx)
+                    .instrument(tracing::debug_span!("reconcile", controller = "liveness"))
+                    .await;
+                report(&ctx, "liveness", result);
+                let result = terminator
+                    .reconcile(&ctx)
+                    .instrument(tracing::debug_span!("reconcile", controller = "termination"))
+                    .await;
+                report(&ctx, "termination", result);
             }
             _ = sweep.tick() => {
-                report(&ctx, "gc", collector.sweep(&ctx).await);
+                let result = collector
+                    .sweep(&ctx)
+                    .instrument(tracing::debug_span!("reconcile", controller = "gc"))
+                    .await;
+                report(&ctx, "gc", result);
             }
         }
     }
@@ -226,8 +264,8 @@ fn report<P: CloudProvider>(
     }
 }
 
-/// Runs `step` for each item, logging each failure, and returns the first failure after all
-/// items had their turn: one broken object must not stall every other one.
+/// Logs every failure of a pass and returns the first: each pass gives every object its turn
+/// before reporting, so one broken object never stalls the others.
 pub(crate) fn first_error(
     errors: impl IntoIterator<Item = LifecycleError>,
 ) -> Result<(), LifecycleError> {
