@@ -152,6 +152,12 @@ impl Backoff {
         self.lock().remove(key);
     }
 
+    /// Forgets every pod not in `live` (deleted by someone else while backing off), so the map
+    /// only holds pods that still exist.
+    pub fn retain(&self, live: &std::collections::HashSet<String>) {
+        self.lock().retain(|k, _| live.contains(k));
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (u32, Instant)>> {
         // A poisoned lock only means a panic elsewhere mid-update; the map is still usable.
         self.pods.lock().unwrap_or_else(|p| p.into_inner())
@@ -179,6 +185,11 @@ mod tests {
         assert_eq!(b.refused("a/x", t0), Duration::from_secs(5));
         b.forget("a/x");
         assert!(b.ready("a/x", t0));
+        b.refused("a/x", t0);
+        b.refused("a/y", t0);
+        b.retain(&std::collections::HashSet::from(["a/y".to_string()]));
+        assert!(b.ready("a/x", t0));
+        assert!(!b.ready("a/y", t0));
         assert_eq!(b.refused("a/x", t0), Duration::from_secs(1));
     }
 }

@@ -114,6 +114,16 @@ impl Terminator {
                 errors.push(e);
             }
         }
+        let live: HashSet<String> = pods.iter().map(|p| pod_key(p)).collect();
+        self.backoff.retain(&live);
+        let nodes_left: HashSet<&str> = nodes.iter().map(|n| node_name(n)).collect();
+        self.reported
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|k| {
+                k.split_once('|')
+                    .is_some_and(|(node, pod)| nodes_left.contains(node) && live.contains(pod))
+            });
         first_error(errors)
     }
 
