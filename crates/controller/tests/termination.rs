@@ -409,3 +409,64 @@ async fn a_conflict_on_the_finalizer_patch_is_retried_next_pass() {
     assert_eq!(api.calls(), [("PATCH".to_string(), NODE.to_string())]);
     assert_eq!(deleted_count(&ctx), 0);
 }
+
+#[tokio::test]
+async fn a_deleted_node_terminates_its_instance_and_takes_its_claim_along() {
+    let cloud = cloud().await;
+    let launched = launch(&cloud, "web-1").await;
+    let the_node = node(
+        "n1",
+        json!({"metadata": {"finalizers": ["joiner.sh/termination"],
+                "deletionTimestamp": "2026-01-01T01:00:00Z"},
+            "spec": {"providerID": launched.provider_id}}),
+    );
+    let live_claim = claim(
+        "web-1",
+        json!({"status": {"instanceID": launched.instance_id, "providerID": launched.provider_id}}),
+    );
+    let stores = Stores::new(
+        vec![pod(
+            "shop",
+            "done",
+            "n1",
+            json!({"status": {"phase": "Succeeded"}}),
+        )],
+        vec![the_node.clone()],
+        vec![live_claim],
+    );
+    let mut tainted = as_json(&the_node);
+    tainted["metadata"]["resourceVersion"] = json!("6");
+    let (client, api) = mock_api(move |req| match req.method {
+        Method::PATCH if req.path == NODE => Reply::ok(tainted.clone()),
+        Method::DELETE if req.path == CLAIM => Reply::success(),
+        _ => Reply::not_found("unexpected"),
+    });
+    let ctx = context(client, &stores, &cloud, settings());
+    no_backoff().reconcile(&ctx).await.expect("pass");
+    let writes = api.writes();
+    let calls: Vec<(String, String)> = writes
+        .iter()
+        .map(|w| (w.method.to_string(), w.path.clone()))
+        .collect();
+    // Taint, (nothing to evict: the only pod finished), finalizer off the already-deleted
+    // Node, then the claim deleted.
+    assert_eq!(
+        calls,
+        [
+            ("PATCH".to_string(), NODE.to_string()),
+            ("PATCH".to_string(), NODE.to_string()),
+            ("DELETE".to_string(), CLAIM.to_string()),
+        ]
+    );
+    assert_eq!(
+        writes[1].body,
+        json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": "6"},
+            {"op": "add", "path": "/metadata/finalizers", "value": []},
+        ])
+    );
+    assert_eq!(
+        instance_state(&cloud, &launched.instance_id).await,
+        "terminated"
+    );
+}
