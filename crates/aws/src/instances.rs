@@ -36,6 +36,8 @@ pub struct Instance {
     pub private_dns_name: String,
     /// Its tags.
     pub tags: BTreeMap<String, String>,
+    /// DescribeInstances `LaunchTime`, when EC2 reported one.
+    pub launch_time: Option<std::time::SystemTime>,
 }
 
 /// Why an instance was not terminated.
@@ -222,6 +224,9 @@ impl Instances {
                         },
                         private_dns_name: i.private_dns_name().unwrap_or_default().to_string(),
                         tags: tag_map(i.tags()),
+                        launch_time: i
+                            .launch_time()
+                            .and_then(|t| std::time::SystemTime::try_from(*t).ok()),
                     });
                 }
             }

@@ -295,6 +295,8 @@ impl AwsCloudProvider {
             zone: i.zone,
             capacity_type: i.capacity_type,
             state: i.state,
+            launch_time: i.launch_time,
+            warm_pool: i.tags.contains_key(joiner_core::labels::WARM_POOL),
         }
     }
 }
@@ -455,6 +457,8 @@ impl CloudProvider for AwsCloudProvider {
             zone: launched.zone,
             capacity_type: launched.capacity_type,
             state: "pending".to_string(),
+            launch_time: Some(std::time::SystemTime::now()),
+            warm_pool: false,
         })
     }
 

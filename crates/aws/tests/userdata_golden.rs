@@ -213,7 +213,7 @@ fn al2_script_calls_bootstrap_with_the_expected_arguments() {
     let argv = std::fs::read_to_string(&record).expect("stub was called");
     let argv: Vec<&str> = argv.lines().collect();
     let kubelet_args = "--node-labels=joiner.sh/provisioner-name=web,team=web,tier=frontend \
-         --register-with-taints=dedicated=web:NoSchedule,node.cilium.io/agent-not-ready:NoExecute \
+         --register-with-taints=dedicated=web:NoSchedule,node.cilium.io/agent-not-ready:NoExecute,joiner.sh/unregistered:NoSchedule \
          --max-pods=29 \
          --system-reserved=cpu=100m,memory=200Mi \
          --kube-reserved=cpu=80m \

@@ -75,7 +75,7 @@ fn al2_prints_settings_and_the_decoded_bootstrap_line() {
         "{decoded}"
     );
     assert!(decoded.contains(
-        "'/etc/eks/bootstrap.sh' \\\n  'prod' \\\n  --apiserver-endpoint 'https://ABC.gr7.us-east-1.eks.amazonaws.com' \\\n  --b64-cluster-ca 'Q0FCVU5ETEU=' \\\n  --use-max-pods false \\\n  --kubelet-extra-args '--node-labels=joiner.sh/provisioner-name=web,team=web --register-with-taints=dedicated=web:NoSchedule --max-pods=78'\n"
+        "'/etc/eks/bootstrap.sh' \\\n  'prod' \\\n  --apiserver-endpoint 'https://ABC.gr7.us-east-1.eks.amazonaws.com' \\\n  --b64-cluster-ca 'Q0FCVU5ETEU=' \\\n  --use-max-pods false \\\n  --kubelet-extra-args '--node-labels=joiner.sh/provisioner-name=web,team=web --register-with-taints=dedicated=web:NoSchedule,joiner.sh/unregistered:NoSchedule --max-pods=78'\n"
     ), "{decoded}");
 }
 

@@ -9,11 +9,16 @@
 pub mod context;
 pub mod crypto;
 pub mod events;
+pub mod gc;
 pub mod inflight;
+pub mod lifecycle;
+pub mod liveness;
 pub mod metrics;
 pub mod provisioning;
+pub mod registration;
 pub mod settings;
 pub mod state;
+pub mod termination;
 
 pub use context::Context;
 pub use metrics::Metrics;

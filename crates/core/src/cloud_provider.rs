@@ -48,6 +48,12 @@ pub struct LaunchedNode {
     /// The cloud's lifecycle state (`pending`, `running`, `stopped`, ...): the controller
     /// waits on `pending` and garbage-collects what is gone.
     pub state: String,
+    /// When the cloud launched it, when known: the orphan collector waits a grace period from
+    /// here so an instance whose NodeClaim write is still in flight is never taken for an orphan.
+    pub launch_time: Option<std::time::SystemTime>,
+    /// True for a member of a Provisioner's warm pool (tag `joiner.sh/warm-pool`): it has no
+    /// NodeClaim on purpose and is exempt from orphan garbage collection.
+    pub warm_pool: bool,
 }
 
 /// `aws:///<zone>/<instance id>`: the providerID the AWS cloud controller puts on Nodes, so a

@@ -57,6 +57,21 @@ pub const INSTANCE_GPU_MEMORY: &str = "karpenter.k8s.aws/instance-gpu-memory";
 
 /// Pod/node annotation that blocks voluntary disruption.
 pub const DO_NOT_DISRUPT: &str = "joiner.sh/do-not-disrupt";
+/// Karpenter's older pod annotation with the same meaning as [`DO_NOT_DISRUPT`], honored so
+/// workloads written for Karpenter keep their protection.
+pub const KARPENTER_DO_NOT_EVICT: &str = "karpenter.sh/do-not-evict";
+
+/// Startup taint (effect NoSchedule) every joiner node registers with: no workload lands on it
+/// before joiner has applied its NodeClaim's labels and taints and the node is Ready; joiner
+/// removes it then.
+pub const UNREGISTERED_TAINT: &str = "joiner.sh/unregistered";
+/// Taint (effect NoSchedule) joiner puts on a node it is draining, so nothing new lands on it.
+pub const DISRUPTED_TAINT: &str = "joiner.sh/disrupted";
+/// Finalizer on NodeClaims and joiner's Nodes: held until the node is drained and its instance
+/// terminated, so deleting either object never leaks an instance.
+pub const TERMINATION_FINALIZER: &str = "joiner.sh/termination";
+/// Instance tag marking a warm-pool member: exempt from orphan garbage collection.
+pub const WARM_POOL: &str = "joiner.sh/warm-pool";
 
 /// Keys whose values come from the instance type or its offerings. A pod may require them even
 /// when a Provisioner does not mention them; the chosen instance type decides.

@@ -72,7 +72,10 @@ pub struct NodeBootstrap {
     /// zone) are not here: a launch template serves many claims and types, so those are set on
     /// the Node object at registration.
     pub labels: BTreeMap<String, String>,
-    /// Taints registered with the node: the Provisioner's taints, then its startup taints.
+    /// Taints registered with the node: the Provisioner's taints, then its startup taints, then
+    /// joiner's own startup taint `joiner.sh/unregistered:NoSchedule`
+    /// ([`joiner_core::labels::UNREGISTERED_TAINT`]), which joiner removes once it has labelled
+    /// the Node and it is Ready.
     pub taints: Vec<Taint>,
     /// The Provisioner's kubelet settings (its `maxPods` is already folded into `max_pods`).
     pub kubelet: KubeletConfiguration,
@@ -87,7 +90,8 @@ pub struct NodeBootstrap {
 
 impl NodeBootstrap {
     /// The bootstrap of `provisioner`'s nodes: its labels plus `joiner.sh/provisioner-name`,
-    /// its taints and startup taints (identical entries once), its kubelet settings.
+    /// its taints and startup taints (identical entries once) and joiner's unregistered taint,
+    /// its kubelet settings.
     pub fn for_provisioner(cluster: ClusterInfo, provisioner: &Provisioner, max_pods: u32) -> Self {
         let spec = &provisioner.spec;
         let mut labels = spec.labels.clone();
@@ -96,7 +100,13 @@ impl NodeBootstrap {
             provisioner.name().to_string(),
         );
         let mut taints: Vec<Taint> = Vec::new();
-        for t in spec.taints.iter().chain(&spec.startup_taints) {
+        let unregistered = unregistered_taint();
+        for t in spec
+            .taints
+            .iter()
+            .chain(&spec.startup_taints)
+            .chain(std::iter::once(&unregistered))
+        {
             if !taints.contains(t) {
                 taints.push(t.clone());
             }
@@ -120,6 +130,17 @@ impl NodeBootstrap {
         } else {
             self.kubelet.cluster_dns.clone()
         }
+    }
+}
+
+/// `joiner.sh/unregistered:NoSchedule`: keeps workloads off a new node until joiner has applied
+/// its NodeClaim's labels and taints (which the launch template, shared by many claims, cannot
+/// carry) and the node is Ready.
+pub fn unregistered_taint() -> Taint {
+    Taint {
+        key: joiner_core::labels::UNREGISTERED_TAINT.to_string(),
+        value: None,
+        effect: "NoSchedule".to_string(),
     }
 }
 

@@ -278,7 +278,14 @@ spec:
         ])
     );
     let taints: Vec<String> = b.taints.iter().map(kubelet::taint_string).collect();
-    assert_eq!(taints, ["gpu:NoSchedule", "agent=no:NoExecute"]);
+    assert_eq!(
+        taints,
+        [
+            "gpu:NoSchedule",
+            "agent=no:NoExecute",
+            "joiner.sh/unregistered:NoSchedule"
+        ]
+    );
 }
 
 #[test]

@@ -23,7 +23,7 @@ use super::resources::to_quantities;
 use super::ProvisioningError;
 
 /// The finalizer the termination controller removes once the instance is gone.
-pub const TERMINATION_FINALIZER: &str = "joiner.sh/termination";
+pub use joiner_core::labels::TERMINATION_FINALIZER;
 
 /// How many names are tried when the API server answers 409 AlreadyExists.
 const NAME_ATTEMPTS: usize = 3;

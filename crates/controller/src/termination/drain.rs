@@ -1,0 +1,192 @@
+//! Draining: which of a node's pods must go before its instance is terminated, and in what
+//! order.
+//!
+//! - DaemonSet pods are skipped: their controller tolerates the taint and recreates them on any
+//!   node, so evicting them only churns; they die with the node.
+//! - Mirror pods (annotation `kubernetes.io/config.mirror`) are the API's view of static pods:
+//!   evicting them does nothing.
+//! - Finished pods (Succeeded, Failed) hold nothing.
+//! - Pods annotated `joiner.sh/do-not-disrupt` or `karpenter.sh/do-not-evict` = "true" are not
+//!   evicted: the drain waits for them to finish on their own, however long (as Karpenter v1
+//!   does without a terminationGracePeriod). The node gets an Event saying which pod it waits
+//!   for.
+//! - Pods of priority class `system-cluster-critical` / `system-node-critical` (DNS, CNI-adjacent
+//!   agents) are evicted last, only once every other pod is gone, so the node keeps working
+//!   while the rest drains.
+
+use k8s_openapi::api::core::v1::Pod;
+
+use joiner_core::labels;
+
+/// Annotation the kubelet puts on mirror pods.
+pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// The priority classes evicted last.
+pub const CRITICAL_PRIORITY_CLASSES: &[&str] = &["system-cluster-critical", "system-node-critical"];
+
+/// The drain of one node at one moment.
+#[derive(Debug, Default)]
+pub struct DrainPlan<'a> {
+    /// Pods to evict now.
+    pub evict: Vec<&'a Pod>,
+    /// Pods that must not be evicted and are waited for.
+    pub blocked: Vec<&'a Pod>,
+    /// Pods that must be gone before the node is (evicted, being deleted, blocked, critical
+    /// waiting for their turn). Empty means drained.
+    pub remaining: usize,
+}
+
+/// True for pods a drain leaves alone: DaemonSet pods, mirror pods, finished pods.
+pub fn is_skipped(pod: &Pod) -> bool {
+    let daemon = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "DaemonSet");
+    let mirror = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION));
+    let finished = joiner_apis::convert::finished_phase(pod).is_some();
+    daemon || mirror || finished
+}
+
+/// True for pods annotated not to be disrupted.
+pub fn is_do_not_disrupt(pod: &Pod) -> bool {
+    pod.metadata.annotations.as_ref().is_some_and(|a| {
+        [labels::DO_NOT_DISRUPT, labels::KARPENTER_DO_NOT_EVICT]
+            .iter()
+            .any(|k| a.get(*k).map(String::as_str) == Some("true"))
+    })
+}
+
+/// True for pods of a critical system priority class.
+pub fn is_critical(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.priority_class_name.as_deref())
+        .is_some_and(|c| CRITICAL_PRIORITY_CLASSES.contains(&c))
+}
+
+/// Plans the next step of draining node `node` given every pod in the store.
+pub fn plan<'a>(node: &str, pods: &'a [std::sync::Arc<Pod>]) -> DrainPlan<'a> {
+    let on_node: Vec<&Pod> = pods
+        .iter()
+        .map(|p| p.as_ref())
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+        .filter(|p| !is_skipped(p))
+        .collect();
+    let mut out = DrainPlan {
+        remaining: on_node.len(),
+        ..DrainPlan::default()
+    };
+    let (critical, ordinary): (Vec<&Pod>, Vec<&Pod>) =
+        on_node.into_iter().partition(|p| is_critical(p));
+    let wave = if ordinary.is_empty() {
+        critical
+    } else {
+        ordinary
+    };
+    for pod in wave {
+        if pod.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        if is_do_not_disrupt(pod) {
+            out.blocked.push(pod);
+        } else {
+            out.evict.push(pod);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::sync::Arc;
+
+    fn pod(name: &str, node: &str, extra: serde_json::Value) -> Arc<Pod> {
+        let mut v = json!({"metadata": {"name": name, "namespace": "shop"},
+            "spec": {"nodeName": node, "containers": []}});
+        if let (Some(base), Some(more)) = (v.as_object_mut(), extra.as_object()) {
+            for (k, val) in more {
+                match (base.get_mut(k), val) {
+                    (Some(serde_json::Value::Object(b)), serde_json::Value::Object(m)) => {
+                        b.extend(m.clone())
+                    }
+                    _ => {
+                        base.insert(k.clone(), val.clone());
+                    }
+                }
+            }
+        }
+        Arc::new(serde_json::from_value(v).expect("pod"))
+    }
+
+    fn names(pods: &[&Pod]) -> Vec<String> {
+        pods.iter()
+            .map(|p| p.metadata.name.clone().unwrap_or_default())
+            .collect()
+    }
+
+    #[test]
+    fn critical_pods_wait_for_every_other_pod() {
+        let pods = vec![
+            pod("web", "n1", json!({})),
+            pod(
+                "dns",
+                "n1",
+                json!({"spec": {"priorityClassName": "system-cluster-critical"}}),
+            ),
+            pod("other-node", "n2", json!({})),
+            pod(
+                "ds",
+                "n1",
+                json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1",
+                "kind": "DaemonSet", "name": "agent", "uid": "u1"}]}}),
+            ),
+            pod(
+                "static",
+                "n1",
+                json!({"metadata": {"annotations": {MIRROR_ANNOTATION: "x"}}}),
+            ),
+            pod("done", "n1", json!({"status": {"phase": "Succeeded"}})),
+        ];
+        let p = plan("n1", &pods);
+        assert_eq!(names(&p.evict), ["web"]);
+        assert_eq!(p.remaining, 2);
+        let only_critical: Vec<Arc<Pod>> = pods[1..].to_vec();
+        let p = plan("n1", &only_critical);
+        assert_eq!(names(&p.evict), ["dns"]);
+        assert_eq!(p.remaining, 1);
+    }
+
+    #[test]
+    fn do_not_disrupt_pods_block_and_terminating_pods_are_waited_for() {
+        let pods = vec![
+            pod(
+                "keep",
+                "n1",
+                json!({"metadata": {"annotations": {"karpenter.sh/do-not-evict": "true"}}}),
+            ),
+            pod(
+                "going",
+                "n1",
+                json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}),
+            ),
+            pod(
+                "not-really",
+                "n1",
+                json!({"metadata": {"annotations": {"joiner.sh/do-not-disrupt": "false"}}}),
+            ),
+        ];
+        let p = plan("n1", &pods);
+        assert_eq!(names(&p.blocked), ["keep"]);
+        assert_eq!(names(&p.evict), ["not-really"]);
+        assert_eq!(p.remaining, 3);
+        assert_eq!(plan("n3", &pods).remaining, 0);
+    }
+}

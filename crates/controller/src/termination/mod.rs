@@ -1,0 +1,423 @@
+//! Termination: what happens between "delete this NodeClaim (or joiner's Node)" and the object
+//! being gone, held open by the finalizer `joiner.sh/termination`.
+//!
+//! For a claim or Node with a deletionTimestamp and the finalizer:
+//! 1. find its instance (by claim through `CloudProvider::get`, else by the Node's providerID
+//!    among `CloudProvider::list`); none means it is already gone and the objects are released
+//!    at once, without a drain;
+//! 2. taint the Node `joiner.sh/disrupted:NoSchedule` so nothing new lands on it (a taint rather
+//!    than `spec.unschedulable`, which people and `kubectl uncordon` also toggle: joiner's own
+//!    key cannot be mistaken for a manual cordon, and is what Karpenter v1 does too);
+//! 3. evict its pods through the Eviction API ([`drain`] says which and in what order,
+//!    [`eviction`] how answers are handled) and wait until the pods store has none left;
+//! 4. terminate the instance (`CloudProvider::delete`; not-found means already gone);
+//! 5. remove the finalizer from the Node (deleting the Node when its claim is being deleted) and
+//!    from the claim (deleting the claim when only its Node was deleted).
+//!
+//! Every patch is guarded by the resourceVersion it was computed from, so a concurrent writer
+//! turns it into a 409 and the next pass recomputes it from fresh state.
+
+pub mod drain;
+pub mod eviction;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use joiner_apis::NodeClaim;
+use joiner_core::labels;
+use joiner_core::CloudProvider;
+use k8s_openapi::api::core::v1::{Event, EventSource, Node, ObjectReference, Pod, Taint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use crate::context::Context;
+use crate::events::COMPONENT;
+use crate::lifecycle::{
+    claim_of, claim_ref, finalizers_without_ours, first_error, has_finalizer, is_conflict,
+    is_not_found, node_claim_label, node_name, node_of, node_ref, observed, LifecycleError,
+};
+use crate::metrics::ReasonLabels;
+use crate::registration::taint_patch;
+use eviction::{evict, pod_key, Backoff, BackoffPolicy, Evicted};
+
+/// The reason of Events saying a drain waits for a pod that must not be disrupted.
+pub const BLOCKED_EVENT_REASON: &str = "DrainBlocked";
+
+/// The termination reconciler. It keeps, across passes, the per-pod eviction backoff and which
+/// blocked pods it already reported, so a long wait is not an Event per second.
+#[derive(Debug, Default)]
+pub struct Terminator {
+    backoff: Backoff,
+    reported: Mutex<HashSet<String>>,
+}
+
+/// `joiner.sh/disrupted:NoSchedule`.
+pub fn disrupted_taint() -> Taint {
+    Taint {
+        key: labels::DISRUPTED_TAINT.to_string(),
+        value: None,
+        effect: "NoSchedule".to_string(),
+        time_added: None,
+    }
+}
+
+impl Terminator {
+    /// A terminator whose eviction retries follow `policy`.
+    pub fn new(policy: BackoffPolicy) -> Self {
+        Terminator {
+            backoff: Backoff::new(policy),
+            reported: Mutex::default(),
+        }
+    }
+
+    /// One termination pass over every claim and Node being deleted that still holds joiner's
+    /// finalizer. Returns the first failure after every object had its turn.
+    pub async fn reconcile<P: CloudProvider>(
+        &self,
+        ctx: &Context<P>,
+    ) -> Result<(), LifecycleError> {
+        let nodes = ctx.state.nodes.state();
+        let claims = ctx.state.node_claims.state();
+        let pods = ctx.state.pods.state();
+        let mut seen_nodes = HashSet::new();
+        let mut errors = Vec::new();
+        for claim in &claims {
+            if claim.metadata.deletion_timestamp.is_none() || !has_finalizer(&claim.metadata) {
+                continue;
+            }
+            let node = node_of(claim, &nodes);
+            if let Some(n) = node {
+                seen_nodes.insert(node_name(n).to_string());
+            }
+            if let Err(e) = self
+                .terminate(ctx, Some(claim), node.map(Arc::as_ref), &pods)
+                .await
+            {
+                errors.push(e);
+            }
+        }
+        for node in &nodes {
+            if node.metadata.deletion_timestamp.is_none()
+                || !has_finalizer(&node.metadata)
+                || seen_nodes.contains(node_name(node))
+            {
+                continue;
+            }
+            let claim = claim_of(node, &claims);
+            if let Err(e) = self
+                .terminate(ctx, claim.map(Arc::as_ref), Some(node), &pods)
+                .await
+            {
+                errors.push(e);
+            }
+        }
+        let live: HashSet<String> = pods.iter().map(|p| pod_key(p)).collect();
+        self.backoff.retain(&live);
+        let nodes_left: HashSet<&str> = nodes.iter().map(|n| node_name(n)).collect();
+        self.reported
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|k| {
+                k.split_once('|')
+                    .is_some_and(|(node, pod)| nodes_left.contains(node) && live.contains(pod))
+            });
+        first_error(errors)
+    }
+
+    /// One step of terminating `claim` and/or `node` (at least one is given).
+    async fn terminate<P: CloudProvider>(
+        &self,
+        ctx: &Context<P>,
+        claim: Option<&NodeClaim>,
+        node: Option<&Node>,
+        pods: &[Arc<Pod>],
+    ) -> Result<(), LifecycleError> {
+        let instance = find_instance(ctx, claim, node).await?;
+        let mut node: Option<Node> = node.cloned();
+        if let (Some(_), Some(n)) = (&instance, node.as_mut()) {
+            if let Some(patch) = taint_patch(n, disrupted_taint())? {
+                let api: Api<Node> = Api::all(ctx.client.clone());
+                match api
+                    .patch(
+                        node_name(n),
+                        &PatchParams::default(),
+                        &Patch::Json::<()>(patch),
+                    )
+                    .await
+                {
+                    Ok(updated) => *n = updated,
+                    Err(e) if is_conflict(&e) => return Ok(()),
+                    Err(e) => {
+                        return Err(LifecycleError::api(
+                            &node_ref(n),
+                            "tainting joiner.sh/disrupted",
+                        )(e))
+                    }
+                }
+            }
+            if !self.drain(ctx, n, pods).await? {
+                return Ok(());
+            }
+        }
+
+        if let Some(id) = &instance {
+            let object = claim.map_or_else(
+                || node.as_ref().map(node_ref).unwrap_or_default(),
+                claim_ref,
+            );
+            match observed(&ctx.metrics, "delete", ctx.cloud.delete(id)).await {
+                Ok(()) => tracing::info!(instance_id = %id, %object, "instance terminated"),
+                Err(e) if P::is_not_found(&e) => {}
+                Err(e) => {
+                    return Err(LifecycleError::cloud(
+                        &object,
+                        format!("terminating instance {id}"),
+                        e,
+                    ))
+                }
+            }
+        }
+
+        let claim_deleting = claim.is_some_and(|c| c.metadata.deletion_timestamp.is_some());
+        if let Some(n) = &node {
+            if !release_node(ctx, n, claim_deleting).await? {
+                return Ok(());
+            }
+        }
+        if let Some(c) = claim {
+            if claim_deleting {
+                release_claim(ctx, c).await?;
+            } else {
+                // Only the Node was deleted: its instance is gone, so is the claim.
+                let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+                match api.delete(c.name(), &DeleteParams::default()).await {
+                    Ok(_) => {}
+                    Err(e) if is_not_found(&e) => {}
+                    Err(e) => {
+                        return Err(LifecycleError::api(
+                            &claim_ref(c),
+                            "deleting the claim of a deleted Node",
+                        )(e))
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One drain step on `node`: evicts what may go now. True once no pod that must leave is
+    /// left in the pods store.
+    async fn drain<P: CloudProvider>(
+        &self,
+        ctx: &Context<P>,
+        node: &Node,
+        pods: &[Arc<Pod>],
+    ) -> Result<bool, LifecycleError> {
+        let name = node_name(node);
+        let plan = drain::plan(name, pods);
+        if plan.remaining == 0 {
+            return Ok(true);
+        }
+        for pod in &plan.blocked {
+            self.report_blocked(ctx, node, pod).await;
+        }
+        let now = Instant::now();
+        let mut errors = Vec::new();
+        for pod in plan.evict {
+            let key = pod_key(pod);
+            if !self.backoff.ready(&key, now) {
+                continue;
+            }
+            match evict(&ctx.client, pod).await {
+                Ok(Evicted::Accepted) => {
+                    tracing::info!(pod = %key, node = name, "pod evicted");
+                    self.backoff.forget(&key);
+                }
+                Ok(Evicted::Gone) => self.backoff.forget(&key),
+                Ok(Evicted::Refused) => {
+                    let delay = self.backoff.refused(&key, now);
+                    tracing::info!(pod = %key, node = name, ?delay, "eviction refused by a PodDisruptionBudget; retrying later");
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        first_error(errors).map(|()| false)
+    }
+
+    /// Logs and reports, once per pod and node, that the drain waits for a pod annotated not to
+    /// be disrupted.
+    async fn report_blocked<P: CloudProvider>(&self, ctx: &Context<P>, node: &Node, pod: &Pod) {
+        let key = format!("{}|{}", node_name(node), pod_key(pod));
+        let first = self
+            .reported
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key);
+        if !first {
+            return;
+        }
+        let message = format!(
+            "waiting for pod {} to finish: it is annotated {}/{}",
+            pod_key(pod),
+            labels::DO_NOT_DISRUPT,
+            labels::KARPENTER_DO_NOT_EVICT
+        );
+        tracing::info!(node = node_name(node), pod = %pod_key(pod), "drain blocked by a do-not-disrupt pod");
+        let event = node_event(node, BLOCKED_EVENT_REASON, &message, Timestamp::now());
+        let api: Api<Event> = Api::namespaced(ctx.client.clone(), "default");
+        if let Err(e) = api.create(&PostParams::default(), &event).await {
+            tracing::warn!(node = node_name(node), error = %e, "could not publish the drain-blocked event");
+        }
+    }
+}
+
+/// The instance of `claim` / `node`, if the cloud still has it.
+async fn find_instance<P: CloudProvider>(
+    ctx: &Context<P>,
+    claim: Option<&NodeClaim>,
+    node: Option<&Node>,
+) -> Result<Option<String>, LifecycleError> {
+    let claim_name = claim
+        .map(|c| c.name())
+        .or_else(|| node.and_then(node_claim_label));
+    if let Some(claim_name) = claim_name {
+        let object = format!("NodeClaim {claim_name:?}");
+        return observed(&ctx.metrics, "get", ctx.cloud.get(claim_name))
+            .await
+            .map(|found| found.map(|n| n.instance_id))
+            .map_err(|e| LifecycleError::cloud(&object, "looking up its instance".into(), e));
+    }
+    let Some(node) = node else { return Ok(None) };
+    let Some(provider_id) = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .filter(|p| !p.is_empty())
+    else {
+        return Ok(None);
+    };
+    let all = observed(&ctx.metrics, "list", ctx.cloud.list())
+        .await
+        .map_err(|e| {
+            LifecycleError::cloud(&node_ref(node), "listing the cluster's instances".into(), e)
+        })?;
+    Ok(all
+        .into_iter()
+        .find(|n| n.provider_id == provider_id)
+        .map(|n| n.instance_id))
+}
+
+/// Removes joiner's finalizer from `node` (resourceVersion-guarded JSON patch) and, when `delete`
+/// and the Node is not being deleted yet, deletes it. False on a conflict (retry next pass).
+async fn release_node<P: CloudProvider>(
+    ctx: &Context<P>,
+    node: &Node,
+    delete: bool,
+) -> Result<bool, LifecycleError> {
+    let api: Api<Node> = Api::all(ctx.client.clone());
+    let name = node_name(node);
+    if has_finalizer(&node.metadata) {
+        let rv = node.metadata.resource_version.clone().unwrap_or_default();
+        let ops = json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+            {"op": "add", "path": "/metadata/finalizers", "value": finalizers_without_ours(&node.metadata)},
+        ]);
+        let patch: json_patch::Patch =
+            serde_json::from_value(ops).map_err(|e| LifecycleError::Invalid {
+                object: node_ref(node),
+                field: "metadata.finalizers",
+                reason: format!("building the JSON patch: {e}"),
+            })?;
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Json::<()>(patch))
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if is_conflict(&e) => return Ok(false),
+            Err(e) if is_not_found(&e) => return Ok(true),
+            Err(e) => {
+                return Err(LifecycleError::api(
+                    &node_ref(node),
+                    "removing the termination finalizer",
+                )(e))
+            }
+        }
+    }
+    if delete && node.metadata.deletion_timestamp.is_none() {
+        match api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(LifecycleError::api(&node_ref(node), "deleting")(e)),
+        }
+    }
+    Ok(true)
+}
+
+/// Removes joiner's finalizer from `claim` (merge patch of metadata.finalizers keeping other
+/// owners' entries, guarded by resourceVersion) and counts it terminated.
+async fn release_claim<P: CloudProvider>(
+    ctx: &Context<P>,
+    claim: &NodeClaim,
+) -> Result<(), LifecycleError> {
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let body = json!({"metadata": {
+        "finalizers": finalizers_without_ours(&claim.metadata),
+        "resourceVersion": claim.metadata.resource_version,
+    }});
+    match api
+        .patch(claim.name(), &PatchParams::default(), &Patch::Merge(body))
+        .await
+    {
+        Ok(_) => {}
+        Err(e) if is_conflict(&e) || is_not_found(&e) => return Ok(()),
+        Err(e) => {
+            return Err(LifecycleError::api(
+                &claim_ref(claim),
+                "removing the termination finalizer",
+            )(e))
+        }
+    }
+    tracing::info!(claim = claim.name(), "NodeClaim terminated");
+    ctx.metrics
+        .claims_terminated
+        .get_or_create(&ReasonLabels {
+            provisioner: claim.spec.provisioner_name.clone(),
+            reason: "deleted".to_string(),
+        })
+        .inc();
+    Ok(())
+}
+
+/// A core/v1 Event on `node` (cluster-scoped objects' Events live in `default`).
+pub fn node_event(node: &Node, reason: &str, message: &str, now: Timestamp) -> Event {
+    let name = node_name(node).to_string();
+    Event {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{name}.")),
+            namespace: Some("default".into()),
+            ..ObjectMeta::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(name),
+            uid: node.metadata.uid.clone(),
+            ..ObjectReference::default()
+        },
+        reason: Some(reason.into()),
+        message: Some(message.into()),
+        type_: Some("Warning".into()),
+        source: Some(EventSource {
+            component: Some(COMPONENT.into()),
+            host: None,
+        }),
+        reporting_component: Some(COMPONENT.into()),
+        first_timestamp: Some(Time(now)),
+        last_timestamp: Some(Time(now)),
+        count: Some(1),
+        ..Event::default()
+    }
+}
