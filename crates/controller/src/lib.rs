@@ -9,9 +9,15 @@
 pub mod context;
 pub mod crypto;
 pub mod events;
+pub mod http;
+pub mod instrumented;
+pub mod leader;
+pub mod logging;
 pub mod metrics;
+pub mod runtime;
 pub mod settings;
 pub mod state;
+pub mod watch;
 
 pub use context::Context;
 pub use metrics::Metrics;
