@@ -334,14 +334,16 @@ fn expired(spec: &LeaseSpec, now: Timestamp) -> bool {
     }
 }
 
-/// How long leader-only tasks get to finish after their token is cancelled.
-const STOP_GRACE: Duration = Duration::from_secs(5);
+/// How long leader-only tasks get to finish after their token is cancelled before they are
+/// aborted: with the default timing a leader steps down 7 s after its last renewal, so they
+/// are gone by 9 s, before the Lease expires for the others at 10 s.
+const STOP_GRACE: Duration = Duration::from_secs(2);
 
 /// Runs the election until `stop` is cancelled or the leadership is lost.
 ///
 /// While this replica is leader the futures of `lead` (called once per term with a child
-/// token of `stop`) run on a spawned task; stepping down cancels that token and waits up to
-/// 5 s for them. `heartbeat(is_leader)` is called on every loop turn (for /healthz and
+/// token of `stop`) run on a spawned task; stepping down cancels that token, waits up to
+/// 2 s for them, then aborts them. `heartbeat(is_leader)` is called on every loop turn (for /healthz and
 /// metrics). Returns `Ok(())` after a graceful stop (the Lease released),
 /// [`LeaderError::Lost`] when the leadership was lost.
 pub async fn run_elected<F, H>(
@@ -383,20 +385,30 @@ where
             _ = stop.cancelled() => break false,
             _ = tokio::time::sleep(config.renew_interval) => {}
         }
-        match elector.try_acquire_or_renew().await {
-            Ok(true) => last_renew = tokio::time::Instant::now(),
-            Ok(false) => break true,
-            Err(e) => {
-                tracing::warn!(error = %e, "renewing the Lease failed");
-                if last_renew.elapsed() >= config.renew_deadline {
-                    break true;
-                }
+        // The attempt must end by the deadline: a renewal still pending when the Lease
+        // expires for the others would let two leaders act at once.
+        let remaining = config.renew_deadline.saturating_sub(last_renew.elapsed());
+        if remaining.is_zero() {
+            break true;
+        }
+        match tokio::time::timeout(remaining, elector.try_acquire_or_renew()).await {
+            Ok(Ok(true)) => last_renew = tokio::time::Instant::now(),
+            Ok(Ok(false)) => break true,
+            Ok(Err(e)) => tracing::warn!(error = %e, "renewing the Lease failed"),
+            Err(_) => {
+                tracing::warn!("renewing the Lease did not finish before the renew deadline");
+                break true;
             }
+        }
+        if last_renew.elapsed() >= config.renew_deadline {
+            break true;
         }
     };
     term.cancel();
+    let abort = running.abort_handle();
     if tokio::time::timeout(STOP_GRACE, running).await.is_err() {
-        tracing::warn!("leader-only tasks did not stop within {STOP_GRACE:?}");
+        tracing::warn!("leader-only tasks did not stop within {STOP_GRACE:?}; aborting them");
+        abort.abort();
     }
     if lost {
         tracing::error!(lease = %config.path(), identity = %config.identity, "lost the leadership");

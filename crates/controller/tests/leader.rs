@@ -371,3 +371,48 @@ async fn a_leader_that_finds_another_holder_stops_its_tasks_and_reports_the_loss
         "a lost lease is not released"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_leader_that_cannot_renew_steps_down_before_its_lease_expires() {
+    let (mut handler, _stored) = lease_server(None, 0);
+    let failing = Arc::new(AtomicBool::new(false));
+    let f = failing.clone();
+    let (client, _api) = mock_api(move |r: &Recorded| {
+        if f.load(Ordering::SeqCst) {
+            Reply::error(500, "InternalError", "etcd unavailable")
+        } else {
+            handler(r)
+        }
+    });
+    let (clock, _) = clock();
+    let started = Arc::new(AtomicUsize::new(0));
+    let stopped = Arc::new(AtomicBool::new(false));
+    let run = tokio::spawn(run_elected(
+        elector(&client, "joiner-a_1", &clock),
+        CancellationToken::new(),
+        recording_task(started.clone(), stopped.clone()),
+        |_| {},
+    ));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(started.load(Ordering::SeqCst), 1);
+    // The API fails from here on; the last successful renewal was the acquisition at ~0 s.
+    failing.store(true, Ordering::SeqCst);
+    let began = tokio::time::Instant::now();
+    let result = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("ends")
+        .expect("joins");
+    let after = began.elapsed();
+    assert!(
+        matches!(result, Err(LeaderError::Lost { .. })),
+        "{result:?}"
+    );
+    assert!(
+        stopped.load(Ordering::SeqCst),
+        "the tasks were told to stop"
+    );
+    assert!(
+        after >= Duration::from_secs(6) && after < Duration::from_secs(10),
+        "stepped down after {after:?}: must be before the 10 s lease expires"
+    );
+}
