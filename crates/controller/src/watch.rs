@@ -113,9 +113,14 @@ where
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
     let kind = K::kind(&K::DynamicType::default()).to_string();
-    let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .modify(strip);
+    // resourceVersion=0 lists are served from the API server's watch cache instead of etcd,
+    // as client-go informers do; a replica's initial list of every pod is the heaviest call
+    // it makes. kube sends resourceVersion=0 only on unpaginated lists, hence no page size.
+    let config = watcher::Config {
+        page_size: None,
+        ..watcher::Config::default().any_semantic()
+    };
+    let stream = watcher(api, config).default_backoff().modify(strip);
     reflector::reflector(writer, stream)
         .for_each(move |event| {
             if let Err(e) = event {

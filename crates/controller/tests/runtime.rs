@@ -289,6 +289,18 @@ async fn a_replica_syncs_leads_runs_its_tasks_and_releases_the_lease_on_stop() {
         );
     }
 
+    // Initial lists are served from the API server's watch cache.
+    let pod_list = api
+        .requests()
+        .into_iter()
+        .find(|r| r.path == "/api/v1/pods" && !r.query.contains("watch=true"))
+        .expect("pods listed");
+    assert!(
+        pod_list.query.contains("resourceVersion=0"),
+        "{}",
+        pod_list.query
+    );
+
     stop.cancel();
     let result = tokio::time::timeout(Duration::from_secs(15), run)
         .await
@@ -308,4 +320,55 @@ async fn a_replica_syncs_leads_runs_its_tasks_and_releases_the_lease_on_stop() {
         0,
         "the servers stopped"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_client_rate_limit_allows_the_burst_then_the_sustained_rate() {
+    use joiner_controller::runtime::RateLimitLayer;
+    use tower_layer::Layer;
+
+    let (service, mut handle) = tower_test::mock::pair::<
+        http::Request<kube::client::Body>,
+        http::Response<kube::client::Body>,
+    >();
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let log = served.clone();
+    tokio::spawn(async move {
+        while let Some((request, send)) = handle.next_request().await {
+            log.lock().expect("log").push((
+                tokio::time::Instant::now(),
+                request.uri().path().to_string(),
+            ));
+            let body = serde_json::to_vec(&crd("provisioners.joiner.sh")).expect("serializes");
+            send.send_response(
+                http::Response::builder()
+                    .status(200)
+                    .header("content-type", "application/json")
+                    .body(kube::client::Body::from(body))
+                    .expect("builds"),
+            );
+        }
+    });
+    // 2 requests at once, then 1 per second.
+    let client = kube::Client::new(RateLimitLayer::new(1.0, 2).layer(service), "default");
+    let start = tokio::time::Instant::now();
+    for _ in 0..2 {
+        check_crds(&client).await.expect("answers");
+    }
+    let times: Vec<Duration> = served
+        .lock()
+        .expect("log")
+        .iter()
+        .map(|(t, _)| t.duration_since(start))
+        .collect();
+    assert_eq!(times.len(), 6, "three CRDs, twice");
+    assert!(times[0] < Duration::from_millis(10) && times[1] < Duration::from_millis(10));
+    // Each later request waited for its token: one per second.
+    for (i, t) in times.iter().enumerate().skip(2) {
+        let due = Duration::from_secs(i as u64 - 1);
+        assert!(
+            *t >= due && *t < due + Duration::from_millis(100),
+            "request {i} at {t:?}, due at {due:?}: {times:?}"
+        );
+    }
 }
