@@ -13,6 +13,7 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper_util::rt::TokioIo;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::time::Instant;
@@ -31,6 +32,9 @@ pub struct Health {
     leader: AtomicBool,
     heartbeat: Mutex<Option<Instant>>,
     stall_limit: Duration,
+    /// `joiner_leader`: 1 on the replica that holds the Lease, so a dashboard shows which
+    /// pod acts (and an alert can fire when none or two do).
+    leader_gauge: Gauge,
 }
 
 impl Health {
@@ -41,7 +45,19 @@ impl Health {
             leader: AtomicBool::new(false),
             heartbeat: Mutex::new(None),
             stall_limit,
+            leader_gauge: Gauge::default(),
         }
+    }
+
+    /// The default probes with their `joiner_leader` gauge registered in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let health = Health::default();
+        registry.register(
+            "joiner_leader",
+            "1 while this replica holds the leader-election Lease",
+            health.leader_gauge.clone(),
+        );
+        health
     }
 
     /// Records that every store has synced.
@@ -52,6 +68,7 @@ impl Health {
     /// Records a turn of the election loop, and whether this replica leads.
     pub fn beat(&self, is_leader: bool) {
         self.leader.store(is_leader, Ordering::SeqCst);
+        self.leader_gauge.set(i64::from(is_leader));
         *self.heartbeat.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
     }
 

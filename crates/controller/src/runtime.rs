@@ -478,6 +478,7 @@ pub async fn run(options: RuntimeOptions, tasks: LeaderTasks<Cloud>) -> Result<(
     let provider = AwsCloudProvider::new(clients, config, catalog, unavailable);
     let cloud = Arc::new(Instrumented::new(Arc::new(provider), metrics.clone()));
 
+    let health = Arc::new(Health::register(&mut registry));
     let reflectors = watch::reflectors(&client);
     let ctx = Arc::new(Context {
         client,
@@ -490,7 +491,7 @@ pub async fn run(options: RuntimeOptions, tasks: LeaderTasks<Cloud>) -> Result<(
         ctx,
         drivers: reflectors.drivers,
         registry: Arc::new(registry),
-        health: Arc::new(Health::default()),
+        health,
         metrics: listen("metrics", options.metrics_port).await?,
         probes: listen("health", options.health_port).await?,
         lease: LeaseConfig::new(

@@ -46,6 +46,8 @@ async fn start(endpoint: Endpoint, stop: &CancellationToken) -> std::net::Socket
 async fn metrics_are_served_in_the_openmetrics_text_format() {
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
+    let health = Health::register(&mut registry);
+    health.beat(true);
     metrics.pods_pending.set(7);
     metrics.reconcile_failed("provisioning");
     let stop = CancellationToken::new();
@@ -59,14 +61,17 @@ async fn metrics_are_served_in_the_openmetrics_text_format() {
         "{body}"
     );
     assert!(body.trim_end().ends_with("# EOF"), "{body}");
+    assert!(body.contains("joiner_leader 1"), "{body}");
 
     let (status, _) = get(addr, "/healthz").await;
     assert_eq!(status, 404, "probes are on the other port");
 
     // The value is read at each scrape.
     metrics.pods_pending.set(2);
+    health.beat(false);
     let (_, body) = get(addr, "/metrics").await;
     assert!(body.contains("joiner_pods_pending 2"), "{body}");
+    assert!(body.contains("joiner_leader 0"), "{body}");
 
     stop.cancel();
     tokio::time::sleep(Duration::from_millis(50)).await;

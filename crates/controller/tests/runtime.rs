@@ -224,7 +224,7 @@ async fn a_replica_syncs_leads_runs_its_tasks_and_releases_the_lease_on_stop() {
             }
             .boxed()]
         });
-    let health = Arc::new(Health::default());
+    let health = Arc::new(Health::register(&mut registry));
     let parts = Parts {
         ctx,
         drivers: reflectors.drivers,
@@ -266,6 +266,7 @@ async fn a_replica_syncs_leads_runs_its_tasks_and_releases_the_lease_on_stop() {
         body.contains(r#"joiner_cloudprovider_duration_seconds_count{method="list"} 1"#),
         "{body}"
     );
+    assert!(body.contains("joiner_leader 1"), "{body}");
 
     // Every kind was listed before the lease was asked for.
     let calls = api.calls();
