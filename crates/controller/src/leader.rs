@@ -443,7 +443,7 @@ mod tests {
     }
 
     #[test]
-    fn identities_differ_per_process_start() {
+    fn identities_differ_from_one_call_to_the_next() {
         let a = identity();
         let b = identity();
         assert_ne!(a, b);
