@@ -2,9 +2,11 @@
 //!
 //! `joiner plan` answers "what would joiner launch for this cluster, and why" from plain
 //! manifests and the embedded catalog, with no AWS credentials and no cluster; `joiner bench`
-//! measures the simulation on synthetic workloads; `joiner crds` prints the CRDs.
+//! measures the simulation on synthetic workloads; `joiner crds` prints the CRDs; `joiner
+//! controller` runs in the cluster.
 
 mod bench;
+mod controller;
 mod crds;
 mod error;
 mod manifest;
@@ -27,6 +29,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Runs the controller in the cluster: watches pods, launches and removes nodes.
+    Controller(Box<controller::ControllerArgs>),
     /// Plans the nodes joiner would launch for the pending pods in some manifests.
     Plan(PlanArgs),
     /// Times the scheduling simulation on synthetic workloads against the embedded catalog.
@@ -83,6 +87,7 @@ pub enum Format {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Controller(args) => return controller::run(&args),
         Command::Plan(args) => plan::run(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Crds(args) => crds::run(&args),

@@ -1,0 +1,203 @@
+//! `joiner controller`: the in-cluster add-on. Flags (each also read from the environment, as
+//! the Helm chart sets them) become `joiner_controller::runtime::RuntimeOptions`; the
+//! leader-only reconcilers are plugged in by [`leader_tasks`].
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::ValueEnum;
+use joiner_controller::logging::{self, LogFormat};
+use joiner_controller::runtime::{self, Cloud, LeaderTasks, RuntimeOptions};
+use joiner_controller::Settings;
+
+/// Arguments of `joiner controller`.
+#[derive(clap::Args, Debug)]
+pub struct ControllerArgs {
+    /// EKS cluster name: tags instances `kubernetes.io/cluster/<name>` and names the cluster
+    /// in node bootstrap.
+    #[arg(long, env = "CLUSTER_NAME")]
+    pub cluster_name: String,
+    /// API server URL nodes join with (the EKS endpoint). Required: the in-cluster service IP
+    /// is not reachable from a node that is still booting.
+    #[arg(long, env = "CLUSTER_ENDPOINT")]
+    pub cluster_endpoint: String,
+    /// Base64 cluster CA bundle for nodes. Default: the service-account CA the controller's
+    /// pod mounts (the same cluster CA).
+    #[arg(long, env = "CLUSTER_CA_BUNDLE")]
+    pub cluster_ca_bundle: Option<String>,
+    /// The cluster's service CIDR (AL2023 nodes need it).
+    #[arg(long, env = "SERVICE_CIDR")]
+    pub service_cidr: Option<String>,
+    /// AWS region. Default: the SDK's chain (profile, IMDS).
+    #[arg(long, env = "AWS_REGION")]
+    pub region: Option<String>,
+    /// SQS queue of interruption events. Accepted and stored; the consumer comes in a later
+    /// release, so interruptions are not acted on yet.
+    #[arg(long, env = "INTERRUPTION_QUEUE")]
+    pub interruption_queue: Option<String>,
+    /// A batch of pending pods closes this long after the last new pod (`1s`, `500ms`).
+    #[arg(long, env = "BATCH_IDLE_DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub batch_idle_duration: Duration,
+    /// A batch closes at the latest this long after it opened.
+    #[arg(long, env = "BATCH_MAX_DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub batch_max_duration: Duration,
+    /// Log filter in EnvFilter syntax (`info`, `joiner_controller=debug,kube=warn`).
+    #[arg(long, env = "LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+    /// Log line format.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormatArg::Json)]
+    pub log_format: LogFormatArg,
+    /// Port of /metrics.
+    #[arg(long, env = "METRICS_PORT", default_value_t = 8080)]
+    pub metrics_port: u16,
+    /// Port of /healthz and /readyz.
+    #[arg(long, env = "HEALTH_PROBE_PORT", default_value_t = 8081)]
+    pub health_port: u16,
+    /// Namespace of the leader-election Lease. Default: the pod's namespace (POD_NAMESPACE),
+    /// else kube-system.
+    #[arg(long, env = "LEADER_ELECTION_NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+    /// Name of the leader-election Lease.
+    #[arg(
+        long,
+        env = "LEADER_ELECTION_NAME",
+        default_value = "joiner-leader-election"
+    )]
+    pub leader_election_name: String,
+    /// Sustained Kubernetes API requests per second.
+    #[arg(long, env = "KUBE_CLIENT_QPS", default_value_t = 200.0)]
+    pub kube_client_qps: f64,
+    /// Kubernetes API requests allowed at once above the sustained rate.
+    #[arg(long, env = "KUBE_CLIENT_BURST", default_value_t = 300)]
+    pub kube_client_burst: u32,
+    /// Kubernetes minor version for the default AMIs (`1.31`). Default: the API server's.
+    #[arg(long, env = "KUBERNETES_VERSION")]
+    pub kubernetes_version: Option<String>,
+    /// SSM prefix of the AMI parameters.
+    #[arg(long, env = "SSM_PREFIX", default_value = "/aws/service")]
+    pub ssm_prefix: String,
+    /// Instance profile of nodes whose NodeTemplate names none.
+    #[arg(long, env = "DEFAULT_INSTANCE_PROFILE")]
+    pub default_instance_profile: Option<String>,
+}
+
+/// `--log-format` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormatArg {
+    /// One JSON object per line.
+    Json,
+    /// Human-readable lines.
+    Text,
+}
+
+/// Parses `1s`, `500ms`, `10s`, `2m`, `1h`, `1.5s`: a non-negative number and a unit.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .ok_or_else(|| format!("`{s}` has no unit (use ms, s, m or h, e.g. `1s`)"))?;
+    let (number, unit) = s.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("`{s}` does not start with a number"))?;
+    let seconds = match unit {
+        "ms" => value / 1000.0,
+        "s" => value,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => return Err(format!("`{s}`: unknown unit `{unit}` (use ms, s, m or h)")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("`{s}`: {e}"))
+}
+
+impl ControllerArgs {
+    /// The runtime's options.
+    pub fn options(&self) -> RuntimeOptions {
+        let mut settings = Settings::new(&self.cluster_name);
+        settings.batch_idle = self.batch_idle_duration;
+        settings.batch_max = self.batch_max_duration;
+        let namespace = self
+            .leader_election_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "kube-system".to_string());
+        RuntimeOptions {
+            settings,
+            cluster_endpoint: self.cluster_endpoint.clone(),
+            cluster_ca_bundle: self.cluster_ca_bundle.clone(),
+            service_cidr: self.service_cidr.clone(),
+            region: self.region.clone(),
+            interruption_queue: self.interruption_queue.clone(),
+            metrics_port: self.metrics_port,
+            health_port: self.health_port,
+            leader_election_namespace: namespace,
+            leader_election_name: self.leader_election_name.clone(),
+            kube_client_qps: self.kube_client_qps,
+            kube_client_burst: self.kube_client_burst,
+            kubernetes_version: self.kubernetes_version.clone(),
+            ssm_prefix: self.ssm_prefix.clone(),
+            default_instance_profile: self.default_instance_profile.clone(),
+        }
+    }
+}
+
+/// The reconcilers that run only on the leader. Each entry is a future built from the shared
+/// context and the term's stop token.
+pub fn leader_tasks() -> LeaderTasks<Cloud> {
+    Arc::new(|_ctx, _term| {
+        // The provisioning, lifecycle and status reconcilers are added here:
+        // `provisioning::run(ctx.clone(), term.clone()).boxed()`, ...
+        Vec::new()
+    })
+}
+
+/// Runs the controller until SIGTERM/SIGINT: exit 0 after a clean stop, 1 on a fatal error
+/// (missing CRDs, no API access, lost leadership: the pod restarts), 2 on a bad log filter.
+pub fn run(args: &ControllerArgs) -> ExitCode {
+    let format = match args.log_format {
+        LogFormatArg::Json => LogFormat::Json,
+        LogFormatArg::Text => LogFormat::Text,
+    };
+    if let Err(e) = logging::init(&args.log_level, format) {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match rt.block_on(runtime::run(args.options(), leader_tasks())) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "controller stopped");
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_their_units() {
+        assert_eq!(parse_duration("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("10").is_err_and(|e| e.contains("no unit")));
+        assert!(parse_duration("5d").is_err_and(|e| e.contains("unknown unit `d`")));
+        assert!(parse_duration("s").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+}

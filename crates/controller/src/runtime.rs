@@ -1,0 +1,532 @@
+//! `joiner controller`: assembles the client, the checks, the cloud, the stores, the HTTP
+//! endpoints and leader election, and runs them until SIGTERM or SIGINT.
+//!
+//! Every replica watches (so a new leader starts with synced stores) and serves /metrics,
+//! /healthz and /readyz; only the leader runs the leader-only tasks (the reconcilers), passed
+//! in as [`LeaderTasks`] so the runtime does not depend on which reconcilers exist.
+//!
+//! Order at start: rustls provider, kube client (with a client-side token bucket for the
+//! `--kube-client-qps/--kube-client-burst` flags), a check that joiner's CRDs are installed,
+//! the AWS clients and provider, the reflectors and servers, then — once every store has
+//! synced — the election. A stop signal cancels one token: the leader's tasks stop, the Lease
+//! is released, the servers and watchers end, and [`run`] returns `Ok(())` (exit 0).
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll};
+use std::time::Duration;
+
+use base64::Engine;
+use futures::future::BoxFuture;
+use joiner_apis::{NodeClaim, NodeTemplate, Provisioner};
+use joiner_aws::unavailable::UnavailableOfferings;
+use joiner_aws::userdata::ClusterInfo;
+use joiner_aws::{
+    AwsClients, AwsCloudProvider, AwsError, CatalogOptions, LiveCatalog, ProviderConfig,
+};
+use joiner_core::CloudProvider;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::{Api, Client, CustomResourceExt};
+use prometheus_client::registry::Registry;
+use thiserror::Error;
+use tokio::net::TcpListener;
+use tokio::time::{Instant, Sleep};
+use tokio_util::sync::CancellationToken;
+
+use crate::context::Context;
+use crate::http::{self, Endpoint, Health};
+use crate::instrumented::Instrumented;
+use crate::leader::{self, LeaderElector, LeaderError, LeaseConfig};
+use crate::metrics::Metrics;
+use crate::settings::Settings;
+use crate::watch;
+
+/// The cloud the production controller drives: the AWS provider with its calls measured.
+pub type Cloud = Instrumented<AwsCloudProvider>;
+
+/// The leader-only work: called once per leadership term with the shared context and a token
+/// cancelled when the term ends; each future should return soon after the token is cancelled.
+pub type LeaderTasks<P> =
+    Arc<dyn Fn(Arc<Context<P>>, CancellationToken) -> Vec<BoxFuture<'static, ()>> + Send + Sync>;
+
+/// Where the service-account CA lives in every pod: the cluster CA that signed the API
+/// server's certificate, which nodes need too.
+pub const SERVICE_ACCOUNT_CA: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
+
+/// Everything `joiner controller` is told by flags and environment.
+#[derive(Clone, Debug)]
+pub struct RuntimeOptions {
+    /// Durations and the cluster name.
+    pub settings: Settings,
+    /// API server URL nodes join (the in-cluster service IP is not reachable from a booting
+    /// node, so this is required).
+    pub cluster_endpoint: String,
+    /// Base64 cluster CA for nodes; `None` reads [`SERVICE_ACCOUNT_CA`].
+    pub cluster_ca_bundle: Option<String>,
+    /// Service CIDR (AL2023 nodeadm needs it).
+    pub service_cidr: Option<String>,
+    /// AWS region; `None` uses the SDK's chain (AWS_REGION, profile, IMDS).
+    pub region: Option<String>,
+    /// The SQS interruption queue: accepted and logged; its consumer comes with a later issue.
+    pub interruption_queue: Option<String>,
+    /// Port of /metrics.
+    pub metrics_port: u16,
+    /// Port of /healthz and /readyz.
+    pub health_port: u16,
+    /// Namespace of the leader-election Lease.
+    pub leader_election_namespace: String,
+    /// Name of the Lease.
+    pub leader_election_name: String,
+    /// Sustained API requests per second of the client.
+    pub kube_client_qps: f64,
+    /// Requests the client may send at once above the sustained rate.
+    pub kube_client_burst: u32,
+    /// Kubernetes minor version for AMI lookup; `None` asks the API server.
+    pub kubernetes_version: Option<String>,
+    /// SSM prefix of the AMI parameters.
+    pub ssm_prefix: String,
+    /// Instance profile of NodeTemplates that name none.
+    pub default_instance_profile: Option<String>,
+}
+
+/// Why the controller stopped with an error.
+#[derive(Debug, Error)]
+pub enum RuntimeError {
+    /// No kubeconfig and not in a cluster.
+    #[error("cannot find the Kubernetes API: {0}")]
+    KubeConfig(#[from] kube::config::InferConfigError),
+    /// The client could not be built from the configuration.
+    #[error("cannot build the Kubernetes client: {0}")]
+    Client(#[source] kube::Error),
+    /// Some of joiner's CRDs are not installed.
+    #[error(
+        "joiner's CustomResourceDefinitions are not installed: {} missing. Install them with \
+         `joiner crds | kubectl apply -f -` or `kubectl apply -f charts/joiner/crds/`",
+        missing.join(", ")
+    )]
+    CrdsMissing {
+        /// The missing CRD names.
+        missing: Vec<String>,
+    },
+    /// Reading a CRD failed for another reason than 404 (RBAC, network).
+    #[error("CustomResourceDefinition {crd}: cannot read it: {source}")]
+    CrdCheck {
+        /// The CRD name.
+        crd: String,
+        /// The client's error.
+        #[source]
+        source: kube::Error,
+    },
+    /// `--kubernetes-version` was not given and the API server's version could not be read.
+    #[error("--kubernetes-version not given and GET /version failed: {0}")]
+    ApiVersion(#[source] kube::Error),
+    /// `--cluster-ca-bundle` was not given and the service-account CA is unreadable.
+    #[error("--cluster-ca-bundle not given and {path} cannot be read: {source}")]
+    CaBundle {
+        /// The file tried.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The AWS clients could not be configured.
+    #[error(transparent)]
+    Aws(#[from] AwsError),
+    /// A port could not be bound.
+    #[error("{what} port {addr}: cannot listen: {source}")]
+    Bind {
+        /// `metrics` or `health`.
+        what: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An HTTP server stopped with an error.
+    #[error("{what} server: {source}")]
+    Serve {
+        /// `metrics` or `health`.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The stop signal handlers could not be installed.
+    #[error("cannot install the SIGTERM handler: {0}")]
+    Signal(#[source] std::io::Error),
+    /// Leader election failed or the leadership was lost.
+    #[error(transparent)]
+    Leader(#[from] LeaderError),
+}
+
+/// The names of the three CRDs (`provisioners.joiner.sh`, ...).
+pub fn crd_names() -> [String; 3] {
+    [
+        Provisioner::crd_name().to_string(),
+        NodeTemplate::crd_name().to_string(),
+        NodeClaim::crd_name().to_string(),
+    ]
+}
+
+/// Fails with [`RuntimeError::CrdsMissing`] (saying how to install them) unless every joiner
+/// CRD exists: without them every watch would fail with 404 forever.
+pub async fn check_crds(client: &Client) -> Result<(), RuntimeError> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut missing = Vec::new();
+    for name in crd_names() {
+        match api.get_opt(&name).await {
+            Ok(Some(_)) => {}
+            Ok(None) => missing.push(name),
+            Err(source) => return Err(RuntimeError::CrdCheck { crd: name, source }),
+        }
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(RuntimeError::CrdsMissing { missing })
+    }
+}
+
+/// `major.minor` of the API server (`1.31`), the part of the version AMI parameters use.
+pub async fn server_minor_version(client: &Client) -> Result<String, RuntimeError> {
+    let info = client
+        .apiserver_version()
+        .await
+        .map_err(RuntimeError::ApiVersion)?;
+    // EKS reports minor versions like `31+`.
+    let minor: String = info
+        .minor
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    Ok(format!("{}.{}", info.major, minor))
+}
+
+/// A token bucket: `burst` requests at once, refilled at `qps` per second. Shared by all
+/// clones of the client (kube's `Client` funnels every request through one service).
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    burst: f64,
+    qps: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    /// Takes a token, or says how long until one is available.
+    fn take(&mut self, now: Instant) -> Result<(), Duration> {
+        let refill = now.saturating_duration_since(self.at).as_secs_f64() * self.qps;
+        self.tokens = (self.tokens + refill).min(self.burst);
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64((1.0 - self.tokens) / self.qps))
+        }
+    }
+}
+
+/// The client-side rate limit of `--kube-client-qps` and `--kube-client-burst`, as a tower
+/// layer under kube's client (kube has no QPS setting of its own).
+#[derive(Clone, Debug)]
+pub struct RateLimitLayer {
+    bucket: Arc<Mutex<Bucket>>,
+}
+
+impl RateLimitLayer {
+    /// `qps` sustained (at least 0.1), `burst` at once (at least 1).
+    pub fn new(qps: f64, burst: u32) -> Self {
+        let burst = f64::from(burst.max(1));
+        RateLimitLayer {
+            bucket: Arc::new(Mutex::new(Bucket {
+                tokens: burst,
+                burst,
+                qps: if qps.is_finite() { qps.max(0.1) } else { 0.1 },
+                at: Instant::now(),
+            })),
+        }
+    }
+}
+
+impl<S> tower_layer::Layer<S> for RateLimitLayer {
+    type Service = RateLimited<S>;
+    fn layer(&self, inner: S) -> RateLimited<S> {
+        RateLimited {
+            inner,
+            bucket: self.bucket.clone(),
+            wait: None,
+            token: false,
+        }
+    }
+}
+
+/// The service of [`RateLimitLayer`]: not ready until it holds a token.
+pub struct RateLimited<S> {
+    inner: S,
+    bucket: Arc<Mutex<Bucket>>,
+    wait: Option<Pin<Box<Sleep>>>,
+    token: bool,
+}
+
+impl<S, R> tower_service::Service<R> for RateLimited<S>
+where
+    S: tower_service::Service<R>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), S::Error>> {
+        while !self.token {
+            if let Some(wait) = self.wait.as_mut() {
+                if wait.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                self.wait = None;
+            }
+            let taken = self
+                .bucket
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(Instant::now());
+            match taken {
+                Ok(()) => self.token = true,
+                Err(delay) => self.wait = Some(Box::pin(tokio::time::sleep(delay))),
+            }
+        }
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: R) -> S::Future {
+        self.token = false;
+        self.inner.call(request)
+    }
+}
+
+use std::future::Future as _;
+
+/// The client: in-cluster or kubeconfig (`kube::Config::infer`), rate-limited.
+pub async fn kube_client(qps: f64, burst: u32) -> Result<Client, RuntimeError> {
+    let config = kube::Config::infer().await?;
+    let builder = kube::client::ClientBuilder::try_from(config).map_err(RuntimeError::Client)?;
+    Ok(builder.with_layer(&RateLimitLayer::new(qps, burst)).build())
+}
+
+/// The base64 cluster CA: the flag's, or the service-account CA file encoded.
+fn ca_bundle(given: Option<&str>) -> Result<String, RuntimeError> {
+    if let Some(ca) = given.filter(|c| !c.is_empty()) {
+        return Ok(ca.to_string());
+    }
+    let pem = std::fs::read(SERVICE_ACCOUNT_CA).map_err(|source| RuntimeError::CaBundle {
+        path: SERVICE_ACCOUNT_CA.to_string(),
+        source,
+    })?;
+    Ok(base64::engine::general_purpose::STANDARD.encode(pem))
+}
+
+/// What [`serve_and_lead`] runs: the parts built by [`run`] (or by a test).
+pub struct Parts<P: CloudProvider> {
+    /// The shared context.
+    pub ctx: Arc<Context<P>>,
+    /// The reflector futures of the context's stores.
+    pub drivers: Vec<BoxFuture<'static, ()>>,
+    /// The registry served on /metrics.
+    pub registry: Arc<Registry>,
+    /// The probes' state.
+    pub health: Arc<Health>,
+    /// The /metrics listener.
+    pub metrics: TcpListener,
+    /// The /healthz and /readyz listener.
+    pub probes: TcpListener,
+    /// The Lease.
+    pub lease: LeaseConfig,
+}
+
+/// Runs watchers and servers on this replica, waits for the stores to sync, then runs the
+/// election with `tasks` as the leader-only work, until `stop` is cancelled (then `Ok` after
+/// the Lease is released) or the leadership is lost (then [`LeaderError::Lost`]).
+pub async fn serve_and_lead<P: CloudProvider + 'static>(
+    parts: Parts<P>,
+    tasks: LeaderTasks<P>,
+    stop: CancellationToken,
+) -> Result<(), RuntimeError> {
+    let Parts {
+        ctx,
+        drivers,
+        registry,
+        health,
+        metrics,
+        probes,
+        lease,
+    } = parts;
+    let watchers: Vec<_> = drivers.into_iter().map(tokio::spawn).collect();
+    let servers = stop.child_token();
+    let metrics_server = tokio::spawn(http::serve(
+        metrics,
+        Endpoint::Metrics(registry),
+        servers.clone(),
+    ));
+    let health_server = tokio::spawn(http::serve(
+        probes,
+        Endpoint::Health(health.clone()),
+        servers.clone(),
+    ));
+
+    let outcome = async {
+        tokio::select! {
+            _ = stop.cancelled() => return Ok(()),
+            synced = watch::wait_synced(&ctx.state) => {
+                if synced.is_err() {
+                    // Writers live in the spawned watchers; they only go away when a
+                    // watcher task ended, which the stop token explains.
+                    return Ok(());
+                }
+            }
+        }
+        tracing::info!("every store has synced");
+        health.mark_synced();
+        let elector = LeaderElector::new(ctx.client.clone(), lease);
+        let lead_ctx = ctx.clone();
+        let beat = health.clone();
+        leader::run_elected(
+            elector,
+            stop.clone(),
+            move |term| tasks(lead_ctx.clone(), term),
+            move |is_leader| beat.beat(is_leader),
+        )
+        .await
+        .map_err(RuntimeError::from)
+    }
+    .await;
+
+    servers.cancel();
+    for w in &watchers {
+        w.abort();
+    }
+    for (what, server) in [("metrics", metrics_server), ("health", health_server)] {
+        match server.await {
+            Ok(Err(source)) if outcome.is_ok() => {
+                return Err(RuntimeError::Serve { what, source });
+            }
+            _ => {}
+        }
+    }
+    outcome
+}
+
+/// A token cancelled on SIGTERM or SIGINT.
+pub fn stop_on_signal() -> Result<CancellationToken, RuntimeError> {
+    let stop = CancellationToken::new();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(RuntimeError::Signal)?;
+    let token = stop.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
+        }
+        token.cancel();
+    });
+    Ok(stop)
+}
+
+async fn listen(what: &'static str, port: u16) -> Result<TcpListener, RuntimeError> {
+    let addr = SocketAddr::from(([0, 0, 0, 0], port));
+    http::bind(addr)
+        .await
+        .map_err(|source| RuntimeError::Bind { what, addr, source })
+}
+
+/// `joiner controller`: runs until SIGTERM/SIGINT (`Ok`) or a fatal error.
+pub async fn run(options: RuntimeOptions, tasks: LeaderTasks<Cloud>) -> Result<(), RuntimeError> {
+    crate::crypto::install_default_provider();
+    let stop = stop_on_signal()?;
+    let client = kube_client(options.kube_client_qps, options.kube_client_burst).await?;
+    check_crds(&client).await?;
+    let kubernetes_version = match options.kubernetes_version.clone() {
+        Some(v) => v,
+        None => server_minor_version(&client).await?,
+    };
+    if let Some(queue) = &options.interruption_queue {
+        tracing::info!(%queue, "interruption queue noted; its consumer is not part of this release");
+    }
+    let config = ProviderConfig {
+        cluster: ClusterInfo {
+            name: options.settings.cluster_name.clone(),
+            endpoint: options.cluster_endpoint.clone(),
+            ca_bundle: ca_bundle(options.cluster_ca_bundle.as_deref())?,
+            service_cidr: options.service_cidr.clone(),
+            dns_ip: None,
+        },
+        kubernetes_version,
+        ssm_prefix: options.ssm_prefix.clone(),
+        default_instance_profile: options.default_instance_profile.clone(),
+    };
+    let clients = AwsClients::from_env(options.region.as_deref()).await?;
+
+    let mut registry = Registry::default();
+    let metrics = Arc::new(Metrics::register(&mut registry));
+    let catalog = Arc::new(LiveCatalog::new(
+        &clients,
+        CatalogOptions::default(),
+        &mut registry,
+    ));
+    let unavailable = Arc::new(UnavailableOfferings::default());
+    let provider = AwsCloudProvider::new(clients, config, catalog, unavailable);
+    let cloud = Arc::new(Instrumented::new(Arc::new(provider), metrics.clone()));
+
+    let health = Arc::new(Health::register(&mut registry));
+    let reflectors = watch::reflectors(&client);
+    let ctx = Arc::new(Context {
+        client,
+        state: reflectors.state,
+        cloud,
+        metrics,
+        settings: options.settings.clone(),
+    });
+    let parts = Parts {
+        ctx,
+        drivers: reflectors.drivers,
+        registry: Arc::new(registry),
+        health,
+        metrics: listen("metrics", options.metrics_port).await?,
+        probes: listen("health", options.health_port).await?,
+        lease: LeaseConfig::new(
+            options.leader_election_namespace.clone(),
+            options.leader_election_name.clone(),
+            leader::identity(),
+        ),
+    };
+    serve_and_lead(parts, tasks, stop).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_bucket_allows_a_burst_then_the_sustained_rate() {
+        let start = Instant::now();
+        let mut b = Bucket {
+            tokens: 3.0,
+            burst: 3.0,
+            qps: 2.0,
+            at: start,
+        };
+        for _ in 0..3 {
+            assert_eq!(b.take(start), Ok(()));
+        }
+        let wait = b.take(start).err();
+        assert_eq!(wait, Some(Duration::from_millis(500)));
+        assert_eq!(b.take(start + Duration::from_millis(500)), Ok(()));
+        // A long pause refills to the burst, not beyond.
+        let later = start + Duration::from_secs(60);
+        for _ in 0..3 {
+            assert_eq!(b.take(later), Ok(()));
+        }
+        assert!(b.take(later).is_err());
+    }
+}

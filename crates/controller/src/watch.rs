@@ -1,0 +1,216 @@
+//! The reflectors that fill [`ClusterState`]: one watcher per kind, each object stripped of the
+//! fields no decision reads before it enters its store.
+//!
+//! A cluster's pods dominate the controller's memory, and most of a pod object is container
+//! detail (environment, mounts, probes, commands) and status the scheduler side never looks
+//! at. The strip functions keep exactly what `joiner_apis::convert` and the reconcilers read
+//! (names, labels, annotations other than kubectl's last-applied copy, owner references,
+//! deletion timestamps, finalizers, requests and limits, host ports, affinity, tolerations,
+//! topology spread, priority, node name, conditions and phase) and drop the rest.
+//!
+//! Because store objects are incomplete, never `PUT` one back to the API server: change
+//! objects with patches.
+
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
+use joiner_apis::{NodeClaim, NodeTemplate, Provisioner};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::ObjectMeta;
+use kube::runtime::reflector::{self, store::Writer};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use std::fmt::Debug;
+
+use crate::state::ClusterState;
+
+/// The annotation `kubectl apply` writes: a full copy of the object, often the largest field.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// The cluster state and the futures that keep it current. The runtime drives every future
+/// for the life of the process (on every replica, leader or not, so a new leader starts warm).
+pub struct Reflectors {
+    /// Read handles on the stores.
+    pub state: ClusterState,
+    /// One future per watcher; each runs until the process stops (watch errors are retried
+    /// with the watcher's default backoff and logged).
+    pub drivers: Vec<BoxFuture<'static, ()>>,
+}
+
+/// Starts nothing yet: builds the stores and the watcher futures for Pods, Nodes, DaemonSets,
+/// PodDisruptionBudgets, Provisioners, NodeTemplates and NodeClaims on `client`.
+pub fn reflectors(client: &Client) -> Reflectors {
+    let (pods, pods_w) = reflector::store();
+    let (nodes, nodes_w) = reflector::store();
+    let (daemonsets, daemonsets_w) = reflector::store();
+    let (pdbs, pdbs_w) = reflector::store();
+    let (provisioners, provisioners_w) = reflector::store();
+    let (node_templates, node_templates_w) = reflector::store();
+    let (node_claims, node_claims_w) = reflector::store();
+    let drivers = vec![
+        drive(Api::<Pod>::all(client.clone()), pods_w, strip_pod),
+        drive(Api::<Node>::all(client.clone()), nodes_w, strip_node),
+        drive(
+            Api::<DaemonSet>::all(client.clone()),
+            daemonsets_w,
+            strip_daemon_set,
+        ),
+        drive(
+            Api::<PodDisruptionBudget>::all(client.clone()),
+            pdbs_w,
+            strip_meta,
+        ),
+        drive(
+            Api::<Provisioner>::all(client.clone()),
+            provisioners_w,
+            strip_meta,
+        ),
+        drive(
+            Api::<NodeTemplate>::all(client.clone()),
+            node_templates_w,
+            strip_meta,
+        ),
+        drive(
+            Api::<NodeClaim>::all(client.clone()),
+            node_claims_w,
+            strip_meta,
+        ),
+    ];
+    Reflectors {
+        state: ClusterState {
+            pods,
+            nodes,
+            daemonsets,
+            provisioners,
+            node_templates,
+            node_claims,
+            pdbs,
+        },
+        drivers,
+    }
+}
+
+/// Resolves once every store has finished its initial list: before that a snapshot would
+/// miss nodes and pods, and a plan made on it would buy capacity that exists. Fails only if a
+/// store's writer is gone (its driver was dropped).
+pub async fn wait_synced(state: &ClusterState) -> Result<(), reflector::store::WriterDropped> {
+    state.pods.wait_until_ready().await?;
+    state.nodes.wait_until_ready().await?;
+    state.daemonsets.wait_until_ready().await?;
+    state.pdbs.wait_until_ready().await?;
+    state.provisioners.wait_until_ready().await?;
+    state.node_templates.wait_until_ready().await?;
+    state.node_claims.wait_until_ready().await?;
+    Ok(())
+}
+
+/// A watcher on `api` whose objects pass through `strip` into `writer`.
+fn drive<K>(api: Api<K>, writer: Writer<K>, strip: fn(&mut K)) -> BoxFuture<'static, ()>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let kind = K::kind(&K::DynamicType::default()).to_string();
+    // resourceVersion=0 lists are served from the API server's watch cache instead of etcd,
+    // as client-go informers do; a replica's initial list of every pod is the heaviest call
+    // it makes. kube sends resourceVersion=0 only on unpaginated lists, hence no page size.
+    let config = watcher::Config {
+        page_size: None,
+        ..watcher::Config::default().any_semantic()
+    };
+    let stream = watcher(api, config).default_backoff().modify(strip);
+    reflector::reflector(writer, stream)
+        .for_each(move |event| {
+            if let Err(e) = event {
+                tracing::warn!(kind = %kind, error = %e, "watch failed; retrying");
+            }
+            futures::future::ready(())
+        })
+        .boxed()
+}
+
+/// Drops managedFields and the last-applied annotation: kept by the API server for its own
+/// bookkeeping, read by no decision.
+pub fn strip_metadata(meta: &mut ObjectMeta) {
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+        if annotations.is_empty() {
+            meta.annotations = None;
+        }
+    }
+}
+
+fn strip_meta<K: Resource>(obj: &mut K) {
+    strip_metadata(obj.meta_mut());
+}
+
+/// Keeps of a container what sizing and host-port checks read: name, resources, ports,
+/// and the restart policy that marks a sidecar.
+fn strip_container(c: &mut Container) {
+    let kept = Container {
+        name: std::mem::take(&mut c.name),
+        resources: c.resources.take(),
+        ports: c.ports.take(),
+        restart_policy: c.restart_policy.take(),
+        ..Container::default()
+    };
+    *c = kept;
+}
+
+/// Drops from a pod spec what scheduling never reads: volumes and container details.
+fn strip_pod_spec(spec: &mut PodSpec) {
+    spec.containers.iter_mut().for_each(strip_container);
+    if let Some(init) = spec.init_containers.as_mut() {
+        init.iter_mut().for_each(strip_container);
+    }
+    spec.ephemeral_containers = None;
+    spec.volumes = None;
+    spec.image_pull_secrets = None;
+    spec.readiness_gates = None;
+    spec.dns_config = None;
+    spec.host_aliases = None;
+    spec.security_context = None;
+}
+
+/// A pod as the stores keep it: metadata without managedFields, the stripped spec, and of
+/// the status only phase, conditions, nominated node, QoS class and start time.
+pub fn strip_pod(pod: &mut Pod) {
+    strip_metadata(&mut pod.metadata);
+    if let Some(spec) = pod.spec.as_mut() {
+        strip_pod_spec(spec);
+    }
+    if let Some(status) = pod.status.as_mut() {
+        status.container_statuses = None;
+        status.init_container_statuses = None;
+        status.ephemeral_container_statuses = None;
+        status.resource_claim_statuses = None;
+        status.message = None;
+        status.host_ips = None;
+        status.pod_ips = None;
+    }
+}
+
+/// A node without its image list and volume bookkeeping (status.images alone can be tens of
+/// kilobytes per node).
+pub fn strip_node(node: &mut Node) {
+    strip_metadata(&mut node.metadata);
+    if let Some(status) = node.status.as_mut() {
+        status.images = None;
+        status.volumes_attached = None;
+        status.volumes_in_use = None;
+    }
+}
+
+/// A DaemonSet with its pod template stripped like a pod's spec.
+pub fn strip_daemon_set(ds: &mut DaemonSet) {
+    strip_metadata(&mut ds.metadata);
+    if let Some(spec) = ds.spec.template.spec.as_mut() {
+        strip_pod_spec(spec);
+    }
+    if let Some(meta) = ds.spec.template.metadata.as_mut() {
+        strip_metadata(meta);
+    }
+}
