@@ -12,6 +12,7 @@ pub mod events;
 pub mod metrics;
 pub mod settings;
 pub mod state;
+pub mod status;
 
 pub use context::Context;
 pub use metrics::Metrics;
