@@ -13,7 +13,7 @@ use joiner_apis::condition::{self, Condition};
 use joiner_apis::convert;
 use joiner_apis::{NodeTemplate, Provisioner, ProvisionerStatus};
 use joiner_core::instance_type::offering_allowed;
-use joiner_core::{labels, resources, InstanceType, Resources};
+use joiner_core::{labels, resources, InstanceType, Requirements, Resources};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::jiff::Timestamp;
@@ -105,9 +105,8 @@ pub fn readiness(prov: &Provisioner, inputs: &Inputs<'_>) -> (bool, &'static str
     let mut matching = 0usize;
     let mut excluded: BTreeMap<String, usize> = BTreeMap::new();
     for t in inputs.catalog {
-        match t.first_label_conflict(&reqs) {
-            None if t.offerings.iter().any(|o| offering_allowed(o, &reqs)) => matching += 1,
-            None => *excluded.entry("offerings".to_string()).or_default() += 1,
+        match excluded_by(t, &reqs) {
+            None => matching += 1,
             Some(key) => *excluded.entry(key.to_string()).or_default() += 1,
         }
     }
@@ -139,6 +138,29 @@ pub fn readiness(prov: &Provisioner, inputs: &Inputs<'_>) -> (bool, &'static str
             inputs.catalog.len()
         ),
     )
+}
+
+/// The requirement key that rules `t` out, if any. Zone and capacity type are both checked
+/// against the offerings, so an offering conflict is put on the zone when no offering is in an
+/// allowed zone, and on the capacity type otherwise: the message then names the key to change.
+fn excluded_by<'a>(t: &InstanceType, reqs: &'a Requirements) -> Option<&'a str> {
+    match t.first_label_conflict(reqs) {
+        Some(key) if key == labels::ZONE || key == labels::CAPACITY_TYPE => {
+            let zone = reqs.get(labels::ZONE);
+            let in_zone = t
+                .offerings
+                .iter()
+                .any(|o| zone.is_none_or(|r| r.allows(&o.zone)));
+            Some(if in_zone {
+                labels::CAPACITY_TYPE
+            } else {
+                labels::ZONE
+            })
+        }
+        Some(key) => Some(key),
+        None if t.offerings.iter().any(|o| offering_allowed(o, reqs)) => None,
+        None => Some("offerings"),
+    }
 }
 
 /// The summed capacity of the Nodes labelled `joiner.sh/provisioner-name: <name>`: cpu, memory,
