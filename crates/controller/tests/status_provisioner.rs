@@ -310,8 +310,8 @@ async fn the_provider_is_fed_when_the_stores_change() {
     let mut last = None;
     assert!(status::feed_provider(
         &aws,
-        &[p.clone()],
-        &[nt.clone()],
+        std::slice::from_ref(&p),
+        std::slice::from_ref(&nt),
         &mut last
     ));
     assert!(
@@ -319,7 +319,12 @@ async fn the_provider_is_fed_when_the_stores_change() {
         "the provider knows `web`"
     );
     assert!(
-        !status::feed_provider(&aws, &[p.clone()], &[nt.clone()], &mut last),
+        !status::feed_provider(
+            &aws,
+            std::slice::from_ref(&p),
+            std::slice::from_ref(&nt),
+            &mut last
+        ),
         "same resourceVersions: not fed again"
     );
     // The NodeTemplate is deleted: the provider no longer launches for `web`.
