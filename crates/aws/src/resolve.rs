@@ -134,6 +134,8 @@ fn selector_miss(err: &DiscoveryError) -> Option<String> {
     }
 }
 
+/// Resolves `nt` with the provider's lookups; `catalog` decides which default AMI builds are
+/// needed (unused with an amiSelector).
 pub(crate) async fn resolve(
     nt: &NodeTemplate,
     lookups: &Lookups<'_>,
