@@ -24,6 +24,7 @@ pub mod fleet;
 pub mod instances;
 pub mod launch_template;
 pub mod provider;
+pub mod resolve;
 pub mod tags;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -34,3 +35,4 @@ pub use catalog::{CatalogOptions, LiveCatalog};
 pub use clients::AwsClients;
 pub use error::{AwsError, CatalogError};
 pub use provider::{AwsCloudProvider, ProviderConfig, ProviderError};
+pub use resolve::{ResolveFailure, ResolvedNodeTemplate};

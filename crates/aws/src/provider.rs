@@ -27,6 +27,7 @@ use crate::launch_template::{
     build, max_pods, InstanceFacts, LaunchContext, LaunchTemplateError, LaunchTemplateRef,
     LaunchTemplates,
 };
+use crate::resolve::{self, Lookups, ResolvedNodeTemplate};
 use crate::tags::{self, cluster_tag_key, OWNED};
 use crate::unavailable::UnavailableOfferings;
 use crate::userdata::ClusterInfo;
@@ -97,6 +98,46 @@ pub enum ProviderError {
         node_template: String,
         /// The architecture needed.
         arch: &'static str,
+    },
+    /// `spec.subnetSelector` selects no subnet (found by resolving the NodeTemplate).
+    #[error("NodeTemplate `{node_template}`: spec.subnetSelector {selector}: {detail}")]
+    NoSubnets {
+        /// The NodeTemplate.
+        node_template: String,
+        /// The selector, as `{key: value, ...}`.
+        selector: String,
+        /// Why nothing was selected.
+        detail: String,
+    },
+    /// `spec.securityGroupSelector` selects no security group.
+    #[error("NodeTemplate `{node_template}`: spec.securityGroupSelector {selector}: {detail}")]
+    NoSecurityGroups {
+        /// The NodeTemplate.
+        node_template: String,
+        /// The selector, as `{key: value, ...}`.
+        selector: String,
+        /// Why nothing was selected.
+        detail: String,
+    },
+    /// Without an amiSelector, none of the family's default AMIs the catalog needs resolved.
+    #[error("NodeTemplate `{node_template}`: spec.amiFamily {family}: no default AMI: {detail}")]
+    NoDefaultAmi {
+        /// The NodeTemplate.
+        node_template: String,
+        /// The AMI family.
+        family: &'static str,
+        /// Why, per AMI looked for (missing SSM parameters, ...).
+        detail: String,
+    },
+    /// `spec.amiSelector` selects no image.
+    #[error("NodeTemplate `{node_template}`: spec.amiSelector {selector}: {detail}")]
+    NoAmiSelected {
+        /// The NodeTemplate.
+        node_template: String,
+        /// The selector, as `{key: value, ...}`.
+        selector: String,
+        /// Why nothing was selected.
+        detail: String,
     },
     /// Subnet or security-group discovery failed.
     #[error(transparent)]
@@ -195,6 +236,36 @@ impl AwsCloudProvider {
                 .collect(),
         };
         *self.objects.write().unwrap_or_else(|p| p.into_inner()) = objects;
+    }
+
+    /// What `node_template` resolves to now: subnets, security groups and AMIs (the family's
+    /// defaults for every architecture and accelerator build the catalog has types of, or the
+    /// amiSelector's images). The controller writes it into the NodeTemplate's status; a
+    /// failure names the field to fix ([`ProviderError::resolve_failure`]). The lookups are the
+    /// launch path's, with their caches.
+    pub async fn resolve_node_template(
+        &self,
+        node_template: &NodeTemplate,
+    ) -> Result<ResolvedNodeTemplate, ProviderError> {
+        let catalog = if node_template.spec.ami_selector.is_empty() {
+            self.catalog.instance_types().await?
+        } else {
+            Arc::new(Vec::new())
+        };
+        let lookups = Lookups {
+            subnets: &self.subnets,
+            security_groups: &self.security_groups,
+            amis: &self.amis,
+            kubernetes_version: &self.config.kubernetes_version,
+        };
+        resolve::resolve(node_template, &lookups, &catalog).await
+    }
+
+    /// The catalog's instance types as read (offerings that failed for capacity still marked
+    /// available): whether a Provisioner's requirements admit any type at all is a question of
+    /// its settings, not of today's capacity.
+    pub async fn catalog_instance_types(&self) -> Result<Arc<Vec<InstanceType>>, ProviderError> {
+        Ok(self.catalog.instance_types().await?)
     }
 
     /// The Provisioner `name` and its NodeTemplate.

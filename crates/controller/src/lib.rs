@@ -23,6 +23,7 @@ pub mod registration;
 pub mod runtime;
 pub mod settings;
 pub mod state;
+pub mod status;
 pub mod termination;
 pub mod watch;
 

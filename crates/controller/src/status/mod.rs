@@ -1,0 +1,377 @@
+//! Status of Provisioners and NodeTemplates: the `Ready` condition that tells a person why a
+//! Provisioner launches nothing (no subnets, no AMI, no instance type matches, ...) before a
+//! pod waits on it, the NodeTemplate's resolved subnets, security groups and AMIs, and the
+//! capacity a Provisioner's nodes hold (read against its limits).
+//!
+//! [`run`] also keeps the AWS provider's copy of the Provisioners and NodeTemplates current
+//! ([`AwsCloudProvider::set_objects`]), so a launch always reads the latest settings. It is
+//! AWS-specific for that reason and takes the concrete provider.
+//!
+//! Writes are merge patches of the status subresource, sent only when the status changes.
+//! A 404 (the object was deleted meanwhile) ends its reconcile quietly; a 409 is retried on the
+//! next pass.
+
+pub mod node_template;
+pub mod provisioner;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use joiner_apis::condition::{self, Condition};
+use joiner_apis::{NodeTemplate, Provisioner};
+use joiner_aws::AwsCloudProvider;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use thiserror::Error;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::metrics::Metrics;
+use crate::state::ClusterState;
+
+/// How often the stores are read: a new or edited Provisioner is picked up (and its status
+/// written) within this.
+pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
+/// How often a NodeTemplate is resolved again when it did not change: a subnet or AMI added
+/// or removed in the account shows up within this (discovery caches answers for a minute).
+pub const RESOLVE_INTERVAL: Duration = Duration::from_secs(180);
+/// How soon a NodeTemplate whose resolution failed for a reason outside it (an AWS call, a
+/// conflict) is tried again.
+pub const RETRY_INTERVAL: Duration = Duration::from_secs(30);
+/// The reconciler's name in metrics and logs.
+pub const CONTROLLER: &str = "status";
+
+/// The `reason` of a `Ready=True` condition.
+pub const READY_REASON: &str = "Ready";
+
+/// Why a status could not be written.
+#[derive(Debug, Error)]
+pub enum StatusError {
+    /// The API server refused the patch (other than 404 and 409) or could not be reached.
+    #[error("{kind} `{name}`: patching status: {source}")]
+    Patch {
+        /// `Provisioner` or `NodeTemplate`.
+        kind: &'static str,
+        /// The object.
+        name: String,
+        /// The client error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The status could not be turned into JSON (never expected).
+    #[error("{kind} `{name}`: encoding status: {source}")]
+    Encode {
+        /// `Provisioner` or `NodeTemplate`.
+        kind: &'static str,
+        /// The object.
+        name: String,
+        /// The encoder's error.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// What a reconcile of one object did.
+#[derive(Debug)]
+pub enum Outcome<K> {
+    /// The status already said this: nothing was sent.
+    Unchanged,
+    /// The status was patched; the object as the API server stored it.
+    Patched(Box<K>),
+    /// The object is gone (404): nothing to do.
+    Gone,
+    /// The API server answered 409: the next pass tries again.
+    Conflict,
+}
+
+impl<K> Outcome<K> {
+    /// True when a patch was sent and stored.
+    pub fn is_patched(&self) -> bool {
+        matches!(self, Outcome::Patched(_))
+    }
+}
+
+/// The `Ready` condition to write: `status` with `reason` and `message` for `generation`.
+/// `lastTransitionTime` is kept from the current condition when the status does not flip, so it
+/// says since when the object has been (un)ready; otherwise it is `now`.
+pub fn ready_condition(
+    current: &[Condition],
+    ready: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Condition {
+    let status = if ready { "True" } else { "False" };
+    let since = condition::find(current, condition::READY)
+        .filter(|c| c.status == status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or(Time(now));
+    Condition {
+        type_: condition::READY.to_string(),
+        status: status.to_string(),
+        reason: reason.to_string(),
+        message,
+        observed_generation: generation,
+        last_transition_time: since,
+    }
+}
+
+/// `current` with its `Ready` condition replaced by `ready` (other types kept, in order).
+pub fn with_ready(current: &[Condition], ready: Condition) -> Vec<Condition> {
+    let mut out: Vec<Condition> = current
+        .iter()
+        .filter(|c| c.type_ != condition::READY)
+        .cloned()
+        .collect();
+    out.push(ready);
+    out
+}
+
+/// The merge-patch body for `status`: the status as serialized, with each of `clearable` that
+/// serialization left out (an empty list or map) set to `null`, so a value that went away is
+/// removed rather than kept by the merge.
+pub(crate) fn status_patch<S: serde::Serialize>(
+    kind: &'static str,
+    name: &str,
+    status: &S,
+    clearable: &[&str],
+) -> Result<Value, StatusError> {
+    let mut value = serde_json::to_value(status).map_err(|source| StatusError::Encode {
+        kind,
+        name: name.to_string(),
+        source,
+    })?;
+    if let Value::Object(map) = &mut value {
+        for key in clearable {
+            map.entry(key.to_string()).or_insert(Value::Null);
+        }
+    }
+    Ok(serde_json::json!({ "status": value }))
+}
+
+/// Sends a merge patch of the status subresource of the cluster-scoped `name`.
+pub(crate) async fn patch_status<K>(
+    client: &kube::Client,
+    kind: &'static str,
+    name: &str,
+    body: Value,
+) -> Result<Outcome<K>, StatusError>
+where
+    K: kube::Resource<Scope = kube::core::ClusterResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::all(client.clone());
+    match api
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
+        .await
+    {
+        Ok(stored) => Ok(Outcome::Patched(Box::new(stored))),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(Outcome::Gone),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Outcome::Conflict),
+        Err(source) => Err(StatusError::Patch {
+            kind,
+            name: name.to_string(),
+            source,
+        }),
+    }
+}
+
+/// `(name, resourceVersion)` of the Provisioners and NodeTemplates last given to the provider:
+/// a change of either list means the provider's copy is stale.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Fed {
+    provisioners: Vec<(String, String)>,
+    node_templates: Vec<(String, String)>,
+}
+
+/// When a NodeTemplate was last resolved, and whether that settled its status.
+#[derive(Clone, Debug)]
+struct Resolution {
+    generation: Option<i64>,
+    at: Instant,
+    settled: bool,
+}
+
+/// What [`run`] remembers between passes.
+#[derive(Default)]
+struct Memory {
+    /// What the provider was last given.
+    fed: Option<Fed>,
+    /// Per NodeTemplate.
+    resolved: HashMap<String, Resolution>,
+}
+
+fn versions<K: kube::Resource>(items: &[Arc<K>]) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = items
+        .iter()
+        .map(|o| {
+            (
+                o.meta().name.clone().unwrap_or_default(),
+                o.meta().resource_version.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// Gives the provider the stores' Provisioners and NodeTemplates when any changed since the
+/// last call (by resourceVersion). Returns true when it did.
+pub fn feed_provider(
+    aws: &AwsCloudProvider,
+    provisioners: &[Arc<Provisioner>],
+    node_templates: &[Arc<NodeTemplate>],
+    last: &mut Option<Fed>,
+) -> bool {
+    let now = Fed {
+        provisioners: versions(provisioners),
+        node_templates: versions(node_templates),
+    };
+    if last.as_ref() == Some(&now) {
+        return false;
+    }
+    aws.set_objects(
+        provisioners.iter().map(|p| Provisioner::clone(p)).collect(),
+        node_templates
+            .iter()
+            .map(|n| NodeTemplate::clone(n))
+            .collect(),
+    );
+    *last = Some(now);
+    true
+}
+
+/// Runs until `stop`: every [`POLL_INTERVAL`] feeds the provider, resolves the NodeTemplates
+/// that changed (or whose last resolution is [`RESOLVE_INTERVAL`] old) and writes their status,
+/// then writes every Provisioner's status (readiness and resources). Failures are logged and
+/// counted in `joiner_reconcile_errors{controller="status"}`; the loop goes on.
+pub async fn run(
+    client: kube::Client,
+    state: ClusterState,
+    aws: Arc<AwsCloudProvider>,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+) {
+    let mut memory = Memory::default();
+    let mut tick = tokio::time::interval(POLL_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = pass(&client, &state, &aws, &metrics, &mut memory) => {}
+        }
+    }
+}
+
+/// One pass of [`run`].
+async fn pass(
+    client: &kube::Client,
+    state: &ClusterState,
+    aws: &AwsCloudProvider,
+    metrics: &Metrics,
+    memory: &mut Memory,
+) {
+    let provisioners = state.provisioners.state();
+    let node_templates = state.node_templates.state();
+    feed_provider(aws, &provisioners, &node_templates, &mut memory.fed);
+
+    memory
+        .resolved
+        .retain(|name, _| node_templates.iter().any(|n| n.name() == name));
+    let mut current: BTreeMap<String, NodeTemplate> = node_templates
+        .iter()
+        .map(|n| (n.name().to_string(), NodeTemplate::clone(n)))
+        .collect();
+    for nt in &node_templates {
+        let name = nt.name().to_string();
+        let generation = nt.metadata.generation;
+        let due = memory.resolved.get(&name).is_none_or(|r| {
+            let every = if r.settled {
+                RESOLVE_INTERVAL
+            } else {
+                RETRY_INTERVAL
+            };
+            r.generation != generation || r.at.elapsed() >= every
+        });
+        if !due {
+            continue;
+        }
+        let span = tracing::info_span!("reconcile", controller = CONTROLLER, nodetemplate = %name);
+        let (settled, transient) = async {
+            let resolved = aws.resolve_node_template(nt).await;
+            let transient = resolved
+                .as_ref()
+                .is_err_and(|e| e.resolve_failure().is_none());
+            if let Err(err) = &resolved {
+                tracing::warn!(error = %err, "NodeTemplate not resolved");
+            }
+            let settled =
+                match node_template::reconcile_one(client, nt, &resolved, Timestamp::now()).await {
+                    Ok(Outcome::Patched(stored)) => {
+                        current.insert(name.clone(), *stored);
+                        true
+                    }
+                    Ok(Outcome::Unchanged | Outcome::Gone) => true,
+                    Ok(Outcome::Conflict) => false,
+                    Err(err) => {
+                        metrics.reconcile_failed(CONTROLLER);
+                        tracing::warn!(error = %err, "NodeTemplate status not written");
+                        false
+                    }
+                };
+            (settled, transient)
+        }
+        .instrument(span)
+        .await;
+        memory.resolved.insert(
+            name,
+            Resolution {
+                generation,
+                at: Instant::now(),
+                settled: settled && !transient,
+            },
+        );
+    }
+
+    if provisioners.is_empty() {
+        return;
+    }
+    let catalog = match aws.catalog_instance_types().await {
+        Ok(c) => c,
+        Err(err) => {
+            metrics.reconcile_failed(CONTROLLER);
+            tracing::warn!(error = %err, "catalog unreadable: Provisioner status left as is");
+            return;
+        }
+    };
+    let templates: Vec<NodeTemplate> = current.into_values().collect();
+    let nodes = state.nodes.state();
+    let inputs = provisioner::Inputs {
+        node_templates: &templates,
+        nodes: &nodes,
+        catalog: &catalog,
+    };
+    for prov in &provisioners {
+        let span =
+            tracing::info_span!("reconcile", controller = CONTROLLER, provisioner = %prov.name());
+        let written = provisioner::reconcile_one(client, prov, &inputs, Timestamp::now())
+            .instrument(span)
+            .await;
+        if let Err(err) = written {
+            metrics.reconcile_failed(CONTROLLER);
+            tracing::warn!(provisioner = %prov.name(), error = %err, "Provisioner status not written");
+        }
+    }
+}
