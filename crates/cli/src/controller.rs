@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::ValueEnum;
 use joiner_controller::logging::{self, LogFormat};
 use joiner_controller::runtime::{self, Cloud, LeaderTasks, RuntimeOptions};
-use joiner_controller::Settings;
+use joiner_controller::{lifecycle, provisioning, status, Settings};
 
 /// Arguments of `joiner controller`.
 #[derive(clap::Args, Debug)]
@@ -146,10 +146,21 @@ impl ControllerArgs {
 /// The reconcilers that run only on the leader. Each entry is a future built from the shared
 /// context and the term's stop token.
 pub fn leader_tasks() -> LeaderTasks<Cloud> {
-    Arc::new(|_ctx, _term| {
-        // The provisioning, lifecycle and status reconcilers are added here:
-        // `provisioning::run(ctx.clone(), term.clone()).boxed()`, ...
-        Vec::new()
+    Arc::new(|ctx, term| {
+        let status = status::run(
+            ctx.client.clone(),
+            ctx.state.clone(),
+            ctx.cloud.inner().clone(),
+            ctx.metrics.clone(),
+            term.clone(),
+        );
+        vec![
+            // Status first in the list: it feeds the provider the Provisioners and
+            // NodeTemplates a launch reads.
+            Box::pin(status),
+            Box::pin(provisioning::run(ctx.clone(), term.clone())),
+            Box::pin(lifecycle::run(ctx, term)),
+        ]
     })
 }
 

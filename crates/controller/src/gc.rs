@@ -21,7 +21,7 @@ use joiner_core::{CloudProvider, LaunchedNode};
 use kube::api::{Api, DeleteParams};
 
 use crate::context::Context;
-use crate::lifecycle::{claim_ref, first_error, is_not_found, observed, LifecycleError};
+use crate::lifecycle::{claim_ref, first_error, is_not_found, LifecycleError};
 use crate::metrics::{ProvisionerLabels, ReasonLabels};
 
 /// The `provisioner` label of orphans, whose Provisioner the claim would have named.
@@ -43,15 +43,13 @@ impl Collector {
         // Claims are read before the cloud is listed: a claim launched after this read is not
         // judged, and any claim in this read that is Launched had its instance before the list.
         let claims = ctx.state.node_claims.state();
-        let instances = observed(&ctx.metrics, "list", ctx.cloud.list())
-            .await
-            .map_err(|e| {
-                LifecycleError::cloud(
-                    &format!("cluster {:?}", ctx.settings.cluster_name),
-                    "listing instances".into(),
-                    e,
-                )
-            })?;
+        let instances = ctx.cloud.list().await.map_err(|e| {
+            LifecycleError::cloud(
+                &format!("cluster {:?}", ctx.settings.cluster_name),
+                "listing instances".into(),
+                e,
+            )
+        })?;
         self.set_costs(ctx, &claims);
         let now = SystemTime::now();
         let names: HashSet<&str> = claims.iter().map(|c| c.name()).collect();
@@ -64,13 +62,7 @@ impl Collector {
                 continue;
             }
             tracing::warn!(instance_id = %instance.instance_id, claim = ?instance.claim_name, "terminating an instance no NodeClaim owns");
-            match observed(
-                &ctx.metrics,
-                "delete",
-                ctx.cloud.delete(&instance.instance_id),
-            )
-            .await
-            {
+            match ctx.cloud.delete(&instance.instance_id).await {
                 Ok(()) => {}
                 Err(e) if P::is_not_found(&e) => continue,
                 Err(e) => {

@@ -112,6 +112,8 @@ mod tests {
             zone: "z".into(),
             capacity_type: CapacityType::OnDemand,
             state: "running".into(),
+            launch_time: None,
+            warm_pool: false,
         }
     }
 

@@ -23,7 +23,6 @@ use tracing::Instrument;
 
 use crate::context::Context;
 use crate::gc::Collector;
-use crate::metrics::{MethodLabels, Metrics};
 use crate::termination::Terminator;
 
 /// How often the registration, liveness and termination passes run.
@@ -90,28 +89,6 @@ impl LifecycleError {
             source: Box::new(source),
         }
     }
-}
-
-/// Awaits the cloud call `call` of `method` (`delete`, `get`, `list`), recording its duration
-/// in `cloud_duration{method}` and a failure in `cloud_errors{method}`.
-pub(crate) async fn observed<T, E>(
-    metrics: &Metrics,
-    method: &'static str,
-    call: impl std::future::Future<Output = Result<T, E>>,
-) -> Result<T, E> {
-    let labels = MethodLabels {
-        method: method.to_string(),
-    };
-    let start = std::time::Instant::now();
-    let out = call.await;
-    metrics
-        .cloud_duration
-        .get_or_create(&labels)
-        .observe(start.elapsed().as_secs_f64());
-    if out.is_err() {
-        metrics.cloud_errors.get_or_create(&labels).inc();
-    }
-    out
 }
 
 /// The HTTP status of an API error, if `err` is one.

@@ -12,9 +12,11 @@ use joiner_apis::{NodeClaim, NodeTemplate, Provisioner};
 use joiner_aws::testing;
 use joiner_aws::unavailable::{OfferingKey, UnavailableOfferings};
 use joiner_aws::{AwsClients, AwsCloudProvider};
+use joiner_controller::instrumented::Instrumented;
 use joiner_controller::provisioning::{
     self, launch_pending_claims, provision_batch, Launch, Memory, ProvisioningError,
 };
+use joiner_controller::Metrics;
 use joiner_controller::{ClusterState, Context, Settings};
 use joiner_core::{CapacityType, CloudProvider, LaunchRequest};
 use joiner_moto::{MotoServer, MotoSession};
@@ -151,7 +153,7 @@ fn api_server(script: Script, seed: Vec<NodeClaim>) -> impl FnMut(&Recorded) -> 
 }
 
 struct Harness {
-    ctx: Context<AwsCloudProvider>,
+    ctx: Context<Instrumented<AwsCloudProvider>>,
     api: MockApi,
     clients: AwsClients,
     unavailable: Arc<UnavailableOfferings>,
@@ -195,7 +197,16 @@ async fn harness(pods: Vec<Pod>, claims: Vec<NodeClaim>, script: Script) -> Harn
         node_claims: claims.as_reader(),
         pdbs: pdbs.as_reader(),
     };
-    let ctx = Context::new(client, state, Arc::new(cloud), Settings::new(CLUSTER));
+    // Instrumented, as in the controller: cloud-call metrics come from the wrapper.
+    let metrics = Arc::new(Metrics::default());
+    let cloud = Instrumented::new(Arc::new(cloud), metrics.clone());
+    let ctx = Context {
+        client,
+        state,
+        cloud: Arc::new(cloud),
+        metrics,
+        settings: Settings::new(CLUSTER),
+    };
     Harness {
         ctx,
         api,

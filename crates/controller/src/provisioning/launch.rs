@@ -6,7 +6,6 @@
 //! instance and only writes the status. So no path leaks or duplicates an instance.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
 
 use joiner_apis::condition::{self, Condition};
 use joiner_apis::NodeClaim;
@@ -19,7 +18,7 @@ use serde_json::{json, Value};
 
 use crate::context::Context;
 use crate::inflight::claim_requirements;
-use crate::metrics::{CodeLabels, MethodLabels};
+use crate::metrics::CodeLabels;
 
 use super::resources::to_quantities;
 use super::ProvisioningError;
@@ -83,28 +82,6 @@ pub fn error_code(message: &str) -> String {
         })
         .map(str::to_string)
         .unwrap_or_else(|| "other".to_string())
-}
-
-/// Times a cloud call into `cloud_duration{method}` and counts its failure in
-/// `cloud_errors{method}`.
-pub async fn timed<P, T, F>(ctx: &Context<P>, method: &str, call: F) -> Result<T, P::Error>
-where
-    P: CloudProvider,
-    F: std::future::Future<Output = Result<T, P::Error>>,
-{
-    let labels = MethodLabels {
-        method: method.to_string(),
-    };
-    let start = Instant::now();
-    let out = call.await;
-    ctx.metrics
-        .cloud_duration
-        .get_or_create(&labels)
-        .observe(start.elapsed().as_secs_f64());
-    if out.is_err() {
-        ctx.metrics.cloud_errors.get_or_create(&labels).inc();
-    }
-    out
 }
 
 /// The launch request for `claim`: candidates are the types of its instance-type requirement
@@ -268,7 +245,7 @@ async fn record_launch<P: CloudProvider>(
             // register or terminate that instance through the claim, so it goes now.
             tracing::warn!(claim = %name, instance = %node.instance_id,
                 "NodeClaim deleted during launch; terminating its instance");
-            if let Err(e) = timed(ctx, "delete", ctx.cloud.delete(&node.instance_id)).await {
+            if let Err(e) = ctx.cloud.delete(&node.instance_id).await {
                 if !P::is_not_found(&e) {
                     tracing::warn!(claim = %name, instance = %node.instance_id, error = %e,
                         "terminating the instance of a deleted NodeClaim failed; garbage collection will retry");
@@ -330,13 +307,14 @@ pub async fn launch_claim<P: CloudProvider>(
 ) -> Result<Launch, ProvisioningError> {
     let name = claim.name().to_string();
     let request = launch_request(claim, catalog)?;
-    let found =
-        timed(ctx, "get", ctx.cloud.get(&name))
-            .await
-            .map_err(|e| ProvisioningError::Cloud {
-                claim: name.clone(),
-                message: e.to_string(),
-            })?;
+    let found = ctx
+        .cloud
+        .get(&name)
+        .await
+        .map_err(|e| ProvisioningError::Cloud {
+            claim: name.clone(),
+            message: e.to_string(),
+        })?;
     let (node, adopted) = match found {
         Some(node) => {
             tracing::info!(claim = %name, instance = %node.instance_id,
@@ -346,7 +324,7 @@ pub async fn launch_claim<P: CloudProvider>(
         None if request.candidates.is_empty() => {
             return requeue(ctx, &name, "NoAvailableOffering".to_string()).await;
         }
-        None => match timed(ctx, "create", ctx.cloud.create(&request)).await {
+        None => match ctx.cloud.create(&request).await {
             Ok(node) => (node, false),
             Err(e) if P::is_capacity_error(&e) => {
                 return requeue(ctx, &name, error_code(&e.to_string())).await;
@@ -401,12 +379,12 @@ impl Catalogs {
         provisioner: &str,
     ) -> Result<&[InstanceType], ProvisioningError> {
         if !self.by_provisioner.contains_key(provisioner) {
-            let types = timed(ctx, "instance_types", ctx.cloud.instance_types(provisioner))
-                .await
-                .map_err(|e| ProvisioningError::Catalog {
+            let types = ctx.cloud.instance_types(provisioner).await.map_err(|e| {
+                ProvisioningError::Catalog {
                     provisioner: provisioner.to_string(),
                     message: e.to_string(),
-                })?;
+                }
+            })?;
             self.by_provisioner.insert(provisioner.to_string(), types);
         }
         Ok(self

@@ -37,7 +37,7 @@ use crate::context::Context;
 use crate::events::COMPONENT;
 use crate::lifecycle::{
     claim_of, claim_ref, finalizers_without_ours, first_error, has_finalizer, is_conflict,
-    is_not_found, node_claim_label, node_name, node_of, node_ref, observed, LifecycleError,
+    is_not_found, node_claim_label, node_name, node_of, node_ref, LifecycleError,
 };
 use crate::metrics::ReasonLabels;
 use crate::registration::taint_patch;
@@ -168,7 +168,7 @@ impl Terminator {
                 || node.as_ref().map(node_ref).unwrap_or_default(),
                 claim_ref,
             );
-            match observed(&ctx.metrics, "delete", ctx.cloud.delete(id)).await {
+            match ctx.cloud.delete(id).await {
                 Ok(()) => tracing::info!(instance_id = %id, %object, "instance terminated"),
                 Err(e) if P::is_not_found(&e) => {}
                 Err(e) => {
@@ -285,7 +285,9 @@ async fn find_instance<P: CloudProvider>(
         .or_else(|| node.and_then(node_claim_label));
     if let Some(claim_name) = claim_name {
         let object = format!("NodeClaim {claim_name:?}");
-        return observed(&ctx.metrics, "get", ctx.cloud.get(claim_name))
+        return ctx
+            .cloud
+            .get(claim_name)
             .await
             .map(|found| found.map(|n| n.instance_id))
             .map_err(|e| LifecycleError::cloud(&object, "looking up its instance".into(), e));
@@ -299,11 +301,9 @@ async fn find_instance<P: CloudProvider>(
     else {
         return Ok(None);
     };
-    let all = observed(&ctx.metrics, "list", ctx.cloud.list())
-        .await
-        .map_err(|e| {
-            LifecycleError::cloud(&node_ref(node), "listing the cluster's instances".into(), e)
-        })?;
+    let all = ctx.cloud.list().await.map_err(|e| {
+        LifecycleError::cloud(&node_ref(node), "listing the cluster's instances".into(), e)
+    })?;
     Ok(all
         .into_iter()
         .find(|n| n.provider_id == provider_id)
