@@ -248,8 +248,10 @@ fn in_flight_node(
     })
 }
 
-/// Taints the node lifecycle and cloud controllers put on every new node until it is ready.
+/// Taints every new node carries until it is ready: the node lifecycle's and cloud
+/// controller's, and joiner's own startup taint (removed by registration once Ready).
 pub const STARTING_TAINTS: &[&str] = &[
+    joiner_core::labels::UNREGISTERED_TAINT,
     "node.kubernetes.io/not-ready",
     "node.cloudprovider.kubernetes.io/uninitialized",
 ];

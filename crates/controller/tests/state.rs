@@ -436,6 +436,7 @@ fn a_registered_node_of_an_uninitialized_claim_is_planned_without_its_starting_t
         {"key": "team", "value": "web", "effect": "NoSchedule"},
         {"key": "joiner.sh/unready", "effect": "NoSchedule"},
         {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+        {"key": "joiner.sh/unregistered", "effect": "NoSchedule"},
     ]);
     // Registered a moment ago: no allocatable reported yet.
     let new_node: Node = obj(json!({
@@ -457,7 +458,7 @@ fn a_registered_node_of_an_uninitialized_claim_is_planned_without_its_starting_t
         .expect("node");
     assert_eq!(
         plain_new.taints.len(),
-        3,
+        4,
         "the plain snapshot shows the node as it is"
     );
 
@@ -482,7 +483,7 @@ fn a_registered_node_of_an_uninitialized_claim_is_planned_without_its_starting_t
     let old = &snap.nodes[1];
     assert_eq!(
         old.taints.len(),
-        3,
+        4,
         "an initialized claim's node is taken as it is"
     );
     assert_eq!(old.allocatable.cpu, 2000);
