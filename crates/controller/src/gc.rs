@@ -18,10 +18,9 @@ use std::time::{Duration, SystemTime};
 
 use joiner_apis::NodeClaim;
 use joiner_core::{CloudProvider, LaunchedNode};
-use kube::api::{Api, DeleteParams};
 
 use crate::context::Context;
-use crate::lifecycle::{claim_ref, first_error, is_not_found, LifecycleError};
+use crate::lifecycle::{delete_claim, first_error, LifecycleError};
 use crate::metrics::{ProvisionerLabels, ReasonLabels};
 
 /// The `provisioner` label of orphans, whose Provisioner the claim would have named.
@@ -83,7 +82,6 @@ impl Collector {
                 .inc();
         }
 
-        let api: Api<NodeClaim> = Api::all(ctx.client.clone());
         for claim in &claims {
             if claim.metadata.deletion_timestamp.is_some() || !claim.is_launched() {
                 continue;
@@ -99,24 +97,16 @@ impl Collector {
                 instance_id = id,
                 "deleting a NodeClaim whose instance is gone"
             );
-            match api.delete(claim.name(), &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(e) if is_not_found(&e) => continue,
-                Err(e) => {
-                    errors.push(LifecycleError::api(
-                        &claim_ref(claim),
-                        "deleting: its instance is gone",
-                    )(e));
-                    continue;
-                }
+            if let Err(e) = delete_claim(
+                ctx,
+                claim,
+                "instance_gone",
+                "deleting: its instance is gone",
+            )
+            .await
+            {
+                errors.push(e);
             }
-            ctx.metrics
-                .claims_terminated
-                .get_or_create(&ReasonLabels {
-                    provisioner: claim.spec.provisioner_name.clone(),
-                    reason: "instance_gone".to_string(),
-                })
-                .inc();
         }
         first_error(errors)
     }

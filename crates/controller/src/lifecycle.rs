@@ -17,12 +17,14 @@ use joiner_core::CloudProvider;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams};
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::context::Context;
 use crate::gc::Collector;
+use crate::metrics::ReasonLabels;
 use crate::termination::Terminator;
 
 /// How often the registration, liveness and termination passes run.
@@ -89,6 +91,31 @@ impl LifecycleError {
             source: Box::new(source),
         }
     }
+}
+
+/// Deletes `claim` because of `reason` (the `claims_terminated` label), counting it once the
+/// API accepted the delete. A 404 means someone deleted it first: nothing to count, no error.
+/// `action` says what was being done, for the error.
+pub(crate) async fn delete_claim<P: CloudProvider>(
+    ctx: &Context<P>,
+    claim: &NodeClaim,
+    reason: &str,
+    action: &'static str,
+) -> Result<(), LifecycleError> {
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    match api.delete(claim.name(), &DeleteParams::default()).await {
+        Ok(_) => {}
+        Err(e) if is_not_found(&e) => return Ok(()),
+        Err(e) => return Err(LifecycleError::api(&claim_ref(claim), action)(e)),
+    }
+    ctx.metrics
+        .claims_terminated
+        .get_or_create(&ReasonLabels {
+            provisioner: claim.spec.provisioner_name.clone(),
+            reason: reason.to_string(),
+        })
+        .inc();
+    Ok(())
 }
 
 /// The HTTP status of an API error, if `err` is one.

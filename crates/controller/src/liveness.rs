@@ -9,11 +9,9 @@
 use joiner_apis::NodeClaim;
 use joiner_core::CloudProvider;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams};
 
 use crate::context::Context;
-use crate::lifecycle::{age, claim_ref, first_error, is_not_found, LifecycleError};
-use crate::metrics::ReasonLabels;
+use crate::lifecycle::{age, delete_claim, first_error, LifecycleError};
 
 /// Why a claim is not alive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,7 +55,6 @@ pub fn expiry<P: CloudProvider>(
 /// One liveness pass: deletes every expired claim (a 404 means someone deleted it first) and
 /// counts it in `claims_terminated{reason}`.
 pub async fn reconcile<P: CloudProvider>(ctx: &Context<P>) -> Result<(), LifecycleError> {
-    let claims: Api<NodeClaim> = Api::all(ctx.client.clone());
     let now = Timestamp::now();
     let mut errors = Vec::new();
     for claim in ctx.state.node_claims.state() {
@@ -69,24 +66,11 @@ pub async fn reconcile<P: CloudProvider>(ctx: &Context<P>) -> Result<(), Lifecyc
             reason = expired.reason(),
             "deleting a NodeClaim that did not become a node in time"
         );
-        match claims.delete(claim.name(), &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(e) if is_not_found(&e) => continue,
-            Err(e) => {
-                errors.push(LifecycleError::api(
-                    &claim_ref(&claim),
-                    "deleting after a timeout",
-                )(e));
-                continue;
-            }
+        if let Err(e) =
+            delete_claim(ctx, &claim, expired.reason(), "deleting after a timeout").await
+        {
+            errors.push(e);
         }
-        ctx.metrics
-            .claims_terminated
-            .get_or_create(&ReasonLabels {
-                provisioner: claim.spec.provisioner_name.clone(),
-                reason: expired.reason().to_string(),
-            })
-            .inc();
     }
     first_error(errors)
 }
