@@ -1,8 +1,10 @@
 //! Instance operations: look-ups by ID, claim and cluster, state, and guarded termination.
 //!
 //! Termination is the one irreversible call joiner makes, so it never trusts its caller: it
-//! describes the instances first and terminates only those carrying this cluster's ownership
-//! tag; the others are refused and reported, one typed reason per instance.
+//! describes the instances first and terminates only those carrying joiner's ownership tags for
+//! this cluster (the cluster tag *and* `joiner.sh/provisioner-name`, see [`crate::tags`]); the
+//! others are refused and reported, one typed reason per instance. Listing goes by the same
+//! pair, so node groups and other autoscalers' instances are never seen as joiner's.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -12,7 +14,7 @@ use thiserror::Error;
 
 use crate::api_error::api_error;
 use crate::discovery::tag_map;
-use crate::tags::{self, cluster_tag_key, OWNED};
+use crate::tags;
 use crate::AwsError;
 
 /// Instances per DescribeInstances/TerminateInstances call (EC2 accepts 1000 IDs; smaller
@@ -44,15 +46,15 @@ pub struct Instance {
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum TerminateRefusal {
-    /// It lacks this cluster's ownership tag: it is not joiner's to terminate.
-    #[error("refusing to terminate {instance_id}: it lacks the tag `{tag}={value}`")]
+    /// It lacks one of joiner's ownership tags for this cluster: it is not joiner's to
+    /// terminate (a managed node group's or another autoscaler's instance carries the cluster
+    /// tag too).
+    #[error("refusing to terminate {instance_id}: it lacks joiner's ownership tag `{missing}`")]
     NotOwned {
         /// The instance.
         instance_id: String,
-        /// The missing tag key.
-        tag: String,
-        /// The value it should have.
-        value: &'static str,
+        /// The missing tag, `key=value` or `key` when any value will do.
+        missing: String,
     },
     /// DescribeInstances does not know it (wrong ID or long gone).
     #[error("refusing to terminate {instance_id}: no such instance")]
@@ -97,16 +99,14 @@ impl Instances {
             .find(|i| i.id == id))
     }
 
-    /// This cluster's instances that are not terminated.
+    /// joiner's instances in this cluster that are not terminated.
     pub async fn list_by_cluster(&self) -> Result<Vec<Instance>, AwsError> {
-        self.describe(vec![self.owned_filter(), live_filter()])
-            .await
+        self.describe_owned(vec![live_filter()]).await
     }
 
-    /// This cluster's live instances launched for NodeClaim `claim` (normally one).
+    /// joiner's live instances in this cluster launched for NodeClaim `claim` (normally one).
     pub async fn find_by_claim(&self, claim: &str) -> Result<Vec<Instance>, AwsError> {
-        self.describe(vec![
-            self.owned_filter(),
+        self.describe_owned(vec![
             live_filter(),
             Filter::builder()
                 .name(format!("tag:{}", tags::NODECLAIM))
@@ -130,8 +130,8 @@ impl Instances {
         Ok(out)
     }
 
-    /// Terminates those of `ids` that carry `kubernetes.io/cluster/<cluster>=owned`, in batches;
-    /// the others are refused and reported. Duplicates are terminated once.
+    /// Terminates those of `ids` that carry joiner's ownership tags for this cluster, in
+    /// batches; the others are refused and reported. Duplicates are terminated once.
     pub async fn terminate(&self, ids: &[String]) -> Result<TerminateOutcome, AwsError> {
         let mut seen = HashSet::new();
         let ids: Vec<String> = ids.iter().filter(|i| seen.insert(*i)).cloned().collect();
@@ -144,15 +144,16 @@ impl Instances {
                     None => outcome.refused.push(TerminateRefusal::NotFound {
                         instance_id: id.clone(),
                     }),
-                    Some(i) if !tags::is_owned(&i.tags, &self.cluster) => {
-                        tracing::warn!(instance_id = %id, cluster = %self.cluster, "refusing to terminate an instance this cluster does not own");
-                        outcome.refused.push(TerminateRefusal::NotOwned {
-                            instance_id: id.clone(),
-                            tag: cluster_tag_key(&self.cluster),
-                            value: OWNED,
-                        })
-                    }
-                    Some(_) => owned.push(id.clone()),
+                    Some(i) => match tags::missing_ownership_tag(&i.tags, &self.cluster) {
+                        Some(missing) => {
+                            tracing::warn!(instance_id = %id, cluster = %self.cluster, %missing, "refusing to terminate an instance joiner does not own");
+                            outcome.refused.push(TerminateRefusal::NotOwned {
+                                instance_id: id.clone(),
+                                missing,
+                            })
+                        }
+                        None => owned.push(id.clone()),
+                    },
                 }
             }
             if owned.is_empty() {
@@ -175,11 +176,13 @@ impl Instances {
         Ok(outcome)
     }
 
-    fn owned_filter(&self) -> Filter {
-        Filter::builder()
-            .name(format!("tag:{}", cluster_tag_key(&self.cluster)))
-            .values(OWNED)
-            .build()
+    /// DescribeInstances narrowed to joiner's ownership tags, the answer checked again with
+    /// [`tags::is_owned`].
+    async fn describe_owned(&self, mut filters: Vec<Filter>) -> Result<Vec<Instance>, AwsError> {
+        filters.extend(tags::owned_filters(&self.cluster));
+        let mut found = self.describe(filters).await?;
+        found.retain(|i| tags::is_owned(&i.tags, &self.cluster));
+        Ok(found)
     }
 
     /// DescribeInstances with filters, all pages. Filters (not InstanceIds) are used for IDs so

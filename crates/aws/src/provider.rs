@@ -620,8 +620,7 @@ mod tests {
         assert!(AwsCloudProvider::is_not_found(&gone));
         let foreign = ProviderError::TerminateRefused(TerminateRefusal::NotOwned {
             instance_id: "i-1".into(),
-            tag: "kubernetes.io/cluster/c1".into(),
-            value: "owned",
+            missing: "kubernetes.io/cluster/c1=owned".into(),
         });
         assert!(!AwsCloudProvider::is_not_found(&foreign));
     }

@@ -201,3 +201,32 @@ pub fn provider(
     p.set_objects(provisioners, node_templates);
     (p, unavailable)
 }
+
+/// Runs one `instance_type` instance from the environment's image in its untagged subnet with
+/// `tag_pairs`, as another tool sharing the account would (a managed node group, Karpenter, a
+/// person); returns its ID.
+pub async fn run_tagged_instance(
+    clients: &AwsClients,
+    env: &Environment,
+    instance_type: &str,
+    tag_pairs: &[(&str, &str)],
+) -> Result<String, SetupError> {
+    let mut request = clients
+        .ec2
+        .run_instances()
+        .image_id(&env.image_id)
+        .instance_type(instance_type.into())
+        .subnet_id(&env.untagged_subnet)
+        .min_count(1)
+        .max_count(1);
+    if !tag_pairs.is_empty() {
+        request = request.tag_specifications(tags(ResourceType::Instance, tag_pairs));
+    }
+    let out = request.send().await.map_err(setup("RunInstances"))?;
+    Ok(out
+        .instances()
+        .first()
+        .and_then(|i| i.instance_id())
+        .unwrap_or_default()
+        .to_string())
+}

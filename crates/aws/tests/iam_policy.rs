@@ -109,3 +109,113 @@ fn the_policy_grants_exactly_the_operations_the_code_calls() {
         .collect();
     assert!(unused.is_empty(), "allowed but never called: {unused:?}");
 }
+
+/// Actions that change or tag an existing resource: each statement granting one must require
+/// joiner's two ownership tags, never the cluster tag alone (EKS managed node groups, eksctl
+/// groups and Karpenter's nodes carry the cluster tag too).
+const GUARDED: &[&str] = &[
+    "ec2:TerminateInstances",
+    "ec2:StopInstances",
+    "ec2:StartInstances",
+    "ec2:CreateTags",
+    "ec2:DeleteLaunchTemplate",
+];
+
+fn actions_of(statement: &serde_json::Value) -> Vec<String> {
+    match &statement["Action"] {
+        serde_json::Value::String(a) => vec![a.clone()],
+        serde_json::Value::Array(list) => list
+            .iter()
+            .filter_map(|a| a.as_str().map(str::to_string))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The ownership conditions a statement sets, as (tag context, key) pairs found: the cluster
+/// tag must equal `owned` and `joiner.sh/provisioner-name` must be present (`Null: false`),
+/// both on `aws:ResourceTag` (the resource acted on) or, for tag-on-create, `aws:RequestTag`.
+fn ownership_conditions(statement: &serde_json::Value) -> Vec<String> {
+    let condition = &statement["Condition"];
+    let mut found = Vec::new();
+    for context in ["aws:ResourceTag", "aws:RequestTag"] {
+        let cluster = format!("{context}/kubernetes.io/cluster/${{CLUSTER_NAME}}");
+        let provisioner = format!("{context}/joiner.sh/provisioner-name");
+        let cluster_owned = condition["StringEquals"][&cluster].as_str() == Some("owned");
+        let provisioner_present = condition["Null"][&provisioner].as_str() == Some("false");
+        if cluster_owned && provisioner_present {
+            found.push(context.to_string());
+        }
+    }
+    found
+}
+
+#[test]
+fn every_mutating_grant_requires_both_ownership_tags() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../iam/controller-policy.json");
+    let policy: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("policy")).expect("json");
+    let mut checked = BTreeSet::new();
+    for statement in policy["Statement"].as_array().expect("statements") {
+        let actions = actions_of(statement);
+        let guarded: Vec<&String> = actions
+            .iter()
+            .filter(|a| GUARDED.contains(&a.as_str()) || a.contains('*'))
+            .collect();
+        if guarded.is_empty() {
+            continue;
+        }
+        assert_eq!(statement["Effect"], "Allow", "{statement}");
+        let contexts = ownership_conditions(statement);
+        let want = if actions.iter().any(|a| a == "ec2:CreateTags") {
+            // CreateTags is only allowed as part of a create call, on the request's tags.
+            assert!(
+                statement["Condition"]["StringEquals"]["ec2:CreateAction"].is_array(),
+                "CreateTags must be limited to tag-on-create: {statement}"
+            );
+            "aws:RequestTag"
+        } else {
+            "aws:ResourceTag"
+        };
+        assert!(
+            contexts.iter().any(|c| c == want),
+            "{guarded:?} granted without `{want}/kubernetes.io/cluster/${{CLUSTER_NAME}}=owned` and \
+             `{want}/joiner.sh/provisioner-name` present: {statement}"
+        );
+        checked.extend(guarded.into_iter().cloned());
+    }
+    // The actions the code calls today are among those checked (Stop/Start come with the
+    // warm pool and fall under the same rule when they are added).
+    for action in [
+        "ec2:TerminateInstances",
+        "ec2:CreateTags",
+        "ec2:DeleteLaunchTemplate",
+    ] {
+        assert!(
+            checked.contains(action),
+            "{action} not granted: {checked:?}"
+        );
+    }
+}
+
+#[test]
+fn the_ownership_check_rejects_the_cluster_tag_alone() {
+    // The checker itself: a statement like the one before the fix must not pass.
+    let before: serde_json::Value = serde_json::json!({
+        "Effect": "Allow",
+        "Action": "ec2:TerminateInstances",
+        "Resource": "*",
+        "Condition": {"StringEquals": {
+            "aws:ResourceTag/kubernetes.io/cluster/${CLUSTER_NAME}": "owned"}}
+    });
+    assert!(ownership_conditions(&before).is_empty());
+    let after: serde_json::Value = serde_json::json!({
+        "Effect": "Allow",
+        "Action": "ec2:TerminateInstances",
+        "Resource": "*",
+        "Condition": {
+            "StringEquals": {"aws:ResourceTag/kubernetes.io/cluster/${CLUSTER_NAME}": "owned"},
+            "Null": {"aws:ResourceTag/joiner.sh/provisioner-name": "false"}}
+    });
+    assert_eq!(ownership_conditions(&after), ["aws:ResourceTag"]);
+}

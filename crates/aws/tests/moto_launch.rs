@@ -434,7 +434,7 @@ async fn launch_templates_are_created_reused_and_deleted_when_unused() {
     let ec2 = with_interceptor(&clients, Record(creates.clone()));
     let lts = LaunchTemplates::new(ec2.clone(), CLUSTER);
     let name = format!("{}abc123", name_prefix(CLUSTER));
-    let tags = sel(&[("team", "infra")]);
+    let tags = sel(&[("team", "infra"), ("joiner.sh/provisioner-name", "web")]);
 
     let first = lts
         .ensure(&name, lt_data(&image_id), &tags)
@@ -477,12 +477,20 @@ async fn launch_templates_are_created_reused_and_deleted_when_unused() {
         .ensure(&kept_name, lt_data(&image_id), &tags)
         .await
         .expect("create");
-    // Foreign templates: one without tags, one with the cluster tag but not joiner's.
+    // Foreign templates: one without tags, one with the cluster tag but not joiner's, one
+    // with the cluster and managed-by tags but no provisioner (not joiner's ownership pair).
     for (foreign, tags) in [
         ("hand-made", vec![]),
         (
             "other-tool",
             vec![(cluster_tag_key(CLUSTER), "owned".to_string())],
+        ),
+        (
+            "no-provisioner",
+            vec![
+                (cluster_tag_key(CLUSTER), "owned".to_string()),
+                ("joiner.sh/managed-by".to_string(), "joiner".to_string()),
+            ],
         ),
     ] {
         let tags: Vec<(&str, &str)> = tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
@@ -512,7 +520,15 @@ async fn launch_templates_are_created_reused_and_deleted_when_unused() {
         .filter_map(|t| t.launch_template_name())
         .collect();
     names.sort();
-    assert_eq!(names, ["hand-made", kept_name.as_str(), "other-tool"]);
+    assert_eq!(
+        names,
+        [
+            "hand-made",
+            kept_name.as_str(),
+            "no-provisioner",
+            "other-tool"
+        ]
+    );
     assert_eq!(kept.name, kept_name);
     // Deleted templates are forgotten: ensure creates it again.
     lts.ensure(&name, lt_data(&image_id), &tags)
@@ -956,8 +972,7 @@ async fn terminate_refuses_instances_without_the_cluster_tag() {
         [
             TerminateRefusal::NotOwned {
                 instance_id: foreign.clone(),
-                tag: cluster_tag_key(CLUSTER),
-                value: "owned",
+                missing: format!("{}=owned", cluster_tag_key(CLUSTER)),
             },
             TerminateRefusal::NotFound {
                 instance_id: missing,

@@ -50,6 +50,13 @@ async fn foreign_instance(cloud: &Cloud) -> String {
         .to_string()
 }
 
+/// An instance launched by hand into cluster `c1` with `tags`, as another tool would.
+async fn tagged_instance(cloud: &Cloud, tags: &[(&str, &str)]) -> String {
+    joiner_aws::testing::run_tagged_instance(&cloud.clients, &cloud.env, "m5.large", tags)
+        .await
+        .expect("run instances")
+}
+
 fn launched_claim(name: &str, instance_id: &str, price: f64) -> joiner_apis::NodeClaim {
     claim(
         name,
@@ -168,4 +175,96 @@ async fn a_claim_whose_instance_was_terminated_out_of_band_is_deleted() {
         })
         .get();
     assert!((cost - 0.3).abs() < 1e-9, "{cost}");
+}
+
+/// The instances other tools run in the same cluster carry `kubernetes.io/cluster/c1=owned`
+/// too: none of them is joiner's.
+const NEIGHBOURS: &[(&str, &[(&str, &str)])] = &[
+    (
+        "EKS managed node group",
+        &[
+            ("kubernetes.io/cluster/c1", "owned"),
+            ("eks:cluster-name", "c1"),
+            ("eks:nodegroup-name", "system"),
+            ("aws:autoscaling:groupName", "eks-system-1234"),
+            ("k8s.io/cluster-autoscaler/enabled", "true"),
+        ],
+    ),
+    (
+        "eksctl self-managed group",
+        &[
+            ("kubernetes.io/cluster/c1", "owned"),
+            ("alpha.eksctl.io/cluster-name", "c1"),
+            ("alpha.eksctl.io/nodegroup-name", "ng-1"),
+        ],
+    ),
+    (
+        "Karpenter v1alpha5",
+        &[
+            ("kubernetes.io/cluster/c1", "owned"),
+            ("karpenter.sh/provisioner-name", "default"),
+            ("karpenter.sh/managed-by", "c1"),
+        ],
+    ),
+    (
+        "Karpenter v1",
+        &[
+            ("kubernetes.io/cluster/c1", "owned"),
+            ("karpenter.sh/nodepool", "default"),
+            ("karpenter.sh/nodeclaim", "default-abcde"),
+            ("karpenter.k8s.aws/ec2nodeclass", "default"),
+            ("eks:eks-cluster-name", "c1"),
+        ],
+    ),
+    (
+        "joiner's tags with an empty provisioner",
+        &[
+            ("kubernetes.io/cluster/c1", "owned"),
+            ("joiner.sh/provisioner-name", ""),
+            ("joiner.sh/nodeclaim", "web-x"),
+        ],
+    ),
+];
+
+#[tokio::test]
+async fn node_groups_and_other_autoscalers_instances_survive_every_sweep_and_the_guard() {
+    let cloud = cloud().await;
+    let mut neighbours = Vec::new();
+    for (what, tags) in NEIGHBOURS {
+        neighbours.push((*what, tagged_instance(&cloud, tags).await));
+    }
+    let orphan = launch(&cloud, "ghost").await;
+    let stores = Stores::new(vec![], vec![], vec![]);
+    let (client, api) = mock_api(|_| Reply::not_found("unexpected"));
+    let ctx = context(client, &stores, &cloud, settings());
+    let collector = Collector::default();
+    for _ in 0..3 {
+        collector.sweep(&ctx).await.expect("sweep");
+    }
+    // joiner's own orphan goes (so the sweeps did run past their grace) ...
+    assert_eq!(
+        instance_state(&cloud, &orphan.instance_id).await,
+        "terminated"
+    );
+    assert!(api.requests().is_empty(), "{:?}", api.calls());
+    // ... the neighbours stay, are not listed as joiner's, and the guard refuses them.
+    let listed: Vec<String> = cloud
+        .provider
+        .list()
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|n| n.instance_id)
+        .collect();
+    for (what, id) in &neighbours {
+        assert_eq!(instance_state(&cloud, id).await, "running", "{what}");
+        assert!(!listed.contains(id), "{what} listed as joiner's");
+        let refused = cloud.provider.delete(id).await.expect_err(what);
+        assert!(
+            refused.to_string().contains("lacks joiner's ownership tag"),
+            "{what}: {refused}"
+        );
+        assert_eq!(instance_state(&cloud, id).await, "running", "{what}");
+    }
+    assert_eq!(terminated(&ctx, "unknown", "orphan"), 1);
 }

@@ -198,9 +198,10 @@ impl LaunchTemplates {
     }
 
     /// Deletes this cluster's joiner templates whose name is not in `keep`; returns the names
-    /// deleted. A template is deleted only if it carries both `kubernetes.io/cluster/<cluster>=
-    /// owned` and `joiner.sh/managed-by=joiner` (checked again on the answer, not only in the
-    /// filter). A template that is already gone counts as deleted.
+    /// deleted. A template is deleted only if it carries joiner's ownership tags
+    /// (`kubernetes.io/cluster/<cluster>=owned` and `joiner.sh/provisioner-name`) and
+    /// `joiner.sh/managed-by=joiner` (checked again on the answer, not only in the filter). A
+    /// template that is already gone counts as deleted.
     pub async fn delete_unused(&self, keep: &HashSet<String>) -> Result<Vec<String>, AwsError> {
         let mut owned = Vec::new();
         let mut token = None;
@@ -208,12 +209,7 @@ impl LaunchTemplates {
             let page = self
                 .ec2
                 .describe_launch_templates()
-                .filters(
-                    Filter::builder()
-                        .name(format!("tag:{}", cluster_tag_key(&self.cluster)))
-                        .values(OWNED)
-                        .build(),
-                )
+                .set_filters(Some(tags::owned_filters(&self.cluster)))
                 .filters(
                     Filter::builder()
                         .name(format!("tag:{MANAGED_BY}"))
