@@ -34,6 +34,8 @@ use kube::{Api, Client};
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
+use crate::k8s::codes::{is_conflict, is_not_found};
+
 /// Where the Lease lives, who we are, and the timing.
 #[derive(Clone, Debug)]
 pub struct LeaseConfig {
@@ -263,7 +265,7 @@ impl LeaderElector {
                 self.held = Some(stored);
                 Ok(true)
             }
-            Err(kube::Error::Api(s)) if s.code == 409 => {
+            Err(e) if is_conflict(&e) => {
                 self.held = None;
                 Ok(false)
             }
@@ -284,7 +286,7 @@ impl LeaderElector {
                 self.held = Some(stored);
                 Ok(true)
             }
-            Err(kube::Error::Api(s)) if s.code == 409 => {
+            Err(e) if is_conflict(&e) => {
                 tracing::info!(lease = %self.config.path(), "another replica wrote the Lease first");
                 self.held = None;
                 Ok(false)
@@ -316,7 +318,7 @@ impl LeaderElector {
                 tracing::info!(lease = %self.config.path(), "released the Lease");
                 Ok(())
             }
-            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Ok(()),
+            Err(e) if is_conflict(&e) || is_not_found(&e) => Ok(()),
             Err(e) => Err(self.api_error("replace", e)),
         }
     }

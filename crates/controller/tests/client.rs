@@ -2,7 +2,8 @@
 //! `events::publish` sends the request the API server expects.
 
 use http::{Method, Request, Response, StatusCode};
-use joiner_controller::{crypto, events};
+use joiner_controller::crypto;
+use joiner_controller::k8s::events;
 use k8s_openapi::api::core::v1::Pod;
 use kube::client::Body;
 use serde_json::{json, Value};

@@ -9,7 +9,7 @@ mod support;
 use std::time::Duration;
 
 use http::Method;
-use joiner_controller::gc::Collector;
+use joiner_controller::lifecycle::gc::Collector;
 use joiner_controller::metrics::{ProvisionerLabels, ReasonLabels};
 use joiner_core::CloudProvider;
 use lifecycle_fixture::{claim, cloud, context, instance_state, launch, settings, Cloud, Stores};

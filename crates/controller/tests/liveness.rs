@@ -5,7 +5,7 @@ mod lifecycle_fixture;
 mod support;
 
 use http::Method;
-use joiner_controller::liveness;
+use joiner_controller::lifecycle::liveness;
 use joiner_controller::metrics::ReasonLabels;
 use k8s_openapi::jiff::Timestamp;
 use lifecycle_fixture::{claim, cloud, context, settings, Stores};

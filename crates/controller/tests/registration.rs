@@ -6,8 +6,8 @@ mod lifecycle_fixture;
 mod support;
 
 use http::Method;
+use joiner_controller::lifecycle::registration;
 use joiner_controller::metrics::ProvisionerLabels;
-use joiner_controller::registration;
 use lifecycle_fixture::{claim, cloud, context, node, settings, Stores};
 use serde_json::{json, Value};
 use support::{mock_api, Reply};

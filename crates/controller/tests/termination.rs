@@ -10,9 +10,9 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use http::Method;
+use joiner_controller::lifecycle::termination::eviction::BackoffPolicy;
+use joiner_controller::lifecycle::termination::Terminator;
 use joiner_controller::metrics::ReasonLabels;
-use joiner_controller::termination::eviction::BackoffPolicy;
-use joiner_controller::termination::Terminator;
 use lifecycle_fixture::{
     claim, cloud, context, instance_state, launch, node, pod, settings, Stores,
 };

@@ -21,6 +21,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 
 use super::resources::to_quantities;
 use super::ProvisioningError;
+use crate::k8s::codes::is_conflict;
 
 /// The finalizer the termination controller removes once the instance is gone.
 pub use joiner_core::labels::TERMINATION_FINALIZER;
@@ -224,7 +225,7 @@ pub async fn create_claim(
         let claim = build_claim(&name, prov, node, narrowing);
         match api.create(&PostParams::default(), &claim).await {
             Ok(stored) => return Ok(stored),
-            Err(kube::Error::Api(status)) if status.code == 409 => {
+            Err(e) if is_conflict(&e) => {
                 tracing::warn!(claim = %name, "NodeClaim name already taken; trying another");
                 last_name = name;
             }

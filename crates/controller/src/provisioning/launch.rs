@@ -7,17 +7,19 @@
 
 use std::collections::BTreeMap;
 
-use joiner_apis::condition::{self, Condition};
+use joiner_apis::condition;
 use joiner_apis::NodeClaim;
 use joiner_core::instance_type::offering_allowed;
 use joiner_core::{labels, CapacityType, CloudProvider, InstanceType, LaunchRequest, LaunchedNode};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::context::Context;
 use crate::inflight::claim_requirements;
+use crate::k8s::claims::{
+    claim_condition, delete_claim, patch_claim_status, with_condition, Guard,
+};
+use crate::k8s::codes::is_not_found;
 use crate::metrics::CodeLabels;
 
 use super::resources::to_quantities;
@@ -147,50 +149,6 @@ pub fn launch_request(
     })
 }
 
-fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Condition {
-    Condition {
-        type_: type_.to_string(),
-        status: status.to_string(),
-        reason: reason.to_string(),
-        message: message.to_string(),
-        last_transition_time: Time(Timestamp::now()),
-        observed_generation: None,
-    }
-}
-
-/// The claim's conditions with `new` in place of the one of its type. A merge patch replaces
-/// the whole list, so the others are carried over; the transition time is kept when the status
-/// does not change.
-fn with_condition(claim: &NodeClaim, mut new: Condition) -> Vec<Condition> {
-    let mut out: Vec<Condition> = claim
-        .status
-        .as_ref()
-        .map(|s| s.conditions.clone())
-        .unwrap_or_default();
-    if let Some(old) = condition::find(&out, &new.type_) {
-        if old.status == new.status {
-            new.last_transition_time = old.last_transition_time.clone();
-        }
-    }
-    out.retain(|c| c.type_ != new.type_);
-    out.push(new);
-    out
-}
-
-async fn patch_status(
-    client: &kube::Client,
-    claim: &str,
-    status: Value,
-) -> Result<NodeClaim, kube::Error> {
-    let api: Api<NodeClaim> = Api::all(client.clone());
-    api.patch_status(
-        claim,
-        &PatchParams::default(),
-        &Patch::Merge(json!({ "status": status })),
-    )
-    .await
-}
-
 /// Writes what the cloud launched into the claim's status, with Launched=True.
 async fn record_launch<P: CloudProvider>(
     ctx: &Context<P>,
@@ -221,7 +179,14 @@ async fn record_launch<P: CloudProvider>(
     );
     let conditions = with_condition(
         claim,
-        condition(condition::LAUNCHED, "True", LAUNCHED_REASON, &message),
+        claim_condition(
+            claim,
+            condition::LAUNCHED,
+            "True",
+            LAUNCHED_REASON,
+            &message,
+            Timestamp::now(),
+        ),
     );
     let mut status = json!({
         "instanceID": node.instance_id,
@@ -238,9 +203,9 @@ async fn record_launch<P: CloudProvider>(
         status["capacity"] = json!(to_quantities(&t.capacity));
         status["allocatable"] = json!(to_quantities(&t.allocatable));
     }
-    match patch_status(&ctx.client, name, status).await {
+    match patch_claim_status(&ctx.client, claim, status, Guard::None).await {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => {
+        Err(e) if is_not_found(&e) => {
             // The claim was deleted while its instance was being launched: nothing will ever
             // register or terminate that instance through the claim, so it goes now.
             tracing::warn!(claim = %name, instance = %node.instance_id,
@@ -280,17 +245,12 @@ async fn requeue<P: CloudProvider>(
     code: String,
 ) -> Result<Launch, ProvisioningError> {
     count_failure(ctx, &code);
-    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
-    match api.delete(claim, &DeleteParams::default()).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 404 => {}
-        Err(source) => {
-            return Err(ProvisioningError::DeleteClaim {
-                claim: claim.to_string(),
-                source: Box::new(source),
-            })
-        }
-    }
+    delete_claim(&ctx.client, claim)
+        .await
+        .map_err(|source| ProvisioningError::DeleteClaim {
+            claim: claim.to_string(),
+            source: Box::new(source),
+        })?;
     tracing::warn!(claim = %claim, code = %code, "no capacity for NodeClaim; deleted it so its pods are planned again");
     Ok(Launch::Requeued {
         claim: claim.to_string(),
@@ -335,16 +295,26 @@ pub async fn launch_claim<P: CloudProvider>(
                 count_failure(ctx, &code);
                 let message = format!("NodeClaim {name}: launch failed: {text}");
                 tracing::warn!(claim = %name, code = %code, error = %text, "launch failed");
-                let conditions = with_condition(
+                let failed = claim_condition(
                     claim,
-                    condition(condition::LAUNCHED, "False", LAUNCH_FAILED, &message),
+                    condition::LAUNCHED,
+                    "False",
+                    LAUNCH_FAILED,
+                    &message,
+                    Timestamp::now(),
                 );
-                patch_status(&ctx.client, &name, json!({ "conditions": conditions }))
-                    .await
-                    .map_err(|source| ProvisioningError::PatchStatus {
-                        claim: name.clone(),
-                        source: Box::new(source),
-                    })?;
+                let conditions = with_condition(claim, failed);
+                patch_claim_status(
+                    &ctx.client,
+                    claim,
+                    json!({ "conditions": conditions }),
+                    Guard::None,
+                )
+                .await
+                .map_err(|source| ProvisioningError::PatchStatus {
+                    claim: name.clone(),
+                    source: Box::new(source),
+                })?;
                 return Ok(Launch::Failed {
                     claim: name,
                     code,

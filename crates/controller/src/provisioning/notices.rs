@@ -11,7 +11,7 @@ use joiner_core::scheduling::Plan;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use crate::events::{self, EventType};
+use crate::k8s::events::{self, EventType};
 
 /// Reason of the Event naming the claim a pod is waiting for.
 pub const NOMINATED: &str = "Nominated";

@@ -30,6 +30,7 @@ use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::k8s::codes::{is_conflict, is_not_found};
 use crate::metrics::Metrics;
 use crate::state::ClusterState;
 
@@ -123,13 +124,7 @@ pub fn ready_condition(
 
 /// `current` with its `Ready` condition replaced by `ready` (other types kept, in order).
 pub fn with_ready(current: &[Condition], ready: Condition) -> Vec<Condition> {
-    let mut out: Vec<Condition> = current
-        .iter()
-        .filter(|c| c.type_ != condition::READY)
-        .cloned()
-        .collect();
-    out.push(ready);
-    out
+    condition::set(current, ready)
 }
 
 /// The merge-patch body for `status`: the status as serialized, with each of `clearable` that
@@ -174,8 +169,8 @@ where
         .await
     {
         Ok(stored) => Ok(Outcome::Patched(Box::new(stored))),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(Outcome::Gone),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Outcome::Conflict),
+        Err(e) if is_not_found(&e) => Ok(Outcome::Gone),
+        Err(e) if is_conflict(&e) => Ok(Outcome::Conflict),
         Err(source) => Err(StatusError::Patch {
             kind,
             name: name.to_string(),

@@ -19,8 +19,8 @@ use std::time::{Duration, SystemTime};
 use joiner_apis::NodeClaim;
 use joiner_core::{CloudProvider, LaunchedNode};
 
+use super::{delete_claim, first_error, LifecycleError};
 use crate::context::Context;
-use crate::lifecycle::{delete_claim, first_error, LifecycleError};
 use crate::metrics::{ProvisionerLabels, ReasonLabels};
 
 /// The `provisioner` label of orphans, whose Provisioner the claim would have named.

@@ -1,7 +1,8 @@
 //! Node lifecycle: the loops that take a NodeClaim from launched to registered and initialized
-//! ([`crate::registration`]), delete claims that never got there ([`crate::liveness`]), drain and
-//! release what is being deleted ([`crate::termination`]) and collect what nobody claims
-//! ([`crate::gc`]).
+//! ([`registration`]), delete claims that never got there ([`liveness`]), drain and release
+//! what is being deleted ([`termination`]) and collect what nobody claims ([`gc`]). They share
+//! the Kubernetes toolbox in [`crate::k8s`]; disruption and interruption will sit beside this
+//! folder and end nodes through [`termination`].
 //!
 //! Every pass is level-triggered over the reflector stores: it compares what the stores say with
 //! what should be and makes one step towards it, so a missed watch event, a crash or a 409 only
@@ -9,23 +10,29 @@
 //! change), so the fast loop runs about every second and the garbage collector, which lists the
 //! cloud, every `settings.sweep_interval`.
 
+pub mod gc;
+pub mod liveness;
+pub mod registration;
+pub mod termination;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use joiner_apis::NodeClaim;
 use joiner_core::CloudProvider;
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams};
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::context::Context;
-use crate::gc::Collector;
+use crate::k8s::claims::delete_claim as delete_claim_object;
+use crate::k8s::node_patch::NodePatchError;
+use crate::k8s::refs::claim_ref;
 use crate::metrics::ReasonLabels;
-use crate::termination::Terminator;
+use gc::Collector;
+use termination::Terminator;
 
 /// How often the registration, liveness and termination passes run.
 pub const FAST_INTERVAL: Duration = Duration::from_secs(1);
@@ -68,6 +75,16 @@ pub enum LifecycleError {
     },
 }
 
+impl From<NodePatchError> for LifecycleError {
+    fn from(e: NodePatchError) -> Self {
+        LifecycleError::Invalid {
+            object: e.object,
+            field: e.field,
+            reason: e.reason,
+        }
+    }
+}
+
 impl LifecycleError {
     /// An API error about `object` while doing `action`.
     pub(crate) fn api(object: &str, action: &'static str) -> impl FnOnce(kube::Error) -> Self {
@@ -102,10 +119,9 @@ pub(crate) async fn delete_claim<P: CloudProvider>(
     reason: &str,
     action: &'static str,
 ) -> Result<(), LifecycleError> {
-    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
-    match api.delete(claim.name(), &DeleteParams::default()).await {
-        Ok(_) => {}
-        Err(e) if is_not_found(&e) => return Ok(()),
+    match delete_claim_object(&ctx.client, claim.name()).await {
+        Ok(true) => {}
+        Ok(false) => return Ok(()),
         Err(e) => return Err(LifecycleError::api(&claim_ref(claim), action)(e)),
     }
     ctx.metrics
@@ -116,97 +132,6 @@ pub(crate) async fn delete_claim<P: CloudProvider>(
         })
         .inc();
     Ok(())
-}
-
-/// The HTTP status of an API error, if `err` is one.
-pub(crate) fn api_code(err: &kube::Error) -> Option<u16> {
-    match err {
-        kube::Error::Api(s) => Some(s.code),
-        _ => None,
-    }
-}
-
-/// True for 409 Conflict: another writer changed the object since it was read; the next pass
-/// reads it again from the store and retries.
-pub(crate) fn is_conflict(err: &kube::Error) -> bool {
-    api_code(err) == Some(409)
-}
-
-/// True for 404 Not Found.
-pub(crate) fn is_not_found(err: &kube::Error) -> bool {
-    api_code(err) == Some(404)
-}
-
-/// `NodeClaim "name"`, for messages.
-pub(crate) fn claim_ref(claim: &NodeClaim) -> String {
-    format!("NodeClaim {:?}", claim.name())
-}
-
-/// `Node "name"`, for messages.
-pub(crate) fn node_ref(node: &Node) -> String {
-    format!("Node {:?}", node_name(node))
-}
-
-/// metadata.name of a Node, empty when missing.
-pub(crate) fn node_name(node: &Node) -> &str {
-    node.metadata.name.as_deref().unwrap_or_default()
-}
-
-/// The Node of `claim`: the one whose `spec.providerID` is the claim's `status.providerID`, or
-/// whose `joiner.sh/nodeclaim` label names the claim.
-pub fn node_of<'a>(claim: &NodeClaim, nodes: &'a [Arc<Node>]) -> Option<&'a Arc<Node>> {
-    let provider_id = claim
-        .status
-        .as_ref()
-        .and_then(|s| s.provider_id.as_deref())
-        .filter(|p| !p.is_empty());
-    nodes.iter().find(|n| {
-        let by_id = provider_id.is_some()
-            && n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == provider_id;
-        by_id || node_claim_label(n) == Some(claim.name())
-    })
-}
-
-/// The NodeClaim of `node`, by the same matching as [`node_of`].
-pub fn claim_of<'a>(node: &Node, claims: &'a [Arc<NodeClaim>]) -> Option<&'a Arc<NodeClaim>> {
-    let provider_id = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.provider_id.as_deref())
-        .filter(|p| !p.is_empty());
-    let label = node_claim_label(node);
-    claims.iter().find(|c| {
-        let by_id = provider_id.is_some()
-            && c.status.as_ref().and_then(|s| s.provider_id.as_deref()) == provider_id;
-        by_id || label == Some(c.name())
-    })
-}
-
-/// The `joiner.sh/nodeclaim` label of `node`.
-pub(crate) fn node_claim_label(node: &Node) -> Option<&str> {
-    node.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(joiner_core::labels::NODECLAIM))
-        .map(String::as_str)
-}
-
-/// True when `finalizers` holds joiner's termination finalizer.
-pub(crate) fn has_finalizer(meta: &kube::api::ObjectMeta) -> bool {
-    meta.finalizers
-        .iter()
-        .flatten()
-        .any(|f| f == joiner_core::labels::TERMINATION_FINALIZER)
-}
-
-/// `finalizers` without joiner's termination finalizer, other owners' entries kept in order.
-pub(crate) fn finalizers_without_ours(meta: &kube::api::ObjectMeta) -> Vec<String> {
-    meta.finalizers
-        .iter()
-        .flatten()
-        .filter(|f| *f != joiner_core::labels::TERMINATION_FINALIZER)
-        .cloned()
-        .collect()
 }
 
 /// How long ago `created` was, zero when it lies in the future (clock skew) or is missing.
@@ -231,11 +156,11 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>, stop: Cancell
         tokio::select! {
             _ = stop.cancelled() => break,
             _ = fast.tick() => {
-                let result = crate::registration::reconcile(&ctx)
+                let result = registration::reconcile(&ctx)
                     .instrument(tracing::debug_span!("reconcile", controller = "registration"))
                     .await;
                 report(&ctx, "registration", result);
-                let result = crate::liveness::reconcile(&ctx)
+                let result = liveness::reconcile(&ctx)
                     .instrument(tracing::debug_span!("reconcile", controller = "liveness"))
                     .await;
                 report(&ctx, "liveness", result);
@@ -284,67 +209,6 @@ pub(crate) fn first_error(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    fn node(v: serde_json::Value) -> Arc<Node> {
-        Arc::new(serde_json::from_value(v).expect("node"))
-    }
-
-    fn claim(v: serde_json::Value) -> Arc<NodeClaim> {
-        Arc::new(serde_json::from_value(v).expect("claim"))
-    }
-
-    #[test]
-    fn nodes_and_claims_match_by_provider_id_or_label() {
-        let nodes = vec![
-            node(json!({"metadata": {"name": "a"}, "spec": {"providerID": "aws:///z/i-1"}})),
-            node(json!({"metadata": {"name": "b", "labels": {"joiner.sh/nodeclaim": "web-2"}}})),
-            node(json!({"metadata": {"name": "c"}, "spec": {}})),
-        ];
-        let c1 = claim(
-            json!({"apiVersion": "joiner.sh/v1alpha1", "kind": "NodeClaim",
-            "metadata": {"name": "web-1"}, "spec": {"provisionerName": "web"},
-            "status": {"providerID": "aws:///z/i-1"}}),
-        );
-        let c2 = claim(
-            json!({"apiVersion": "joiner.sh/v1alpha1", "kind": "NodeClaim",
-            "metadata": {"name": "web-2"}, "spec": {"provisionerName": "web"}}),
-        );
-        let c3 = claim(
-            json!({"apiVersion": "joiner.sh/v1alpha1", "kind": "NodeClaim",
-            "metadata": {"name": "web-3"}, "spec": {"provisionerName": "web"}}),
-        );
-        assert_eq!(node_of(&c1, &nodes).map(|n| node_name(n)), Some("a"));
-        assert_eq!(node_of(&c2, &nodes).map(|n| node_name(n)), Some("b"));
-        assert!(node_of(&c3, &nodes).is_none());
-        let claims = vec![c1, c2, c3];
-        assert_eq!(
-            claim_of(&nodes[0], &claims).map(|c| c.name()),
-            Some("web-1")
-        );
-        assert_eq!(
-            claim_of(&nodes[1], &claims).map(|c| c.name()),
-            Some("web-2")
-        );
-        assert!(claim_of(&nodes[2], &claims).is_none());
-    }
-
-    #[test]
-    fn finalizers_of_other_owners_are_kept() {
-        let meta = kube::api::ObjectMeta {
-            finalizers: Some(vec![
-                "a.example/x".into(),
-                joiner_core::labels::TERMINATION_FINALIZER.into(),
-                "b.example/y".into(),
-            ]),
-            ..Default::default()
-        };
-        assert!(has_finalizer(&meta));
-        assert_eq!(
-            finalizers_without_ours(&meta),
-            ["a.example/x", "b.example/y"]
-        );
-    }
 
     #[test]
     fn age_is_zero_for_future_or_missing_timestamps() {

@@ -13,7 +13,8 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::Eviction;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::lifecycle::{api_code, LifecycleError};
+use crate::k8s::codes::api_code;
+use crate::lifecycle::LifecycleError;
 
 /// What an eviction request came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -15,21 +15,26 @@
 
 use std::collections::BTreeMap;
 
-use joiner_apis::condition::{self, Condition};
+use joiner_apis::condition;
 use joiner_apis::NodeClaim;
 use joiner_core::labels;
 use joiner_core::CloudProvider;
 use k8s_openapi::api::core::v1::{Node, Taint};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
-use serde_json::{json, Value};
+use serde_json::json;
 
+use super::{first_error, LifecycleError};
 use crate::context::Context;
-use crate::lifecycle::{
-    claim_ref, first_error, has_finalizer, is_conflict, node_claim_label, node_name, node_of,
-    node_ref, LifecycleError,
+use crate::k8s::claims::{claim_condition, patch_claim_status, with_condition, Guard};
+use crate::k8s::codes::is_conflict;
+use crate::k8s::finalizers::has_finalizer;
+use crate::k8s::matching::node_of;
+use crate::k8s::node_patch::{
+    add_finalizer_op, guarded, has_taint, is_ready, labels_op, node_taints, taints_op,
+    untaint_patch,
 };
+use crate::k8s::refs::{claim_ref, node_name, node_ref};
 use crate::metrics::ProvisionerLabels;
 
 /// One registration pass over every claim that is not being deleted and whose Node exists.
@@ -63,7 +68,6 @@ async fn register<P: CloudProvider>(
     node: &Node,
 ) -> Result<(), LifecycleError> {
     let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let claims: Api<NodeClaim> = Api::all(ctx.client.clone());
     let name = node_name(node).to_string();
     let mut node = node.clone();
     let mut claim = claim.clone();
@@ -89,12 +93,19 @@ async fn register<P: CloudProvider>(
     }
 
     if !claim.is_registered() {
+        let registered = claim_condition(
+            &claim,
+            condition::REGISTERED,
+            "True",
+            "NodeRegistered",
+            &format!("Node {name} joined the cluster"),
+            Timestamp::now(),
+        );
         let status = json!({
             "nodeName": name,
-            "conditions": with_condition(&claim, condition::REGISTERED, "NodeRegistered",
-                &format!("Node {name} joined the cluster")),
+            "conditions": with_condition(&claim, registered),
         });
-        match patch_status(&claims, &claim, status).await {
+        match patch_claim_status(&ctx.client, &claim, status, Guard::ResourceVersion).await {
             Ok(c) => claim = c,
             Err(e) if is_conflict(&e) => return Ok(()),
             Err(e) => {
@@ -133,11 +144,16 @@ async fn register<P: CloudProvider>(
         }
     }
     if !claim.is_initialized() && !has_taint(&node, labels::UNREGISTERED_TAINT) {
-        let status = json!({
-            "conditions": with_condition(&claim, condition::INITIALIZED, "NodeReady",
-                &format!("Node {name} is Ready")),
-        });
-        match patch_status(&claims, &claim, status).await {
+        let initialized = claim_condition(
+            &claim,
+            condition::INITIALIZED,
+            "True",
+            "NodeReady",
+            &format!("Node {name} is Ready"),
+            Timestamp::now(),
+        );
+        let status = json!({ "conditions": with_condition(&claim, initialized) });
+        match patch_claim_status(&ctx.client, &claim, status, Guard::ResourceVersion).await {
             Ok(_) => tracing::info!(claim = claim.name(), node = %name, "node initialized"),
             Err(e) if is_conflict(&e) => {}
             Err(e) => {
@@ -155,7 +171,13 @@ async fn register<P: CloudProvider>(
 /// After the one registration patch it has both, so labels and taints are applied once and
 /// later edits by people are not undone.
 fn needs_registration_patch(claim: &NodeClaim, node: &Node) -> bool {
-    !has_finalizer(&node.metadata) || node_claim_label(node) != Some(claim.name())
+    let labelled = node
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(labels::NODECLAIM))
+        .map(String::as_str);
+    !has_finalizer(&node.metadata) || labelled != Some(claim.name())
 }
 
 /// The labels registration puts on the claim's Node: provisioner-name, nodeclaim, every
@@ -203,59 +225,6 @@ fn claim_taints(claim: &NodeClaim) -> Vec<Taint> {
         .collect()
 }
 
-fn node_taints(node: &Node) -> Vec<Taint> {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.taints.clone())
-        .unwrap_or_default()
-}
-
-/// True when `node` carries a taint with `key`.
-pub(crate) fn has_taint(node: &Node, key: &str) -> bool {
-    node_taints(node).iter().any(|t| t.key == key)
-}
-
-/// True when the Node's Ready condition is True.
-pub fn is_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| c.type_ == "Ready" && c.status == "True")
-}
-
-/// The `test` of the Node's resourceVersion that guards every Node patch.
-fn rv_test(node: &Node) -> Result<Value, LifecycleError> {
-    let rv = node
-        .metadata
-        .resource_version
-        .as_deref()
-        .ok_or_else(|| LifecycleError::Invalid {
-            object: node_ref(node),
-            field: "metadata.resourceVersion",
-            reason: "missing; the Node cannot be patched safely".into(),
-        })?;
-    Ok(json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv}))
-}
-
-fn to_patch(node: &Node, ops: Vec<Value>) -> Result<json_patch::Patch, LifecycleError> {
-    serde_json::from_value(Value::Array(ops)).map_err(|e| LifecycleError::Invalid {
-        object: node_ref(node),
-        field: "metadata",
-        reason: format!("building the JSON patch: {e}"),
-    })
-}
-
-/// `add` of the whole taint list (replacing it), or of `spec` when the Node has none.
-pub(crate) fn taints_op(node: &Node, taints: &[Taint]) -> Value {
-    if node.spec.is_some() {
-        json!({"op": "add", "path": "/spec/taints", "value": taints})
-    } else {
-        json!({"op": "add", "path": "/spec", "value": {"taints": taints}})
-    }
-}
-
 /// The one registration patch: resourceVersion test, then the merged labels, taints (the
 /// claim's added to what the kubelet registered, none twice) and finalizers.
 fn registration_patch(claim: &NodeClaim, node: &Node) -> Result<json_patch::Patch, LifecycleError> {
@@ -270,78 +239,10 @@ fn registration_patch(claim: &NodeClaim, node: &Node) -> Result<json_patch::Patc
             taints.push(t);
         }
     }
-    let mut finalizers = node.metadata.finalizers.clone().unwrap_or_default();
-    if !has_finalizer(&node.metadata) {
-        finalizers.push(labels::TERMINATION_FINALIZER.to_string());
-    }
     let ops = vec![
-        rv_test(node)?,
-        json!({"op": "add", "path": "/metadata/labels", "value": labels}),
+        labels_op(&labels),
         taints_op(node, &taints),
-        json!({"op": "add", "path": "/metadata/finalizers", "value": finalizers}),
+        add_finalizer_op(node),
     ];
-    to_patch(node, ops)
-}
-
-/// The Node's taints without those with `key`, guarded by the resourceVersion.
-pub(crate) fn untaint_patch(node: &Node, key: &str) -> Result<json_patch::Patch, LifecycleError> {
-    let taints: Vec<Taint> = node_taints(node)
-        .into_iter()
-        .filter(|t| t.key != key)
-        .collect();
-    to_patch(node, vec![rv_test(node)?, taints_op(node, &taints)])
-}
-
-/// The Node's taints plus `taint` (if no taint with its key and effect is there yet), guarded
-/// by the resourceVersion; `None` when it is already there.
-pub(crate) fn taint_patch(
-    node: &Node,
-    taint: Taint,
-) -> Result<Option<json_patch::Patch>, LifecycleError> {
-    let mut taints = node_taints(node);
-    if taints
-        .iter()
-        .any(|t| t.key == taint.key && t.effect == taint.effect)
-    {
-        return Ok(None);
-    }
-    taints.push(taint);
-    Ok(Some(to_patch(
-        node,
-        vec![rv_test(node)?, taints_op(node, &taints)],
-    )?))
-}
-
-/// The claim's conditions with `type_` set True (others kept; a merge patch replaces the list).
-fn with_condition(claim: &NodeClaim, type_: &str, reason: &str, message: &str) -> Vec<Condition> {
-    let mut conditions: Vec<Condition> = claim
-        .status
-        .as_ref()
-        .map(|s| s.conditions.clone())
-        .unwrap_or_default();
-    conditions.retain(|c| c.type_ != type_);
-    conditions.push(Condition {
-        type_: type_.to_string(),
-        status: "True".to_string(),
-        reason: reason.to_string(),
-        message: message.to_string(),
-        last_transition_time: Time(Timestamp::now()),
-        observed_generation: claim.metadata.generation,
-    });
-    conditions
-}
-
-/// Merge patch of the claim's status subresource, guarded by its resourceVersion.
-async fn patch_status(
-    claims: &Api<NodeClaim>,
-    claim: &NodeClaim,
-    status: Value,
-) -> Result<NodeClaim, kube::Error> {
-    let body = json!({
-        "metadata": {"resourceVersion": claim.metadata.resource_version},
-        "status": status,
-    });
-    claims
-        .patch_status(claim.name(), &PatchParams::default(), &Patch::Merge(body))
-        .await
+    Ok(guarded(node, ops)?)
 }

@@ -27,20 +27,20 @@ use std::time::Instant;
 use joiner_apis::NodeClaim;
 use joiner_core::labels;
 use joiner_core::CloudProvider;
-use k8s_openapi::api::core::v1::{Event, EventSource, Node, ObjectReference, Pod, Taint};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
+use super::{first_error, LifecycleError};
 use crate::context::Context;
-use crate::events::COMPONENT;
-use crate::lifecycle::{
-    claim_of, claim_ref, finalizers_without_ours, first_error, has_finalizer, is_conflict,
-    is_not_found, node_claim_label, node_name, node_of, node_ref, LifecycleError,
-};
+use crate::k8s::claims::delete_claim;
+use crate::k8s::codes::{is_conflict, is_not_found};
+use crate::k8s::events::{self, EventType};
+use crate::k8s::finalizers::{finalizers_without_ours, has_finalizer};
+use crate::k8s::matching::{claim_of, node_of, node_provider_id};
+use crate::k8s::node_patch::{release_finalizer_patch, taint_patch};
+use crate::k8s::refs::{claim_ref, node_name, node_ref};
 use crate::metrics::ReasonLabels;
-use crate::registration::taint_patch;
 use eviction::{evict, pod_key, Backoff, BackoffPolicy, Evicted};
 
 /// The reason of Events saying a drain waits for a pod that must not be disrupted.
@@ -192,17 +192,12 @@ impl Terminator {
                 release_claim(ctx, c).await?;
             } else {
                 // Only the Node was deleted: its instance is gone, so is the claim.
-                let api: Api<NodeClaim> = Api::all(ctx.client.clone());
-                match api.delete(c.name(), &DeleteParams::default()).await {
-                    Ok(_) => {}
-                    Err(e) if is_not_found(&e) => {}
-                    Err(e) => {
-                        return Err(LifecycleError::api(
-                            &claim_ref(c),
-                            "deleting the claim of a deleted Node",
-                        )(e))
-                    }
-                }
+                delete_claim(&ctx.client, c.name())
+                    .await
+                    .map_err(LifecycleError::api(
+                        &claim_ref(c),
+                        "deleting the claim of a deleted Node",
+                    ))?;
             }
         }
         Ok(())
@@ -266,9 +261,15 @@ impl Terminator {
             labels::KARPENTER_DO_NOT_EVICT
         );
         tracing::info!(node = node_name(node), pod = %pod_key(pod), "drain blocked by a do-not-disrupt pod");
-        let event = node_event(node, BLOCKED_EVENT_REASON, &message, Timestamp::now());
-        let api: Api<Event> = Api::namespaced(ctx.client.clone(), "default");
-        if let Err(e) = api.create(&PostParams::default(), &event).await {
+        if let Err(e) = events::publish_on_node(
+            &ctx.client,
+            node,
+            EventType::Warning,
+            BLOCKED_EVENT_REASON,
+            &message,
+        )
+        .await
+        {
             tracing::warn!(node = node_name(node), error = %e, "could not publish the drain-blocked event");
         }
     }
@@ -280,10 +281,7 @@ async fn find_instance<P: CloudProvider>(
     claim: Option<&NodeClaim>,
     node: Option<&Node>,
 ) -> Result<Option<String>, LifecycleError> {
-    let claim_name = claim
-        .map(|c| c.name())
-        .or_else(|| node.and_then(node_claim_label));
-    if let Some(claim_name) = claim_name {
+    if let Some(claim_name) = claim.map(|c| c.name()) {
         let object = format!("NodeClaim {claim_name:?}");
         return ctx
             .cloud
@@ -293,12 +291,7 @@ async fn find_instance<P: CloudProvider>(
             .map_err(|e| LifecycleError::cloud(&object, "looking up its instance".into(), e));
     }
     let Some(node) = node else { return Ok(None) };
-    let Some(provider_id) = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.provider_id.as_deref())
-        .filter(|p| !p.is_empty())
-    else {
+    let Some(provider_id) = node_provider_id(node) else {
         return Ok(None);
     };
     let all = ctx.cloud.list().await.map_err(|e| {
@@ -320,17 +313,7 @@ async fn release_node<P: CloudProvider>(
     let api: Api<Node> = Api::all(ctx.client.clone());
     let name = node_name(node);
     if has_finalizer(&node.metadata) {
-        let rv = node.metadata.resource_version.clone().unwrap_or_default();
-        let ops = json!([
-            {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
-            {"op": "add", "path": "/metadata/finalizers", "value": finalizers_without_ours(&node.metadata)},
-        ]);
-        let patch: json_patch::Patch =
-            serde_json::from_value(ops).map_err(|e| LifecycleError::Invalid {
-                object: node_ref(node),
-                field: "metadata.finalizers",
-                reason: format!("building the JSON patch: {e}"),
-            })?;
+        let patch = release_finalizer_patch(node)?;
         match api
             .patch(name, &PatchParams::default(), &Patch::Json::<()>(patch))
             .await
@@ -389,35 +372,4 @@ async fn release_claim<P: CloudProvider>(
         })
         .inc();
     Ok(())
-}
-
-/// A core/v1 Event on `node` (cluster-scoped objects' Events live in `default`).
-pub fn node_event(node: &Node, reason: &str, message: &str, now: Timestamp) -> Event {
-    let name = node_name(node).to_string();
-    Event {
-        metadata: ObjectMeta {
-            generate_name: Some(format!("{name}.")),
-            namespace: Some("default".into()),
-            ..ObjectMeta::default()
-        },
-        involved_object: ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Node".into()),
-            name: Some(name),
-            uid: node.metadata.uid.clone(),
-            ..ObjectReference::default()
-        },
-        reason: Some(reason.into()),
-        message: Some(message.into()),
-        type_: Some("Warning".into()),
-        source: Some(EventSource {
-            component: Some(COMPONENT.into()),
-            host: None,
-        }),
-        reporting_component: Some(COMPONENT.into()),
-        first_timestamp: Some(Time(now)),
-        last_timestamp: Some(Time(now)),
-        count: Some(1),
-        ..Event::default()
-    }
 }

@@ -1,0 +1,102 @@
+//! Which Node is a NodeClaim's: the one whose `spec.providerID` is the claim's
+//! `status.providerID` (what the cloud reported at launch), or the one the claim's
+//! `status.nodeName` names (written by registration after such a match). Never a label: a
+//! kubelet may set its own labels (`--node-labels`), so a label cannot prove which instance a
+//! Node runs on. Every reconciler matches with these functions.
+
+use std::sync::Arc;
+
+use joiner_apis::NodeClaim;
+use k8s_openapi::api::core::v1::Node;
+
+/// The Node's `spec.providerID`, when set.
+pub fn node_provider_id(node: &Node) -> Option<&str> {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .filter(|p| !p.is_empty())
+}
+
+/// The claim's `status.providerID`, when set.
+pub fn claim_provider_id(claim: &NodeClaim) -> Option<&str> {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .filter(|p| !p.is_empty())
+}
+
+/// True when `node` is `claim`'s node.
+pub fn is_claims_node(claim: &NodeClaim, node: &Node) -> bool {
+    let by_id = claim_provider_id(claim).is_some_and(|id| node_provider_id(node) == Some(id));
+    let by_name = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
+        .is_some_and(|n| node.metadata.name.as_deref() == Some(n));
+    by_id || by_name
+}
+
+/// The Node of `claim`, if it has registered.
+pub fn node_of<'a>(claim: &NodeClaim, nodes: &'a [Arc<Node>]) -> Option<&'a Arc<Node>> {
+    nodes.iter().find(|n| is_claims_node(claim, n))
+}
+
+/// The NodeClaim of `node`, by the same rule as [`node_of`].
+pub fn claim_of<'a>(node: &Node, claims: &'a [Arc<NodeClaim>]) -> Option<&'a Arc<NodeClaim>> {
+    claims.iter().find(|c| is_claims_node(c, node))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node(v: serde_json::Value) -> Arc<Node> {
+        Arc::new(serde_json::from_value(v).expect("node"))
+    }
+
+    fn claim(name: &str, status: serde_json::Value) -> Arc<NodeClaim> {
+        Arc::new(
+            serde_json::from_value(
+                json!({"apiVersion": "joiner.sh/v1alpha1", "kind": "NodeClaim",
+                "metadata": {"name": name}, "spec": {"provisionerName": "web"},
+                "status": status}),
+            )
+            .expect("claim"),
+        )
+    }
+
+    #[test]
+    fn nodes_and_claims_match_by_provider_id_or_the_registered_name_never_by_label() {
+        let nodes = vec![
+            node(json!({"metadata": {"name": "a"}, "spec": {"providerID": "aws:///z/i-1"}})),
+            // A kubelet could label itself after any claim: that proves nothing.
+            node(
+                json!({"metadata": {"name": "b", "labels": {"joiner.sh/nodeclaim": "web-2"}},
+                "spec": {"providerID": "aws:///z/i-9"}}),
+            ),
+            node(json!({"metadata": {"name": "c"}, "spec": {}})),
+        ];
+        let c1 = claim("web-1", json!({"providerID": "aws:///z/i-1"}));
+        let c2 = claim("web-2", json!({"providerID": "aws:///z/i-2"}));
+        let c3 = claim("web-3", json!({"nodeName": "c"}));
+        let c4 = claim("web-4", json!({}));
+        let name = |n: Option<&Arc<Node>>| n.and_then(|n| n.metadata.name.clone());
+        assert_eq!(name(node_of(&c1, &nodes)), Some("a".into()));
+        assert_eq!(name(node_of(&c2, &nodes)), None);
+        assert_eq!(name(node_of(&c3, &nodes)), Some("c".into()));
+        assert_eq!(name(node_of(&c4, &nodes)), None);
+        let claims = vec![c1, c2, c3, c4];
+        assert_eq!(
+            claim_of(&nodes[0], &claims).map(|c| c.name()),
+            Some("web-1")
+        );
+        assert!(claim_of(&nodes[1], &claims).is_none());
+        assert_eq!(
+            claim_of(&nodes[2], &claims).map(|c| c.name()),
+            Some("web-3")
+        );
+    }
+}
