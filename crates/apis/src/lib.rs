@@ -12,16 +12,19 @@ pub mod crds;
 pub mod disruption;
 pub mod duration;
 pub mod error;
+pub mod lookup;
 pub mod node_claim;
 pub mod node_template;
 pub mod object;
 pub mod provisioner;
+pub mod resolution;
 pub mod selector;
 pub mod taint;
 mod validation;
 
 pub use disruption::{Budget, BudgetNodes, Disruption};
 pub use error::ApiError;
+pub use lookup::{ObjectLookup, StaticObjects};
 pub use node_claim::{
     NodeClaim, NodeClaimResources, NodeClaimSpec, NodeClaimStatus, NodeTemplateRef,
 };
@@ -34,6 +37,7 @@ pub use provisioner::{
     Consolidation, KubeletConfiguration, Limits, ProviderRef, Provisioner, ProvisionerSpec,
     ProvisionerStatus, WarmPool,
 };
+pub use resolution::{NodeTemplateResolver, ResolveError, ResolveFailure, Resolved};
 pub use selector::NodeSelectorRequirement;
 pub use taint::Taint;
 pub use validation::map_field;

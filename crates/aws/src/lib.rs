@@ -34,5 +34,7 @@ pub mod userdata;
 pub use catalog::{CatalogOptions, LiveCatalog};
 pub use clients::AwsClients;
 pub use error::{AwsError, CatalogError};
+pub use joiner_apis::ResolveFailure;
+pub use provider::aws_provider_id;
 pub use provider::{AwsCloudProvider, ProviderConfig, ProviderError};
-pub use resolve::{ResolveFailure, ResolvedNodeTemplate};
+pub use resolve::ResolvedNodeTemplate;

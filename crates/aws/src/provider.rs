@@ -9,11 +9,14 @@
 //! (logged), since the claim can still launch without it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
-use joiner_apis::{NodeTemplate, Provisioner};
-use joiner_core::cloud_provider::aws_provider_id;
-use joiner_core::{CloudProvider, InstanceType, LaunchRequest, LaunchedNode};
+use joiner_apis::{
+    NodeTemplate, NodeTemplateResolver, ObjectLookup, Provisioner, ResolveError, Resolved,
+};
+use joiner_core::{
+    CloudError, CloudErrorKind, CloudProvider, InstanceType, LaunchRequest, LaunchedNode,
+};
 use thiserror::Error;
 
 use crate::allocatable::Arch;
@@ -176,16 +179,15 @@ impl From<DiscoveryError> for ProviderError {
 /// Launch settings shared by a group of candidates: architecture, AMI variant, max-pods.
 type GroupKey = (Arch, AmiVariant, u32);
 
-#[derive(Debug, Default)]
-struct Objects {
-    provisioners: HashMap<String, Arc<Provisioner>>,
-    node_templates: HashMap<String, Arc<NodeTemplate>>,
+/// `aws:///<zone>/<instance id>`: the providerID the AWS cloud controller puts on Nodes, so a
+/// Node registering from this instance is recognised as the claim's.
+pub fn aws_provider_id(zone: &str, instance_id: &str) -> String {
+    format!("aws:///{zone}/{instance_id}")
 }
 
-/// The AWS [`CloudProvider`]. Provisioners and NodeTemplates are fed in by the controller
-/// (from its reflectors) with [`AwsCloudProvider::set_objects`], so a launch reads the latest
-/// settings without an API call of its own.
-#[derive(Debug)]
+/// The AWS [`CloudProvider`]. It reads a claim's Provisioner and NodeTemplate from the
+/// [`ObjectLookup`] it was built with (the controller's reflector stores), so a launch sees the
+/// current settings without an API call of its own.
 pub struct AwsCloudProvider {
     config: ProviderConfig,
     catalog: Arc<LiveCatalog>,
@@ -196,17 +198,27 @@ pub struct AwsCloudProvider {
     templates: LaunchTemplates,
     fleet: Fleet,
     instances: Instances,
-    objects: RwLock<Objects>,
+    objects: Arc<dyn ObjectLookup>,
+}
+
+impl std::fmt::Debug for AwsCloudProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AwsCloudProvider")
+            .field("cluster", &self.config.cluster.name)
+            .finish_non_exhaustive()
+    }
 }
 
 impl AwsCloudProvider {
     /// A provider on `clients`; `unavailable` must be the set the planner's catalog reads, so
-    /// capacity failures recorded here steer the next plan.
+    /// capacity failures recorded here steer the next plan; `objects` is where Provisioners and
+    /// NodeTemplates are looked up at each call.
     pub fn new(
         clients: AwsClients,
         config: ProviderConfig,
         catalog: Arc<LiveCatalog>,
         unavailable: Arc<UnavailableOfferings>,
+        objects: Arc<dyn ObjectLookup>,
     ) -> Self {
         let cluster = config.cluster.name.clone();
         AwsCloudProvider {
@@ -216,26 +228,11 @@ impl AwsCloudProvider {
             templates: LaunchTemplates::new(clients.ec2.clone(), &cluster),
             fleet: Fleet::new(&clients.ec2, unavailable.clone()),
             instances: Instances::new(clients.ec2.clone(), &cluster),
-            objects: RwLock::new(Objects::default()),
+            objects,
             config,
             catalog,
             unavailable,
         }
-    }
-
-    /// Replaces the known Provisioners and NodeTemplates (the controller's reflector contents).
-    pub fn set_objects(&self, provisioners: Vec<Provisioner>, node_templates: Vec<NodeTemplate>) {
-        let objects = Objects {
-            provisioners: provisioners
-                .into_iter()
-                .map(|p| (p.name().to_string(), Arc::new(p)))
-                .collect(),
-            node_templates: node_templates
-                .into_iter()
-                .map(|n| (n.name().to_string(), Arc::new(n)))
-                .collect(),
-        };
-        *self.objects.write().unwrap_or_else(|p| p.into_inner()) = objects;
     }
 
     /// What `node_template` resolves to now: subnets, security groups and AMIs (the family's
@@ -273,12 +270,12 @@ impl AwsCloudProvider {
         &self,
         name: &str,
     ) -> Result<(Arc<Provisioner>, Arc<NodeTemplate>), ProviderError> {
-        let objects = self.objects.read().unwrap_or_else(|p| p.into_inner());
-        let prov = objects.provisioners.get(name).cloned().ok_or_else(|| {
-            ProviderError::UnknownProvisioner {
-                provisioner: name.to_string(),
-            }
-        })?;
+        let prov =
+            self.objects
+                .provisioner(name)
+                .ok_or_else(|| ProviderError::UnknownProvisioner {
+                    provisioner: name.to_string(),
+                })?;
         let nt_name = prov
             .spec
             .provider_ref
@@ -287,14 +284,12 @@ impl AwsCloudProvider {
             .ok_or_else(|| ProviderError::NoProviderRef {
                 provisioner: name.to_string(),
             })?;
-        let nt = objects
-            .node_templates
-            .get(&nt_name)
-            .cloned()
-            .ok_or_else(|| ProviderError::UnknownNodeTemplate {
+        let nt = self.objects.node_template(&nt_name).ok_or_else(|| {
+            ProviderError::UnknownNodeTemplate {
                 provisioner: name.to_string(),
                 node_template: nt_name,
-            })?;
+            }
+        })?;
         Ok((prov, nt))
     }
 
@@ -409,22 +404,92 @@ fn launch_groups(
     groups
 }
 
+/// AWS error codes that mean "slow down".
+const THROTTLING_CODES: &[&str] = &[
+    "RequestLimitExceeded",
+    "Throttling",
+    "ThrottlingException",
+    "TooManyRequestsException",
+];
+
+fn api_kind(code: &str) -> CloudErrorKind {
+    if THROTTLING_CODES.contains(&code) {
+        CloudErrorKind::Throttled
+    } else if code.starts_with("InvalidInstanceID.NotFound") {
+        CloudErrorKind::NotFound
+    } else {
+        CloudErrorKind::Other
+    }
+}
+
+impl CloudError for ProviderError {
+    fn kind(&self) -> CloudErrorKind {
+        match self {
+            ProviderError::Launch(LaunchError::InsufficientCapacity { .. }) => {
+                CloudErrorKind::InsufficientCapacity
+            }
+            ProviderError::Launch(LaunchError::Api { code, .. }) => api_kind(code),
+            ProviderError::TerminateRefused(TerminateRefusal::NotFound { .. }) => {
+                CloudErrorKind::NotFound
+            }
+            ProviderError::TerminateRefused(TerminateRefusal::NotOwned { .. }) => {
+                CloudErrorKind::NotOwned
+            }
+            ProviderError::Aws(AwsError::Api { code, .. }) => api_kind(code),
+            ProviderError::Aws(AwsError::NoRegion)
+            | ProviderError::UnknownProvisioner { .. }
+            | ProviderError::NoProviderRef { .. }
+            | ProviderError::UnknownNodeTemplate { .. }
+            | ProviderError::NoKnownCandidate { .. }
+            | ProviderError::NoSubnetInZones { .. }
+            | ProviderError::NoAmiForArch { .. }
+            | ProviderError::NoSubnets { .. }
+            | ProviderError::NoSecurityGroups { .. }
+            | ProviderError::NoDefaultAmi { .. }
+            | ProviderError::NoAmiSelected { .. } => CloudErrorKind::Misconfigured,
+            _ => CloudErrorKind::Other,
+        }
+    }
+
+    fn code(&self) -> String {
+        let code = match self {
+            ProviderError::Launch(LaunchError::InsufficientCapacity { code, .. })
+            | ProviderError::Launch(LaunchError::Api { code, .. })
+            | ProviderError::Aws(AwsError::Api { code, .. }) => Some(code.as_str()),
+            ProviderError::TerminateRefused(TerminateRefusal::NotFound { .. }) => {
+                Some("InvalidInstanceID.NotFound")
+            }
+            _ => None,
+        };
+        code.filter(|c| !c.is_empty())
+            .unwrap_or("other")
+            .to_string()
+    }
+}
+
+impl NodeTemplateResolver for AwsCloudProvider {
+    async fn resolve(&self, node_template: &NodeTemplate) -> Result<Resolved, ResolveError> {
+        match self.resolve_node_template(node_template).await {
+            Ok(r) => Ok(Resolved {
+                amis: r.amis.iter().map(|a| a.to_status()).collect(),
+                unresolved: r
+                    .unresolved
+                    .iter()
+                    .map(|u| format!("{}/{}", u.arch.as_str(), u.variant.as_str()))
+                    .collect(),
+                subnets: r.subnets,
+                security_groups: r.security_groups,
+            }),
+            Err(err) => Err(ResolveError {
+                failure: err.resolve_failure(),
+                message: err.to_string(),
+            }),
+        }
+    }
+}
+
 impl CloudProvider for AwsCloudProvider {
     type Error = ProviderError;
-
-    fn is_capacity_error(err: &ProviderError) -> bool {
-        matches!(
-            err,
-            ProviderError::Launch(LaunchError::InsufficientCapacity { .. })
-        )
-    }
-
-    fn is_not_found(err: &ProviderError) -> bool {
-        matches!(
-            err,
-            ProviderError::TerminateRefused(TerminateRefusal::NotFound { .. })
-        )
-    }
 
     async fn instance_types(&self, provisioner: &str) -> Result<Vec<InstanceType>, ProviderError> {
         // Unknown names fail here rather than plan against a catalog no launch could use.
@@ -595,6 +660,43 @@ mod tests {
         assert!(launch_groups(&candidates[2..3], catalog, &prov).is_empty());
     }
 
+    fn is_capacity_error(err: &ProviderError) -> bool {
+        err.kind() == CloudErrorKind::InsufficientCapacity
+    }
+
+    fn is_not_found(err: &ProviderError) -> bool {
+        err.kind() == CloudErrorKind::NotFound
+    }
+
+    #[test]
+    fn provider_id_has_the_aws_cloud_controller_form() {
+        assert_eq!(
+            aws_provider_id("us-east-1a", "i-0abc"),
+            "aws:///us-east-1a/i-0abc"
+        );
+    }
+
+    #[test]
+    fn errors_carry_their_kind_and_code() {
+        let throttled = ProviderError::Launch(LaunchError::Api {
+            client_token: "uid".into(),
+            code: "RequestLimitExceeded".into(),
+            message: "slow down".into(),
+        });
+        assert_eq!(throttled.kind(), CloudErrorKind::Throttled);
+        assert_eq!(throttled.code(), "RequestLimitExceeded");
+        let config = ProviderError::UnknownProvisioner {
+            provisioner: "web".into(),
+        };
+        assert_eq!(config.kind(), CloudErrorKind::Misconfigured);
+        assert_eq!(config.code(), "other");
+        let foreign = ProviderError::TerminateRefused(TerminateRefusal::NotOwned {
+            instance_id: "i-1".into(),
+            missing: "joiner.sh/provisioner-name".into(),
+        });
+        assert_eq!(foreign.kind(), CloudErrorKind::NotOwned);
+    }
+
     #[test]
     fn only_insufficient_capacity_is_a_capacity_error() {
         let capacity = ProviderError::Launch(LaunchError::InsufficientCapacity {
@@ -603,13 +705,14 @@ mod tests {
             code: "InsufficientInstanceCapacity".into(),
             message: "none".into(),
         });
-        assert!(AwsCloudProvider::is_capacity_error(&capacity));
+        assert!(is_capacity_error(&capacity));
+        assert_eq!(capacity.code(), "InsufficientInstanceCapacity");
         let api = ProviderError::Launch(LaunchError::Api {
             client_token: "uid".into(),
             code: "UnauthorizedOperation".into(),
             message: "no".into(),
         });
-        assert!(!AwsCloudProvider::is_capacity_error(&api));
+        assert!(!is_capacity_error(&api));
     }
 
     #[test]
@@ -617,11 +720,11 @@ mod tests {
         let gone = ProviderError::TerminateRefused(TerminateRefusal::NotFound {
             instance_id: "i-1".into(),
         });
-        assert!(AwsCloudProvider::is_not_found(&gone));
+        assert!(is_not_found(&gone));
         let foreign = ProviderError::TerminateRefused(TerminateRefusal::NotOwned {
             instance_id: "i-1".into(),
             missing: "kubernetes.io/cluster/c1=owned".into(),
         });
-        assert!(!AwsCloudProvider::is_not_found(&foreign));
+        assert!(!is_not_found(&foreign));
     }
 }

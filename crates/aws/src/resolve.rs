@@ -10,7 +10,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use joiner_apis::{
-    NodeSelectorRequirement, NodeTemplate, ResolvedAmi, ResolvedSecurityGroup, ResolvedSubnet,
+    NodeSelectorRequirement, NodeTemplate, ResolveFailure, ResolvedAmi, ResolvedSecurityGroup,
+    ResolvedSubnet,
 };
 use joiner_core::{labels, InstanceType};
 
@@ -19,17 +20,6 @@ use crate::ami::{AmiError, AmiResolver, AmiVariant};
 use crate::discovery::{describe, DiscoveryError, SecurityGroupDiscovery, SubnetDiscovery};
 use crate::provider::ProviderError;
 use crate::AwsError;
-
-/// Which part of a NodeTemplate failed to resolve: the controller's condition reason.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ResolveFailure {
-    /// `spec.subnetSelector` selects no subnet.
-    Subnets,
-    /// `spec.securityGroupSelector` selects no security group.
-    SecurityGroups,
-    /// No AMI: the family's SSM parameters are missing or `spec.amiSelector` selects nothing.
-    Ami,
-}
 
 /// An AMI a NodeTemplate's nodes boot, and which instance types it serves.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
-use joiner_apis::{AmiFamily, NodeTemplate, Provisioner};
+use joiner_apis::{AmiFamily, NodeTemplate, ObjectLookup, Provisioner, StaticObjects};
 use prometheus_client::registry::Registry;
 use thiserror::Error;
 
@@ -190,6 +190,17 @@ pub fn provider(
     provisioners: Vec<Provisioner>,
     node_templates: Vec<NodeTemplate>,
 ) -> (AwsCloudProvider, Arc<UnavailableOfferings>) {
+    let objects = Arc::new(StaticObjects::new(provisioners, node_templates));
+    provider_with_lookup(clients, config, objects)
+}
+
+/// Like [`provider`], reading Provisioners and NodeTemplates from `objects` (e.g. a
+/// controller's stores that the test changes).
+pub fn provider_with_lookup(
+    clients: &AwsClients,
+    config: ProviderConfig,
+    objects: Arc<dyn ObjectLookup>,
+) -> (AwsCloudProvider, Arc<UnavailableOfferings>) {
     let options = CatalogOptions {
         max_attempts: 2,
         call_timeout: Duration::from_secs(60),
@@ -197,8 +208,13 @@ pub fn provider(
     };
     let catalog = Arc::new(LiveCatalog::new(clients, options, &mut Registry::default()));
     let unavailable = Arc::new(UnavailableOfferings::default());
-    let p = AwsCloudProvider::new(clients.clone(), config, catalog, unavailable.clone());
-    p.set_objects(provisioners, node_templates);
+    let p = AwsCloudProvider::new(
+        clients.clone(),
+        config,
+        catalog,
+        unavailable.clone(),
+        objects,
+    );
     (p, unavailable)
 }
 

@@ -10,7 +10,7 @@ use joiner_aws::instances::TerminateRefusal;
 use joiner_aws::testing;
 use joiner_aws::unavailable::{OfferingKey, UnavailableOfferings};
 use joiner_aws::{AwsClients, AwsCloudProvider, ProviderError};
-use joiner_core::{CapacityType, CloudProvider, LaunchRequest};
+use joiner_core::{CapacityType, CloudError, CloudErrorKind, CloudProvider, LaunchRequest};
 use joiner_moto::{MotoServer, MotoSession};
 
 const CLUSTER: &str = "c1";
@@ -265,7 +265,7 @@ async fn missing_objects_give_errors_naming_them() {
         .await
         .expect_err("no Provisioner");
     assert_eq!(err.to_string(), "Provisioner `nobody` not found");
-    assert!(!AwsCloudProvider::is_capacity_error(&err));
+    assert_ne!(err.kind(), CloudErrorKind::InsufficientCapacity);
 }
 
 #[tokio::test]

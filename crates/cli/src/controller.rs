@@ -1,15 +1,55 @@
-//! `joiner controller`: the in-cluster add-on. Flags (each also read from the environment, as
-//! the Helm chart sets them) become `joiner_controller::runtime::RuntimeOptions`; the
-//! leader-only reconcilers are plugged in by [`leader_tasks`].
+//! `joiner controller`: the in-cluster add-on, and the composition root that puts the AWS
+//! provider into the cloud-agnostic controller. Flags (each also read from the environment, as
+//! the Helm chart sets them) become `joiner_controller::runtime::RuntimeOptions` and the AWS
+//! provider's [`ProviderConfig`]; the leader-only reconcilers are plugged in by
+//! [`leader_tasks`].
 
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use base64::Engine;
 use clap::ValueEnum;
+use joiner_aws::unavailable::UnavailableOfferings;
+use joiner_aws::userdata::ClusterInfo;
+use joiner_aws::{
+    AwsClients, AwsCloudProvider, AwsError, CatalogOptions, LiveCatalog, ProviderConfig,
+};
+use joiner_controller::instrumented::Instrumented;
 use joiner_controller::logging::{self, LogFormat};
-use joiner_controller::runtime::{self, Cloud, LeaderTasks, RuntimeOptions};
+use joiner_controller::runtime::{self, LeaderTasks, RuntimeError, RuntimeOptions, Started};
 use joiner_controller::{lifecycle, provisioning, status, Settings};
+use thiserror::Error;
+
+/// The cloud the production controller drives: the AWS provider with its calls measured.
+pub type Cloud = Instrumented<AwsCloudProvider>;
+
+/// Where the service-account CA lives in every pod: the cluster CA that signed the API
+/// server's certificate, which nodes need too.
+pub const SERVICE_ACCOUNT_CA: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
+
+/// Why the controller stopped with an error.
+#[derive(Debug, Error)]
+pub enum ControllerError {
+    /// The cloud-agnostic runtime failed.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// The AWS clients could not be configured.
+    #[error(transparent)]
+    Aws(#[from] AwsError),
+    /// `--kubernetes-version` was not given and the API server's version could not be read.
+    #[error("--kubernetes-version not given and {0}")]
+    KubernetesVersion(#[source] RuntimeError),
+    /// `--cluster-ca-bundle` was not given and the service-account CA is unreadable.
+    #[error("--cluster-ca-bundle not given and {path} cannot be read: {source}")]
+    CaBundle {
+        /// The file tried.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
 
 /// Arguments of `joiner controller`.
 #[derive(clap::Args, Debug)]
@@ -112,7 +152,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 impl ControllerArgs {
-    /// The runtime's options.
+    /// The cloud-agnostic runtime's options.
     pub fn options(&self) -> RuntimeOptions {
         let mut settings = Settings::new(&self.cluster_name);
         settings.batch_idle = self.batch_idle_duration;
@@ -125,43 +165,93 @@ impl ControllerArgs {
             .unwrap_or_else(|| "kube-system".to_string());
         RuntimeOptions {
             settings,
-            cluster_endpoint: self.cluster_endpoint.clone(),
-            cluster_ca_bundle: self.cluster_ca_bundle.clone(),
-            service_cidr: self.service_cidr.clone(),
-            region: self.region.clone(),
-            interruption_queue: self.interruption_queue.clone(),
             metrics_port: self.metrics_port,
             health_port: self.health_port,
             leader_election_namespace: namespace,
             leader_election_name: self.leader_election_name.clone(),
             kube_client_qps: self.kube_client_qps,
             kube_client_burst: self.kube_client_burst,
-            kubernetes_version: self.kubernetes_version.clone(),
-            ssm_prefix: self.ssm_prefix.clone(),
-            default_instance_profile: self.default_instance_profile.clone(),
         }
     }
 }
 
+/// The AWS provider for the cluster `started` talks to: clients from the standard chain (and
+/// `--region`), the live catalog (its metrics in the runtime's registry), and the reflector
+/// stores as the Provisioner and NodeTemplate lookup.
+pub async fn aws_provider(
+    args: &ControllerArgs,
+    started: &mut Started,
+) -> Result<AwsCloudProvider, ControllerError> {
+    let kubernetes_version = match args.kubernetes_version.clone() {
+        Some(v) => v,
+        None => runtime::server_minor_version(&started.client)
+            .await
+            .map_err(ControllerError::KubernetesVersion)?,
+    };
+    if let Some(queue) = &args.interruption_queue {
+        tracing::info!(%queue, "interruption queue noted; its consumer is not part of this release");
+    }
+    let config = ProviderConfig {
+        cluster: ClusterInfo {
+            name: args.cluster_name.clone(),
+            endpoint: args.cluster_endpoint.clone(),
+            ca_bundle: ca_bundle(args.cluster_ca_bundle.as_deref())?,
+            service_cidr: args.service_cidr.clone(),
+            dns_ip: None,
+        },
+        kubernetes_version,
+        ssm_prefix: args.ssm_prefix.clone(),
+        default_instance_profile: args.default_instance_profile.clone(),
+    };
+    let clients = AwsClients::from_env(args.region.as_deref()).await?;
+    let catalog = Arc::new(LiveCatalog::new(
+        &clients,
+        CatalogOptions::default(),
+        &mut started.registry,
+    ));
+    let unavailable = Arc::new(UnavailableOfferings::default());
+    Ok(AwsCloudProvider::new(
+        clients,
+        config,
+        catalog,
+        unavailable,
+        Arc::new(started.state.clone()),
+    ))
+}
+
+/// The base64 cluster CA: the flag's, or the service-account CA file encoded.
+fn ca_bundle(given: Option<&str>) -> Result<String, ControllerError> {
+    if let Some(ca) = given.filter(|c| !c.is_empty()) {
+        return Ok(ca.to_string());
+    }
+    let pem = std::fs::read(SERVICE_ACCOUNT_CA).map_err(|source| ControllerError::CaBundle {
+        path: SERVICE_ACCOUNT_CA.to_string(),
+        source,
+    })?;
+    Ok(base64::engine::general_purpose::STANDARD.encode(pem))
+}
+
 /// The reconcilers that run only on the leader. Each entry is a future built from the shared
-/// context and the term's stop token.
+/// context and the term's stop token. The NodeTemplate status is resolved by the AWS provider
+/// itself (the wrapped one: resolution is not a `CloudProvider` call).
 pub fn leader_tasks() -> LeaderTasks<Cloud> {
     Arc::new(|ctx, term| {
-        let status = status::run(
-            ctx.client.clone(),
-            ctx.state.clone(),
-            ctx.cloud.inner().clone(),
-            ctx.metrics.clone(),
-            term.clone(),
-        );
+        let resolver = ctx.cloud.inner().clone();
         vec![
-            // Status first in the list: it feeds the provider the Provisioners and
-            // NodeTemplates a launch reads.
-            Box::pin(status),
+            Box::pin(status::run(ctx.clone(), resolver, term.clone())),
             Box::pin(provisioning::run(ctx.clone(), term.clone())),
             Box::pin(lifecycle::run(ctx, term)),
         ]
     })
+}
+
+/// `joiner controller` on a runtime: start, build the AWS provider, run.
+async fn serve(args: &ControllerArgs) -> Result<(), ControllerError> {
+    let options = args.options();
+    let mut started = runtime::start(&options).await?;
+    let provider = aws_provider(args, &mut started).await?;
+    runtime::run(started, Arc::new(provider), &options, leader_tasks()).await?;
+    Ok(())
 }
 
 /// Runs the controller until SIGTERM/SIGINT: exit 0 after a clean stop, 1 on a fatal error
@@ -185,7 +275,7 @@ pub fn run(args: &ControllerArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match rt.block_on(runtime::run(args.options(), leader_tasks())) {
+    match rt.block_on(serve(args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "controller stopped");

@@ -22,7 +22,8 @@ impl<P> Instrumented<P> {
         Instrumented { inner, metrics }
     }
 
-    /// The wrapped provider, for calls outside the trait (`AwsCloudProvider::set_objects`).
+    /// The wrapped provider, for what it offers besides the trait (the AWS provider also
+    /// resolves NodeTemplates for their status).
     pub fn inner(&self) -> &Arc<P> {
         &self.inner
     }
@@ -50,14 +51,6 @@ impl<P> Instrumented<P> {
 
 impl<P: CloudProvider> CloudProvider for Instrumented<P> {
     type Error = P::Error;
-
-    fn is_capacity_error(err: &Self::Error) -> bool {
-        P::is_capacity_error(err)
-    }
-
-    fn is_not_found(err: &Self::Error) -> bool {
-        P::is_not_found(err)
-    }
 
     fn instance_types(
         &self,
@@ -92,7 +85,7 @@ impl<P: CloudProvider> CloudProvider for Instrumented<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use joiner_core::CapacityType;
+    use joiner_core::{CapacityType, CloudError, CloudErrorKind};
     use prometheus_client::encoding::text::encode;
     use prometheus_client::registry::Registry;
 
@@ -117,14 +110,17 @@ mod tests {
         }
     }
 
+    impl CloudError for Missing {
+        fn kind(&self) -> CloudErrorKind {
+            CloudErrorKind::NotFound
+        }
+        fn code(&self) -> String {
+            "other".into()
+        }
+    }
+
     impl CloudProvider for OneInstance {
         type Error = Missing;
-        fn is_capacity_error(_: &Missing) -> bool {
-            false
-        }
-        fn is_not_found(_: &Missing) -> bool {
-            true
-        }
         async fn instance_types(&self, _: &str) -> Result<Vec<InstanceType>, Missing> {
             Ok(Vec::new())
         }
@@ -186,9 +182,6 @@ mod tests {
         };
         let err = cloud.create(&request).await.err().map(|e| e.to_string());
         assert_eq!(err.as_deref(), Some("no such instance c"));
-        assert!(Instrumented::<OneInstance>::is_not_found(&Missing(
-            "x".into()
-        )));
 
         assert_eq!(count(&metrics, "delete"), (3, 2));
         assert_eq!(count(&metrics, "list"), (1, 0));

@@ -1,15 +1,19 @@
-//! `joiner controller`: assembles the client, the checks, the cloud, the stores, the HTTP
-//! endpoints and leader election, and runs them until SIGTERM or SIGINT.
+//! `joiner controller`: assembles the client, the checks, the stores, the HTTP endpoints and
+//! leader election around a cloud provider built elsewhere, and runs them until SIGTERM or
+//! SIGINT.
 //!
 //! Every replica watches (so a new leader starts with synced stores) and serves /metrics,
 //! /healthz and /readyz; only the leader runs the leader-only tasks (the reconcilers), passed
 //! in as [`LeaderTasks`] so the runtime does not depend on which reconcilers exist.
 //!
-//! Order at start: rustls provider, kube client (with a client-side token bucket for the
-//! `--kube-client-qps/--kube-client-burst` flags), a check that joiner's CRDs are installed,
-//! the AWS clients and provider, the reflectors and servers, then — once every store has
-//! synced — the election. A stop signal cancels one token: the leader's tasks stop, the Lease
-//! is released, the servers and watchers end, and [`run`] returns `Ok(())` (exit 0).
+//! Two phases, so the composition root (the `joiner` binary) can build its cloud provider in
+//! between from what the runtime set up: [`start`] installs the rustls provider, the stop
+//! signal, the kube client (with a client-side token bucket for the
+//! `--kube-client-qps/--kube-client-burst` flags), checks that joiner's CRDs are installed, and
+//! creates the metrics registry and the reflector stores; [`run`] takes the built
+//! [`CloudProvider`], wraps it in [`Instrumented`], starts the reflectors and servers and, once
+//! every store has synced, the election. A stop signal cancels one token: the leader's tasks
+//! stop, the Lease is released, the servers and watchers end, and [`run`] returns `Ok(())`.
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -17,14 +21,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
-use base64::Engine;
 use futures::future::BoxFuture;
 use joiner_apis::{NodeClaim, NodeTemplate, Provisioner};
-use joiner_aws::unavailable::UnavailableOfferings;
-use joiner_aws::userdata::ClusterInfo;
-use joiner_aws::{
-    AwsClients, AwsCloudProvider, AwsError, CatalogOptions, LiveCatalog, ProviderConfig,
-};
 use joiner_core::CloudProvider;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{Api, Client, CustomResourceExt};
@@ -40,36 +38,19 @@ use crate::instrumented::Instrumented;
 use crate::leader::{self, LeaderElector, LeaderError, LeaseConfig};
 use crate::metrics::Metrics;
 use crate::settings::Settings;
+use crate::state::ClusterState;
 use crate::watch;
-
-/// The cloud the production controller drives: the AWS provider with its calls measured.
-pub type Cloud = Instrumented<AwsCloudProvider>;
 
 /// The leader-only work: called once per leadership term with the shared context and a token
 /// cancelled when the term ends; each future should return soon after the token is cancelled.
 pub type LeaderTasks<P> =
     Arc<dyn Fn(Arc<Context<P>>, CancellationToken) -> Vec<BoxFuture<'static, ()>> + Send + Sync>;
 
-/// Where the service-account CA lives in every pod: the cluster CA that signed the API
-/// server's certificate, which nodes need too.
-pub const SERVICE_ACCOUNT_CA: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
-
 /// Everything `joiner controller` is told by flags and environment.
 #[derive(Clone, Debug)]
 pub struct RuntimeOptions {
     /// Durations and the cluster name.
     pub settings: Settings,
-    /// API server URL nodes join (the in-cluster service IP is not reachable from a booting
-    /// node, so this is required).
-    pub cluster_endpoint: String,
-    /// Base64 cluster CA for nodes; `None` reads [`SERVICE_ACCOUNT_CA`].
-    pub cluster_ca_bundle: Option<String>,
-    /// Service CIDR (AL2023 nodeadm needs it).
-    pub service_cidr: Option<String>,
-    /// AWS region; `None` uses the SDK's chain (AWS_REGION, profile, IMDS).
-    pub region: Option<String>,
-    /// The SQS interruption queue: accepted and logged; its consumer comes with a later issue.
-    pub interruption_queue: Option<String>,
     /// Port of /metrics.
     pub metrics_port: u16,
     /// Port of /healthz and /readyz.
@@ -82,12 +63,6 @@ pub struct RuntimeOptions {
     pub kube_client_qps: f64,
     /// Requests the client may send at once above the sustained rate.
     pub kube_client_burst: u32,
-    /// Kubernetes minor version for AMI lookup; `None` asks the API server.
-    pub kubernetes_version: Option<String>,
-    /// SSM prefix of the AMI parameters.
-    pub ssm_prefix: String,
-    /// Instance profile of NodeTemplates that name none.
-    pub default_instance_profile: Option<String>,
 }
 
 /// Why the controller stopped with an error.
@@ -118,21 +93,12 @@ pub enum RuntimeError {
         #[source]
         source: kube::Error,
     },
-    /// `--kubernetes-version` was not given and the API server's version could not be read.
-    #[error("--kubernetes-version not given and GET /version failed: {0}")]
+    /// The API server's version could not be read.
+    #[error("GET /version failed: {0}")]
     ApiVersion(#[source] kube::Error),
-    /// `--cluster-ca-bundle` was not given and the service-account CA is unreadable.
-    #[error("--cluster-ca-bundle not given and {path} cannot be read: {source}")]
-    CaBundle {
-        /// The file tried.
-        path: String,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The AWS clients could not be configured.
-    #[error(transparent)]
-    Aws(#[from] AwsError),
+    /// The cloud provider could not be built.
+    #[error("cloud provider: {0}")]
+    Cloud(String),
     /// A port could not be bound.
     #[error("{what} port {addr}: cannot listen: {source}")]
     Bind {
@@ -315,18 +281,6 @@ pub async fn kube_client(qps: f64, burst: u32) -> Result<Client, RuntimeError> {
     Ok(builder.with_layer(&RateLimitLayer::new(qps, burst)).build())
 }
 
-/// The base64 cluster CA: the flag's, or the service-account CA file encoded.
-fn ca_bundle(given: Option<&str>) -> Result<String, RuntimeError> {
-    if let Some(ca) = given.filter(|c| !c.is_empty()) {
-        return Ok(ca.to_string());
-    }
-    let pem = std::fs::read(SERVICE_ACCOUNT_CA).map_err(|source| RuntimeError::CaBundle {
-        path: SERVICE_ACCOUNT_CA.to_string(),
-        source,
-    })?;
-    Ok(base64::engine::general_purpose::STANDARD.encode(pem))
-}
-
 /// What [`serve_and_lead`] runs: the parts built by [`run`] (or by a test).
 pub struct Parts<P: CloudProvider> {
     /// The shared context.
@@ -440,56 +394,72 @@ async fn listen(what: &'static str, port: u16) -> Result<TcpListener, RuntimeErr
         .map_err(|source| RuntimeError::Bind { what, addr, source })
 }
 
-/// `joiner controller`: runs until SIGTERM/SIGINT (`Ok`) or a fatal error.
-pub async fn run(options: RuntimeOptions, tasks: LeaderTasks<Cloud>) -> Result<(), RuntimeError> {
+/// What [`start`] set up: the pieces a cloud provider is built from (the client, the stores
+/// as an object lookup, the registry for its metrics) and what [`run`] goes on with.
+pub struct Started {
+    /// The rate-limited client.
+    pub client: Client,
+    /// The reflector stores (not yet filled: [`run`] starts the watchers).
+    pub state: ClusterState,
+    /// The registry served on /metrics; a provider registers its own metrics here.
+    pub registry: Registry,
+    /// The controller's metrics, registered in `registry`.
+    pub metrics: Arc<Metrics>,
+    /// Cancelled on SIGTERM or SIGINT.
+    pub stop: CancellationToken,
+    health: Arc<Health>,
+    drivers: Vec<BoxFuture<'static, ()>>,
+}
+
+/// The first phase of `joiner controller`: everything that does not depend on the cloud.
+pub async fn start(options: &RuntimeOptions) -> Result<Started, RuntimeError> {
     crate::crypto::install_default_provider();
     let stop = stop_on_signal()?;
     let client = kube_client(options.kube_client_qps, options.kube_client_burst).await?;
     check_crds(&client).await?;
-    let kubernetes_version = match options.kubernetes_version.clone() {
-        Some(v) => v,
-        None => server_minor_version(&client).await?,
-    };
-    if let Some(queue) = &options.interruption_queue {
-        tracing::info!(%queue, "interruption queue noted; its consumer is not part of this release");
-    }
-    let config = ProviderConfig {
-        cluster: ClusterInfo {
-            name: options.settings.cluster_name.clone(),
-            endpoint: options.cluster_endpoint.clone(),
-            ca_bundle: ca_bundle(options.cluster_ca_bundle.as_deref())?,
-            service_cidr: options.service_cidr.clone(),
-            dns_ip: None,
-        },
-        kubernetes_version,
-        ssm_prefix: options.ssm_prefix.clone(),
-        default_instance_profile: options.default_instance_profile.clone(),
-    };
-    let clients = AwsClients::from_env(options.region.as_deref()).await?;
-
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry));
-    let catalog = Arc::new(LiveCatalog::new(
-        &clients,
-        CatalogOptions::default(),
-        &mut registry,
-    ));
-    let unavailable = Arc::new(UnavailableOfferings::default());
-    let provider = AwsCloudProvider::new(clients, config, catalog, unavailable);
-    let cloud = Arc::new(Instrumented::new(Arc::new(provider), metrics.clone()));
-
     let health = Arc::new(Health::register(&mut registry));
     let reflectors = watch::reflectors(&client);
-    let ctx = Arc::new(Context {
+    Ok(Started {
         client,
         state: reflectors.state,
+        registry,
+        metrics,
+        stop,
+        health,
+        drivers: reflectors.drivers,
+    })
+}
+
+/// The second phase: runs the controller around `cloud` (its calls measured by
+/// [`Instrumented`]) until SIGTERM/SIGINT (`Ok`) or a fatal error.
+pub async fn run<P: CloudProvider + 'static>(
+    started: Started,
+    cloud: Arc<P>,
+    options: &RuntimeOptions,
+    tasks: LeaderTasks<Instrumented<P>>,
+) -> Result<(), RuntimeError> {
+    let Started {
+        client,
+        state,
+        registry,
+        metrics,
+        stop,
+        health,
+        drivers,
+    } = started;
+    let cloud = Arc::new(Instrumented::new(cloud, metrics.clone()));
+    let ctx = Arc::new(Context {
+        client,
+        state,
         cloud,
         metrics,
         settings: options.settings.clone(),
     });
     let parts = Parts {
         ctx,
-        drivers: reflectors.drivers,
+        drivers,
         registry: Arc::new(registry),
         health,
         metrics: listen("metrics", options.metrics_port).await?,

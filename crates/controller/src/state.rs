@@ -4,13 +4,15 @@
 //! The stores are filled by watchers (or, in tests, by `Writer::apply_watcher_event`); this
 //! module only reads them, so a snapshot is a consistent-enough copy taken without a request.
 
+use std::sync::Arc;
+
 use joiner_apis::convert;
-use joiner_apis::{NodeClaim, NodeTemplate, Provisioner};
+use joiner_apis::{NodeClaim, NodeTemplate, ObjectLookup, Provisioner};
 use joiner_core::{InstanceType, Snapshot};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::inflight;
 
@@ -33,6 +35,18 @@ pub struct ClusterState {
     pub node_claims: Store<NodeClaim>,
     /// PodDisruptionBudgets: drains and disruption decisions respect them.
     pub pdbs: Store<PodDisruptionBudget>,
+}
+
+/// The cloud provider reads a claim's Provisioner and NodeTemplate straight from the stores,
+/// so a launch always sees what the watch last delivered.
+impl ObjectLookup for ClusterState {
+    fn provisioner(&self, name: &str) -> Option<Arc<Provisioner>> {
+        self.provisioners.get(&ObjectRef::new(name))
+    }
+
+    fn node_template(&self, name: &str) -> Option<Arc<NodeTemplate>> {
+        self.node_templates.get(&ObjectRef::new(name))
+    }
 }
 
 /// What a pod means to the simulation.

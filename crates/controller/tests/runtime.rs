@@ -15,7 +15,7 @@ use joiner_aws::{testing, AwsClients, AwsCloudProvider};
 use joiner_controller::http::Health;
 use joiner_controller::leader::LeaseConfig;
 use joiner_controller::runtime::{
-    check_crds, crd_names, serve_and_lead, Cloud, LeaderTasks, Parts, RuntimeError,
+    check_crds, crd_names, serve_and_lead, LeaderTasks, Parts, RuntimeError,
 };
 use joiner_controller::{watch, Context, Metrics, Settings};
 use joiner_core::CloudProvider;
@@ -176,6 +176,9 @@ async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
         .unwrap_or(0);
     (status, raw)
 }
+
+/// The production cloud: the AWS provider with its calls measured.
+type Cloud = joiner_controller::instrumented::Instrumented<AwsCloudProvider>;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_syncs_leads_runs_its_tasks_and_releases_the_lease_on_stop() {

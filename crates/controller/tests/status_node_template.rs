@@ -7,6 +7,7 @@ mod support;
 
 use http::Method;
 use joiner_apis::NodeTemplate;
+use joiner_apis::NodeTemplateResolver;
 use joiner_aws::testing::{self, Environment};
 use joiner_aws::{AwsClients, AwsCloudProvider};
 use joiner_controller::status::{node_template, Outcome, StatusError};
@@ -80,7 +81,7 @@ async fn resolved_lists_and_ready_true_are_patched_once() {
     let moto = MotoServer::session().expect("moto server");
     let (p, env) = aws(&moto).await;
     let nt = template(discovered(), json!({}));
-    let resolved = p.resolve_node_template(&nt).await;
+    let resolved = NodeTemplateResolver::resolve(&p, &nt).await;
     assert!(resolved.is_ok(), "{resolved:?}");
 
     let (client, api) = mock_api(echo(&nt));
@@ -199,7 +200,7 @@ async fn each_missing_part_is_its_own_ready_false_reason() {
     ];
     for (spec, reason, message) in cases {
         let nt = template(spec, previous.clone());
-        let resolved = p.resolve_node_template(&nt).await;
+        let resolved = NodeTemplateResolver::resolve(&p, &nt).await;
         let (client, api) = mock_api(echo(&nt));
         node_template::reconcile_one(&client, &nt, &resolved, now())
             .await
@@ -261,7 +262,7 @@ async fn an_unreachable_aws_is_resolution_failed_and_keeps_the_lists() {
         "reason": "ResolutionFailed", "message": "earlier failure",
         "lastTransitionTime": EARLIER, "observedGeneration": 3}]);
     let nt = template(discovered(), status);
-    let resolved = p.resolve_node_template(&nt).await;
+    let resolved = NodeTemplateResolver::resolve(&p, &nt).await;
     assert_eq!(
         node_template::reason(resolved.as_ref().expect_err("unreachable")),
         "ResolutionFailed"
@@ -293,7 +294,7 @@ async fn deleted_conflicting_and_refused_patches() {
     let moto = MotoServer::session().expect("moto server");
     let (p, _env) = aws(&moto).await;
     let nt = template(discovered(), json!({}));
-    let resolved = p.resolve_node_template(&nt).await;
+    let resolved = NodeTemplateResolver::resolve(&p, &nt).await;
 
     let (client, api) = mock_api(|_| Reply::not_found("nodetemplates.joiner.sh \"default\""));
     let gone = node_template::reconcile_one(&client, &nt, &resolved, now())

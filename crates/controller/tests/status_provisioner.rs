@@ -1,7 +1,7 @@
 //! Provisioner status through a real `kube::Client` on the scripted API server: the exact PATCH
 //! for Ready=True with the resources of its nodes and for each Ready=False reason, no PATCH when
 //! nothing changed, 404 and 409. The catalog is the one the AWS crate embeds (the live catalog's
-//! fallback); `feed_provider` and `run` drive the real provider on moto.
+//! fallback); the provider reads the stores, and `run` drives the real provider on moto.
 
 mod support;
 
@@ -13,7 +13,7 @@ use joiner_apis::{NodeClaim, NodeTemplate, Provisioner};
 use joiner_aws::testing;
 use joiner_aws::{AwsClients, ProviderError};
 use joiner_controller::status::{self, provisioner, Outcome};
-use joiner_controller::{ClusterState, Metrics};
+use joiner_controller::{ClusterState, Context, Settings};
 use joiner_core::{CloudProvider, InstanceType};
 use joiner_moto::MotoServer;
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -95,7 +95,7 @@ async fn patched(p: &Provisioner, templates: &[NodeTemplate], nodes: &[Arc<Node>
     let inputs = provisioner::Inputs {
         node_templates: templates,
         nodes,
-        catalog: catalog(),
+        catalog: Some(catalog()),
     };
     let outcome = provisioner::reconcile_one(&client, p, &inputs, now())
         .await
@@ -243,7 +243,7 @@ async fn nothing_is_sent_when_the_status_already_says_it_and_api_errors_are_hand
     let inputs = provisioner::Inputs {
         node_templates: &templates,
         nodes: &nodes,
-        catalog: catalog(),
+        catalog: Some(catalog()),
     };
     let (client, api) = mock_api(|_| Reply::error(500, "InternalError", "must not be called"));
     let later: Timestamp = "2026-06-01T13:00:00Z".parse().expect("timestamp");
@@ -258,7 +258,7 @@ async fn nothing_is_sent_when_the_status_already_says_it_and_api_errors_are_hand
     let inputs = provisioner::Inputs {
         node_templates: &templates,
         nodes: &more,
-        catalog: catalog(),
+        catalog: Some(catalog()),
     };
     let (client, api) = mock_api(|_| Reply::not_found("provisioners.joiner.sh \"web\""));
     let outcome = provisioner::reconcile_one(&client, &stored, &inputs, later)
@@ -296,39 +296,27 @@ fn state(provisioners: Vec<Provisioner>, templates: Vec<NodeTemplate>) -> Cluste
 }
 
 #[tokio::test]
-async fn the_provider_is_fed_when_the_stores_change() {
+async fn the_provider_reads_the_stores_as_they_change() {
     let moto = MotoServer::session().expect("moto server");
     let clients = AwsClients::from_config(&moto.sdk_config("us-east-1").await).expect("clients");
-    let (aws, _) = testing::provider(
+    let p = prov(json!({"providerRef": {"name": "default"}}), json!({}));
+    let nt = template(true, &["us-east-1a"]);
+    let provisioners = store(vec![p]);
+    let mut templates = store(vec![nt.clone()]);
+    let mut state = state(vec![], vec![]);
+    state.provisioners = provisioners.as_reader();
+    state.node_templates = templates.as_reader();
+    let (aws, _) = testing::provider_with_lookup(
         &clients,
         testing::provider_config("c1", "/joiner-test/service", "1.31"),
-        Vec::new(),
-        Vec::new(),
+        Arc::new(state),
     );
-    let p = Arc::new(prov(json!({"providerRef": {"name": "default"}}), json!({})));
-    let nt = Arc::new(template(true, &["us-east-1a"]));
-    let mut last = None;
-    assert!(status::feed_provider(
-        &aws,
-        std::slice::from_ref(&p),
-        std::slice::from_ref(&nt),
-        &mut last
-    ));
     assert!(
         aws.instance_types("web").await.is_ok(),
         "the provider knows `web`"
     );
-    assert!(
-        !status::feed_provider(
-            &aws,
-            std::slice::from_ref(&p),
-            std::slice::from_ref(&nt),
-            &mut last
-        ),
-        "same resourceVersions: not fed again"
-    );
-    // The NodeTemplate is deleted: the provider no longer launches for `web`.
-    assert!(status::feed_provider(&aws, &[p], &[], &mut last));
+    // The NodeTemplate is deleted: the provider no longer launches for `web`, at once.
+    templates.apply_watcher_event(&kube::runtime::watcher::Event::Delete(nt));
     let err = aws.instance_types("web").await.expect_err("no template");
     assert!(
         matches!(err, ProviderError::UnknownNodeTemplate { .. }),
@@ -343,13 +331,6 @@ async fn a_pass_resolves_the_template_then_readies_the_provisioner() {
     testing::environment(&clients, "c1", "/joiner-test/service", "1.31")
         .await
         .expect("environment");
-    let (aws, _) = testing::provider(
-        &clients,
-        testing::provider_config("c1", "/joiner-test/service", "1.31"),
-        Vec::new(),
-        Vec::new(),
-    );
-    let aws = Arc::new(aws);
     let p = prov(json!({"providerRef": {"name": "default"}}), json!({}));
     let nt: NodeTemplate = obj(json!({
         "apiVersion": "joiner.sh/v1alpha1", "kind": "NodeTemplate",
@@ -372,14 +353,20 @@ async fn a_pass_resolves_the_template_then_readies_the_provisioner() {
         Reply::ok(stored)
     });
     let stop = CancellationToken::new();
-    let metrics = Arc::new(Metrics::default());
-    let task = tokio::spawn(status::run(
+    let state = state(vec![p], vec![nt]);
+    let (aws, _) = testing::provider_with_lookup(
+        &clients,
+        testing::provider_config("c1", "/joiner-test/service", "1.31"),
+        Arc::new(state.clone()),
+    );
+    let aws = Arc::new(aws);
+    let ctx = Arc::new(Context::new(
         client,
-        state(vec![p], vec![nt]),
+        state,
         aws.clone(),
-        metrics,
-        stop.clone(),
+        Settings::new("c1"),
     ));
+    let task = tokio::spawn(status::run(ctx, aws.clone(), stop.clone()));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while api.writes().len() < 2 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -402,6 +389,6 @@ async fn a_pass_resolves_the_template_then_readies_the_provisioner() {
     let c = ready(&writes[1].body);
     assert_eq!(c["status"], "True", "{c}");
     assert_eq!(writes[1].body["status"]["resources"]["cpu"], "2");
-    // And the provider was fed the stores.
+    // And the provider reads the stores.
     assert!(aws.instance_types("web").await.is_ok());
 }

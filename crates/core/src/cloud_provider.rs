@@ -56,25 +56,41 @@ pub struct LaunchedNode {
     pub warm_pool: bool,
 }
 
-/// `aws:///<zone>/<instance id>`: the providerID the AWS cloud controller puts on Nodes, so a
-/// Node registering from this instance is recognised as the claim's.
-pub fn aws_provider_id(zone: &str, instance_id: &str) -> String {
-    format!("aws:///{zone}/{instance_id}")
+/// What kind of failure a cloud call had. The controller's next step depends on it (plan
+/// again, release, back off, tell a person), so it is a typed answer of the provider, never
+/// read from message text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CloudErrorKind {
+    /// The offerings tried have no capacity now: the controller plans the claim again (the
+    /// failed offerings are already excluded from [`CloudProvider::instance_types`]).
+    InsufficientCapacity,
+    /// The cloud throttled the call: the next pass retries.
+    Throttled,
+    /// The cloud does not know the instance: a delete of it has nothing left to do.
+    NotFound,
+    /// The instance is not joiner's (its ownership tags are missing): never touched.
+    NotOwned,
+    /// The settings (a Provisioner, its NodeTemplate) cannot launch as they are: a person
+    /// must change them.
+    Misconfigured,
+    /// Anything else: the cloud failed or could not be reached.
+    Other,
+}
+
+/// An error of a [`CloudProvider`], classified.
+pub trait CloudError: std::error::Error + Send + Sync + 'static {
+    /// What kind of failure it is.
+    fn kind(&self) -> CloudErrorKind;
+
+    /// The cloud's own error code (`InsufficientInstanceCapacity`, `RequestLimitExceeded`), or
+    /// `other` when the cloud gave none: a metric label, so the set stays small.
+    fn code(&self) -> String;
 }
 
 /// What the controller drives to launch and remove nodes.
 pub trait CloudProvider: Send + Sync {
-    /// Why a call failed. Classify it with [`CloudProvider::is_capacity_error`].
-    type Error: std::error::Error + Send + Sync + 'static;
-
-    /// True when `err` means "these offerings have no capacity now": the controller plans the
-    /// claim again (the failed offerings are already excluded from
-    /// [`CloudProvider::instance_types`]) instead of reporting a configuration problem.
-    fn is_capacity_error(err: &Self::Error) -> bool;
-
-    /// True when `err` means "the cloud does not know this instance": a delete of it has
-    /// nothing left to do, so the controller releases the claim or node instead of retrying.
-    fn is_not_found(err: &Self::Error) -> bool;
+    /// Why a call failed, classified by [`CloudError::kind`].
+    type Error: CloudError;
 
     /// The instance types `provisioner` may launch, with offerings that recently failed for
     /// capacity marked unavailable, so a re-plan avoids them.
@@ -101,17 +117,4 @@ pub trait CloudProvider: Send + Sync {
 
     /// Every live node of the cluster, for garbage collection of instances without a claim.
     fn list(&self) -> impl Future<Output = Result<Vec<LaunchedNode>, Self::Error>> + Send;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn provider_id_has_the_aws_cloud_controller_form() {
-        assert_eq!(
-            aws_provider_id("us-east-1a", "i-0abc"),
-            "aws:///us-east-1a/i-0abc"
-        );
-    }
 }

@@ -17,7 +17,7 @@ pub mod snapshot;
 pub mod taints;
 pub mod workload;
 
-pub use cloud_provider::{CloudProvider, LaunchRequest, LaunchedNode};
+pub use cloud_provider::{CloudError, CloudErrorKind, CloudProvider, LaunchRequest, LaunchedNode};
 pub use error::{QuantityError, RequirementError};
 pub use instance_type::{CapacityType, InstanceType, Offering};
 pub use pod::{DaemonSet, HostPort, Node, Owner, Pod, PodAffinityTerm, TopologySpread};

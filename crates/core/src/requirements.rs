@@ -243,6 +243,38 @@ impl Requirement {
     pub fn compatible(&self, other: &Requirement) -> bool {
         !self.intersect(other).is_unsatisfiable()
     }
+
+    /// The requirement as node-selector expressions on its key (ANDed, as Kubernetes ANDs the
+    /// expressions of one term), for writing it into an object such as a NodeClaim. Nothing
+    /// (an empty list) means no constraint. A set of values that a node may also lack (which
+    /// no single expression says) is written as `In` those values, the narrower reading: it
+    /// never admits a node the requirement refuses. An unsatisfiable requirement is `In []`,
+    /// which the API refuses rather than reading as no constraint.
+    pub fn to_expressions(&self) -> Vec<(Operator, Vec<String>)> {
+        let values: Vec<String> = self.values.iter().cloned().collect();
+        if !self.complement {
+            return if values.is_empty() && self.absent_ok {
+                vec![(Operator::DoesNotExist, Vec::new())]
+            } else {
+                vec![(Operator::In, values)]
+            };
+        }
+        let mut out = Vec::new();
+        if !values.is_empty() {
+            out.push((Operator::NotIn, values));
+        }
+        if let Some(g) = self.gte {
+            out.push((Operator::Gt, vec![g.saturating_sub(1).to_string()]));
+        }
+        if let Some(l) = self.lte {
+            out.push((Operator::Lt, vec![l.saturating_add(1).to_string()]));
+        }
+        let bounded = self.gte.is_some() || self.lte.is_some();
+        if !self.absent_ok && !bounded {
+            out.push((Operator::Exists, Vec::new()));
+        }
+        out
+    }
 }
 
 impl fmt::Display for Requirement {
@@ -399,6 +431,39 @@ impl fmt::Debug for Requirements {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn expressions_read_back_to_the_same_requirement() {
+        let cases: Vec<Requirement> = vec![
+            Requirement::new(Operator::In, &["a", "b"]).expect("in"),
+            Requirement::new(Operator::NotIn, &["a"]).expect("notin"),
+            Requirement::any(),
+            Requirement::new(Operator::DoesNotExist, &[] as &[&str]).expect("dne"),
+            Requirement::new(Operator::Gt, &["4"]).expect("gt"),
+            Requirement::new(Operator::Gt, &["4"])
+                .expect("gt")
+                .intersect(&Requirement::new(Operator::Lt, &["9"]).expect("lt")),
+            Requirement::new(Operator::NotIn, &["a"])
+                .expect("notin")
+                .intersect(&Requirement::any()),
+        ];
+        for r in cases {
+            // Start from "anything, or absent" (NotIn a value no case uses).
+            let mut back = Requirement::new(Operator::NotIn, &["-"]).expect("anything");
+            let mut absent_ok = true;
+            let exprs = r.to_expressions();
+            assert!(!exprs.is_empty(), "{r}");
+            for (op, values) in &exprs {
+                let e = Requirement::new(*op, values).expect("valid expression");
+                absent_ok &= e.allows_absent();
+                back = back.intersect(&e);
+            }
+            for v in ["a", "b", "c", "3", "5", "10"] {
+                assert_eq!(back.allows(v), r.allows(v), "{r} on {v}: {exprs:?}");
+            }
+            assert_eq!(absent_ok, r.allows_absent(), "{r}: {exprs:?}");
+        }
+    }
 
     fn req(op: &str, v: &[&str]) -> Requirement {
         Requirement::new(Operator::parse(op).unwrap(), v).unwrap()

@@ -17,7 +17,7 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use joiner_apis::NodeClaim;
-use joiner_core::{CloudProvider, LaunchedNode};
+use joiner_core::{CloudError, CloudErrorKind, CloudProvider, LaunchedNode};
 
 use super::{delete_claim, first_error, LifecycleError};
 use crate::context::Context;
@@ -63,7 +63,7 @@ impl Collector {
             tracing::warn!(instance_id = %instance.instance_id, claim = ?instance.claim_name, "terminating an instance no NodeClaim owns");
             match ctx.cloud.delete(&instance.instance_id).await {
                 Ok(()) => {}
-                Err(e) if P::is_not_found(&e) => continue,
+                Err(e) if e.kind() == CloudErrorKind::NotFound => continue,
                 Err(e) => {
                     errors.push(LifecycleError::cloud(
                         &format!("instance {}", instance.instance_id),

@@ -10,7 +10,10 @@ use std::collections::BTreeMap;
 use joiner_apis::condition;
 use joiner_apis::NodeClaim;
 use joiner_core::instance_type::offering_allowed;
-use joiner_core::{labels, CapacityType, CloudProvider, InstanceType, LaunchRequest, LaunchedNode};
+use joiner_core::{
+    labels, CapacityType, CloudError, CloudErrorKind, CloudProvider, InstanceType, LaunchRequest,
+    LaunchedNode,
+};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 
@@ -68,22 +71,6 @@ pub struct LaunchedClaim {
     pub zone: String,
     /// True when the instance already existed (an interrupted launch) and was adopted.
     pub adopted: bool,
-}
-
-/// The error code in a cloud error's text: the first word of the form `Code:` that starts with
-/// an upper-case letter (`... failed: InsufficientInstanceCapacity: ...`), or `other`. Codes
-/// label a metric, so anything else collapses into one value.
-pub fn error_code(message: &str) -> String {
-    message
-        .split_whitespace()
-        .filter_map(|w| w.trim_start_matches(['(', '[']).strip_suffix(':'))
-        .find(|w| {
-            w.len() > 3
-                && w.starts_with(|c: char| c.is_ascii_uppercase())
-                && w.chars().all(|c| c.is_ascii_alphanumeric() || c == '.')
-        })
-        .map(str::to_string)
-        .unwrap_or_else(|| "other".to_string())
 }
 
 /// The launch request for `claim`: candidates are the types of its instance-type requirement
@@ -211,7 +198,7 @@ async fn record_launch<P: CloudProvider>(
             tracing::warn!(claim = %name, instance = %node.instance_id,
                 "NodeClaim deleted during launch; terminating its instance");
             if let Err(e) = ctx.cloud.delete(&node.instance_id).await {
-                if !P::is_not_found(&e) {
+                if e.kind() != CloudErrorKind::NotFound {
                     tracing::warn!(claim = %name, instance = %node.instance_id, error = %e,
                         "terminating the instance of a deleted NodeClaim failed; garbage collection will retry");
                 }
@@ -286,12 +273,12 @@ pub async fn launch_claim<P: CloudProvider>(
         }
         None => match ctx.cloud.create(&request).await {
             Ok(node) => (node, false),
-            Err(e) if P::is_capacity_error(&e) => {
-                return requeue(ctx, &name, error_code(&e.to_string())).await;
+            Err(e) if e.kind() == CloudErrorKind::InsufficientCapacity => {
+                return requeue(ctx, &name, e.code()).await;
             }
             Err(e) => {
                 let text = e.to_string();
-                let code = error_code(&text);
+                let code = e.code();
                 count_failure(ctx, &code);
                 let message = format!("NodeClaim {name}: launch failed: {text}");
                 tracing::warn!(claim = %name, code = %code, error = %text, "launch failed");
@@ -362,23 +349,5 @@ impl Catalogs {
             .get(provisioner)
             .map(Vec::as_slice)
             .unwrap_or_default())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn codes_are_read_from_error_texts() {
-        assert_eq!(
-            error_code("claim u1: ec2:CreateFleet failed: InvalidParameterValue: bad subnet"),
-            "InvalidParameterValue"
-        );
-        assert_eq!(
-            error_code("claim u1: insufficient capacity (InsufficientInstanceCapacity: none); 2 offering(s) marked unavailable"),
-            "InsufficientInstanceCapacity"
-        );
-        assert_eq!(error_code("Provisioner `web` not found"), "other");
     }
 }

@@ -3,9 +3,9 @@
 //! pod waits on it, the NodeTemplate's resolved subnets, security groups and AMIs, and the
 //! capacity a Provisioner's nodes hold (read against its limits).
 //!
-//! [`run`] also keeps the AWS provider's copy of the Provisioners and NodeTemplates current
-//! ([`AwsCloudProvider::set_objects`]), so a launch always reads the latest settings. It is
-//! AWS-specific for that reason and takes the concrete provider.
+//! What a NodeTemplate resolves to is the cloud's answer ([`NodeTemplateResolver`], handed in
+//! by the composition root); the conditions, their reasons and the writes are this module's,
+//! so it knows no cloud.
 //!
 //! Writes are merge patches of the status subresource, sent only when the status changes.
 //! A 404 (the object was deleted meanwhile) ends its reconcile quietly; a 409 is retried on the
@@ -19,8 +19,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use joiner_apis::condition::{self, Condition};
-use joiner_apis::{NodeTemplate, Provisioner};
-use joiner_aws::AwsCloudProvider;
+use joiner_apis::{NodeTemplate, NodeTemplateResolver};
+use joiner_core::CloudProvider;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
@@ -30,9 +30,8 @@ use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::context::Context;
 use crate::k8s::codes::{is_conflict, is_not_found};
-use crate::metrics::Metrics;
-use crate::state::ClusterState;
 
 /// How often the stores are read: a new or edited Provisioner is picked up (and its status
 /// written) within this.
@@ -179,14 +178,6 @@ where
     }
 }
 
-/// `(name, resourceVersion)` of the Provisioners and NodeTemplates last given to the provider:
-/// a change of either list means the provider's copy is stale.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Fed {
-    provisioners: Vec<(String, String)>,
-    node_templates: Vec<(String, String)>,
-}
-
 /// When a NodeTemplate was last resolved, and whether that settled its status.
 #[derive(Clone, Debug)]
 struct Resolution {
@@ -198,61 +189,17 @@ struct Resolution {
 /// What [`run`] remembers between passes.
 #[derive(Default)]
 struct Memory {
-    /// What the provider was last given.
-    fed: Option<Fed>,
     /// Per NodeTemplate.
     resolved: HashMap<String, Resolution>,
 }
 
-fn versions<K: kube::Resource>(items: &[Arc<K>]) -> Vec<(String, String)> {
-    let mut v: Vec<(String, String)> = items
-        .iter()
-        .map(|o| {
-            (
-                o.meta().name.clone().unwrap_or_default(),
-                o.meta().resource_version.clone().unwrap_or_default(),
-            )
-        })
-        .collect();
-    v.sort();
-    v
-}
-
-/// Gives the provider the stores' Provisioners and NodeTemplates when any changed since the
-/// last call (by resourceVersion). Returns true when it did.
-pub fn feed_provider(
-    aws: &AwsCloudProvider,
-    provisioners: &[Arc<Provisioner>],
-    node_templates: &[Arc<NodeTemplate>],
-    last: &mut Option<Fed>,
-) -> bool {
-    let now = Fed {
-        provisioners: versions(provisioners),
-        node_templates: versions(node_templates),
-    };
-    if last.as_ref() == Some(&now) {
-        return false;
-    }
-    aws.set_objects(
-        provisioners.iter().map(|p| Provisioner::clone(p)).collect(),
-        node_templates
-            .iter()
-            .map(|n| NodeTemplate::clone(n))
-            .collect(),
-    );
-    *last = Some(now);
-    true
-}
-
-/// Runs until `stop`: every [`POLL_INTERVAL`] feeds the provider, resolves the NodeTemplates
-/// that changed (or whose last resolution is [`RESOLVE_INTERVAL`] old) and writes their status,
+/// Runs until `stop`: every [`POLL_INTERVAL`] resolves the NodeTemplates that changed (or
+/// whose last resolution is [`RESOLVE_INTERVAL`] old) with `resolver` and writes their status,
 /// then writes every Provisioner's status (readiness and resources). Failures are logged and
 /// counted in `joiner_reconcile_errors{controller="status"}`; the loop goes on.
-pub async fn run(
-    client: kube::Client,
-    state: ClusterState,
-    aws: Arc<AwsCloudProvider>,
-    metrics: Arc<Metrics>,
+pub async fn run<P: CloudProvider, R: NodeTemplateResolver>(
+    ctx: Arc<Context<P>>,
+    resolver: Arc<R>,
     stop: CancellationToken,
 ) {
     let mut memory = Memory::default();
@@ -265,22 +212,20 @@ pub async fn run(
         }
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = pass(&client, &state, &aws, &metrics, &mut memory) => {}
+            _ = pass(&ctx, resolver.as_ref(), &mut memory) => {}
         }
     }
 }
 
 /// One pass of [`run`].
-async fn pass(
-    client: &kube::Client,
-    state: &ClusterState,
-    aws: &AwsCloudProvider,
-    metrics: &Metrics,
+async fn pass<P: CloudProvider, R: NodeTemplateResolver>(
+    ctx: &Context<P>,
+    resolver: &R,
     memory: &mut Memory,
 ) {
+    let (client, state, metrics) = (&ctx.client, &ctx.state, &ctx.metrics);
     let provisioners = state.provisioners.state();
     let node_templates = state.node_templates.state();
-    feed_provider(aws, &provisioners, &node_templates, &mut memory.fed);
 
     memory
         .resolved
@@ -305,10 +250,8 @@ async fn pass(
         }
         let span = tracing::info_span!("reconcile", controller = CONTROLLER, nodetemplate = %name);
         let (settled, transient) = async {
-            let resolved = aws.resolve_node_template(nt).await;
-            let transient = resolved
-                .as_ref()
-                .is_err_and(|e| e.resolve_failure().is_none());
+            let resolved = resolver.resolve(nt).await;
+            let transient = resolved.as_ref().is_err_and(|e| e.failure.is_none());
             if let Err(err) = &resolved {
                 tracing::warn!(error = %err, "NodeTemplate not resolved");
             }
@@ -340,27 +283,22 @@ async fn pass(
         );
     }
 
-    if provisioners.is_empty() {
-        return;
-    }
-    let catalog = match aws.catalog_instance_types().await {
-        Ok(c) => c,
-        Err(err) => {
-            metrics.reconcile_failed(CONTROLLER);
-            tracing::warn!(error = %err, "catalog unreadable: Provisioner status left as is");
-            return;
-        }
-    };
     let templates: Vec<NodeTemplate> = current.into_values().collect();
     let nodes = state.nodes.state();
-    let inputs = provisioner::Inputs {
-        node_templates: &templates,
-        nodes: &nodes,
-        catalog: &catalog,
-    };
     for prov in &provisioners {
         let span =
             tracing::info_span!("reconcile", controller = CONTROLLER, provisioner = %prov.name());
+        // The cloud's catalog for this Provisioner; when it cannot be read, only the question
+        // it answers (does any type match?) is left open.
+        let catalog = ctx.cloud.instance_types(prov.name()).await;
+        if let Err(err) = &catalog {
+            tracing::debug!(provisioner = %prov.name(), error = %err, "catalog unreadable for the Provisioner");
+        }
+        let inputs = provisioner::Inputs {
+            node_templates: &templates,
+            nodes: &nodes,
+            catalog: catalog.as_deref().ok(),
+        };
         let written = provisioner::reconcile_one(client, prov, &inputs, Timestamp::now())
             .instrument(span)
             .await;

@@ -5,8 +5,7 @@
 //! fault, so the lists resolved before are kept: the simulation narrows zones by them).
 
 use joiner_apis::condition::Condition;
-use joiner_apis::{NodeTemplate, NodeTemplateStatus};
-use joiner_aws::{ProviderError, ResolveFailure, ResolvedNodeTemplate};
+use joiner_apis::{NodeTemplate, NodeTemplateStatus, ResolveError, ResolveFailure, Resolved};
 use k8s_openapi::jiff::Timestamp;
 
 use super::READY_REASON;
@@ -24,12 +23,12 @@ pub const RESOLUTION_FAILED: &str = "ResolutionFailed";
 const KIND: &str = "NodeTemplate";
 
 /// The condition reason for a resolution error.
-pub fn reason(err: &ProviderError) -> &'static str {
-    match err.resolve_failure() {
+pub fn reason(err: &ResolveError) -> &'static str {
+    match err.failure {
         Some(ResolveFailure::Subnets) => SUBNETS_NOT_FOUND,
         Some(ResolveFailure::SecurityGroups) => SECURITY_GROUPS_NOT_FOUND,
         Some(ResolveFailure::Ami) => AMI_NOT_FOUND,
-        _ => RESOLUTION_FAILED,
+        None => RESOLUTION_FAILED,
     }
 }
 
@@ -39,7 +38,7 @@ fn plural(n: usize, one: &str, many: &str) -> String {
 
 /// The `Ready=True` message: what was found, and which default AMI builds are missing (their
 /// instance types cannot launch with this template).
-fn ready_message(r: &ResolvedNodeTemplate) -> String {
+fn ready_message(r: &Resolved) -> String {
     let mut msg = format!(
         "{} in {}; {}; {}",
         plural(r.subnets.len(), "subnet", "subnets"),
@@ -48,14 +47,9 @@ fn ready_message(r: &ResolvedNodeTemplate) -> String {
         plural(r.amis.len(), "AMI", "AMIs"),
     );
     if !r.unresolved.is_empty() {
-        let missing: Vec<String> = r
-            .unresolved
-            .iter()
-            .map(|u| format!("{}/{}", u.arch.as_str(), u.variant.as_str()))
-            .collect();
         msg.push_str(&format!(
             "; no default AMI for {} (those instance types cannot launch)",
-            missing.join(", ")
+            r.unresolved.join(", ")
         ));
     }
     msg
@@ -64,7 +58,7 @@ fn ready_message(r: &ResolvedNodeTemplate) -> String {
 /// The status `nt` should have after `resolved`, stamped `now` where the Ready condition flips.
 pub fn desired(
     nt: &NodeTemplate,
-    resolved: &Result<ResolvedNodeTemplate, ProviderError>,
+    resolved: &Result<Resolved, ResolveError>,
     now: Timestamp,
 ) -> NodeTemplateStatus {
     let current = nt.status.clone().unwrap_or_default();
@@ -74,7 +68,7 @@ pub fn desired(
         Ok(r) => NodeTemplateStatus {
             subnets: r.subnets.clone(),
             security_groups: r.security_groups.clone(),
-            amis: r.amis.iter().map(|a| a.to_status()).collect(),
+            amis: r.amis.clone(),
             conditions: with_ready(
                 conditions,
                 ready_condition(
@@ -111,7 +105,7 @@ pub fn desired(
 pub async fn reconcile_one(
     client: &kube::Client,
     nt: &NodeTemplate,
-    resolved: &Result<ResolvedNodeTemplate, ProviderError>,
+    resolved: &Result<Resolved, ResolveError>,
     now: Timestamp,
 ) -> Result<Outcome<NodeTemplate>, StatusError> {
     let want = desired(nt, resolved, now);

@@ -38,36 +38,38 @@ pub struct Inputs<'a> {
     pub node_templates: &'a [NodeTemplate],
     /// Every Node; those labelled `joiner.sh/provisioner-name: <name>` count as its own.
     pub nodes: &'a [Arc<Node>],
-    /// The catalog's instance types.
-    pub catalog: &'a [InstanceType],
+    /// The cloud's instance types for the Provisioner; `None` when they could not be read (the
+    /// Ready condition is then left as it is once only the type check is left).
+    pub catalog: Option<&'a [InstanceType]>,
 }
 
-/// Whether the Provisioner can launch: `(ready, reason, message)`.
-pub fn readiness(prov: &Provisioner, inputs: &Inputs<'_>) -> (bool, &'static str, String) {
+/// Whether the Provisioner can launch: `(ready, reason, message)`; `None` when the answer
+/// depends on a catalog that could not be read.
+pub fn readiness(prov: &Provisioner, inputs: &Inputs<'_>) -> Option<(bool, &'static str, String)> {
     let core = match prov.to_core() {
         Ok(core) => core,
         Err(e) => {
-            return (
+            return Some((
                 false,
                 INVALID_SPEC,
                 format!("{}: {}", e.field(), e.reason()),
-            )
+            ))
         }
     };
     let Some(nt_name) = prov.spec.provider_ref.as_ref().map(|r| r.name.as_str()) else {
-        return (
+        return Some((
             false,
             NODE_TEMPLATE_NOT_FOUND,
             "spec.providerRef: not set; nodes are launched with the NodeTemplate it names"
                 .to_string(),
-        );
+        ));
     };
     let Some(nt) = inputs.node_templates.iter().find(|n| n.name() == nt_name) else {
-        return (
+        return Some((
             false,
             NODE_TEMPLATE_NOT_FOUND,
             format!("spec.providerRef.name: NodeTemplate `{nt_name}` not found"),
-        );
+        ));
     };
     let nt_conditions = nt
         .status
@@ -77,21 +79,21 @@ pub fn readiness(prov: &Provisioner, inputs: &Inputs<'_>) -> (bool, &'static str
     match condition::find(nt_conditions, condition::READY) {
         Some(c) if c.status == "True" => {}
         Some(c) => {
-            return (
+            return Some((
                 false,
                 NODE_TEMPLATE_NOT_READY,
                 format!(
                     "spec.providerRef.name: NodeTemplate `{nt_name}` is not ready: {}: {}",
                     c.reason, c.message
                 ),
-            )
+            ))
         }
         None => {
-            return (
+            return Some((
                 false,
                 NODE_TEMPLATE_NOT_READY,
                 format!("spec.providerRef.name: NodeTemplate `{nt_name}` is not resolved yet"),
-            )
+            ))
         }
     }
 
@@ -102,9 +104,10 @@ pub fn readiness(prov: &Provisioner, inputs: &Inputs<'_>) -> (bool, &'static str
     convert::narrow_to_subnet_zones(&mut narrowed, inputs.node_templates);
     let [core] = narrowed;
     let reqs = core.node_requirements();
+    let catalog = inputs.catalog?;
     let mut matching = 0usize;
     let mut excluded: BTreeMap<String, usize> = BTreeMap::new();
-    for t in inputs.catalog {
+    for t in catalog {
         match excluded_by(t, &reqs) {
             None => matching += 1,
             Some(key) => *excluded.entry(key.to_string()).or_default() += 1,
@@ -120,24 +123,24 @@ pub fn readiness(prov: &Provisioner, inputs: &Inputs<'_>) -> (bool, &'static str
         } else {
             why.join(", ")
         };
-        return (
+        return Some((
             false,
             NO_INSTANCE_TYPE_MATCHES,
             format!(
                 "spec.requirements: none of the {} instance types in the catalog satisfies the \
                  requirements (with the zones of NodeTemplate `{nt_name}`): {detail}",
-                inputs.catalog.len()
+                catalog.len()
             ),
-        );
+        ));
     }
-    (
+    Some((
         true,
         READY_REASON,
         format!(
             "NodeTemplate `{nt_name}` is ready; {matching} of {} instance types match",
-            inputs.catalog.len()
+            catalog.len()
         ),
-    )
+    ))
 }
 
 /// The requirement key that rules `t` out, if any. Zone and capacity type are both checked
@@ -201,9 +204,8 @@ pub fn resources(name: &str, nodes: &[Arc<Node>]) -> BTreeMap<String, Quantity> 
 pub fn desired(prov: &Provisioner, inputs: &Inputs<'_>, now: Timestamp) -> ProvisionerStatus {
     let current = prov.status.clone().unwrap_or_default();
     let conditions: &[Condition] = &current.conditions;
-    let (ready, reason, message) = readiness(prov, inputs);
-    ProvisionerStatus {
-        conditions: with_ready(
+    let conditions = match readiness(prov, inputs) {
+        Some((ready, reason, message)) => with_ready(
             conditions,
             ready_condition(
                 conditions,
@@ -214,6 +216,10 @@ pub fn desired(prov: &Provisioner, inputs: &Inputs<'_>, now: Timestamp) -> Provi
                 now,
             ),
         ),
+        None => current.conditions.clone(),
+    };
+    ProvisionerStatus {
+        conditions,
         resources: resources(prov.name(), inputs.nodes),
     }
 }

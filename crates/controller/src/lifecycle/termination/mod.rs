@@ -26,7 +26,7 @@ use std::time::Instant;
 
 use joiner_apis::NodeClaim;
 use joiner_core::labels;
-use joiner_core::CloudProvider;
+use joiner_core::{CloudError, CloudErrorKind, CloudProvider};
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
@@ -170,7 +170,7 @@ impl Terminator {
             );
             match ctx.cloud.delete(id).await {
                 Ok(()) => tracing::info!(instance_id = %id, %object, "instance terminated"),
-                Err(e) if P::is_not_found(&e) => {}
+                Err(e) if e.kind() == CloudErrorKind::NotFound => {}
                 Err(e) => {
                     return Err(LifecycleError::cloud(
                         &object,
