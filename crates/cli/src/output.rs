@@ -302,7 +302,10 @@ mod tests {
                 price_per_hour: 0.1 + 0.2,
                 price_estimated: false,
                 instance_type_options: vec!["m5.large".into()],
+                option_prices: vec![Some(0.1 + 0.2)],
+                requirements: joiner_core::Requirements::new(),
                 pods: vec!["default/web-0".into()],
+                pod_indices: vec![0],
                 requests: Resources::default(),
             }],
             existing_nodes: vec![ExistingNodeUse {

@@ -11,16 +11,13 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
+use joiner_apis::convert::node_claim::{claim_requirements, claim_taints, resources};
 use joiner_apis::convert::FieldError;
 use joiner_apis::NodeClaim;
 use joiner_core::instance_type::offering_allowed;
 use joiner_core::taints::first_untolerated;
-use joiner_core::{
-    labels, DaemonSet, Effect, InstanceType, Node, Operator, Requirement, Requirements, Taint,
-};
+use joiner_core::{labels, DaemonSet, InstanceType, Node, Requirements};
 use k8s_openapi::api::core::v1 as k8s;
-
-use crate::provisioning::resources::from_quantities;
 
 /// The in-flight nodes of `claims`: one per claim that is not being deleted and whose node has
 /// not registered (no Node carries its `status.providerID` in `spec.providerID`, none is named
@@ -68,44 +65,6 @@ fn is_in_flight(claim: &NodeClaim, provider_ids: &HashSet<&str>, names: &HashSet
         .and_then(|s| s.node_name.as_deref())
         .is_some_and(|n| names.contains(n));
     !registered_by_id && !registered_by_name
-}
-
-/// The claim's requirements as core requirements, each error naming its index.
-pub fn claim_requirements(claim: &NodeClaim) -> Result<Requirements, FieldError> {
-    let mut reqs = Requirements::new();
-    for (i, r) in claim.spec.requirements.iter().enumerate() {
-        let at = format!("spec.requirements[{i}]");
-        let op = Operator::parse(&r.operator)
-            .map_err(|e| FieldError::new(format!("{at}.operator"), e.to_string()))?;
-        let req = Requirement::new(op, &r.values)
-            .map_err(|e| FieldError::new(format!("{at}.values"), e.to_string()))?;
-        reqs.add(&r.key, req);
-    }
-    Ok(reqs)
-}
-
-/// The claim's taints (not its startup taints: pods need not tolerate those, and planning
-/// around them would buy a second node for pods the first one takes once it is initialized).
-fn claim_taints(claim: &NodeClaim) -> Result<Vec<Taint>, FieldError> {
-    claim
-        .spec
-        .taints
-        .iter()
-        .enumerate()
-        .map(|(i, t)| {
-            let effect = Effect::parse(&t.effect).ok_or_else(|| {
-                FieldError::new(
-                    format!("spec.taints[{i}].effect"),
-                    format!("unknown effect {:?}", t.effect),
-                )
-            })?;
-            Ok(Taint {
-                key: t.key.clone(),
-                value: t.value.clone().unwrap_or_default(),
-                effect,
-            })
-        })
-        .collect()
 }
 
 /// The lowest price among the type's offerings that `reqs` allow (available or not: a claim
@@ -198,7 +157,7 @@ fn in_flight_node(
     node_labels.insert(labels::HOSTNAME.to_string(), name.clone());
 
     let mut allocatable = if !status.allocatable.is_empty() {
-        from_quantities(&status.allocatable, "status.allocatable")?
+        resources(&status.allocatable, "status.allocatable")?
     } else {
         match chosen {
             Some(t) => t.allocatable.clone(),
@@ -217,14 +176,16 @@ fn in_flight_node(
         }
     };
     let capacity = if !status.capacity.is_empty() {
-        from_quantities(&status.capacity, "status.capacity")?
+        resources(&status.capacity, "status.capacity")?
     } else {
         chosen
             .map(|t| t.capacity.clone())
             .unwrap_or_else(|| allocatable.clone())
     };
 
-    let taints = claim_taints(claim)?;
+    // Not its startup taints: pods need not tolerate those, and planning around them would
+    // buy a second node for pods the first one takes once it is initialized.
+    let taints = claim_taints(claim, false)?;
     for ds in daemonsets {
         let tolerated = first_untolerated(&taints, &ds.pod.tolerations).is_none();
         let selected = ds.pod.node_terms.is_empty()

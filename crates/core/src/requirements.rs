@@ -29,6 +29,18 @@ pub enum Operator {
 }
 
 impl Operator {
+    /// The API spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operator::In => "In",
+            Operator::NotIn => "NotIn",
+            Operator::Exists => "Exists",
+            Operator::DoesNotExist => "DoesNotExist",
+            Operator::Gt => "Gt",
+            Operator::Lt => "Lt",
+        }
+    }
+
     /// Parses the API spelling; unknown operators are an error naming the spelling.
     pub fn parse(s: &str) -> Result<Operator, RequirementError> {
         Ok(match s {

@@ -1,5 +1,5 @@
-//! Kubernetes objects (k8s-openapi `Pod`, `PodSpec`, `Node`, `DaemonSet`) into the simulation's
-//! types.
+//! Kubernetes objects (k8s-openapi `Pod`, `PodSpec`, `Node`, `DaemonSet`, and joiner's
+//! `NodeClaim` both ways) into the simulation's types.
 //!
 //! The manifest loader of `joiner plan` and the controller's cluster state both read these
 //! objects; one implementation here means a plan computed offline from a cluster dump and the
@@ -8,6 +8,7 @@
 
 mod affinity;
 mod daemonsets;
+pub mod node_claim;
 mod nodes;
 mod pods;
 mod ports;
@@ -19,7 +20,7 @@ mod tolerations;
 use thiserror::Error;
 
 pub use daemonsets::{daemon_set, template_pod};
-pub use nodes::node;
+pub use nodes::{node, taint};
 pub use pods::{controller_owner, convert as pod_spec, finished_phase, pod, PodIdentity};
 
 /// A problem with one field of an object, before the caller names the object (and, for the

@@ -26,26 +26,12 @@ pub fn node(n: &k8s::Node, name: &str) -> Result<Node, FieldError> {
         .flatten()
         .enumerate()
     {
-        let effect = Effect::parse(&t.effect).ok_or_else(|| {
-            FieldError::new(
-                format!("spec.taints[{i}].effect"),
-                format!(
-                    "unknown effect {:?} (expected NoSchedule, PreferNoSchedule or NoExecute)",
-                    t.effect
-                ),
-            )
-        })?;
-        if t.key.is_empty() {
-            return Err(FieldError::new(
-                format!("spec.taints[{i}].key"),
-                "taint key is empty",
-            ));
-        }
-        taints.push(Taint {
-            key: t.key.clone(),
-            value: t.value.clone().unwrap_or_default(),
-            effect,
-        });
+        taints.push(taint(
+            &t.key,
+            t.value.as_deref(),
+            &t.effect,
+            &format!("spec.taints[{i}]"),
+        )?);
     }
     Ok(Node {
         name: name.to_string(),
@@ -54,5 +40,26 @@ pub fn node(n: &k8s::Node, name: &str) -> Result<Node, FieldError> {
         capacity,
         allocatable,
         unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+    })
+}
+
+/// One taint from its parts, as Nodes and NodeClaims spell them; `at` is its field path
+/// (`spec.taints[0]`).
+pub fn taint(key: &str, value: Option<&str>, effect: &str, at: &str) -> Result<Taint, FieldError> {
+    let effect = Effect::parse(effect).ok_or_else(|| {
+        FieldError::new(
+            format!("{at}.effect"),
+            format!(
+                "unknown effect {effect:?} (expected NoSchedule, PreferNoSchedule or NoExecute)"
+            ),
+        )
+    })?;
+    if key.is_empty() {
+        return Err(FieldError::new(format!("{at}.key"), "taint key is empty"));
+    }
+    Ok(Taint {
+        key: key.to_string(),
+        value: value.unwrap_or_default().to_string(),
+        effect,
     })
 }

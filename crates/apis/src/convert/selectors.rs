@@ -72,7 +72,7 @@ pub fn label_selector(
 
 /// Parses one `key operator values` expression; `numeric` allows Gt/Lt, which only node
 /// selectors support.
-fn add_expression(
+pub(super) fn add_expression(
     out: &mut Requirements,
     key: &str,
     op: &str,

@@ -8,8 +8,10 @@
 use std::collections::BTreeMap;
 
 use joiner_apis::condition;
+use joiner_apis::convert::node_claim::{claim_requirements, quantities};
 use joiner_apis::NodeClaim;
 use joiner_core::instance_type::offering_allowed;
+use joiner_core::scheduling::NewNode;
 use joiner_core::{
     labels, CapacityType, CloudError, CloudErrorKind, CloudProvider, InstanceType, LaunchRequest,
     LaunchedNode,
@@ -18,14 +20,12 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 
 use crate::context::Context;
-use crate::inflight::claim_requirements;
 use crate::k8s::claims::{
     claim_condition, delete_claim, patch_claim_status, with_condition, Guard,
 };
 use crate::k8s::codes::is_not_found;
 use crate::metrics::CodeLabels;
 
-use super::resources::to_quantities;
 use super::ProvisioningError;
 
 /// Condition reason of a launch that failed for a reason other than capacity.
@@ -73,9 +73,39 @@ pub struct LaunchedClaim {
     pub adopted: bool,
 }
 
-/// The launch request for `claim`: candidates are the types of its instance-type requirement
-/// that the catalog offers where the claim allows, with their lowest available price, cheapest
-/// first; zones are those of its zone requirement (none: any zone the provider reaches).
+/// The claim's UID, the launch's idempotency token.
+fn claim_uid(claim: &NodeClaim) -> Result<String, ProvisioningError> {
+    claim
+        .metadata
+        .uid
+        .clone()
+        .ok_or_else(|| ProvisioningError::Invalid {
+            claim: claim.name().to_string(),
+            field: "metadata.uid".into(),
+            reason: "the API server gave the claim no UID".into(),
+        })
+}
+
+/// The launch request for `claim` written for plan node `node`: the node's priced options,
+/// capacity type and zones, as the simulation chose them (no second look at the catalog).
+pub fn planned_request(
+    claim: &NodeClaim,
+    node: &NewNode,
+) -> Result<LaunchRequest, ProvisioningError> {
+    Ok(LaunchRequest {
+        claim_name: claim.name().to_string(),
+        claim_uid: claim_uid(claim)?,
+        provisioner: claim.spec.provisioner_name.clone(),
+        capacity_type: node.capacity_type,
+        candidates: node.priced_options(),
+        zones: node.zones(),
+    })
+}
+
+/// The launch request for a stored `claim` whose plan is gone (a crash or an error
+/// interrupted its launch): candidates are the types of its instance-type requirement that the
+/// catalog offers where the claim allows, with their lowest available price, cheapest first;
+/// zones are those of its zone requirement (none: any zone the provider reaches).
 pub fn launch_request(
     claim: &NodeClaim,
     catalog: &[InstanceType],
@@ -86,15 +116,7 @@ pub fn launch_request(
         field: e.field,
         reason: e.reason,
     })?;
-    let uid = claim
-        .metadata
-        .uid
-        .clone()
-        .ok_or_else(|| ProvisioningError::Invalid {
-            claim: name.clone(),
-            field: "metadata.uid".into(),
-            reason: "the API server gave the claim no UID".into(),
-        })?;
+    let uid = claim_uid(claim)?;
     let capacity_type = reqs
         .get(labels::CAPACITY_TYPE)
         .and_then(|r| r.single_value())
@@ -136,7 +158,9 @@ pub fn launch_request(
     })
 }
 
-/// Writes what the cloud launched into the claim's status, with Launched=True.
+/// Writes what the cloud launched into the claim's status, with Launched=True: the price is the
+/// one the request gave the launched type, the capacity and allocatable those the catalog
+/// gives it.
 async fn record_launch<P: CloudProvider>(
     ctx: &Context<P>,
     claim: &NodeClaim,
@@ -146,20 +170,11 @@ async fn record_launch<P: CloudProvider>(
 ) -> Result<(), ProvisioningError> {
     let name = claim.name();
     let it = catalog.iter().find(|t| t.name == node.instance_type);
-    let price = it
-        .and_then(|t| {
-            t.offerings
-                .iter()
-                .find(|o| o.zone == node.zone && o.capacity_type == node.capacity_type)
-                .map(|o| o.price)
-        })
-        .or_else(|| {
-            request
-                .candidates
-                .iter()
-                .find(|(t, _)| t == &node.instance_type)
-                .map(|(_, p)| *p)
-        });
+    let price = request
+        .candidates
+        .iter()
+        .find(|(t, _)| t == &node.instance_type)
+        .map(|(_, p)| *p);
     let message = format!(
         "NodeClaim {name}: instance {} ({}) in {}",
         node.instance_id, node.instance_type, node.zone
@@ -187,8 +202,8 @@ async fn record_launch<P: CloudProvider>(
         status["pricePerHour"] = json!(p);
     }
     if let Some(t) = it {
-        status["capacity"] = json!(to_quantities(&t.capacity));
-        status["allocatable"] = json!(to_quantities(&t.allocatable));
+        status["capacity"] = json!(quantities(&t.capacity));
+        status["allocatable"] = json!(quantities(&t.allocatable));
     }
     match patch_claim_status(&ctx.client, claim, status, Guard::None).await {
         Ok(_) => Ok(()),
@@ -245,15 +260,21 @@ async fn requeue<P: CloudProvider>(
     })
 }
 
-/// Launches (or adopts) the instance of `claim` and writes its status, planning candidates
-/// against `catalog` (the types `ctx.cloud.instance_types` gave for the claim's Provisioner).
+/// Launches (or adopts) the instance of `claim` and writes its status. The candidates are
+/// those of plan node `planned` when the claim was just written for it, else read from the
+/// claim against `catalog` (the types `ctx.cloud.instance_types` gave for its Provisioner),
+/// which also gives the launched type's capacity for the status.
 pub async fn launch_claim<P: CloudProvider>(
     ctx: &Context<P>,
     claim: &NodeClaim,
+    planned: Option<&NewNode>,
     catalog: &[InstanceType],
 ) -> Result<Launch, ProvisioningError> {
     let name = claim.name().to_string();
-    let request = launch_request(claim, catalog)?;
+    let request = match planned {
+        Some(node) => planned_request(claim, node)?,
+        None => launch_request(claim, catalog)?,
+    };
     let found = ctx
         .cloud
         .get(&name)

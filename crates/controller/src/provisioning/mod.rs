@@ -11,7 +11,6 @@ pub mod batcher;
 pub mod claims;
 pub mod launch;
 pub mod notices;
-pub mod resources;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -296,13 +295,7 @@ pub async fn provision_batch<P: CloudProvider>(
             });
             continue;
         };
-        let narrowing = snap
-            .provisioners
-            .iter()
-            .find(|p| p.name == node.provisioner)
-            .map(|core| claims::Narrowing::of(node, &snap.pods, core))
-            .unwrap_or_default();
-        let stored = match claims::create_claim(&ctx.client, prov, node, &narrowing).await {
+        let stored = match claims::create_claim(&ctx.client, prov, node).await {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(provisioner = %prov.name(), error = %e, "NodeClaim not written");
@@ -320,10 +313,7 @@ pub async fn provision_batch<P: CloudProvider>(
         tracing::info!(claim = %name, provisioner = %prov.name(), instance_type = %node.instance_type,
             pods = node.pods.len(), "NodeClaim created");
         claim_of_node.insert(node.name.clone(), name.clone());
-        let result = match catalogs.get(ctx, prov.name()).await {
-            Ok(types) => launch_claim(ctx, &stored, types).await,
-            Err(e) => Err(e),
-        };
+        let result = launch_claim(ctx, &stored, Some(node), &catalog).await;
         record(memory, &name, &result, Instant::now());
         match result {
             Ok(l) => outcome.launches.push(l),
@@ -388,7 +378,7 @@ pub async fn launch_pending_claims<P: CloudProvider>(
     for claim in claims {
         let name = claim.name().to_string();
         let result = match catalogs.get(ctx, &claim.spec.provisioner_name).await {
-            Ok(types) => launch_claim(ctx, &claim, types).await,
+            Ok(types) => launch_claim(ctx, &claim, None, types).await,
             Err(e) => Err(e),
         };
         if let Err(e) = &result {

@@ -254,14 +254,22 @@ fn place(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -> Plan 
                 };
                 *turn += 1;
                 let mut node_pods = Vec::new();
+                let mut pod_indices = Vec::new();
                 for (c, k) in &d.counts {
                     let start = cursor[*c];
                     let end = start + *k as usize;
                     node_pods.extend(classes[*c].pods[start..end].iter().map(|&i| pods[i].key()));
+                    pod_indices.extend_from_slice(&classes[*c].pods[start..end]);
                     cursor[*c] = end;
                 }
                 let mut requests = d.pod_requests.clone();
                 requests.add(&view.overhead[d.chosen]);
+                let options: Vec<&InstanceType> = d
+                    .options
+                    .iter()
+                    .take(opts.max_instance_type_options)
+                    .map(|&o| &catalog[view.types[o]])
+                    .collect();
                 new_nodes.push(NewNode {
                     name: format!("{}-{}", prov.name, new_nodes.len() + 1),
                     provisioner: prov.name.clone(),
@@ -270,13 +278,24 @@ fn place(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -> Plan 
                     capacity_type: offering.capacity_type,
                     price_per_hour: offering.price,
                     price_estimated: offering.price_estimated,
-                    instance_type_options: d
-                        .options
+                    instance_type_options: options.iter().map(|t| t.name.clone()).collect(),
+                    option_prices: options
                         .iter()
-                        .take(opts.max_instance_type_options)
-                        .map(|&o| catalog[view.types[o]].name.clone())
+                        .map(|t| {
+                            t.offerings
+                                .iter()
+                                .filter(|o| {
+                                    o.available
+                                        && o.capacity_type == offering.capacity_type
+                                        && offering_allowed(o, reqs)
+                                })
+                                .map(|o| o.price)
+                                .min_by(f64::total_cmp)
+                        })
                         .collect(),
+                    requirements: reqs.clone(),
                     pods: node_pods,
+                    pod_indices,
                     requests,
                 });
             }

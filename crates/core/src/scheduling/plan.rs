@@ -2,9 +2,11 @@
 //! that cannot be placed with the reason why.
 
 use crate::instance_type::CapacityType;
+use crate::requirements::Requirements;
 use crate::resources::Resources;
 
-/// A node the simulation would launch.
+/// A node the simulation would launch: everything its NodeClaim needs, so building the claim
+/// and launching it never re-derive what the simulation decided.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NewNode {
     /// Deterministic claim name: `<provisioner>-<n>`.
@@ -23,10 +25,44 @@ pub struct NewNode {
     pub price_estimated: bool,
     /// Every type that would hold the pods, cheapest first (what CreateFleet gets).
     pub instance_type_options: Vec<String>,
+    /// The price of each option (same order) for the chosen capacity type: its cheapest
+    /// available offering the node's requirements allow; `None` when it has none for that
+    /// capacity type (the launch leaves it out).
+    pub option_prices: Vec<Option<f64>>,
+    /// The node's requirements: the Provisioner's node requirements merged with the term the
+    /// simulation used for each of its pods (zone and capacity-type pins, custom labels, kept
+    /// preferences).
+    pub requirements: Requirements,
     /// Pods placed on it, `namespace/name`.
     pub pods: Vec<String>,
+    /// The same pods as indices into the snapshot's `pods`.
+    pub pod_indices: Vec<usize>,
     /// Sum of the pods' requests plus DaemonSet overhead on the chosen type.
     pub requests: Resources,
+}
+
+impl NewNode {
+    /// The options that have a price, with it, cheapest first (ties by name): what the cloud
+    /// is asked to launch.
+    pub fn priced_options(&self) -> Vec<(String, f64)> {
+        let mut out: Vec<(String, f64)> = self
+            .instance_type_options
+            .iter()
+            .zip(&self.option_prices)
+            .filter_map(|(name, price)| price.map(|p| (name.clone(), p)))
+            .collect();
+        out.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+        out
+    }
+
+    /// The zones the node's requirements allow, when they list them (empty: any zone).
+    pub fn zones(&self) -> Vec<String> {
+        self.requirements
+            .get(crate::labels::ZONE)
+            .and_then(|r| r.in_values())
+            .map(|v| v.iter().cloned().collect())
+            .unwrap_or_default()
+    }
 }
 
 /// Pods placed on a node that already exists.
