@@ -12,6 +12,12 @@ pub const AMD_GPU: &str = "amd.com/gpu";
 /// AWS Inferentia / Trainium devices.
 pub const NEURON: &str = "aws.amazon.com/neuron";
 
+/// True for resource names outside the four fixed slots (cpu, memory, ephemeral-storage, pods):
+/// device-plugin and extended resources, which a node reports only once its plugin runs.
+pub fn is_extended(name: &str) -> bool {
+    !matches!(name, "cpu" | "memory" | "ephemeral-storage" | "pods")
+}
+
 /// A resource vector: cpu in millicores, memory and ephemeral storage in bytes, a pod count, and
 /// extended resources (GPUs, pod ENIs, ...) by name. Kept sorted and small so comparisons stay
 /// cheap in the hot packing loop; arithmetic saturates so malformed input cannot overflow.

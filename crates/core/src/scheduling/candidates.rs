@@ -11,6 +11,7 @@ use crate::requirements::Requirements;
 use crate::resources::Resources;
 use crate::taints::first_untolerated;
 
+use super::daemons::daemon_overhead;
 use super::ports::first_clash;
 use super::reasons::Reason;
 use super::reqtable::{ReqId, ReqTable};
@@ -92,19 +93,14 @@ impl<'a> ProvisionerView<'a> {
             if let Some(mp) = prov.max_pods {
                 alloc.pods = alloc.pods.min(mp.max(0));
             }
-            let mut oh = Resources::default();
-            let mut ports = Vec::new();
-            for ds in daemonsets {
-                if daemon_runs_on(&ds.pod, prov, &node_reqs, t) {
-                    oh.add(&ds.pod.requests);
-                    ports.extend(ds.pod.host_ports.iter().cloned());
-                }
-            }
-            daemon_ports.push(ports);
+            let daemons = daemon_overhead(daemonsets, &prov.taints, |pod| {
+                daemon_selects(pod, &node_reqs, t)
+            });
+            daemon_ports.push(daemons.host_ports);
             let mut eff = alloc;
-            eff.sub(&oh);
+            eff.sub(&daemons.requests);
             effective.push(eff);
-            overhead.push(oh);
+            overhead.push(daemons.requests);
         }
         let mut excluded_by_key: Vec<(String, usize)> = excluded.into_iter().collect();
         excluded_by_key.sort();
@@ -457,16 +453,9 @@ impl<'a> ProvisionerView<'a> {
     }
 }
 
-/// True when the DaemonSet's pod would run on a node of this provisioner and type.
-fn daemon_runs_on(
-    pod: &Pod,
-    prov: &Provisioner,
-    node_reqs: &Requirements,
-    t: &InstanceType,
-) -> bool {
-    if first_untolerated(&prov.taints, &pod.tolerations).is_some() {
-        return false;
-    }
+/// True when the DaemonSet's pod's node selector terms admit a node of this provisioner and
+/// type (tolerations are [`daemon_overhead`]'s business).
+fn daemon_selects(pod: &Pod, node_reqs: &Requirements, t: &InstanceType) -> bool {
     if pod.node_terms.is_empty() {
         return true;
     }

@@ -10,19 +10,16 @@ use std::fmt;
 use crate::instance_type::InstanceType;
 use crate::labels;
 use crate::pod::Pod;
-use crate::provisioner::Provisioner;
 use crate::requirements::Requirements;
 use crate::resources::Resources;
 use crate::snapshot::Snapshot;
 use crate::taints::first_untolerated;
 
 use super::candidates::ProvisionerView;
-use super::classes;
-use super::node_rules::NodeRules;
+use super::pass::Pass;
 use super::plan::Plan;
 use super::ports::first_clash;
-use super::reqtable::ReqTable;
-use super::topology;
+use super::Options;
 
 /// How one Provisioner's catalog narrowed down for the pod.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -174,46 +171,18 @@ pub fn explain(
 ) -> Option<Explanation> {
     let idx = snapshot.pods.iter().position(|p| p.key() == key)?;
     let pod = &snapshot.pods[idx];
-    let default_prov;
-    let mut provs: Vec<&Provisioner> = if snapshot.provisioners.is_empty() {
-        default_prov = Provisioner::default_provisioner();
-        vec![&default_prov]
-    } else {
-        snapshot.provisioners.iter().collect()
-    };
-    provs.sort_by(|a, b| b.weight.cmp(&a.weight).then(a.name.cmp(&b.name)));
-    let pending: Vec<usize> = snapshot
-        .pods
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| p.node_name.is_none() && !p.is_daemon())
-        .map(|(i, _)| i)
-        .collect();
-    let pinned_classes = topology::pin(
-        &snapshot.pods,
-        &snapshot.nodes,
-        classes::build(&snapshot.pods, &pending),
-        &provs,
-        catalog,
-    );
-    let class = pinned_classes
-        .classes
-        .iter()
-        .position(|c| c.pods.contains(&idx));
+    // The same pass the simulation runs (on the snapshot as given, before any preference is
+    // relaxed), so the pin, the rules and the views are the ones it used.
+    let mut pass = Pass::new(snapshot, catalog, &Options::default());
+    let class = pass.class_of(idx);
     let pinned = class
-        .map(|c| pinned_classes.classes[c].pinned.clone())
+        .map(|c| pass.classes()[c].pinned.clone())
         .unwrap_or_default();
-    let templates: Vec<Pod> = pinned_classes
-        .classes
-        .iter()
-        .map(|c| c.effective_pod(&snapshot.pods))
-        .collect();
-    let rules = NodeRules::build(&snapshot.pods, &templates, &pinned_classes.classes);
-    let node_rules = class.map(|c| rules.describe_class(c)).unwrap_or_default();
-    let mut table = ReqTable::default();
-    let provisioners = provs
-        .iter()
-        .map(|prov| filter(snapshot, catalog, prov, pod, &pinned, &mut table))
+    let node_rules = class
+        .map(|c| pass.rules().describe_class(c))
+        .unwrap_or_default();
+    let provisioners = (0..pass.provisioners().len())
+        .map(|i| filter(catalog, &pass.provisioner_view(i), pod, &pinned))
         .collect();
     let placement = if pod.node_name.is_some() || pod.is_daemon() {
         Placement::NotPending
@@ -261,20 +230,12 @@ pub fn explain(
 
 /// Applies the filters of one provisioner to every catalog type and counts what excluded each.
 fn filter(
-    snapshot: &Snapshot,
     catalog: &[InstanceType],
-    prov: &Provisioner,
+    view: &ProvisionerView<'_>,
     pod: &Pod,
     pinned: &Requirements,
-    table: &mut ReqTable,
 ) -> ProvisionerFilter {
-    let mut used = Resources::default();
-    for n in &snapshot.nodes {
-        if n.provisioner() == Some(prov.name.as_str()) {
-            used.add(&n.capacity);
-        }
-    }
-    let view = ProvisionerView::new(prov, catalog, &snapshot.daemonsets, &used, table);
+    let prov = view.prov;
     let mut excluded: BTreeMap<(u8, String), usize> = BTreeMap::new();
     for (k, n) in &view.excluded_by_key {
         let what = if k == "offerings" {

@@ -64,76 +64,173 @@ struct Fill {
     value: f64,
 }
 
-/// Packs the members' remaining pods onto new nodes of one provisioner.
+/// What packing one provisioner's members decided.
+pub struct Packed {
+    /// The nodes to open, batches of identical nodes as one draft.
+    pub drafts: Vec<Draft>,
+    /// Classes this provisioner cannot place (limits, no type that holds them), with why.
+    pub refused: Vec<(usize, Reason)>,
+}
+
+/// One packing of the members' remaining pods onto new nodes of one provisioner.
 ///
-/// `remaining[c]` is the number of pods of class `c` still to place; it is decreased as pods are
-/// placed. Classes that cannot be placed at all (limits) get a reason in `refused`.
-#[allow(clippy::too_many_arguments)]
-pub fn pack(
-    view: &mut ProvisionerView<'_>,
-    catalog: &[InstanceType],
-    table: &mut ReqTable,
-    classes: &[PodClass],
-    members: &[Member],
-    rules: &NodeRules,
-    remaining: &mut [i64],
-    refused: &mut Vec<(usize, Reason)>,
-) -> Vec<Draft> {
-    let mut drafts = Vec::new();
-    let empty = NodeState::default();
-    // Most pods a new node may hold of each member by the per-node rules alone.
-    let alone: Vec<i64> = members.iter().map(|m| rules.cap(m.class, &empty)).collect();
-    let value_of: Vec<f64> = members
-        .iter()
-        .zip(&alone)
-        .map(|(m, &cap)| homogeneous_pod_cost(view, catalog, table, classes, m, cap))
-        .collect();
-    let mut blocked = vec![false; members.len()];
-    let mut member_of: Vec<Option<usize>> = vec![None; classes.len()];
-    for (i, m) in members.iter().enumerate() {
-        member_of[m.class] = Some(i);
+/// The inputs and the bookkeeping every step reads (what a pod is worth, which members are
+/// blocked) live here rather than in argument lists, so each step is a method of its own.
+pub struct Packer<'p, 'v> {
+    view: &'p mut ProvisionerView<'v>,
+    catalog: &'p [InstanceType],
+    table: &'p mut ReqTable,
+    classes: &'p [PodClass],
+    members: &'p [Member],
+    rules: &'p NodeRules,
+    /// Most pods a new node may hold of each member by the per-node rules alone.
+    alone: Vec<i64>,
+    /// What one pod of each member costs on homogeneous nodes.
+    value_of: Vec<f64>,
+    /// Members that may no longer open a node (refused, or a one-node group that got its node).
+    blocked: Vec<bool>,
+    /// Member index of each class, for the classes that are members.
+    member_of: Vec<Option<usize>>,
+    refused: Vec<(usize, Reason)>,
+}
+
+impl<'p, 'v> Packer<'p, 'v> {
+    /// Prepares a packing: the per-node caps and the value of one pod of every member are
+    /// worked out once, before any node is opened.
+    pub fn new(
+        view: &'p mut ProvisionerView<'v>,
+        catalog: &'p [InstanceType],
+        table: &'p mut ReqTable,
+        classes: &'p [PodClass],
+        members: &'p [Member],
+        rules: &'p NodeRules,
+    ) -> Self {
+        let empty = NodeState::default();
+        let alone: Vec<i64> = members.iter().map(|m| rules.cap(m.class, &empty)).collect();
+        let mut member_of: Vec<Option<usize>> = vec![None; classes.len()];
+        for (i, m) in members.iter().enumerate() {
+            member_of[m.class] = Some(i);
+        }
+        let mut packer = Packer {
+            view,
+            catalog,
+            table,
+            classes,
+            members,
+            rules,
+            alone,
+            value_of: Vec::new(),
+            blocked: vec![false; members.len()],
+            member_of,
+            refused: Vec::new(),
+        };
+        packer.value_of = (0..members.len())
+            .map(|m| packer.homogeneous_pod_cost(m))
+            .collect();
+        packer
     }
-    // A follower never opens a node: it rides in the fills of its targets.
-    let opens = |m: &Member| m.follow.as_ref().is_none_or(|f| f.leader);
-    while let Some(seed) = (0..members.len())
-        .find(|&m| !blocked[m] && remaining[members[m].class] > 0 && opens(&members[m]))
-    {
-        let (min_cpu, min_mem) = members
+
+    /// Packs the members' remaining pods onto new nodes.
+    ///
+    /// `remaining[c]` is the number of pods of class `c` still to place; it is decreased as pods
+    /// are placed. Classes that cannot be placed at all (limits) come back in
+    /// [`Packed::refused`].
+    pub fn pack(mut self, remaining: &mut [i64]) -> Packed {
+        let mut drafts = Vec::new();
+        while let Some(seed) = self.next_seed(remaining) {
+            if let Some(draft) = self.open_for(remaining, seed) {
+                drafts.push(draft);
+            }
+        }
+        Packed {
+            drafts,
+            refused: self.refused,
+        }
+    }
+
+    /// The first member that still has pods and may open a node. A follower never opens a
+    /// node: it rides in the fills of its targets.
+    fn next_seed(&self, remaining: &[i64]) -> Option<usize> {
+        let members = self.members;
+        let opens = |m: &Member| m.follow.as_ref().is_none_or(|f| f.leader);
+        (0..members.len())
+            .find(|&m| !self.blocked[m] && remaining[members[m].class] > 0 && opens(&members[m]))
+    }
+
+    /// Opens the best node (or batch of identical nodes) for `seed`, or refuses the seed.
+    fn open_for(&mut self, remaining: &mut [i64], seed: usize) -> Option<Draft> {
+        let smallest = self.smallest_request(remaining);
+        let mut limit_reason = None;
+        let ranked = self.ranked_types(remaining, seed, &mut limit_reason);
+        let Some(fill) = self.best_fill(remaining, seed, &ranked, smallest, &mut limit_reason)
+        else {
+            self.refuse_seed(seed, limit_reason);
+            return None;
+        };
+        let options = self.right_size(seed, &fill);
+        let Some(&chosen) = options.first() else {
+            // The filled type itself always qualifies; reaching here means a bookkeeping error,
+            // so refuse the seed rather than loop.
+            self.refused.push((
+                self.members[seed].class,
+                Reason::ResourcesTogether("the pods on one node".into()),
+            ));
+            self.blocked[seed] = true;
+            return None;
+        };
+        Some(self.commit(remaining, fill, chosen, options))
+    }
+
+    /// The smallest cpu and memory request among the members still to place: a fill stops
+    /// once its node has less left than that.
+    fn smallest_request(&self, remaining: &[i64]) -> (i64, i64) {
+        self.members
             .iter()
             .enumerate()
-            .filter(|(i, m)| !blocked[*i] && remaining[m.class] > 0)
+            .filter(|(i, m)| !self.blocked[*i] && remaining[m.class] > 0)
             .fold((i64::MAX, i64::MAX), |(c, mm), (_, m)| {
-                let r = &classes[m.class].requests;
+                let r = &self.classes[m.class].requests;
                 (c.min(r.cpu), mm.min(r.memory))
-            });
+            })
+    }
+
+    /// The node types worth trying for `seed`: those that are cheap per pod for the seed
+    /// itself, cheapest first. The first limit that excludes a type goes to `limit_reason`.
+    fn ranked_types(
+        &mut self,
+        remaining: &[i64],
+        seed: usize,
+        limit_reason: &mut Option<Reason>,
+    ) -> Vec<(f64, usize)> {
+        let (catalog, members) = (self.catalog, self.members);
         let seed_req = members[seed].req;
-        let seed_requests = &classes[members[seed].class].requests;
-        let frontier = view.frontier(catalog, table, seed_req);
-        // The node types worth trying are those that are cheap per pod for the seed itself.
+        let seed_requests = &self.classes[members[seed].class].requests;
+        let frontier = self.view.frontier(catalog, self.table, seed_req);
         let mut ranked: Vec<(f64, usize)> = Vec::new();
-        let mut limit_reason = None;
         for &t in &frontier {
             if !members[seed].types.contains(t) {
                 continue;
             }
-            if !view.within_limits(catalog, t) {
+            if !self.view.within_limits(catalog, t) {
                 if limit_reason.is_none() {
-                    limit_reason = view.blocking_limit(catalog, t);
+                    *limit_reason = self.view.blocking_limit(catalog, t);
                 }
                 continue;
             }
-            let k = view.effective[t].copies_fitting(seed_requests, alone[seed]);
-            if let (true, Some(p)) = (k > 0, view.price(catalog, table, seed_req, t)) {
+            let k = self.view.effective[t].copies_fitting(seed_requests, self.alone[seed]);
+            if let (true, Some(p)) = (k > 0, self.view.price(catalog, self.table, seed_req, t)) {
                 ranked.push((p / k as f64, t));
             }
         }
         if members[seed].one_node {
             // A one-node group wants a type that holds all of it, when one exists.
-            let want = remaining[members[seed].class].min(alone[seed]);
+            let want = remaining[members[seed].class].min(self.alone[seed]);
             let whole: Vec<(f64, usize)> = ranked
                 .iter()
                 .copied()
-                .filter(|&(_, t)| view.effective[t].copies_fitting(seed_requests, want) >= want)
+                .filter(|&(_, t)| {
+                    self.view.effective[t].copies_fitting(seed_requests, want) >= want
+                })
                 .collect();
             if !whole.is_empty() {
                 ranked = whole;
@@ -141,22 +238,33 @@ pub fn pack(
         }
         ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         ranked.truncate(TYPES_TRIED_PER_NODE);
+        ranked
+    }
+
+    /// Fills every ranked type and keeps the fill worth the most per dollar (ties: the cheaper,
+    /// then the lower type index).
+    fn best_fill(
+        &mut self,
+        remaining: &[i64],
+        seed: usize,
+        ranked: &[(f64, usize)],
+        smallest: (i64, i64),
+        limit_reason: &mut Option<Reason>,
+    ) -> Option<Fill> {
+        let catalog = self.catalog;
         let mut best: Option<(f64, f64, usize, Fill)> = None;
-        for &(_, t) in &ranked {
-            if !view.within_limits(catalog, t) {
+        for &(_, t) in ranked {
+            if !self.view.within_limits(catalog, t) {
                 if limit_reason.is_none() {
-                    limit_reason = view.blocking_limit(catalog, t);
+                    *limit_reason = self.view.blocking_limit(catalog, t);
                 }
                 continue;
             }
-            let fill = fill_type(
-                view, catalog, table, classes, members, &member_of, rules, remaining, &blocked,
-                &value_of, seed, t, min_cpu, min_mem,
-            );
+            let fill = self.fill_type(remaining, seed, t, smallest);
             if fill.counts.is_empty() {
                 continue;
             }
-            let Some(price) = view.price(catalog, table, fill.req, t) else {
+            let Some(price) = self.view.price(catalog, self.table, fill.req, t) else {
                 continue;
             };
             let eff = if price > 0.0 {
@@ -176,22 +284,31 @@ pub fn pack(
                 best = Some((eff, price, t, fill));
             }
         }
-        let Some((_, _, _, fill)) = best else {
-            let reason = limit_reason
-                .or_else(|| {
-                    members[seed]
-                        .follow
-                        .as_ref()
-                        .map(|f| Reason::Topology(f.no_room()))
-                })
-                .unwrap_or(Reason::ResourcesTogether(
-                    "the pod and the provisioner's DaemonSets".into(),
-                ));
-            refused.push((members[seed].class, reason));
-            blocked[seed] = true;
-            continue;
-        };
-        // Right-size: every type all classes on the node allow, that holds the fill.
+        best.map(|(_, _, _, fill)| fill)
+    }
+
+    /// Gives up on `seed` for this provisioner: the limit that blocked it, its partners'
+    /// missing room, or the DaemonSets leaving no type that holds it.
+    fn refuse_seed(&mut self, seed: usize, limit_reason: Option<Reason>) {
+        let member = &self.members[seed];
+        let reason = limit_reason
+            .or_else(|| {
+                member
+                    .follow
+                    .as_ref()
+                    .map(|f| Reason::Topology(f.no_room()))
+            })
+            .unwrap_or(Reason::ResourcesTogether(
+                "the pod and the provisioner's DaemonSets".into(),
+            ));
+        self.refused.push((member.class, reason));
+        self.blocked[seed] = true;
+    }
+
+    /// Right-sizes a fill: every type all classes on the node allow that holds the fill,
+    /// cheapest first (ties by type index).
+    fn right_size(&mut self, seed: usize, fill: &Fill) -> Vec<usize> {
+        let (catalog, members) = (self.catalog, self.members);
         let mut allowed = members[seed].types.clone();
         for (c, _) in &fill.counts {
             if let Some(m) = members.iter().find(|m| m.class == *c) {
@@ -200,26 +317,29 @@ pub fn pack(
         }
         let mut options: Vec<(f64, usize)> = Vec::new();
         for t in allowed.iter() {
-            if fill.used.fits(&view.effective[t])
-                && view.type_allows(catalog, table, fill.req, t)
-                && view.within_limits(catalog, t)
+            if fill.used.fits(&self.view.effective[t])
+                && self.view.type_allows(catalog, self.table, fill.req, t)
+                && self.view.within_limits(catalog, t)
             {
-                if let Some(p) = view.price(catalog, table, fill.req, t) {
+                if let Some(p) = self.view.price(catalog, self.table, fill.req, t) {
                     options.push((p, t));
                 }
             }
         }
         options.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        let Some(&(_, chosen)) = options.first() else {
-            // The filled type itself always qualifies; reaching here means a bookkeeping error,
-            // so refuse the seed rather than loop.
-            refused.push((
-                members[seed].class,
-                Reason::ResourcesTogether("the pods on one node".into()),
-            ));
-            blocked[seed] = true;
-            continue;
-        };
+        options.into_iter().map(|(_, t)| t).collect()
+    }
+
+    /// Repeats the fill on as many nodes of type `chosen` as its pods and the limits allow (one
+    /// for a one-node group), takes its pods off `remaining` and charges the limits.
+    fn commit(
+        &mut self,
+        remaining: &mut [i64],
+        fill: Fill,
+        chosen: usize,
+        options: Vec<usize>,
+    ) -> Draft {
+        let members = self.members;
         let mut copies = fill
             .counts
             .iter()
@@ -227,7 +347,7 @@ pub fn pack(
             .min()
             .unwrap_or(1)
             .max(1);
-        copies = copies.min(view.copies_within_limits(catalog, chosen).max(1));
+        copies = copies.min(self.view.copies_within_limits(self.catalog, chosen).max(1));
         let one_node: Vec<usize> = members
             .iter()
             .enumerate()
@@ -242,9 +362,9 @@ pub fn pack(
         }
         for &m in &one_node {
             // The group got its node; whatever did not fit cannot go anywhere else.
-            blocked[m] = true;
+            self.blocked[m] = true;
             if remaining[members[m].class] > 0 {
-                refused.push((
+                self.refused.push((
                     members[m].class,
                     Reason::Topology(format!(
                         "pod affinity on {}: its pods must share one node and no instance type holds them all",
@@ -253,97 +373,158 @@ pub fn pack(
                 ));
             }
         }
-        view.consume(catalog, chosen, copies);
-        drafts.push(Draft {
+        self.view.consume(self.catalog, chosen, copies);
+        Draft {
             chosen,
             req: fill.req,
             counts: fill.counts,
             copies,
-            options: options.into_iter().map(|(_, t)| t).collect(),
+            options,
             pod_requests: fill.used,
-        });
-    }
-    drafts
-}
-
-/// Fills type `t`, starting with the seed.
-///
-/// A class that others follow (hostname pod affinity to pending pods) is added with room reserved
-/// for its followers' share, `ceil(k × followers left / targets left)`, and its followers are
-/// tried right after it: a node that must take affine pods is sized for both, and the followers'
-/// share per target never grows, so when the targets run out every follower has a node. A
-/// follower joins only a fill holding a class of each term's targets; whatever ends up without
-/// its partners is taken out again.
-#[allow(clippy::too_many_arguments)]
-fn fill_type(
-    view: &mut ProvisionerView<'_>,
-    catalog: &[InstanceType],
-    table: &mut ReqTable,
-    classes: &[PodClass],
-    members: &[Member],
-    member_of: &[Option<usize>],
-    rules: &NodeRules,
-    remaining: &[i64],
-    blocked: &[bool],
-    value_of: &[f64],
-    seed: usize,
-    t: usize,
-    min_cpu: i64,
-    min_mem: i64,
-) -> Fill {
-    let mut free = view.effective[t].clone();
-    let mut cur = members[seed].req;
-    let mut counts: Vec<(usize, i64)> = Vec::new();
-    let mut state = NodeState::default();
-    let mut in_fill = vec![false; classes.len()];
-    // Most pods a follower may take in this fill (set by a cycle's leader).
-    let mut caps: Vec<(usize, i64)> = Vec::new();
-    let mut queue: VecDeque<usize> = std::iter::once(seed)
-        .chain((0..members.len()).filter(|&m| m != seed))
-        .collect();
-    while let Some(m) = queue.pop_front() {
-        let member = &members[m];
-        let c = member.class;
-        if in_fill[c] || blocked[m] || remaining[c] == 0 || !member.types.contains(t) {
-            continue;
         }
-        let leader = member.follow.as_ref().is_some_and(|f| f.leader);
-        if let Some(f) = member.follow.as_ref().filter(|f| !f.leader) {
-            if !f
-                .terms
-                .iter()
-                .all(|ft| ft.targets.iter().any(|&x| in_fill[x]))
+    }
+
+    /// Fills type `t`, starting with the seed.
+    ///
+    /// A class that others follow (hostname pod affinity to pending pods) is added with room
+    /// reserved for its followers' share, `ceil(k × followers left / targets left)`, and its
+    /// followers are tried right after it: a node that must take affine pods is sized for both,
+    /// and the followers' share per target never grows, so when the targets run out every
+    /// follower has a node. A follower joins only a fill holding a class of each term's targets;
+    /// whatever ends up without its partners is taken out again.
+    fn fill_type(
+        &mut self,
+        remaining: &[i64],
+        seed: usize,
+        t: usize,
+        smallest: (i64, i64),
+    ) -> Fill {
+        let (catalog, classes, members, rules) =
+            (self.catalog, self.classes, self.members, self.rules);
+        let (min_cpu, min_mem) = smallest;
+        let mut free = self.view.effective[t].clone();
+        let mut cur = members[seed].req;
+        let mut counts: Vec<(usize, i64)> = Vec::new();
+        let mut state = NodeState::default();
+        let mut in_fill = vec![false; classes.len()];
+        // Most pods a follower may take in this fill (set by a cycle's leader).
+        let mut caps: Vec<(usize, i64)> = Vec::new();
+        let mut queue: VecDeque<usize> = std::iter::once(seed)
+            .chain((0..members.len()).filter(|&m| m != seed))
+            .collect();
+        while let Some(m) = queue.pop_front() {
+            let member = &members[m];
+            let c = member.class;
+            if in_fill[c] || self.blocked[m] || remaining[c] == 0 || !member.types.contains(t) {
+                continue;
+            }
+            let leader = member.follow.as_ref().is_some_and(|f| f.leader);
+            if let Some(f) = member.follow.as_ref().filter(|f| !f.leader) {
+                if !f
+                    .terms
+                    .iter()
+                    .all(|ft| ft.targets.iter().any(|&x| in_fill[x]))
+                {
+                    continue;
+                }
+            }
+            let Some(merged) = self.table.merge(cur, member.req) else {
+                continue;
+            };
+            if merged != cur
+                && merged != member.req
+                && !self.view.type_allows(catalog, self.table, merged, t)
             {
                 continue;
             }
+            let req = &classes[c].requests;
+            let mut want = remaining[c].min(rules.cap(c, &state));
+            if let Some(&(_, cap)) = caps.iter().find(|(x, _)| *x == c) {
+                want = want.min(cap);
+            }
+            let mut k = free.copies_fitting(req, want);
+            // A one-node group joins another seed's node only whole.
+            if k == 0 || (member.one_node && m != seed && k < remaining[c]) {
+                continue;
+            }
+            let share = self.followers_share(remaining, member, merged, t, &in_fill);
+            if leader && share.is_empty() {
+                // A cycle's leader goes only where one of its partners goes too.
+                continue;
+            }
+            if !share.is_empty() {
+                let fits = |k: i64| {
+                    let mut need = Resources::default();
+                    need.add_times(req, k);
+                    for &(f, left, of) in &share {
+                        need.add_times(&classes[f].requests, ((k * left + of - 1) / of).min(left));
+                    }
+                    need.fits(&free)
+                };
+                // The largest k that leaves the followers' share room (0 always does).
+                let (mut lo, mut hi) = (0, k);
+                while lo < hi {
+                    let mid = (lo + hi + 1) / 2;
+                    if fits(mid) {
+                        lo = mid;
+                    } else {
+                        hi = mid - 1;
+                    }
+                }
+                k = lo;
+                if k == 0 {
+                    continue;
+                }
+                if leader {
+                    // Followers of a cycle's leader keep one partner for each leader pod still
+                    // to place (never less than their share here), so later leader nodes get
+                    // one too.
+                    let later = remaining[c] - k;
+                    for &(f, left, of) in &share {
+                        let quota = ((k * left + of - 1) / of).min(left);
+                        caps.push((f, quota.max(left - later)));
+                    }
+                }
+            }
+            rules.add(c, k, &mut state);
+            free.add_times(req, -k);
+            counts.push((c, k));
+            in_fill[c] = true;
+            cur = merged;
+            for &f in member.followers.iter().rev() {
+                if let Some(fm) = self.member_of[f] {
+                    queue.push_front(fm);
+                }
+            }
+            if free.pods <= 0 || free.cpu < min_cpu || free.memory < min_mem {
+                break;
+            }
         }
-        let Some(merged) = table.merge(cur, member.req) else {
-            continue;
-        };
-        if merged != cur && merged != member.req && !view.type_allows(catalog, table, merged, t) {
-            continue;
-        }
-        let req = &classes[c].requests;
-        let mut want = remaining[c].min(rules.cap(c, &state));
-        if let Some(&(_, cap)) = caps.iter().find(|(x, _)| *x == c) {
-            want = want.min(cap);
-        }
-        let mut k = free.copies_fitting(req, want);
-        // A one-node group joins another seed's node only whole.
-        if k == 0 || (member.one_node && m != seed && k < remaining[c]) {
-            continue;
-        }
-        // Room for the followers' share: (class, followers left, targets left).
+        self.drop_unpartnered(&mut counts, &mut in_fill);
+        self.valued(counts, cur)
+    }
+
+    /// Room to reserve for the followers of `member` that may join a fill of type `t` under
+    /// `merged`: (class, followers left, targets left) for each.
+    fn followers_share(
+        &mut self,
+        remaining: &[i64],
+        member: &Member,
+        merged: ReqId,
+        t: usize,
+        in_fill: &[bool],
+    ) -> Vec<(usize, i64, i64)> {
+        let members = self.members;
         let mut share: Vec<(usize, i64, i64)> = Vec::new();
         for &f in &member.followers {
-            let Some(fm) = member_of[f] else {
+            let Some(fm) = self.member_of[f] else {
                 continue;
             };
             let fmem = &members[fm];
-            if blocked[fm] || remaining[f] <= 0 || in_fill[f] || !fmem.types.contains(t) {
+            if self.blocked[fm] || remaining[f] <= 0 || in_fill[f] || !fmem.types.contains(t) {
                 continue;
             }
-            if table.merge(merged, fmem.req).is_none() {
+            if self.table.merge(merged, fmem.req).is_none() {
                 continue;
             }
             let targets: i64 = fmem
@@ -354,125 +535,79 @@ fn fill_type(
                 .unwrap_or(0);
             share.push((f, remaining[f], targets.max(1)));
         }
-        if leader && share.is_empty() {
-            // A cycle's leader goes only where one of its partners goes too.
-            continue;
-        }
-        if !share.is_empty() {
-            let fits = |k: i64| {
-                let mut need = Resources::default();
-                need.add_times(req, k);
-                for &(f, left, of) in &share {
-                    need.add_times(&classes[f].requests, ((k * left + of - 1) / of).min(left));
-                }
-                need.fits(&free)
-            };
-            // The largest k that leaves the followers' share room (0 always does).
-            let (mut lo, mut hi) = (0, k);
-            while lo < hi {
-                let mid = (lo + hi + 1) / 2;
-                if fits(mid) {
-                    lo = mid;
-                } else {
-                    hi = mid - 1;
-                }
+        share
+    }
+
+    /// Takes out classes left without a partner of some term (followers whose targets were
+    /// taken out, a leader whose followers did not fit), until what remains is consistent.
+    fn drop_unpartnered(&self, counts: &mut Vec<(usize, i64)>, in_fill: &mut [bool]) {
+        loop {
+            let drop: Vec<usize> = counts
+                .iter()
+                .map(|&(c, _)| c)
+                .filter(|&c| {
+                    self.member_of[c]
+                        .and_then(|m| self.members[m].follow.as_ref())
+                        .is_some_and(|f| {
+                            !f.terms
+                                .iter()
+                                .all(|ft| ft.targets.iter().any(|&x| in_fill[x]))
+                        })
+                })
+                .collect();
+            if drop.is_empty() {
+                break;
             }
-            k = lo;
+            for c in drop {
+                in_fill[c] = false;
+            }
+            counts.retain(|&(c, _)| in_fill[c]);
+        }
+    }
+
+    /// The fill of `counts` under `req`, with its requests and its worth at homogeneous
+    /// prices.
+    fn valued(&self, counts: Vec<(usize, i64)>, req: ReqId) -> Fill {
+        let mut used = Resources::default();
+        let mut value = 0.0;
+        for &(c, k) in &counts {
+            used.add_times(&self.classes[c].requests, k);
+            if let Some(m) = self.member_of[c] {
+                value += self.value_of[m] * k as f64;
+            }
+        }
+        Fill {
+            counts,
+            req,
+            used,
+            value,
+        }
+    }
+
+    /// What one pod of member `m` costs when its nodes hold nothing else: the price per pod of
+    /// the cheapest full node of one type. A mixed node is worth building when its pods would
+    /// cost more on such homogeneous nodes than the mixed node costs.
+    fn homogeneous_pod_cost(&mut self, m: usize) -> f64 {
+        let (catalog, member) = (self.catalog, &self.members[m]);
+        let requests = &self.classes[member.class].requests;
+        let cap = self.alone[m];
+        let mut best = f64::INFINITY;
+        for t in self.view.frontier(catalog, self.table, member.req) {
+            if !member.types.contains(t) {
+                continue;
+            }
+            let k = self.view.effective[t].copies_fitting(requests, cap);
             if k == 0 {
                 continue;
             }
-            if leader {
-                // Followers of a cycle's leader keep one partner for each leader pod still to
-                // place (never less than their share here), so later leader nodes get one too.
-                let later = remaining[c] - k;
-                for &(f, left, of) in &share {
-                    let quota = ((k * left + of - 1) / of).min(left);
-                    caps.push((f, quota.max(left - later)));
-                }
+            if let Some(p) = self.view.price(catalog, self.table, member.req, t) {
+                best = best.min(p / k as f64);
             }
         }
-        rules.add(c, k, &mut state);
-        free.add_times(req, -k);
-        counts.push((c, k));
-        in_fill[c] = true;
-        cur = merged;
-        for &f in member.followers.iter().rev() {
-            if let Some(fm) = member_of[f] {
-                queue.push_front(fm);
-            }
+        if best.is_finite() {
+            best
+        } else {
+            0.0
         }
-        if free.pods <= 0 || free.cpu < min_cpu || free.memory < min_mem {
-            break;
-        }
-    }
-    // Take out classes left without a partner of some term (followers whose targets were taken
-    // out, a leader whose followers did not fit), until what remains is consistent.
-    loop {
-        let drop: Vec<usize> = counts
-            .iter()
-            .map(|&(c, _)| c)
-            .filter(|&c| {
-                member_of[c]
-                    .and_then(|m| members[m].follow.as_ref())
-                    .is_some_and(|f| {
-                        !f.terms
-                            .iter()
-                            .all(|ft| ft.targets.iter().any(|&x| in_fill[x]))
-                    })
-            })
-            .collect();
-        if drop.is_empty() {
-            break;
-        }
-        for c in drop {
-            in_fill[c] = false;
-        }
-        counts.retain(|&(c, _)| in_fill[c]);
-    }
-    let mut used = Resources::default();
-    let mut value = 0.0;
-    for &(c, k) in &counts {
-        used.add_times(&classes[c].requests, k);
-        if let Some(m) = member_of[c] {
-            value += value_of[m] * k as f64;
-        }
-    }
-    Fill {
-        counts,
-        req: cur,
-        used,
-        value,
-    }
-}
-
-/// What one pod of the member costs when its nodes hold nothing else: the price per pod of the
-/// cheapest full node of one type. A mixed node is worth building when its pods would cost more
-/// on such homogeneous nodes than the mixed node costs.
-fn homogeneous_pod_cost(
-    view: &mut ProvisionerView<'_>,
-    catalog: &[InstanceType],
-    table: &mut ReqTable,
-    classes: &[PodClass],
-    m: &Member,
-    cap: i64,
-) -> f64 {
-    let requests = &classes[m.class].requests;
-    let mut best = f64::INFINITY;
-    for t in view.frontier(catalog, table, m.req) {
-        if !m.types.contains(t) {
-            continue;
-        }
-        let k = view.effective[t].copies_fitting(requests, cap);
-        if k == 0 {
-            continue;
-        }
-        if let Some(p) = view.price(catalog, table, m.req, t) {
-            best = best.min(p / k as f64);
-        }
-    }
-    if best.is_finite() {
-        best
-    } else {
-        0.0
     }
 }

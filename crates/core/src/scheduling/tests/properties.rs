@@ -24,10 +24,9 @@ use crate::pod::{DaemonSet, Node, Owner, Pod};
 use crate::provisioner::{Limits, Provisioner};
 use crate::requirements::{Operator, Requirement, Requirements};
 use crate::resources::{Resources, NVIDIA_GPU};
+use crate::scheduling::{simulate, Options, Plan};
 use crate::snapshot::Snapshot;
 use crate::taints::{Effect, Taint, Toleration};
-
-use super::{simulate, Options, Plan};
 
 const GI: i64 = 1 << 30;
 const MI: i64 = 1 << 20;

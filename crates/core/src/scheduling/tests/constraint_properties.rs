@@ -17,12 +17,12 @@ use crate::pod::{HostPort, Node, Owner, Pod, PodAffinityTerm, TopologySpread};
 use crate::provisioner::Provisioner;
 use crate::requirements::{Requirement, Requirements};
 use crate::resources::Resources;
+use crate::scheduling::affinity::Scope;
+use crate::scheduling::ports::PortKey;
+use crate::scheduling::{simulate, Options, Plan};
 use crate::snapshot::Snapshot;
 
-use super::affinity::Scope;
-use super::ports::PortKey;
-use super::tests::catalog;
-use super::{simulate, Options, Plan};
+use super::simulation::catalog;
 
 const GI: i64 = 1 << 30;
 const APPS: [&str; 3] = ["a", "b", "c"];

@@ -1,5 +1,5 @@
 //! Scenario tests of topology spread, pod (anti-)affinity and host ports, on the hand-made
-//! catalog of `tests.rs` (three zones, spot at 40 % of on-demand).
+//! catalog of `simulation.rs` (three zones, spot at 40 % of on-demand).
 
 use std::collections::BTreeMap;
 
@@ -9,10 +9,10 @@ use crate::pod::{DaemonSet, HostPort, Node, Pod, PodAffinityTerm, TopologySpread
 use crate::provisioner::Provisioner;
 use crate::requirements::{Requirement, Requirements};
 use crate::resources::Resources;
+use crate::scheduling::{simulate, Options, Plan};
 use crate::snapshot::Snapshot;
 
-use super::tests::{catalog, deployment, pod};
-use super::{simulate, Options, Plan};
+use super::simulation::{catalog, deployment, pod};
 
 const GI: i64 = 1 << 30;
 
@@ -440,7 +440,7 @@ fn schedule_anyway_spread_is_followed_when_free() {
 
 #[test]
 fn explanation_counts_what_excluded_each_type() {
-    use super::explain::{explain, Placement};
+    use crate::scheduling::explain::{explain, Placement};
     let mut big = pod("big", 40_000, 1024);
     let mut fam = Requirements::new();
     fam.add(labels::INSTANCE_FAMILY, Requirement::single("c5"));
@@ -475,7 +475,7 @@ fn explanation_counts_what_excluded_each_type() {
 
 #[test]
 fn explanation_names_the_topology_pin_and_node_rules() {
-    use super::explain::explain;
+    use crate::scheduling::explain::explain;
     let mut pods = deployment("web", 2, 500, 512);
     for p in &mut pods {
         p.topology_spread.push(spread(labels::ZONE, 1, app("web")));

@@ -1,0 +1,532 @@
+//! One scheduling pass with every constraint taken as hard, stage by stage.
+//!
+//! A [`Pass`] is built once from a snapshot (Provisioners in the order they are tried, pod
+//! classes after topology pinning, per-node rules, hostname co-location) and then runs its
+//! stages in order: existing nodes, followers onto existing nodes, topology refusals, new nodes
+//! Provisioner by Provisioner, and finally the [`Plan`]. `explain` builds the same pass to
+//! describe a pod without re-deriving any of it, and a caller can run a pass on a snapshot with
+//! some nodes taken out to see where their pods would go.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::instance_type::{offering_allowed, CapacityType, InstanceType, Offering};
+use crate::labels;
+use crate::pod::Pod;
+use crate::provisioner::Provisioner;
+use crate::requirements::Requirements;
+use crate::resources::Resources;
+use crate::snapshot::Snapshot;
+
+use super::candidates::{ClassFit, ProvisionerView};
+use super::classes::{self, PodClass};
+use super::colocation::{self, Follow, Together};
+use super::existing::ExistingNodes;
+use super::node_rules::NodeRules;
+use super::packer::{Draft, Member, Packer};
+use super::plan::{ExistingNodeUse, NewNode, Plan, Unschedulable};
+use super::reasons::{self, Reason};
+use super::reqtable::ReqTable;
+use super::topology;
+use super::Options;
+
+/// The state of one scheduling pass over a snapshot.
+///
+/// Everything the stages share is derived once in [`Pass::new`]; the stages then only move pods
+/// from "remaining" to a node (or to a refusal), so each stage can be read on its own and
+/// `explain` sees exactly the classes, rules and Provisioner views the simulation used.
+pub struct Pass<'a> {
+    snapshot: &'a Snapshot,
+    catalog: &'a [InstanceType],
+    opts: Options,
+    /// Tried in this order: weight descending, then name (the default one when there is none).
+    provisioners: Vec<Provisioner>,
+    /// Snapshot indices of the pending pods (not bound, not owned by a DaemonSet).
+    pending: Vec<usize>,
+    /// Pending pods grouped by shape, constrained ones split and pinned to a topology domain.
+    classes: Vec<PodClass>,
+    /// Pods no topology domain admits, with the reason.
+    pinned_refused: Vec<(usize, String)>,
+    /// The pod each class is scheduled as (the pin merged into its node terms).
+    templates: Vec<Pod>,
+    rules: NodeRules,
+    together: Vec<Together>,
+    /// Per class, the classes that follow it onto its new nodes.
+    followers: Vec<Vec<usize>>,
+    table: ReqTable,
+    /// Pods of each class still without a node.
+    remaining: Vec<i64>,
+    /// Pods are handed out from the front of each class in input order.
+    cursor: Vec<usize>,
+    /// A one-node group that has been given its node takes no other.
+    sealed: Vec<bool>,
+    /// Why each class was refused, per Provisioner (empty name: before any Provisioner).
+    refusals: Vec<Vec<(String, Reason)>>,
+    existing: ExistingNodes<'a>,
+    new_nodes: Vec<NewNode>,
+}
+
+impl<'a> Pass<'a> {
+    /// Derives what every stage shares. Zone and capacity-type terms pin groups of pods to a
+    /// domain here, before anything is placed.
+    pub fn new(snapshot: &'a Snapshot, catalog: &'a [InstanceType], opts: &Options) -> Self {
+        let pods = &snapshot.pods;
+        let pending: Vec<usize> = pods
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.node_name.is_none() && !p.is_daemon())
+            .map(|(i, _)| i)
+            .collect();
+        let provisioners = provisioners_in_order(snapshot);
+        let pinned = {
+            let order: Vec<&Provisioner> = provisioners.iter().collect();
+            topology::pin(
+                pods,
+                &snapshot.nodes,
+                classes::build(pods, &pending),
+                &order,
+                catalog,
+            )
+        };
+        let classes = pinned.classes;
+        let templates: Vec<Pod> = classes.iter().map(|c| c.effective_pod(pods)).collect();
+        let rules = NodeRules::build(pods, &templates, &classes);
+        let together = colocation::analyze(pods, &templates);
+        let followers = colocation::followers_of(&together);
+        let existing = ExistingNodes::new(&snapshot.nodes, pods, &rules);
+        let n = classes.len();
+        Pass {
+            snapshot,
+            catalog,
+            opts: opts.clone(),
+            provisioners,
+            pending,
+            remaining: classes.iter().map(|c| c.pods.len() as i64).collect(),
+            cursor: vec![0; n],
+            sealed: vec![false; n],
+            refusals: vec![Vec::new(); n],
+            classes,
+            pinned_refused: pinned.refused,
+            templates,
+            rules,
+            together,
+            followers,
+            table: ReqTable::default(),
+            existing,
+            new_nodes: Vec::new(),
+        }
+    }
+
+    /// Runs the stages in the order the kube-scheduler will see the result: capacity that
+    /// exists first, then new nodes from the highest-weight Provisioner that accepts the pods.
+    pub fn run(mut self) -> Plan {
+        self.place_on_existing_nodes();
+        self.place_followers_on_existing_nodes();
+        self.seal_topology_refusals();
+        self.place_on_new_nodes();
+        self.finish()
+    }
+
+    /// The Provisioners in the order the pass tries them, for callers that report per
+    /// Provisioner.
+    pub fn provisioners(&self) -> &[Provisioner] {
+        &self.provisioners
+    }
+
+    /// Snapshot indices of the pods the pass schedules.
+    pub fn pending(&self) -> &[usize] {
+        &self.pending
+    }
+
+    /// The classes the pass schedules, so a caller can tell what a pod was pinned to.
+    pub fn classes(&self) -> &[PodClass] {
+        &self.classes
+    }
+
+    /// The per-node rules, so a caller can name those a class takes part in.
+    pub fn rules(&self) -> &NodeRules {
+        &self.rules
+    }
+
+    /// The class of snapshot pod `pod`; `None` when it is not pending or no domain admits it.
+    pub fn class_of(&self, pod: usize) -> Option<usize> {
+        self.classes.iter().position(|c| c.pods.contains(&pod))
+    }
+
+    /// The view the pass takes of Provisioner `i` (in [`Pass::provisioners`] order): its types
+    /// after DaemonSet overhead and its limits net of the nodes it owns. Views are built in
+    /// the pass's requirement table, so ask for them in Provisioner order to see the same ones.
+    pub fn provisioner_view(&mut self, i: usize) -> ProvisionerView<'_> {
+        view_of(
+            self.snapshot,
+            self.catalog,
+            &self.provisioners[i],
+            &mut self.table,
+        )
+    }
+
+    /// Stage 1: existing (and in-flight) nodes, capacity already paid for. Followers wait for
+    /// their targets; a cycle's leader goes only onto new nodes, with its partners.
+    fn place_on_existing_nodes(&mut self) {
+        for ci in 0..self.classes.len() {
+            let only = match &self.together[ci] {
+                Together::Free => None,
+                Together::OnNodes(n) => Some(n),
+                Together::OneNode | Together::Refused(_) | Together::Follows(_) => continue,
+            };
+            let placed = self.existing.place_class(
+                ci,
+                &self.templates[ci],
+                &self.classes[ci].pods,
+                &self.rules,
+                only,
+            );
+            self.record_placed(ci, placed);
+        }
+    }
+
+    /// Stage 1b: followers onto the existing nodes that run, or were just given, a pod of each
+    /// of their terms.
+    fn place_followers_on_existing_nodes(&mut self) {
+        if !self.together.iter().any(|t| t.follower().is_some()) {
+            return;
+        }
+        let mut class_of = vec![usize::MAX; self.snapshot.pods.len()];
+        for (ci, class) in self.classes.iter().enumerate() {
+            for &i in &class.pods {
+                class_of[i] = ci;
+            }
+        }
+        for ci in 0..self.classes.len() {
+            let Some(f) = self.together[ci].follower() else {
+                continue;
+            };
+            let only = self.nodes_with_partners(f, &class_of);
+            if only.is_empty() {
+                continue;
+            }
+            let placed = self.existing.place_class(
+                ci,
+                &self.templates[ci],
+                &self.classes[ci].pods,
+                &self.rules,
+                Some(&only),
+            );
+            self.record_placed(ci, placed);
+        }
+    }
+
+    /// Existing nodes holding, for every term of `f`, a running pod or a pod this pass placed
+    /// of one of the term's target classes.
+    fn nodes_with_partners(&self, f: &Follow, class_of: &[usize]) -> BTreeSet<String> {
+        self.existing
+            .nodes
+            .iter()
+            .zip(&self.existing.placed)
+            .filter(|(n, placed)| {
+                f.terms.iter().all(|ft| {
+                    ft.running.contains(&n.name)
+                        || placed.iter().any(|&i| ft.targets.contains(&class_of[i]))
+                })
+            })
+            .map(|(n, _)| n.name.clone())
+            .collect()
+    }
+
+    /// Stage 1c: classes hostname affinity keeps off new nodes get their reason now and are
+    /// sealed, so no Provisioner considers them.
+    fn seal_topology_refusals(&mut self) {
+        for (ci, t) in self.together.iter().enumerate() {
+            let why = match t {
+                Together::Refused(why) => why.clone(),
+                Together::OnNodes(_) => format!(
+                    "pod affinity on {}: no room on the nodes running the pods it selects",
+                    labels::HOSTNAME
+                ),
+                _ => continue,
+            };
+            if self.remaining[ci] > 0 {
+                self.refusals[ci].push((String::new(), Reason::Topology(why)));
+                self.sealed[ci] = true;
+            }
+        }
+    }
+
+    /// Stage 2: new nodes, Provisioner by Provisioner in weight order, until every pod has a
+    /// node.
+    fn place_on_new_nodes(&mut self) {
+        // Taken out while the stage runs: each Provisioner's view borrows it while the pass's
+        // counters change.
+        let provisioners = std::mem::take(&mut self.provisioners);
+        for prov in &provisioners {
+            if self.remaining.iter().all(|r| *r == 0) {
+                break;
+            }
+            self.place_with(prov);
+        }
+        self.provisioners = provisioners;
+    }
+
+    /// Opens the nodes one Provisioner needs for the classes it accepts.
+    fn place_with(&mut self, prov: &Provisioner) {
+        let mut view = view_of(self.snapshot, self.catalog, prov, &mut self.table);
+        let members = self.members_of(&mut view);
+        if members.is_empty() {
+            return;
+        }
+        let packed = Packer::new(
+            &mut view,
+            self.catalog,
+            &mut self.table,
+            &self.classes,
+            &members,
+            &self.rules,
+        )
+        .pack(&mut self.remaining);
+        self.settle_members(&prov.name, &members, packed.refused);
+        let mut zone_turn: BTreeMap<String, usize> = BTreeMap::new();
+        for d in &packed.drafts {
+            self.open_draft(&view, d, &mut zone_turn);
+        }
+    }
+
+    /// Records what packing left of the members: the packer's refusals, followers whose
+    /// targets' nodes had no room, and one-node groups that got their node (sealed).
+    fn settle_members(&mut self, prov: &str, members: &[Member], refused: Vec<(usize, Reason)>) {
+        for (ci, r) in refused {
+            self.refusals[ci].push((prov.to_string(), r));
+        }
+        for m in members {
+            if let (Some(f), true) = (
+                self.together[m.class].follower(),
+                self.remaining[m.class] > 0,
+            ) {
+                self.refusals[m.class].push((prov.to_string(), Reason::Topology(f.no_room())));
+            }
+        }
+        for m in members {
+            if m.one_node && (self.remaining[m.class] as usize) < self.classes[m.class].pods.len() {
+                self.sealed[m.class] = true;
+            }
+        }
+    }
+
+    /// The classes still to place that the Provisioner accepts, as the packer takes them; the
+    /// others get the Provisioner's refusal.
+    fn members_of(&mut self, view: &mut ProvisionerView<'_>) -> Vec<Member> {
+        let mut members = Vec::new();
+        for ci in 0..self.classes.len() {
+            if self.remaining[ci] == 0 || self.sealed[ci] {
+                continue;
+            }
+            match view.fit_class(self.catalog, &mut self.table, &self.templates[ci]) {
+                ClassFit::Fits { req, types } => members.push(Member {
+                    class: ci,
+                    req,
+                    types,
+                    one_node: self.together[ci] == Together::OneNode,
+                    follow: match &self.together[ci] {
+                        Together::Follows(f) => Some(f.clone()),
+                        _ => None,
+                    },
+                    followers: self.followers[ci].clone(),
+                }),
+                ClassFit::Refused(r) => self.refusals[ci].push((view.prov.name.clone(), r)),
+            }
+        }
+        members
+    }
+
+    /// Stage 3, per draft: chooses each copy's offering and records it as a [`NewNode`] with
+    /// its pods. Among equally cheap offerings zones rotate (per instance type, in
+    /// `zone_turn`), so unconstrained capacity spreads.
+    fn open_draft(
+        &mut self,
+        view: &ProvisionerView<'_>,
+        d: &Draft,
+        zone_turn: &mut BTreeMap<String, usize>,
+    ) {
+        let catalog = self.catalog;
+        let t = &catalog[view.types[d.chosen]];
+        let reqs = self.table.get(d.req).clone();
+        let cheapest = cheapest_offerings(t, &reqs);
+        for _ in 0..d.copies {
+            let turn = zone_turn.entry(t.name.clone()).or_default();
+            let Some(offering) = cheapest.get(*turn % cheapest.len().max(1)).copied() else {
+                // Cannot happen (the packer priced this type under these requirements), but
+                // if it did the pods must stay pending rather than vanish.
+                for (c, k) in &d.counts {
+                    self.remaining[*c] += k;
+                    self.refusals[*c].push((
+                        view.prov.name.clone(),
+                        Reason::ResourcesTogether("an available offering".into()),
+                    ));
+                }
+                continue;
+            };
+            *turn += 1;
+            let node = self.new_node(view, d, &reqs, offering);
+            self.new_nodes.push(node);
+        }
+    }
+
+    /// One copy of a draft on `offering`, with the next pods of each of its classes.
+    fn new_node(
+        &mut self,
+        view: &ProvisionerView<'_>,
+        d: &Draft,
+        reqs: &Requirements,
+        offering: &Offering,
+    ) -> NewNode {
+        let catalog = self.catalog;
+        let t = &catalog[view.types[d.chosen]];
+        let pods = &self.snapshot.pods;
+        let mut node_pods = Vec::new();
+        let mut pod_indices = Vec::new();
+        for (c, k) in &d.counts {
+            let start = self.cursor[*c];
+            let end = start + *k as usize;
+            let taken = &self.classes[*c].pods[start..end];
+            node_pods.extend(taken.iter().map(|&i| pods[i].key()));
+            pod_indices.extend_from_slice(taken);
+            self.cursor[*c] = end;
+        }
+        let mut requests = d.pod_requests.clone();
+        requests.add(&view.overhead[d.chosen]);
+        let options: Vec<&InstanceType> = d
+            .options
+            .iter()
+            .take(self.opts.max_instance_type_options)
+            .map(|&o| &catalog[view.types[o]])
+            .collect();
+        NewNode {
+            name: format!("{}-{}", view.prov.name, self.new_nodes.len() + 1),
+            provisioner: view.prov.name.clone(),
+            instance_type: t.name.clone(),
+            zone: offering.zone.clone(),
+            capacity_type: offering.capacity_type,
+            price_per_hour: offering.price,
+            price_estimated: offering.price_estimated,
+            instance_type_options: options.iter().map(|t| t.name.clone()).collect(),
+            option_prices: options
+                .iter()
+                .map(|t| {
+                    t.offerings
+                        .iter()
+                        .filter(|o| {
+                            o.available
+                                && o.capacity_type == offering.capacity_type
+                                && offering_allowed(o, reqs)
+                        })
+                        .map(|o| o.price)
+                        .min_by(f64::total_cmp)
+                })
+                .collect(),
+            requirements: reqs.clone(),
+            pods: node_pods,
+            pod_indices,
+            requests,
+        }
+    }
+
+    /// Counts `placed` pods of class `ci` as given a node, from the front of the class.
+    fn record_placed(&mut self, ci: usize, placed: usize) {
+        self.remaining[ci] -= placed as i64;
+        self.cursor[ci] += placed;
+    }
+
+    /// The plan: existing nodes that got pods, new nodes, and every pod left without a node
+    /// with the reasons gathered along the way.
+    fn finish(self) -> Plan {
+        let pods = &self.snapshot.pods;
+        let existing_nodes = self
+            .existing
+            .nodes
+            .iter()
+            .zip(&self.existing.placed)
+            .filter(|(_, placed)| !placed.is_empty())
+            .map(|(n, placed)| ExistingNodeUse {
+                name: n.name.clone(),
+                pods: placed.iter().map(|&i| pods[i].key()).collect(),
+            })
+            .collect();
+        let mut unschedulable: Vec<Unschedulable> = self
+            .pinned_refused
+            .iter()
+            .map(|(i, why)| Unschedulable {
+                pod: pods[*i].key(),
+                reason: why.clone(),
+            })
+            .collect();
+        for (ci, class) in self.classes.iter().enumerate() {
+            if self.remaining[ci] <= 0 {
+                continue;
+            }
+            let reason = reasons::combine(&self.refusals[ci]);
+            for &i in &class.pods[self.cursor[ci]..] {
+                unschedulable.push(Unschedulable {
+                    pod: pods[i].key(),
+                    reason: reason.clone(),
+                });
+            }
+        }
+        unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));
+        Plan {
+            new_nodes: self.new_nodes,
+            existing_nodes,
+            unschedulable,
+            relaxed: Vec::new(),
+        }
+    }
+}
+
+/// The snapshot's Provisioners by weight descending, then name; the default Provisioner when
+/// the snapshot has none.
+fn provisioners_in_order(snapshot: &Snapshot) -> Vec<Provisioner> {
+    let mut provs = if snapshot.provisioners.is_empty() {
+        vec![Provisioner::default_provisioner()]
+    } else {
+        snapshot.provisioners.clone()
+    };
+    provs.sort_by(|a, b| b.weight.cmp(&a.weight).then(a.name.cmp(&b.name)));
+    provs
+}
+
+/// A Provisioner's view of the catalog, with its limits net of the capacity it already owns.
+fn view_of<'p>(
+    snapshot: &Snapshot,
+    catalog: &[InstanceType],
+    prov: &'p Provisioner,
+    table: &mut ReqTable,
+) -> ProvisionerView<'p> {
+    let used = owned_capacity(snapshot, &prov.name);
+    ProvisionerView::new(prov, catalog, &snapshot.daemonsets, &used, table)
+}
+
+/// Capacity of the existing nodes a provisioner owns (counts against its limits).
+fn owned_capacity(snapshot: &Snapshot, prov: &str) -> Resources {
+    let mut used = Resources::default();
+    for n in &snapshot.nodes {
+        if n.provisioner() == Some(prov) {
+            used.add(&n.capacity);
+        }
+    }
+    used
+}
+
+/// The cheapest available offerings of `t` under `reqs`; spot only, when spot ties, since
+/// CreateFleet is asked for spot first when a Provisioner allows it.
+fn cheapest_offerings<'t>(t: &'t InstanceType, reqs: &Requirements) -> Vec<&'t Offering> {
+    let min = t
+        .cheapest_offering(reqs)
+        .map(|o| o.price)
+        .unwrap_or(f64::INFINITY);
+    let tied: Vec<&Offering> = t
+        .offerings
+        .iter()
+        .filter(|o| o.available && offering_allowed(o, reqs) && o.price <= min)
+        .collect();
+    let spot = tied.iter().any(|o| o.capacity_type == CapacityType::Spot);
+    tied.into_iter()
+        .filter(|o| !spot || o.capacity_type == CapacityType::Spot)
+        .collect()
+}

@@ -1,0 +1,324 @@
+//! [`FakeCloud`]: an in-memory [`CloudProvider`] for controller tests (feature `testing`), in
+//! the spirit of Karpenter's `cloudprovider/fake`.
+//!
+//! The controller's reconcilers are generic over the cloud; with this fake they run without a
+//! moto server, and a test can script what the cloud answers (a capacity error on the next
+//! launch, an instance that vanished, one that was stopped) and read back every call. The AWS
+//! provider keeps its own moto tests; this fake is not a model of EC2, only of the trait's
+//! contract: launches are idempotent per claim, deletes of unknown instances are `NotFound`,
+//! `list` shows live instances only.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Mutex, MutexGuard};
+use std::time::SystemTime;
+
+use thiserror::Error;
+
+use crate::cloud_provider::{
+    CloudError, CloudErrorKind, CloudProvider, LaunchRequest, LaunchedNode,
+};
+use crate::instance_type::InstanceType;
+
+/// The zone a launch without allowed zones lands in.
+pub const DEFAULT_ZONE: &str = "fake-zone-a";
+
+/// A scripted failure of the fake.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+#[error("fake cloud: {code}: {message}")]
+pub struct FakeError {
+    /// What kind of failure it stands for.
+    pub kind: CloudErrorKind,
+    /// The code it reports.
+    pub code: String,
+    /// Its text.
+    pub message: String,
+}
+
+impl FakeError {
+    /// A failure of `kind` with `code`.
+    pub fn new(kind: CloudErrorKind, code: &str) -> Self {
+        FakeError {
+            kind,
+            code: code.to_string(),
+            message: format!("{kind:?}"),
+        }
+    }
+}
+
+impl CloudError for FakeError {
+    fn kind(&self) -> CloudErrorKind {
+        self.kind
+    }
+
+    fn code(&self) -> String {
+        self.code.clone()
+    }
+}
+
+/// A call the fake received, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FakeCall {
+    /// `instance_types(provisioner)`.
+    InstanceTypes(String),
+    /// `create(request)`.
+    Create(LaunchRequest),
+    /// `delete(instance id)`.
+    Delete(String),
+    /// `get(claim)`.
+    Get(String),
+    /// `list()`.
+    List,
+}
+
+/// Which method a scripted failure is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FakeMethod {
+    /// `instance_types`.
+    InstanceTypes,
+    /// `create`.
+    Create,
+    /// `delete`.
+    Delete,
+    /// `get`.
+    Get,
+    /// `list`.
+    List,
+}
+
+#[derive(Default)]
+struct State {
+    instance_types: Vec<InstanceType>,
+    /// By instance ID; terminated instances stay (with state `terminated`) until forgotten.
+    instances: BTreeMap<String, LaunchedNode>,
+    failures: BTreeMap<FakeMethod, VecDeque<FakeError>>,
+    calls: Vec<FakeCall>,
+    launched: u64,
+}
+
+/// An in-memory cloud.
+#[derive(Default)]
+pub struct FakeCloud {
+    state: Mutex<State>,
+}
+
+impl FakeCloud {
+    /// A cloud offering `instance_types` (for every Provisioner) and holding no instance.
+    pub fn new(instance_types: Vec<InstanceType>) -> Self {
+        FakeCloud {
+            state: Mutex::new(State {
+                instance_types,
+                ..State::default()
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The next call of `method` fails with `error` (queued: several calls fail in turn).
+    pub fn fail_next(&self, method: FakeMethod, error: FakeError) {
+        self.lock()
+            .failures
+            .entry(method)
+            .or_default()
+            .push_back(error);
+    }
+
+    /// Adds an instance as if someone (or an earlier joiner) had launched it.
+    pub fn add_instance(&self, node: LaunchedNode) {
+        self.lock().instances.insert(node.instance_id.clone(), node);
+    }
+
+    /// Sets the state of instance `id` (`stopped`, `terminated`, ...); false if unknown.
+    pub fn set_state(&self, id: &str, state: &str) -> bool {
+        match self.lock().instances.get_mut(id) {
+            Some(n) => {
+                n.state = state.to_string();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Forgets instance `id` entirely, as EC2 does some time after termination.
+    pub fn forget(&self, id: &str) {
+        self.lock().instances.remove(id);
+    }
+
+    /// Every instance the fake knows, terminated ones included, by ID.
+    pub fn instances(&self) -> Vec<LaunchedNode> {
+        self.lock().instances.values().cloned().collect()
+    }
+
+    /// The calls received so far, in order.
+    pub fn calls(&self) -> Vec<FakeCall> {
+        self.lock().calls.clone()
+    }
+
+    fn call(&self, method: FakeMethod, call: FakeCall) -> Result<MutexGuard<'_, State>, FakeError> {
+        let mut state = self.lock();
+        state.calls.push(call);
+        match state
+            .failures
+            .get_mut(&method)
+            .and_then(VecDeque::pop_front)
+        {
+            Some(err) => Err(err),
+            None => Ok(state),
+        }
+    }
+}
+
+fn is_live(node: &LaunchedNode) -> bool {
+    node.state != "terminated" && node.state != "shutting-down"
+}
+
+impl CloudProvider for FakeCloud {
+    type Error = FakeError;
+
+    async fn instance_types(&self, provisioner: &str) -> Result<Vec<InstanceType>, FakeError> {
+        let state = self.call(
+            FakeMethod::InstanceTypes,
+            FakeCall::InstanceTypes(provisioner.to_string()),
+        )?;
+        Ok(state.instance_types.clone())
+    }
+
+    /// Launches the cheapest candidate in the first allowed zone, unless an instance for the
+    /// claim is live already (the claim's UID is the idempotency token).
+    async fn create(&self, request: &LaunchRequest) -> Result<LaunchedNode, FakeError> {
+        let mut state = self.call(FakeMethod::Create, FakeCall::Create(request.clone()))?;
+        if let Some(existing) = state
+            .instances
+            .values()
+            .find(|n| is_live(n) && n.claim_name.as_deref() == Some(&request.claim_name))
+        {
+            return Ok(existing.clone());
+        }
+        let Some((instance_type, _)) = request.candidates.first() else {
+            return Err(FakeError::new(
+                CloudErrorKind::InsufficientCapacity,
+                "NoCandidates",
+            ));
+        };
+        state.launched += 1;
+        let zone = request
+            .zones
+            .first()
+            .cloned()
+            .unwrap_or_else(|| DEFAULT_ZONE.to_string());
+        let id = format!("i-fake{:05}", state.launched);
+        let node = LaunchedNode {
+            claim_name: Some(request.claim_name.clone()),
+            provider_id: format!("fake:///{zone}/{id}"),
+            instance_id: id.clone(),
+            instance_type: instance_type.clone(),
+            zone,
+            capacity_type: request.capacity_type,
+            state: "running".to_string(),
+            launch_time: Some(SystemTime::now()),
+            warm_pool: false,
+        };
+        state.instances.insert(id, node.clone());
+        Ok(node)
+    }
+
+    async fn delete(&self, instance_id: &str) -> Result<(), FakeError> {
+        let mut state = self.call(
+            FakeMethod::Delete,
+            FakeCall::Delete(instance_id.to_string()),
+        )?;
+        match state.instances.get_mut(instance_id) {
+            Some(n) => {
+                n.state = "terminated".to_string();
+                Ok(())
+            }
+            None => Err(FakeError::new(CloudErrorKind::NotFound, "NotFound")),
+        }
+    }
+
+    async fn get(&self, claim_name: &str) -> Result<Option<LaunchedNode>, FakeError> {
+        let state = self.call(FakeMethod::Get, FakeCall::Get(claim_name.to_string()))?;
+        Ok(state
+            .instances
+            .values()
+            .find(|n| is_live(n) && n.claim_name.as_deref() == Some(claim_name))
+            .cloned())
+    }
+
+    async fn list(&self) -> Result<Vec<LaunchedNode>, FakeError> {
+        let state = self.call(FakeMethod::List, FakeCall::List)?;
+        Ok(state
+            .instances
+            .values()
+            .filter(|n| is_live(n))
+            .cloned()
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::CapacityType;
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    /// The fake never waits, so one poll finishes every call.
+    fn now<F: Future>(f: F) -> F::Output {
+        let mut f = std::pin::pin!(f);
+        match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(v) => v,
+            Poll::Pending => panic!("the fake cloud never waits"),
+        }
+    }
+
+    fn request(claim: &str) -> LaunchRequest {
+        LaunchRequest {
+            claim_name: claim.into(),
+            claim_uid: format!("uid-{claim}"),
+            provisioner: "web".into(),
+            capacity_type: CapacityType::OnDemand,
+            candidates: vec![("m5.large".into(), 0.096), ("m5.xlarge".into(), 0.192)],
+            zones: vec!["us-east-1b".into()],
+        }
+    }
+
+    #[test]
+    fn launches_are_idempotent_per_claim_and_deletes_end_them() {
+        let cloud = FakeCloud::new(Vec::new());
+        let a = now(cloud.create(&request("web-a"))).expect("launch");
+        assert_eq!(a.instance_type, "m5.large");
+        assert_eq!(a.zone, "us-east-1b");
+        let again = now(cloud.create(&request("web-a"))).expect("same claim");
+        assert_eq!(again.instance_id, a.instance_id);
+        assert_eq!(
+            now(cloud.get("web-a")).expect("get").map(|n| n.instance_id),
+            Some(a.instance_id.clone())
+        );
+        now(cloud.delete(&a.instance_id)).expect("delete");
+        assert!(now(cloud.list()).expect("list").is_empty());
+        assert_eq!(now(cloud.get("web-a")).expect("get"), None);
+        let gone = now(cloud.delete("i-unknown")).expect_err("unknown");
+        assert_eq!(gone.kind(), CloudErrorKind::NotFound);
+        assert_eq!(cloud.calls().len(), 7);
+    }
+
+    #[test]
+    fn scripted_failures_come_in_turn() {
+        let cloud = FakeCloud::new(Vec::new());
+        cloud.fail_next(
+            FakeMethod::Create,
+            FakeError::new(
+                CloudErrorKind::InsufficientCapacity,
+                "InsufficientInstanceCapacity",
+            ),
+        );
+        let err = now(cloud.create(&request("web-b"))).expect_err("scripted");
+        assert_eq!(err.kind(), CloudErrorKind::InsufficientCapacity);
+        assert_eq!(err.code(), "InsufficientInstanceCapacity");
+        assert!(now(cloud.create(&request("web-b"))).is_ok());
+        assert_eq!(cloud.instances().len(), 1);
+    }
+}
