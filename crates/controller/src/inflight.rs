@@ -218,10 +218,12 @@ pub const STARTING_TAINTS: &[&str] = &[
 ];
 
 /// Nodes that registered for a claim not yet Initialized are still starting: they carry the
-/// claim's startup taints and the not-ready taints, and may not report allocatable yet. Taken
+/// claim's startup taints and the not-ready taints, and may not report allocatable yet (or not
+/// yet the extended resources a device plugin adds, such as `nvidia.com/gpu`). Taken
 /// at face value they would refuse the very pods they were bought for, and the next batch would
 /// buy again. So those taints are dropped from the snapshot's node (the pods will be able to
-/// run there once it is initialized), and a node without allocatable gets the claim's.
+/// run there once it is initialized), a node without allocatable gets the claim's, and one
+/// without an extended resource its claim requests gets that resource of the claim's type.
 /// `snap_nodes` are the converted `kube_nodes`, matched by name. Returns a warning per claim
 /// that could not be sized.
 pub fn settle_initializing(
@@ -265,11 +267,29 @@ pub fn settle_initializing(
             .chain(STARTING_TAINTS.iter().copied())
             .collect();
         node.taints.retain(|t| !startup.contains(t.key.as_str()));
-        if node.allocatable == joiner_core::Resources::default() {
+        let unreported = node.allocatable == joiner_core::Resources::default();
+        // A device plugin reports its resources some time after the node is Ready: until
+        // then the node is planned with what its type will have.
+        let plugin_pending = claim
+            .spec
+            .resources
+            .requests
+            .keys()
+            .any(|k| joiner_core::resources::is_extended(k) && node.allocatable.get(k) == 0);
+        if unreported || plugin_pending {
             match in_flight_node(claim, catalog, daemonsets) {
-                Ok(sized) => {
+                Ok(sized) if unreported => {
                     node.allocatable = sized.allocatable;
                     node.capacity = sized.capacity;
+                }
+                Ok(sized) => {
+                    for (name, amount) in sized.allocatable.extended() {
+                        if node.allocatable.get(name) == 0 {
+                            node.allocatable.set(name, *amount);
+                            node.capacity
+                                .set(name, sized.capacity.get(name).max(*amount));
+                        }
+                    }
                 }
                 Err(e) => warnings.push(format!("NodeClaim {}: {e}", claim.name())),
             }

@@ -3,7 +3,11 @@
 //!
 //! The protocol is client-go's, reduced to what joiner needs:
 //! - a replica acquires the Lease when it is absent (POST), released (empty holder), expired
-//!   (`renewTime + leaseDurationSeconds < now`) or already its own; every write is a PUT with
+//!   or already its own. Expired is judged as client-go does, by this replica's own monotonic
+//!   clock: the Lease (holder, renewTime, resourceVersion) has not changed for
+//!   `leaseDurationSeconds` since this replica first saw it so. The leader's timestamps are
+//!   never compared with the local wall clock, so clock skew between nodes cannot make a live
+//!   leader look dead (or a dead one look alive); every write is a PUT with
 //!   the `resourceVersion` it read, so of two replicas racing for an expired Lease the API
 //!   server lets one win and answers the other 409, which stays follower;
 //! - the leader renews every [`LeaseConfig::renew_interval`]; when it has not managed to renew
@@ -13,8 +17,14 @@
 //!   next retry instead of waiting for the Lease to expire.
 //!
 //! Defaults: lease 10 s, renew every 2 s, retry every 2 s, renew deadline 7 s. A leader that
-//! dies renewed at most 2 s before; its Lease expires at most 10 s later and a follower retries
-//! every 2 s, so it takes over within 12 s (plus the clock skew between the two nodes).
+//! dies renewed at most 2 s before, which a follower retrying every 2 s has seen; the Lease
+//! then stays unchanged for 10 s of the follower's time, so it takes over within 12 s.
+//!
+//! Leader-only tasks are supervised: each runs on its own task, and if one ends or panics
+//! while the leadership lasts, the leader steps down (its other tasks are stopped, the Lease is
+//! not renewed again) and [`run_elected`] returns [`LeaderError::TaskEnded`], so the process
+//! exits non-zero and restarts as a follower. A panicking reconciler never leaves a leader that
+//! renews its Lease while doing nothing.
 //!
 //! A leader that loses the Lease returns [`LeaderError::Lost`] and the process exits, so it
 //! restarts with empty in-memory state as a follower (Karpenter does the same): leader-only
@@ -28,7 +38,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 use thiserror::Error;
@@ -118,9 +128,20 @@ pub enum LeaderError {
         /// Our holderIdentity.
         identity: String,
     },
+    /// A leader-only task ended (or panicked) while this replica led; it stepped down.
+    #[error("Lease {lease}: leader-only task {task} {how}; stepped down")]
+    TaskEnded {
+        /// `namespace/name`.
+        lease: String,
+        /// The task's index in the list the leader started.
+        task: usize,
+        /// `returned` or `panicked: <message>`.
+        how: String,
+    },
 }
 
-/// The current time for expiry checks and renewTime; injectable so tests control it.
+/// The wall-clock time written into renewTime and acquireTime; injectable so tests control it.
+/// Expiry is never judged by it (see the module documentation).
 pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 
 /// The holderIdentity of this replica: the pod name (env `POD_NAME`, else the host name, else
@@ -158,6 +179,9 @@ pub struct LeaderElector {
     api: Api<Lease>,
     config: LeaseConfig,
     clock: Clock,
+    /// The other holder's Lease as last seen (holder, renewTime, resourceVersion) and when, by
+    /// this replica's monotonic clock, it was first seen like that.
+    observed: Option<(ObservedLease, tokio::time::Instant)>,
     /// The Lease as we last wrote it while holding it: its resourceVersion makes the release a
     /// guarded write.
     held: Option<Lease>,
@@ -170,6 +194,7 @@ impl LeaderElector {
             api: Api::namespaced(client, &config.namespace),
             config,
             clock: Arc::new(Timestamp::now),
+            observed: None,
             held: None,
         }
     }
@@ -221,12 +246,17 @@ impl LeaderElector {
         let Some(mut lease) = current else {
             return self.create(now).await;
         };
-        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
-        let holder = spec.holder_identity.clone().unwrap_or_default();
+        let holder = lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.clone())
+            .unwrap_or_default();
         if holder == self.config.identity {
+            let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
             spec.renew_time = Some(MicroTime(now));
             spec.lease_duration_seconds = Some(self.config.lease_seconds());
-        } else if holder.is_empty() || expired(spec, now) {
+        } else if holder.is_empty() || self.unchanged_for_its_duration(&lease) {
+            let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
             tracing::info!(lease = %self.config.path(), previous = %holder, identity = %self.config.identity, "taking over the Lease");
             spec.holder_identity = Some(self.config.identity.clone());
             spec.acquire_time = Some(MicroTime(now));
@@ -324,15 +354,60 @@ impl LeaderElector {
     }
 }
 
-/// True when the Lease's last renewal is older than its duration.
-fn expired(spec: &LeaseSpec, now: Timestamp) -> bool {
-    let Some(MicroTime(renewed)) = spec.renew_time else {
-        return true;
-    };
-    let duration = SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(0)));
-    match renewed.checked_add(duration) {
-        Ok(until) => until < now,
-        Err(_) => false,
+/// The message a panicking task gave, when it gave a string.
+fn panic_message(e: tokio::task::JoinError) -> String {
+    let payload = e.into_panic();
+    payload
+        .downcast_ref::<&str>()
+        .map(|m| m.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".to_string())
+}
+
+/// What identifies one writing of another replica's Lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ObservedLease {
+    holder: String,
+    renew_time: Option<String>,
+    resource_version: Option<String>,
+}
+
+impl ObservedLease {
+    fn of(lease: &Lease) -> Self {
+        let spec = lease.spec.as_ref();
+        ObservedLease {
+            holder: spec
+                .and_then(|s| s.holder_identity.clone())
+                .unwrap_or_default(),
+            renew_time: spec
+                .and_then(|s| s.renew_time.as_ref())
+                .map(|t| t.0.to_string()),
+            resource_version: lease.metadata.resource_version.clone(),
+        }
+    }
+}
+
+impl LeaderElector {
+    /// Records what this replica sees of another holder's `lease` and says whether it has
+    /// stayed unchanged for its `leaseDurationSeconds` by this replica's monotonic clock (the
+    /// first sight starts the count, as in client-go).
+    fn unchanged_for_its_duration(&mut self, lease: &Lease) -> bool {
+        let seen = ObservedLease::of(lease);
+        let now = tokio::time::Instant::now();
+        let since = match &self.observed {
+            Some((last, at)) if *last == seen => *at,
+            _ => {
+                self.observed = Some((seen, now));
+                now
+            }
+        };
+        let seconds = lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.lease_duration_seconds)
+            .unwrap_or(0)
+            .max(0);
+        now.duration_since(since) > Duration::from_secs(u64::try_from(seconds).unwrap_or(0))
     }
 }
 
@@ -378,13 +453,34 @@ where
 
     tracing::info!(lease = %config.path(), identity = %config.identity, "became leader");
     let term = stop.child_token();
-    let tasks = lead(term.clone());
-    let running = tokio::spawn(futures::future::join_all(tasks));
+    let mut aborts = Vec::new();
+    let mut running = futures::stream::FuturesUnordered::new();
+    for (i, task) in lead(term.clone()).into_iter().enumerate() {
+        let handle = tokio::spawn(task);
+        aborts.push(handle.abort_handle());
+        running.push(async move { (i, handle.await) });
+    }
     let mut last_renew = tokio::time::Instant::now();
+    let mut ended: Option<(usize, String)> = None;
     let lost = loop {
         heartbeat(true);
         tokio::select! {
+            biased;
             _ = stop.cancelled() => break false,
+            Some((task, result)) = futures::StreamExt::next(&mut running) => {
+                if stop.is_cancelled() {
+                    // Tasks end on their own once the stop reaches them.
+                    break false;
+                }
+                let how = match result {
+                    Ok(()) => "returned".to_string(),
+                    Err(e) if e.is_panic() => format!("panicked: {}", panic_message(e)),
+                    Err(e) => format!("was cancelled: {e}"),
+                };
+                tracing::error!(lease = %config.path(), task, %how, "a leader-only task ended; stepping down");
+                ended = Some((task, how));
+                break true;
+            }
             _ = tokio::time::sleep(config.renew_interval) => {}
         }
         // The attempt must end by the deadline: a renewal still pending when the Lease
@@ -407,10 +503,20 @@ where
         }
     };
     term.cancel();
-    let abort = running.abort_handle();
-    if tokio::time::timeout(STOP_GRACE, running).await.is_err() {
+    let drained = async { while futures::StreamExt::next(&mut running).await.is_some() {} };
+    if tokio::time::timeout(STOP_GRACE, drained).await.is_err() {
         tracing::warn!("leader-only tasks did not stop within {STOP_GRACE:?}; aborting them");
+    }
+    // Dropping a handle does not stop its task: whatever is left is aborted.
+    for abort in &aborts {
         abort.abort();
+    }
+    if let Some((task, how)) = ended {
+        return Err(LeaderError::TaskEnded {
+            lease: config.path(),
+            task,
+            how,
+        });
     }
     if lost {
         tracing::error!(lease = %config.path(), identity = %config.identity, "lost the leadership");
@@ -425,24 +531,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn spec(renewed: Timestamp, seconds: i32) -> LeaseSpec {
-        LeaseSpec {
-            renew_time: Some(MicroTime(renewed)),
-            lease_duration_seconds: Some(seconds),
-            ..LeaseSpec::default()
-        }
-    }
-
-    #[test]
-    fn a_lease_expires_after_its_duration() {
-        let t0 = Timestamp::from_second(1_000_000).expect("valid");
-        let at = |s: i64| Timestamp::from_second(1_000_000 + s).expect("valid");
-        assert!(!expired(&spec(t0, 10), at(9)));
-        assert!(!expired(&spec(t0, 10), at(10)));
-        assert!(expired(&spec(t0, 10), at(11)));
-        assert!(expired(&LeaseSpec::default(), t0), "never renewed");
-    }
 
     #[test]
     fn identities_differ_from_one_call_to_the_next() {

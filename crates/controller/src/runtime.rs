@@ -274,9 +274,19 @@ where
 
 use std::future::Future as _;
 
-/// The client: in-cluster or kubeconfig (`kube::Config::infer`), rate-limited.
+/// The client: in-cluster or kubeconfig (`kube::Config::infer`), built by [`client_from`].
 pub async fn kube_client(qps: f64, burst: u32) -> Result<Client, RuntimeError> {
     let config = kube::Config::infer().await?;
+    client_from(config, qps, burst)
+}
+
+/// The client joiner uses for `config`: rate-limited by [`RateLimitLayer`], and without kube's
+/// default retry layer. That layer retries 429, 503 and 504 up to 15 times over minutes inside
+/// one call: an Eviction refused by a PodDisruptionBudget would hold its reconcile pass (and
+/// every claim behind it) for minutes, and joiner's own per-pod backoff would never run. Every
+/// joiner loop is level-triggered, so a failed call is simply retried on its next pass.
+pub fn client_from(mut config: kube::Config, qps: f64, burst: u32) -> Result<Client, RuntimeError> {
+    config.default_retry = false;
     let builder = kube::client::ClientBuilder::try_from(config).map_err(RuntimeError::Client)?;
     Ok(builder.with_layer(&RateLimitLayer::new(qps, burst)).build())
 }

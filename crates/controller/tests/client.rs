@@ -122,3 +122,63 @@ fn a_pod_without_namespace_is_an_error_naming_the_field() {
         "Pod <none>/web-0: metadata.namespace: required to publish an event"
     );
 }
+
+/// A plain HTTP API server on 127.0.0.1 that answers every request with `code` and counts them.
+async fn answering(code: u16) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("binds");
+    let url = format!("http://{}", listener.local_addr().expect("address"));
+    let hits = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = hits.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let counted = counted.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |_req| {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                        "reason": "TooManyRequests", "code": code,
+                        "message": "Cannot evict pod as it would violate the pod's disruption budget."});
+                    let body = http_body_util::Full::new(hyper::body::Bytes::from(
+                        serde_json::to_vec(&status).unwrap_or_default(),
+                    ));
+                    async move {
+                        Response::builder()
+                            .status(code)
+                            .header("content-type", "application/json")
+                            .body(body)
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (url, hits)
+}
+
+#[tokio::test]
+async fn an_eviction_refused_by_a_budget_costs_one_request_with_the_runtimes_client() {
+    use joiner_controller::lifecycle::termination::eviction::{evict, Evicted};
+    crypto::install_default_provider();
+    let (url, hits) = answering(429).await;
+    let config = kube::Config::new(url.parse().expect("url"));
+    // Built exactly as `joiner controller` builds its client.
+    let client =
+        joiner_controller::runtime::client_from(config, 100.0, 100).expect("client builds");
+    let pod: Pod =
+        serde_json::from_value(json!({"metadata": {"name": "web-0", "namespace": "shop"}}))
+            .expect("pod parses");
+    // kube's default retry layer would retry a 429 up to 15 times over minutes inside this one
+    // call, holding the whole termination pass; joiner's client answers at once and leaves the
+    // retry to its own per-pod backoff.
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(5), evict(&client, &pod))
+        .await
+        .expect("the eviction answers at once, without the client retrying")
+        .expect("a 429 is not an error");
+    assert_eq!(answer, Evicted::Refused);
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
+}

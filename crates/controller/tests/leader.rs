@@ -1,6 +1,8 @@
 //! Leader election through a real `kube::Client` over the scripted API: the exact Lease
-//! requests, optimistic concurrency (409 → follower), takeover of expired Leases, and release
-//! on shutdown. Time is tokio's paused clock plus an injected wall clock.
+//! requests, optimistic concurrency (409 → follower), takeover of Leases that stayed unchanged
+//! for their duration by the follower's own monotonic clock (whatever the leader's timestamps
+//! say), supervision of leader-only tasks, and release on shutdown. Time is tokio's paused
+//! clock plus an injected wall clock.
 
 mod support;
 
@@ -136,13 +138,16 @@ async fn an_absent_lease_is_created_with_us_as_holder() {
     assert!(stored.lock().expect("lease").is_some());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_expired_lease_is_taken_over_with_its_resource_version() {
-    // Renewed 11 s ago with a 10 s duration: expired.
     let (handler, _) = lease_server(Some(lease("joiner-b_2", T0 - 11, 7)), 0);
     let (client, api) = mock_api(handler);
     let (clock, _) = clock();
     let mut me = elector(&client, "joiner-a_1", &clock);
+    // The renewTime says 11 s ago, but only this replica's own clock counts: first sight.
+    assert!(!me.try_acquire_or_renew().await.expect("no API error"));
+    // Unchanged for more than its 10 s duration: expired.
+    tokio::time::advance(Duration::from_secs(11)).await;
     assert!(me.try_acquire_or_renew().await.expect("no API error"));
 
     let writes = api.writes();
@@ -158,29 +163,34 @@ async fn an_expired_lease_is_taken_over_with_its_resource_version() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_fresh_lease_held_by_another_is_left_alone() {
-    // Renewed 9 s ago: still valid for one more second.
     let (handler, stored) = lease_server(Some(lease("joiner-b_2", T0 - 9, 7)), 0);
     let (client, api) = mock_api(handler);
     let (clock, secs) = clock();
     let mut me = elector(&client, "joiner-a_1", &clock);
     assert!(!me.try_acquire_or_renew().await.expect("no API error"));
+    // Unchanged for 9 s of our time: still valid.
+    tokio::time::advance(Duration::from_secs(9)).await;
+    assert!(!me.try_acquire_or_renew().await.expect("no API error"));
     assert!(api.writes().is_empty(), "{:?}", api.writes());
 
     // Two seconds later it has expired.
-    secs.fetch_add(2, Ordering::SeqCst);
+    tokio::time::advance(Duration::from_secs(2)).await;
+    secs.fetch_add(11, Ordering::SeqCst);
     assert!(me.try_acquire_or_renew().await.expect("no API error"));
     let current = stored.lock().expect("lease").clone().expect("lease exists");
     assert_eq!(holder(&current), "joiner-a_1");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn losing_the_race_for_an_expired_lease_leaves_us_follower() {
     let (handler, stored) = lease_server(Some(lease("joiner-b_2", T0 - 30, 7)), 1);
     let (client, api) = mock_api(handler);
     let (clock, _) = clock();
     let mut me = elector(&client, "joiner-a_1", &clock);
+    assert!(!me.try_acquire_or_renew().await.expect("first sight"));
+    tokio::time::advance(Duration::from_secs(11)).await;
     assert!(!me
         .try_acquire_or_renew()
         .await
@@ -415,4 +425,87 @@ async fn a_leader_that_cannot_renew_steps_down_before_its_lease_expires() {
         after >= Duration::from_secs(6) && after < Duration::from_secs(10),
         "stepped down after {after:?}: must be before the 10 s lease expires"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn expiry_follows_the_followers_clock_not_the_leaders_timestamps() {
+    // A leader whose wall clock runs an hour behind keeps renewing: its renewTime always
+    // looks an hour old, yet the Lease changes every 2 s, so it is never taken over.
+    let (handler, stored) = lease_server(Some(lease("joiner-b_2", T0 - 3600, 7)), 0);
+    let (client, _api) = mock_api(handler);
+    let (clock, _) = clock();
+    let mut follower = elector(&client, "joiner-a_1", &clock);
+    for round in 0..10u64 {
+        assert!(
+            !follower.try_acquire_or_renew().await.expect("no API error"),
+            "round {round}"
+        );
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let mut guard = stored.lock().expect("lease");
+        if let Some(v) = guard.as_mut() {
+            v["spec"]["renewTime"] = json!(rfc3339(T0 - 3600 + 2 * (round as i64 + 1)));
+            v["metadata"]["resourceVersion"] = json!((8 + round).to_string());
+        }
+    }
+    // A dead leader whose clock ran an hour ahead: its renewTime lies in the future, but the
+    // Lease no longer changes, so it is taken over after 10 s of the follower's time.
+    let (handler, _) = lease_server(Some(lease("joiner-c_3", T0 + 3600, 7)), 0);
+    let (client, _api) = mock_api(handler);
+    let mut follower = elector(&client, "joiner-a_1", &clock);
+    assert!(!follower.try_acquire_or_renew().await.expect("first sight"));
+    tokio::time::advance(Duration::from_secs(9)).await;
+    assert!(!follower.try_acquire_or_renew().await.expect("still valid"));
+    tokio::time::advance(Duration::from_secs(2)).await;
+    assert!(follower.try_acquire_or_renew().await.expect("expired"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leader_task_that_panics_makes_the_leader_step_down_and_stop_renewing() {
+    let (handler, _stored) = lease_server(None, 0);
+    let (client, api) = mock_api(handler);
+    let (clock, _) = clock();
+    let stop = CancellationToken::new();
+    let survivor_stopped = Arc::new(AtomicBool::new(false));
+    let s = survivor_stopped.clone();
+    let tasks = move |term: CancellationToken| -> Vec<BoxFuture<'static, ()>> {
+        let s = s.clone();
+        vec![
+            async move {
+                term.cancelled().await;
+                s.store(true, Ordering::SeqCst);
+            }
+            .boxed(),
+            async {
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                panic!("a reconciler bug");
+            }
+            .boxed(),
+        ]
+    };
+    let run = tokio::spawn(run_elected(
+        elector(&client, "joiner-a_1", &clock),
+        stop.clone(),
+        tasks,
+        |_| {},
+    ));
+    let result = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("steps down")
+        .expect("joins");
+    match result {
+        Err(LeaderError::TaskEnded { task, how, .. }) => {
+            assert_eq!(task, 1);
+            assert!(how.contains("panicked: a reconciler bug"), "{how}");
+        }
+        other => panic!("not a task failure: {other:?}"),
+    }
+    assert!(
+        survivor_stopped.load(Ordering::SeqCst),
+        "the other task was stopped"
+    );
+    // No zombie: nothing renews the Lease any more.
+    let writes = api.writes().len();
+    tokio::time::advance(Duration::from_secs(20)).await;
+    tokio::task::yield_now().await;
+    assert_eq!(api.writes().len(), writes);
 }

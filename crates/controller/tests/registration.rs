@@ -1,6 +1,7 @@
 //! Registration through the scripted API: the one Node patch (labels, taints, finalizer, guarded
-//! by resourceVersion), the claim's status patch, the startup taint removed once Ready, and a 409
-//! left for the next pass.
+//! by resourceVersion; joiner's startup taint removed by it), the claim's status patch,
+//! Initialized only once the scheduler could use the node (Ready, startup taints gone, extended
+//! resources reported), and a 409 or 422 left for the next pass.
 
 mod lifecycle_fixture;
 mod support;
@@ -76,6 +77,12 @@ async fn a_new_node_gets_the_claims_labels_taints_and_finalizer_and_the_claim_is
             n["metadata"]["resourceVersion"] = json!("6");
             n["metadata"]["finalizers"] = json!(["joiner.sh/termination"]);
             n["metadata"]["labels"]["joiner.sh/nodeclaim"] = json!("web-1");
+            // The API server applies the patch's taint list.
+            if let Some(op) = req.body.as_array().and_then(|ops| {
+                ops.iter().find(|op| op["path"] == "/spec/taints")
+            }) {
+                n["spec"]["taints"] = op["value"].clone();
+            }
             Reply::ok(n)
         } else if req.is(Method::PATCH, STATUS) {
             let mut c = serde_json::to_value(launched_claim(json!([]))).expect("claim");
@@ -104,7 +111,6 @@ async fn a_new_node_gets_the_claims_labels_taints_and_finalizer_and_the_claim_is
                 "team": "web",
                 "topology.kubernetes.io/zone": "us-east-1a"}},
             {"op": "add", "path": "/spec/taints", "value": [
-                {"key": "joiner.sh/unregistered", "effect": "NoSchedule"},
                 {"key": "node.cilium.io/agent-not-ready", "effect": "NoExecute"},
                 {"key": "dedicated", "value": "web", "effect": "NoSchedule"}]},
             {"op": "add", "path": "/metadata/finalizers", "value": ["joiner.sh/termination"]},
@@ -120,7 +126,8 @@ async fn a_new_node_gets_the_claims_labels_taints_and_finalizer_and_the_claim_is
             ("Registered".to_string(), "True".to_string())
         ]
     );
-    // The node is not Ready: the startup taint stays, the claim is not Initialized.
+    // joiner's startup taint went with the registration patch (CNI agents need not tolerate
+    // it); the node is not Ready and keeps the claim's own startup taint: not Initialized.
     assert!(writes
         .iter()
         .all(|w| !w.body.to_string().contains("Initialized")));
@@ -134,29 +141,31 @@ async fn a_new_node_gets_the_claims_labels_taints_and_finalizer_and_the_claim_is
     assert_eq!(registered, 1);
 }
 
-#[tokio::test]
-async fn a_ready_node_loses_the_unregistered_taint_only_and_the_claim_is_initialized() {
-    let cloud = cloud().await;
-    let ready_node = node(
+/// A registered node in `n1` with `taints` and `allocatable`, Ready.
+fn registered_node(taints: Value, allocatable: Value) -> k8s_openapi::api::core::v1::Node {
+    node(
         "n1",
         json!({"metadata": {"labels": {"joiner.sh/nodeclaim": "web-1"},
                 "finalizers": ["joiner.sh/termination"]},
-            "spec": {"providerID": "aws:///us-east-1a/i-0abc",
-                "taints": [{"key": "joiner.sh/unregistered", "effect": "NoSchedule"},
-                           {"key": "node.cilium.io/agent-not-ready", "effect": "NoExecute"}]},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
+            "spec": {"providerID": "aws:///us-east-1a/i-0abc", "taints": taints},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                "allocatable": allocatable}}),
+    )
+}
+
+/// Runs one registration pass over `node` and a registered claim requesting a GPU; returns the
+/// writes.
+async fn pass_over(node: k8s_openapi::api::core::v1::Node) -> Vec<support::Recorded> {
+    let cloud = cloud().await;
+    let mut claim = launched_claim(json!([cond("Launched"), cond("Registered")]));
+    claim.spec.resources.requests.insert(
+        "nvidia.com/gpu".into(),
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity("1".into()),
     );
-    let stores = Stores::new(
-        vec![],
-        vec![ready_node.clone()],
-        vec![launched_claim(json!([
-            cond("Launched"),
-            cond("Registered")
-        ]))],
-    );
+    let stores = Stores::new(vec![], vec![node.clone()], vec![claim]);
     let (client, api) = mock_api(move |req| {
         if req.is(Method::PATCH, NODES) {
-            let mut n = serde_json::to_value(&ready_node).expect("node");
+            let mut n = serde_json::to_value(&node).expect("node");
             n["spec"]["taints"] =
                 json!([{"key": "node.cilium.io/agent-not-ready", "effect": "NoExecute"}]);
             Reply::ok(n)
@@ -168,9 +177,20 @@ async fn a_ready_node_loses_the_unregistered_taint_only_and_the_claim_is_initial
     });
     let ctx = context(client, &stores, &cloud, settings());
     registration::reconcile(&ctx).await.expect("pass");
+    api.writes()
+}
 
-    let writes = api.writes();
-    assert_eq!(writes.len(), 2, "{writes:#?}");
+#[tokio::test]
+async fn a_node_is_initialized_only_once_the_scheduler_could_use_it_for_the_claims_pods() {
+    // A node registered by an older joiner still has joiner's startup taint: it goes, but the
+    // claim's own startup taint (the CNI's) is there: not Initialized.
+    let writes = pass_over(registered_node(
+        json!([{"key": "joiner.sh/unregistered", "effect": "NoSchedule"},
+               {"key": "node.cilium.io/agent-not-ready", "effect": "NoExecute"}]),
+        json!({"cpu": "2", "nvidia.com/gpu": "1"}),
+    ))
+    .await;
+    assert_eq!(writes.len(), 1, "{writes:#?}");
     assert_eq!(
         writes[0].body,
         json!([
@@ -179,24 +199,46 @@ async fn a_ready_node_loses_the_unregistered_taint_only_and_the_claim_is_initial
                 {"key": "node.cilium.io/agent-not-ready", "effect": "NoExecute"}]},
         ])
     );
-    assert!(writes[1].is(Method::PATCH, STATUS));
+    // Startup taint gone, but the GPU the claim's pods requested is not reported yet (the
+    // device plugin is still starting): not Initialized.
+    let writes = pass_over(registered_node(json!([]), json!({"cpu": "2"}))).await;
+    assert!(writes.is_empty(), "{writes:#?}");
+    let writes = pass_over(registered_node(
+        json!([]),
+        json!({"cpu": "2", "nvidia.com/gpu": "0"}),
+    ))
+    .await;
+    assert!(writes.is_empty(), "{writes:#?}");
+    // Everything the scheduler needs is there: Initialized.
+    let writes = pass_over(registered_node(
+        json!([]),
+        json!({"cpu": "2", "nvidia.com/gpu": "1"}),
+    ))
+    .await;
+    assert_eq!(writes.len(), 1, "{writes:#?}");
+    assert!(writes[0].is(Method::PATCH, STATUS));
     assert_eq!(
-        condition_types(&writes[1].body),
+        condition_types(&writes[0].body),
         [
             ("Launched".to_string(), "True".to_string()),
             ("Registered".to_string(), "True".to_string()),
             ("Initialized".to_string(), "True".to_string())
         ]
     );
-    // Already registered: not counted again.
-    let registered = ctx
-        .metrics
-        .claims_registered
-        .get_or_create(&ProvisionerLabels {
-            provisioner: "web".into(),
-        })
-        .get();
-    assert_eq!(registered, 0);
+}
+
+#[tokio::test]
+async fn a_node_that_is_not_ready_is_not_initialized() {
+    let mut n = registered_node(json!([]), json!({"cpu": "2", "nvidia.com/gpu": "1"}));
+    if let Some(status) = n.status.as_mut() {
+        status.conditions = Some(vec![k8s_openapi::api::core::v1::NodeCondition {
+            type_: "Ready".into(),
+            status: "False".into(),
+            ..Default::default()
+        }]);
+    }
+    let writes = pass_over(n).await;
+    assert!(writes.is_empty(), "{writes:#?}");
 }
 
 #[tokio::test]
@@ -233,6 +275,38 @@ async fn a_conflicting_node_patch_is_left_for_the_next_pass() {
         })
         .get();
     assert_eq!(registered, 0);
+}
+
+#[tokio::test]
+async fn a_failed_resource_version_test_answered_422_is_a_conflict_too() {
+    // A real API server answers a JSON patch whose `test` fails with 422, not 409.
+    let cloud = cloud().await;
+    let fresh = node(
+        "n1",
+        json!({"spec": {"providerID": "aws:///us-east-1a/i-0abc"},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
+    );
+    let stores = Stores::new(
+        vec![],
+        vec![fresh],
+        vec![launched_claim(json!([cond("Launched")]))],
+    );
+    let (client, api) = mock_api(|req| {
+        if req.is(Method::PATCH, NODES) {
+            Reply::error(
+                422,
+                "Invalid",
+                "the server rejected our request due to an error in our request: testing value /metadata/resourceVersion failed",
+            )
+        } else {
+            Reply::not_found("unexpected")
+        }
+    });
+    let ctx = context(client, &stores, &cloud, settings());
+    registration::reconcile(&ctx)
+        .await
+        .expect("a failed test is not a failure");
+    assert_eq!(api.calls(), [("PATCH".to_string(), NODES.to_string())]);
 }
 
 #[tokio::test]

@@ -488,3 +488,40 @@ fn a_registered_node_of_an_uninitialized_claim_is_planned_without_its_starting_t
     );
     assert_eq!(old.allocatable.cpu, 2000);
 }
+
+#[test]
+fn a_gpu_node_whose_device_plugin_has_not_reported_is_planned_with_its_gpus() {
+    // Registered and Ready, but the NVIDIA device plugin has not reported nvidia.com/gpu yet:
+    // planned with the GPU of its type, so its pods are not bought a second node.
+    let mut gpu_type = instance_type("g4dn.xlarge", 4000, 0.526);
+    gpu_type.capacity.set("nvidia.com/gpu", 1);
+    gpu_type.allocatable.set("nvidia.com/gpu", 1);
+    let mut starting = claim(
+        "default-ggggg",
+        json!({"spec": {"resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "1"}}}}),
+    );
+    starting.status = Some(obj(json!({
+        "instanceType": "g4dn.xlarge", "providerID": "aws:///us-east-1a/i-7",
+        "conditions": [{"type": "Registered", "status": "True", "reason": "R", "message": "",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+    })));
+    let node: Node = obj(json!({
+        "metadata": {"name": "ip-10-0-1-7"},
+        "spec": {"providerID": "aws:///us-east-1a/i-7"},
+        "status": {"allocatable": {"cpu": "3900m", "memory": "14Gi", "pods": "29"},
+                   "conditions": [{"type": "Ready", "status": "True"}]},
+    }));
+    let f = fixture_with(vec![], vec![node], vec![starting]);
+    let (snap, warnings) = f.state.snapshot_with_catalog(&[gpu_type]);
+    assert!(warnings.iter().all(|w| !w.contains("default-ggggg")), "{warnings:?}");
+    let planned = snap
+        .nodes
+        .iter()
+        .find(|n| n.name == "ip-10-0-1-7")
+        .expect("node");
+    assert_eq!(planned.allocatable.get("nvidia.com/gpu"), 1);
+    assert_eq!(
+        planned.allocatable.cpu, 3900,
+        "what the node reports stands; only the missing resource is filled in"
+    );
+}

@@ -1,7 +1,8 @@
 //! Termination through the scripted API with the real provider on moto: the disrupted taint,
-//! Eviction POSTs (429 retried, 404 taken as gone, DaemonSet and mirror pods skipped, critical
-//! pods last, do-not-disrupt pods waited for with an Event), then the instance terminated in
-//! moto and the finalizers removed.
+//! Eviction POSTs (429 and 5xx retried after a backoff, 404 taken as gone, DaemonSet and mirror
+//! pods skipped, critical pods last, do-not-disrupt pods waited for with an Event), then the
+//! instance terminated in moto and — once EC2 reports it shutting down or gone — the
+//! finalizers removed. A NotReady node whose instance is stopped is released without a drain.
 
 mod lifecycle_fixture;
 mod support;
@@ -213,8 +214,17 @@ async fn a_deleted_claim_is_drained_in_order_then_its_instance_terminated_and_re
     );
     stores.delete_pod(&critical);
 
-    // Pass 4: drained (DaemonSet and mirror pods never counted): terminate, release.
+    // Pass 4: drained (DaemonSet and mirror pods never counted): terminate. Nothing is
+    // released before EC2 reports the instance shutting down.
     terminator.reconcile(&ctx).await.expect("pass 4");
+    assert_eq!(api.writes().len(), 6, "{:?}", api.calls());
+    assert_eq!(
+        instance_state(&cloud, &launched.instance_id).await,
+        "terminated"
+    );
+
+    // Pass 5: the instance is gone: release the Node and the claim.
+    terminator.reconcile(&ctx).await.expect("pass 5");
     let writes = api.writes();
     let tail: Vec<(String, String)> = writes[6..]
         .iter()
@@ -362,9 +372,12 @@ async fn deleted_claims_without_nodes_have_their_instances_terminated_in_moto() 
         }
     });
     let ctx = context(client, &stores, &cloud, settings());
-    no_backoff().reconcile(&ctx).await.expect("pass");
+    let terminator = no_backoff();
+    terminator.reconcile(&ctx).await.expect("pass 1");
     assert_eq!(instance_state(&cloud, &a.instance_id).await, "terminated");
     assert_eq!(instance_state(&cloud, &b.instance_id).await, "terminated");
+    assert!(api.writes().is_empty(), "released before EC2 said so");
+    terminator.reconcile(&ctx).await.expect("pass 2");
     let patched: BTreeSet<String> = api.writes().iter().map(|w| w.path.clone()).collect();
     assert_eq!(
         patched,
@@ -436,13 +449,24 @@ async fn a_deleted_node_terminates_its_instance_and_takes_its_claim_along() {
     );
     let mut tainted = as_json(&the_node);
     tainted["metadata"]["resourceVersion"] = json!("6");
+    let reply = tainted.clone();
     let (client, api) = mock_api(move |req| match req.method {
-        Method::PATCH if req.path == NODE => Reply::ok(tainted.clone()),
+        Method::PATCH if req.path == NODE => Reply::ok(reply.clone()),
         Method::DELETE if req.path == CLAIM => Reply::success(),
         _ => Reply::not_found("unexpected"),
     });
+    let mut stores = stores;
     let ctx = context(client, &stores, &cloud, settings());
-    no_backoff().reconcile(&ctx).await.expect("pass");
+    let terminator = no_backoff();
+    terminator.reconcile(&ctx).await.expect("pass 1");
+    assert_eq!(api.writes().len(), 1, "only the taint: {:?}", api.calls());
+    // The watch delivers the tainted Node; EC2 now reports the instance gone.
+    stores
+        .nodes
+        .apply_watcher_event(&kube::runtime::watcher::Event::Apply(
+            serde_json::from_value(tainted).expect("node"),
+        ));
+    terminator.reconcile(&ctx).await.expect("pass 2");
     let writes = api.writes();
     let calls: Vec<(String, String)> = writes
         .iter()
@@ -468,5 +492,115 @@ async fn a_deleted_node_terminates_its_instance_and_takes_its_claim_along() {
     assert_eq!(
         instance_state(&cloud, &launched.instance_id).await,
         "terminated"
+    );
+}
+
+#[tokio::test]
+async fn a_not_ready_node_whose_instance_is_stopped_is_released_without_a_drain() {
+    let cloud = cloud().await;
+    let launched = launch(&cloud, "web-1").await;
+    cloud
+        .clients
+        .ec2
+        .stop_instances()
+        .instance_ids(&launched.instance_id)
+        .send()
+        .await
+        .expect("stop");
+    let dead = node(
+        "n1",
+        json!({"metadata": {"finalizers": ["joiner.sh/termination"]},
+            "spec": {"providerID": launched.provider_id},
+            "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}}),
+    );
+    let stores = Stores::new(
+        vec![pod("shop", "web", "n1", json!({}))],
+        vec![dead],
+        vec![deleting_claim(
+            "web-1",
+            &launched.instance_id,
+            &launched.provider_id,
+        )],
+    );
+    let (client, api) = mock_api(|req| match req.method {
+        Method::PATCH if req.path == NODE => Reply::ok(as_json(&node("n1", json!({})))),
+        Method::DELETE if req.path == NODE => Reply::success(),
+        Method::PATCH if req.path == CLAIM => Reply::ok(as_json(&claim("web-1", json!({})))),
+        _ => Reply::not_found("unexpected"),
+    });
+    let ctx = context(client, &stores, &cloud, settings());
+    let terminator = no_backoff();
+    // Pass 1: no taint, no eviction (its kubelet is gone): the instance is terminated.
+    terminator.reconcile(&ctx).await.expect("pass 1");
+    assert!(api.writes().is_empty(), "{:?}", api.calls());
+    assert_eq!(
+        instance_state(&cloud, &launched.instance_id).await,
+        "terminated"
+    );
+    // Pass 2: released.
+    terminator.reconcile(&ctx).await.expect("pass 2");
+    let calls: Vec<(String, String)> = api
+        .writes()
+        .iter()
+        .map(|w| (w.method.to_string(), w.path.clone()))
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            ("PATCH".to_string(), NODE.to_string()),
+            ("DELETE".to_string(), NODE.to_string()),
+            ("PATCH".to_string(), CLAIM.to_string()),
+        ]
+    );
+    assert!(calls.iter().all(|(_, p)| !p.ends_with("/eviction")));
+}
+
+#[tokio::test]
+async fn an_eviction_failing_on_the_api_server_backs_off_like_a_refusal() {
+    let cloud = cloud().await;
+    let launched = launch(&cloud, "web-1").await;
+    let tainted = node(
+        "n1",
+        json!({"metadata": {"finalizers": ["joiner.sh/termination"]},
+            "spec": {"providerID": launched.provider_id,
+                "taints": [{"key": "joiner.sh/disrupted", "effect": "NoSchedule"}]},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
+    );
+    let stores = Stores::new(
+        vec![pod("shop", "web", "n1", json!({}))],
+        vec![tainted],
+        vec![deleting_claim(
+            "web-1",
+            &launched.instance_id,
+            &launched.provider_id,
+        )],
+    );
+    let (client, api) = mock_api(|req| {
+        if req.method == Method::POST && req.path == eviction_path("web") {
+            Reply::error(500, "InternalError", "admission webhook failed")
+        } else {
+            Reply::not_found("unexpected")
+        }
+    });
+    let ctx = context(client, &stores, &cloud, settings());
+    let terminator = Terminator::new(BackoffPolicy {
+        initial: Duration::from_secs(3600),
+        max: Duration::from_secs(3600),
+    });
+    terminator
+        .reconcile(&ctx)
+        .await
+        .expect("a 500 is retried later, not a failed pass");
+    terminator.reconcile(&ctx).await.expect("pass 2");
+    // One attempt: the second pass waits for the backoff.
+    assert_eq!(
+        api.calls(),
+        [("POST".to_string(), eviction_path("web"))],
+        "{:?}",
+        api.calls()
+    );
+    assert_eq!(
+        instance_state(&cloud, &launched.instance_id).await,
+        "running"
     );
 }

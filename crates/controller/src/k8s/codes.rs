@@ -24,3 +24,10 @@ pub fn is_not_found(err: &kube::Error) -> bool {
 pub fn is_too_many_requests(err: &kube::Error) -> bool {
     api_code(err) == Some(429)
 }
+
+/// True when a resourceVersion-guarded JSON patch lost a race: 409, or 422 — a real API server
+/// answers a failed JSON-patch `test` with 422 Unprocessable Entity, not 409. Either way the
+/// object changed since it was read; the next pass reads it again and retries.
+pub fn is_guarded_patch_conflict(err: &kube::Error) -> bool {
+    matches!(api_code(err), Some(409 | 422))
+}

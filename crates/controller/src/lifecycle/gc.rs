@@ -8,8 +8,9 @@
 //!   tagged for the cluster. Warm-pool members ([`LaunchedNode::warm_pool`]) have no claim on
 //!   purpose and are left alone.
 //! - A claim that is Launched but whose instance the cloud no longer lists (terminated out of
-//!   band, spot reclaimed without notice) is deleted (`instance_gone`); termination then releases
-//!   it at once.
+//!   band, spot reclaimed without notice) is deleted (`instance_gone`) once it was launched more
+//!   than [`VANISHED_AFTER`] ago and its Node is not Ready (the listing is eventually
+//!   consistent; a Ready Node proves the instance runs); termination then releases it at once.
 //! - The sweep also sets `cost_per_hour` per Provisioner from the claims' `status.pricePerHour`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -19,9 +20,18 @@ use std::time::{Duration, SystemTime};
 use joiner_apis::NodeClaim;
 use joiner_core::{CloudError, CloudErrorKind, CloudProvider, LaunchedNode};
 
-use super::{delete_claim, first_error, LifecycleError};
+use joiner_apis::condition;
+use k8s_openapi::jiff::Timestamp;
+
+use super::{age, delete_claim, first_error, LifecycleError};
 use crate::context::Context;
+use crate::k8s::matching::node_of;
+use crate::k8s::node_patch::is_ready;
 use crate::metrics::{ProvisionerLabels, ReasonLabels};
+
+/// How long after its launch a claim's instance must be missing from the cloud's listing (and
+/// its Node not Ready) before the claim is taken as gone.
+pub const VANISHED_AFTER: Duration = Duration::from_secs(120);
 
 /// The `provisioner` label of orphans, whose Provisioner the claim would have named.
 pub const UNKNOWN_PROVISIONER: &str = "unknown";
@@ -42,6 +52,7 @@ impl Collector {
         // Claims are read before the cloud is listed: a claim launched after this read is not
         // judged, and any claim in this read that is Launched had its instance before the list.
         let claims = ctx.state.node_claims.state();
+        let nodes = ctx.state.nodes.state();
         let instances = ctx.cloud.list().await.map_err(|e| {
             LifecycleError::cloud(
                 &format!("cluster {:?}", ctx.settings.cluster_name),
@@ -90,6 +101,21 @@ impl Collector {
                 continue;
             };
             if live.contains(id) {
+                continue;
+            }
+            // DescribeInstances is eventually consistent: a fresh instance may be missing from
+            // a listing for a while. Only a claim launched long enough ago whose Node is not
+            // Ready (a Ready Node proves the instance runs) is taken as gone.
+            let launched_at = claim
+                .status
+                .as_ref()
+                .and_then(|s| condition::find(&s.conditions, condition::LAUNCHED))
+                .map(|c| &c.last_transition_time)
+                .or(claim.metadata.creation_timestamp.as_ref());
+            if age(launched_at, Timestamp::now()) < VANISHED_AFTER {
+                continue;
+            }
+            if node_of(claim, &nodes).is_some_and(|n| is_ready(n)) {
                 continue;
             }
             tracing::warn!(

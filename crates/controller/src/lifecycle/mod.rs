@@ -142,43 +142,42 @@ pub(crate) fn age(created: Option<&Time>, now: Timestamp) -> Duration {
 }
 
 /// Drives every lifecycle loop until `stop` is cancelled: registration, liveness and termination
-/// about every [`FAST_INTERVAL`], garbage collection every `settings.sweep_interval`. A failed
-/// pass is logged and counted in `reconcile_errors{controller}`; the loop goes on, since the
-/// next pass retries from the stores.
+/// about every [`FAST_INTERVAL`], garbage collection every `settings.sweep_interval`. Each loop
+/// runs on its own (they are polled concurrently), so a slow pass of one — a drain waiting on
+/// the API server, a cloud listing — never delays registration or liveness of other claims. A
+/// failed pass is logged and counted in `reconcile_errors{controller}`; the loop goes on, since
+/// the next pass retries from the stores.
 pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>, stop: CancellationToken) {
     let terminator = Terminator::default();
     let collector = Collector::default();
-    let mut fast = tokio::time::interval(FAST_INTERVAL);
-    fast.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut sweep = tokio::time::interval(ctx.settings.sweep_interval);
-    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => break,
-            _ = fast.tick() => {
-                let result = registration::reconcile(&ctx)
-                    .instrument(tracing::debug_span!("reconcile", controller = "registration"))
-                    .await;
-                report(&ctx, "registration", result);
-                let result = liveness::reconcile(&ctx)
-                    .instrument(tracing::debug_span!("reconcile", controller = "liveness"))
-                    .await;
-                report(&ctx, "liveness", result);
-                let result = terminator
-                    .reconcile(&ctx)
-                    .instrument(tracing::debug_span!("reconcile", controller = "termination"))
-                    .await;
-                report(&ctx, "termination", result);
+    // One loop per reconciler: `$pass` runs every `$period` until `stop`. A pass under way is
+    // finished (each of its steps is bounded), so nothing is left half-written when the
+    // leadership ends. (A macro rather than a generic helper: the passes borrow the context,
+    // which a closure returning a future cannot express for the `Send` the runtime needs.)
+    macro_rules! every {
+        ($period:expr, $controller:literal, $pass:expr) => {
+            async {
+                let mut tick = tokio::time::interval($period);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tokio::select! {
+                        _ = stop.cancelled() => break,
+                        _ = tick.tick() => {}
+                    }
+                    let result = $pass
+                        .instrument(tracing::debug_span!("reconcile", controller = $controller))
+                        .await;
+                    report(&ctx, $controller, result);
+                }
             }
-            _ = sweep.tick() => {
-                let result = collector
-                    .sweep(&ctx)
-                    .instrument(tracing::debug_span!("reconcile", controller = "gc"))
-                    .await;
-                report(&ctx, "gc", result);
-            }
-        }
+        };
     }
+    tokio::join!(
+        every!(FAST_INTERVAL, "registration", registration::reconcile(&ctx)),
+        every!(FAST_INTERVAL, "liveness", liveness::reconcile(&ctx)),
+        every!(FAST_INTERVAL, "termination", terminator.reconcile(&ctx)),
+        every!(ctx.settings.sweep_interval, "gc", collector.sweep(&ctx)),
+    );
     tracing::info!("lifecycle loops stopped");
 }
 

@@ -5,8 +5,15 @@
 //! claim's own taints) cannot be in the user data: they are put on the Node object here, once,
 //! together with the termination finalizer. The node registered with the startup taint
 //! `joiner.sh/unregistered:NoSchedule`, so no pod landed before these labels and taints were
-//! there; once the Node is Ready that taint is removed and the claim is Initialized. The claim's
-//! own startupTaints stay: their owners (a CNI agent, ...) remove them, as with Karpenter.
+//! there; the same patch removes it (not later at Ready: CNI and other node agents need not
+//! tolerate it). The claim's own startupTaints stay: their owners (a CNI agent, ...) remove
+//! them, as with Karpenter.
+//!
+//! A claim is Initialized as the scheduler will see the node: Ready, none of the claim's
+//! startup taints left, and every extended resource its pods requested (`nvidia.com/gpu`,
+//! `aws.amazon.com/neuron`, `vpc.amazonaws.com/pod-eni`, ...) in the Node's allocatable (the
+//! device plugin has reported it). Until then the simulation plans the node with the claim's
+//! expected capacity (`inflight::settle_initializing`), so it is not bought again.
 //!
 //! Node patches are JSON patches that first `test` the resourceVersion read from the store, so a
 //! concurrent writer (the kubelet, another controller) makes the patch fail with 409 instead of
@@ -27,7 +34,7 @@ use serde_json::json;
 use super::{first_error, LifecycleError};
 use crate::context::Context;
 use crate::k8s::claims::{claim_condition, patch_claim_status, with_condition, Guard};
-use crate::k8s::codes::is_conflict;
+use crate::k8s::codes::{is_conflict, is_guarded_patch_conflict};
 use crate::k8s::finalizers::has_finalizer;
 use crate::k8s::matching::node_of;
 use crate::k8s::node_patch::{
@@ -79,7 +86,7 @@ async fn register<P: CloudProvider>(
             .await
         {
             Ok(n) => node = n,
-            Err(e) if is_conflict(&e) => {
+            Err(e) if is_guarded_patch_conflict(&e) => {
                 tracing::debug!(node = %name, claim = claim.name(), "node changed while registering; retrying next pass");
                 return Ok(());
             }
@@ -124,9 +131,6 @@ async fn register<P: CloudProvider>(
         tracing::info!(claim = claim.name(), node = %name, "node registered");
     }
 
-    if !is_ready(&node) {
-        return Ok(());
-    }
     if has_taint(&node, labels::UNREGISTERED_TAINT) {
         let patch = untaint_patch(&node, labels::UNREGISTERED_TAINT)?;
         match nodes
@@ -134,7 +138,7 @@ async fn register<P: CloudProvider>(
             .await
         {
             Ok(n) => node = n,
-            Err(e) if is_conflict(&e) => return Ok(()),
+            Err(e) if is_guarded_patch_conflict(&e) => return Ok(()),
             Err(e) => {
                 return Err(LifecycleError::api(
                     &node_ref(&node),
@@ -143,13 +147,16 @@ async fn register<P: CloudProvider>(
             }
         }
     }
-    if !claim.is_initialized() && !has_taint(&node, labels::UNREGISTERED_TAINT) {
+    if !claim.is_initialized() && is_initialized(&claim, &node) {
         let initialized = claim_condition(
             &claim,
             condition::INITIALIZED,
             "True",
-            "NodeReady",
-            &format!("Node {name} is Ready"),
+            "NodeInitialized",
+            &format!(
+                "Node {name} is Ready, its startup taints are gone and its extended resources \
+                 are reported"
+            ),
             Timestamp::now(),
         );
         let status = json!({ "conditions": with_condition(&claim, initialized) });
@@ -165,6 +172,35 @@ async fn register<P: CloudProvider>(
         }
     }
     Ok(())
+}
+
+/// True when `node` is ready for the pods `claim` was bought for: Ready, without the claim's
+/// startup taints or joiner's own, and reporting every extended resource the claim requests.
+pub fn is_initialized(claim: &NodeClaim, node: &Node) -> bool {
+    if !is_ready(node) || has_taint(node, labels::UNREGISTERED_TAINT) {
+        return false;
+    }
+    let taints = node_taints(node);
+    let starting = claim.spec.startup_taints.iter().any(|s| {
+        taints
+            .iter()
+            .any(|t| t.key == s.key && t.effect == s.effect)
+    });
+    if starting {
+        return false;
+    }
+    let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+    claim
+        .spec
+        .resources
+        .requests
+        .iter()
+        .filter(|(name, _)| joiner_core::resources::is_extended(name))
+        .all(|(name, _)| {
+            allocatable
+                .and_then(|a| a.get(name))
+                .is_some_and(|q| q.0.trim() != "0" && !q.0.trim().is_empty())
+        })
 }
 
 /// The Node still lacks what registration puts on it: the finalizer or the nodeclaim label.
@@ -230,7 +266,12 @@ fn claim_taints(claim: &NodeClaim) -> Vec<Taint> {
 fn registration_patch(claim: &NodeClaim, node: &Node) -> Result<json_patch::Patch, LifecycleError> {
     let mut labels = node.metadata.labels.clone().unwrap_or_default();
     labels.extend(claim_labels(claim));
-    let mut taints = node_taints(node);
+    // joiner's startup taint goes with this patch: the node now carries the claim's labels and
+    // taints, which is what the taint was holding pods back for.
+    let mut taints: Vec<Taint> = node_taints(node)
+        .into_iter()
+        .filter(|t| t.key != labels::UNREGISTERED_TAINT)
+        .collect();
     for t in claim_taints(claim) {
         if !taints
             .iter()

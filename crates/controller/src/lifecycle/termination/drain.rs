@@ -13,10 +13,22 @@
 //! - Pods of priority class `system-cluster-critical` / `system-node-critical` (DNS, CNI-adjacent
 //!   agents) are evicted last, only once every other pod is gone, so the node keeps working
 //!   while the rest drains.
+//! - Pods that tolerate `joiner.sh/disrupted:NoSchedule` are neither evicted (the scheduler
+//!   would put them straight back) nor waited for, as Karpenter does for its own taint.
+//! - Pods still Terminating more than [`STUCK_AFTER`] past their deletionTimestamp (their grace
+//!   period is over: the kubelet is dead or gone) are not waited for: they will never report
+//!   finished, and they hold nothing once the instance is gone.
+
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
 
-use joiner_core::labels;
+use joiner_core::taints::first_untolerated;
+use joiner_core::{labels, Effect, Taint};
+
+/// How long past its deletionTimestamp a Terminating pod still holds a drain.
+pub const STUCK_AFTER: Duration = Duration::from_secs(60);
 
 /// Annotation the kubelet puts on mirror pods.
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
@@ -62,6 +74,32 @@ pub fn is_do_not_disrupt(pod: &Pod) -> bool {
     })
 }
 
+/// True for pods that tolerate `joiner.sh/disrupted:NoSchedule` (a toleration a drain cannot
+/// read counts as not tolerating: such a pod is evicted, the safe side).
+pub fn tolerates_disruption(pod: &Pod) -> bool {
+    let Some(list) = pod.spec.as_ref().and_then(|s| s.tolerations.as_ref()) else {
+        return false;
+    };
+    let Ok(tolerations) = joiner_apis::convert::tolerations(list, "spec.tolerations") else {
+        return false;
+    };
+    let disrupted = Taint {
+        key: labels::DISRUPTED_TAINT.to_string(),
+        value: String::new(),
+        effect: Effect::NoSchedule,
+    };
+    first_untolerated(std::slice::from_ref(&disrupted), &tolerations).is_none()
+}
+
+/// True for a pod Terminating more than [`STUCK_AFTER`] past its deletionTimestamp at `now`.
+pub fn is_stuck_terminating(pod: &Pod, now: Timestamp) -> bool {
+    pod.metadata.deletion_timestamp.as_ref().is_some_and(|t| {
+        now.duration_since(t.0)
+            .try_into()
+            .is_ok_and(|past: Duration| past > STUCK_AFTER)
+    })
+}
+
 /// True for pods of a critical system priority class.
 pub fn is_critical(pod: &Pod) -> bool {
     pod.spec
@@ -70,13 +108,14 @@ pub fn is_critical(pod: &Pod) -> bool {
         .is_some_and(|c| CRITICAL_PRIORITY_CLASSES.contains(&c))
 }
 
-/// Plans the next step of draining node `node` given every pod in the store.
-pub fn plan<'a>(node: &str, pods: &'a [std::sync::Arc<Pod>]) -> DrainPlan<'a> {
+/// Plans the next step of draining node `node` given every pod in the store, at `now`.
+pub fn plan<'a>(node: &str, pods: &'a [std::sync::Arc<Pod>], now: Timestamp) -> DrainPlan<'a> {
     let on_node: Vec<&Pod> = pods
         .iter()
         .map(|p| p.as_ref())
         .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
         .filter(|p| !is_skipped(p))
+        .filter(|p| !tolerates_disruption(p) && !is_stuck_terminating(p, now))
         .collect();
     let mut out = DrainPlan {
         remaining: on_node.len(),
@@ -126,6 +165,10 @@ mod tests {
         Arc::new(serde_json::from_value(v).expect("pod"))
     }
 
+    fn at(t: &str) -> Timestamp {
+        t.parse().expect("timestamp")
+    }
+
     fn names(pods: &[&Pod]) -> Vec<String> {
         pods.iter()
             .map(|p| p.metadata.name.clone().unwrap_or_default())
@@ -155,11 +198,12 @@ mod tests {
             ),
             pod("done", "n1", json!({"status": {"phase": "Succeeded"}})),
         ];
-        let p = plan("n1", &pods);
+        let now = at("2026-01-01T00:00:00Z");
+        let p = plan("n1", &pods, now);
         assert_eq!(names(&p.evict), ["web"]);
         assert_eq!(p.remaining, 2);
         let only_critical: Vec<Arc<Pod>> = pods[1..].to_vec();
-        let p = plan("n1", &only_critical);
+        let p = plan("n1", &only_critical, now);
         assert_eq!(names(&p.evict), ["dns"]);
         assert_eq!(p.remaining, 1);
     }
@@ -183,10 +227,46 @@ mod tests {
                 json!({"metadata": {"annotations": {"joiner.sh/do-not-disrupt": "false"}}}),
             ),
         ];
-        let p = plan("n1", &pods);
+        let now = at("2026-01-01T00:00:30Z");
+        let p = plan("n1", &pods, now);
         assert_eq!(names(&p.blocked), ["keep"]);
         assert_eq!(names(&p.evict), ["not-really"]);
         assert_eq!(p.remaining, 3);
-        assert_eq!(plan("n3", &pods).remaining, 0);
+        assert_eq!(plan("n3", &pods, now).remaining, 0);
+    }
+
+    #[test]
+    fn pods_stuck_terminating_past_a_minute_no_longer_hold_the_drain() {
+        let pods = vec![pod(
+            "stuck",
+            "n1",
+            json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}),
+        )];
+        assert_eq!(plan("n1", &pods, at("2026-01-01T00:01:00Z")).remaining, 1);
+        assert_eq!(plan("n1", &pods, at("2026-01-01T00:01:01Z")).remaining, 0);
+    }
+
+    #[test]
+    fn pods_tolerating_the_disrupted_taint_are_neither_evicted_nor_waited_for() {
+        let pods = vec![
+            pod(
+                "by-key",
+                "n1",
+                json!({"spec": {"tolerations": [{"key": "joiner.sh/disrupted", "operator": "Exists", "effect": "NoSchedule"}]}}),
+            ),
+            pod(
+                "everything",
+                "n1",
+                json!({"spec": {"tolerations": [{"operator": "Exists"}]}}),
+            ),
+            pod(
+                "other-taint",
+                "n1",
+                json!({"spec": {"tolerations": [{"key": "gpu", "operator": "Exists"}]}}),
+            ),
+        ];
+        let p = plan("n1", &pods, at("2026-01-01T00:00:00Z"));
+        assert_eq!(names(&p.evict), ["other-taint"]);
+        assert_eq!(p.remaining, 1);
     }
 }

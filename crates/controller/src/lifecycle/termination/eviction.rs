@@ -2,8 +2,10 @@
 //!
 //! Pods are evicted (POST `.../pods/<name>/eviction` with a policy/v1 Eviction), never deleted,
 //! so the API server checks PodDisruptionBudgets: a 429 means "a budget forbids this now" and
-//! the pod is tried again after a per-pod exponential backoff; a 404 means the pod is already
-//! gone.
+//! the pod is tried again after a per-pod exponential backoff; a 5xx (an admission webhook or
+//! the API server failing) backs off the same way; a 404 means the pod is already gone. The
+//! client joiner builds does not retry by itself (`runtime::kube_client`), so one refused pod
+//! costs one request per attempt and never holds up the pass.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -25,6 +27,8 @@ pub enum Evicted {
     Gone,
     /// A PodDisruptionBudget refused it (429); try again after the backoff.
     Refused,
+    /// The API server failed (5xx, the code given); try again after the backoff.
+    ServerError(u16),
 }
 
 /// `namespace/name` of a pod.
@@ -81,6 +85,7 @@ pub async fn evict(client: &kube::Client, pod: &Pod) -> Result<Evicted, Lifecycl
         Err(e) => match api_code(&e) {
             Some(404) => Ok(Evicted::Gone),
             Some(429) => Ok(Evicted::Refused),
+            Some(code @ 500..=599) => Ok(Evicted::ServerError(code)),
             _ => Err(LifecycleError::Api {
                 object,
                 action: "evicting",

@@ -22,29 +22,44 @@ pub mod eviction;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use joiner_apis::NodeClaim;
 use joiner_core::labels;
-use joiner_core::{CloudError, CloudErrorKind, CloudProvider};
+use joiner_core::{CloudError, CloudErrorKind, CloudProvider, LaunchedNode};
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
 use super::{first_error, LifecycleError};
 use crate::context::Context;
 use crate::k8s::claims::delete_claim;
-use crate::k8s::codes::{is_conflict, is_not_found};
+use crate::k8s::codes::{is_conflict, is_guarded_patch_conflict, is_not_found};
 use crate::k8s::events::{self, EventType};
 use crate::k8s::finalizers::{finalizers_without_ours, has_finalizer};
 use crate::k8s::matching::{claim_of, node_of, node_provider_id};
-use crate::k8s::node_patch::{release_finalizer_patch, taint_patch};
+use crate::k8s::node_patch::{is_ready, release_finalizer_patch, taint_patch};
 use crate::k8s::refs::{claim_ref, node_name, node_ref};
 use crate::metrics::ReasonLabels;
 use eviction::{evict, pod_key, Backoff, BackoffPolicy, Evicted};
 
 /// The reason of Events saying a drain waits for a pod that must not be disrupted.
 pub const BLOCKED_EVENT_REASON: &str = "DrainBlocked";
+
+/// Longest one object's termination step may take before the pass moves on (it is retried on
+/// the next pass).
+pub const STEP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Objects terminated at once in a pass.
+pub const CONCURRENCY: usize = 16;
+
+/// Instance states in which there is nothing left to drain or terminate.
+pub const ENDING_STATES: &[&str] = &["shutting-down", "terminated"];
+
+/// Instance states of a machine that runs nothing (a Node on it is dead).
+pub const STOPPED_STATES: &[&str] = &["stopping", "stopped"];
 
 /// The termination reconciler. It keeps, across passes, the per-pod eviction backoff and which
 /// blocked pods it already reported, so a long wait is not an Event per second.
@@ -74,7 +89,9 @@ impl Terminator {
     }
 
     /// One termination pass over every claim and Node being deleted that still holds joiner's
-    /// finalizer. Returns the first failure after every object had its turn.
+    /// finalizer. The cloud is listed once for the whole pass (not per object), and the objects
+    /// are driven concurrently, each step bounded by [`STEP_TIMEOUT`], so one slow or refused
+    /// drain never holds up another. Returns the first failure after every object had its turn.
     pub async fn reconcile<P: CloudProvider>(
         &self,
         ctx: &Context<P>,
@@ -83,7 +100,7 @@ impl Terminator {
         let claims = ctx.state.node_claims.state();
         let pods = ctx.state.pods.state();
         let mut seen_nodes = HashSet::new();
-        let mut errors = Vec::new();
+        let mut work: Vec<(Option<&NodeClaim>, Option<&Node>)> = Vec::new();
         for claim in &claims {
             if claim.metadata.deletion_timestamp.is_none() || !has_finalizer(&claim.metadata) {
                 continue;
@@ -92,12 +109,7 @@ impl Terminator {
             if let Some(n) = node {
                 seen_nodes.insert(node_name(n).to_string());
             }
-            if let Err(e) = self
-                .terminate(ctx, Some(claim), node.map(Arc::as_ref), &pods)
-                .await
-            {
-                errors.push(e);
-            }
+            work.push((Some(claim.as_ref()), node.map(Arc::as_ref)));
         }
         for node in &nodes {
             if node.metadata.deletion_timestamp.is_none()
@@ -106,13 +118,48 @@ impl Terminator {
             {
                 continue;
             }
-            let claim = claim_of(node, &claims);
-            if let Err(e) = self
-                .terminate(ctx, claim.map(Arc::as_ref), Some(node), &pods)
-                .await
-            {
-                errors.push(e);
-            }
+            work.push((
+                claim_of(node, &claims).map(Arc::as_ref),
+                Some(node.as_ref()),
+            ));
+        }
+        let mut errors = Vec::new();
+        if !work.is_empty() {
+            let instances = ctx.cloud.list().await.map_err(|e| {
+                LifecycleError::cloud(
+                    &format!("cluster {:?}", ctx.settings.cluster_name),
+                    "listing instances for termination".into(),
+                    e,
+                )
+            })?;
+            let now = Timestamp::now();
+            let pods = pods.as_slice();
+            let instances = instances.as_slice();
+            // The futures are built first and then streamed: a stream over a closure that makes
+            // them would keep the closure in this future, which then cannot be proven `Send`.
+            let steps: Vec<_> = work
+                .into_iter()
+                .map(|(claim, node)| async move {
+                    let instance = instance_of(instances, claim, node);
+                    let step = self.terminate(ctx, claim, node, instance, pods, now);
+                    match tokio::time::timeout(STEP_TIMEOUT, step).await {
+                        Ok(result) => result,
+                        Err(_) => Err(LifecycleError::Invalid {
+                            object: claim
+                                .map_or_else(|| node.map(node_ref).unwrap_or_default(), claim_ref),
+                            field: "metadata.deletionTimestamp",
+                            reason: format!(
+                            "termination step took longer than {STEP_TIMEOUT:?}; retrying next pass"
+                        ),
+                        }),
+                    }
+                })
+                .collect();
+            let results: Vec<Result<(), LifecycleError>> = futures::stream::iter(steps)
+                .buffer_unordered(CONCURRENCY)
+                .collect()
+                .await;
+            errors.extend(results.into_iter().filter_map(Result::err));
         }
         let live: HashSet<String> = pods.iter().map(|p| pod_key(p)).collect();
         self.backoff.retain(&live);
@@ -127,17 +174,28 @@ impl Terminator {
         first_error(errors)
     }
 
-    /// One step of terminating `claim` and/or `node` (at least one is given).
+    /// One step of terminating `claim` and/or `node` (at least one is given), whose instance
+    /// the cloud lists as `instance` (`None`: the cloud no longer has it).
+    ///
+    /// A live instance is drained (node tainted, pods evicted) and then terminated; the
+    /// objects are released only once the cloud reports the instance shutting down or gone,
+    /// so a Node never disappears while its instance still runs. An instance already shutting
+    /// down or gone, or a NotReady Node whose instance is stopped, has nothing left to drain:
+    /// it is terminated (when needed) and released without a drain.
     async fn terminate<P: CloudProvider>(
         &self,
         ctx: &Context<P>,
         claim: Option<&NodeClaim>,
         node: Option<&Node>,
+        instance: Option<&LaunchedNode>,
         pods: &[Arc<Pod>],
+        now: Timestamp,
     ) -> Result<(), LifecycleError> {
-        let instance = find_instance(ctx, claim, node).await?;
+        let ending = instance.is_none_or(|i| ENDING_STATES.contains(&i.state.as_str()));
+        let dead = instance.is_some_and(|i| STOPPED_STATES.contains(&i.state.as_str()))
+            && node.is_some_and(|n| !is_ready(n));
         let mut node: Option<Node> = node.cloned();
-        if let (Some(_), Some(n)) = (&instance, node.as_mut()) {
+        if let (false, false, Some(n)) = (ending, dead, node.as_mut()) {
             if let Some(patch) = taint_patch(n, disrupted_taint())? {
                 let api: Api<Node> = Api::all(ctx.client.clone());
                 match api
@@ -149,7 +207,7 @@ impl Terminator {
                     .await
                 {
                     Ok(updated) => *n = updated,
-                    Err(e) if is_conflict(&e) => return Ok(()),
+                    Err(e) if is_guarded_patch_conflict(&e) => return Ok(()),
                     Err(e) => {
                         return Err(LifecycleError::api(
                             &node_ref(n),
@@ -158,18 +216,23 @@ impl Terminator {
                     }
                 }
             }
-            if !self.drain(ctx, n, pods).await? {
+            if !self.drain(ctx, n, pods, now).await? {
                 return Ok(());
             }
         }
 
-        if let Some(id) = &instance {
+        if let (false, Some(i)) = (ending, instance) {
             let object = claim.map_or_else(
                 || node.as_ref().map(node_ref).unwrap_or_default(),
                 claim_ref,
             );
+            let id = &i.instance_id;
             match ctx.cloud.delete(id).await {
-                Ok(()) => tracing::info!(instance_id = %id, %object, "instance terminated"),
+                Ok(()) => {
+                    // Released once a later pass sees it shutting down or gone.
+                    tracing::info!(instance_id = %id, %object, "instance terminating");
+                    return Ok(());
+                }
                 Err(e) if e.kind() == CloudErrorKind::NotFound => {}
                 Err(e) => {
                     return Err(LifecycleError::cloud(
@@ -210,20 +273,21 @@ impl Terminator {
         ctx: &Context<P>,
         node: &Node,
         pods: &[Arc<Pod>],
+        now: Timestamp,
     ) -> Result<bool, LifecycleError> {
         let name = node_name(node);
-        let plan = drain::plan(name, pods);
+        let plan = drain::plan(name, pods, now);
         if plan.remaining == 0 {
             return Ok(true);
         }
         for pod in &plan.blocked {
             self.report_blocked(ctx, node, pod).await;
         }
-        let now = Instant::now();
+        let clock = Instant::now();
         let mut errors = Vec::new();
         for pod in plan.evict {
             let key = pod_key(pod);
-            if !self.backoff.ready(&key, now) {
+            if !self.backoff.ready(&key, clock) {
                 continue;
             }
             match evict(&ctx.client, pod).await {
@@ -233,8 +297,12 @@ impl Terminator {
                 }
                 Ok(Evicted::Gone) => self.backoff.forget(&key),
                 Ok(Evicted::Refused) => {
-                    let delay = self.backoff.refused(&key, now);
+                    let delay = self.backoff.refused(&key, clock);
                     tracing::info!(pod = %key, node = name, ?delay, "eviction refused by a PodDisruptionBudget; retrying later");
+                }
+                Ok(Evicted::ServerError(code)) => {
+                    let delay = self.backoff.refused(&key, clock);
+                    tracing::warn!(pod = %key, node = name, code, ?delay, "eviction failed on the API server; retrying later");
                 }
                 Err(e) => errors.push(e),
             }
@@ -275,32 +343,23 @@ impl Terminator {
     }
 }
 
-/// The instance of `claim` / `node`, if the cloud still has it.
-async fn find_instance<P: CloudProvider>(
-    ctx: &Context<P>,
+/// The instance of `claim` (by the claim tag) or else of `node` (by its providerID) among
+/// the cloud's live `instances`.
+fn instance_of<'a>(
+    instances: &'a [LaunchedNode],
     claim: Option<&NodeClaim>,
     node: Option<&Node>,
-) -> Result<Option<String>, LifecycleError> {
-    if let Some(claim_name) = claim.map(|c| c.name()) {
-        let object = format!("NodeClaim {claim_name:?}");
-        return ctx
-            .cloud
-            .get(claim_name)
-            .await
-            .map(|found| found.map(|n| n.instance_id))
-            .map_err(|e| LifecycleError::cloud(&object, "looking up its instance".into(), e));
+) -> Option<&'a LaunchedNode> {
+    if let Some(claim) = claim {
+        if let Some(found) = instances
+            .iter()
+            .find(|i| i.claim_name.as_deref() == Some(claim.name()))
+        {
+            return Some(found);
+        }
     }
-    let Some(node) = node else { return Ok(None) };
-    let Some(provider_id) = node_provider_id(node) else {
-        return Ok(None);
-    };
-    let all = ctx.cloud.list().await.map_err(|e| {
-        LifecycleError::cloud(&node_ref(node), "listing the cluster's instances".into(), e)
-    })?;
-    Ok(all
-        .into_iter()
-        .find(|n| n.provider_id == provider_id)
-        .map(|n| n.instance_id))
+    let provider_id = node.and_then(node_provider_id)?;
+    instances.iter().find(|i| i.provider_id == provider_id)
 }
 
 /// Removes joiner's finalizer from `node` (resourceVersion-guarded JSON patch) and, when `delete`
@@ -319,7 +378,7 @@ async fn release_node<P: CloudProvider>(
             .await
         {
             Ok(_) => {}
-            Err(e) if is_conflict(&e) => return Ok(false),
+            Err(e) if is_guarded_patch_conflict(&e) => return Ok(false),
             Err(e) if is_not_found(&e) => return Ok(true),
             Err(e) => {
                 return Err(LifecycleError::api(
