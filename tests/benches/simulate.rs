@@ -3,8 +3,9 @@
 //! docs/benchmarks.md; tests never assert timings.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use joiner_bench::workload;
 use joiner_core::scheduling::{simulate, Options};
-use joiner_core::{workload, Snapshot};
+use joiner_core::Snapshot;
 
 fn bench_simulate(c: &mut Criterion) {
     let Ok(catalog) = joiner_aws::embedded::cached("us-east-1") else {

@@ -2,10 +2,11 @@
 //! catalog: plans must never beat a valid lower bound (that would be a bug in the bound or in
 //! the cost bookkeeping) and, on mixed fleets, stay within 10 % of it.
 
+use joiner_bench::config_lp::{configuration_bound, NodeType};
+use joiner_bench::workload;
 use joiner_core::scheduling::classes;
-use joiner_core::scheduling::config_lp::{configuration_bound, NodeType};
 use joiner_core::scheduling::{simulate, Options};
-use joiner_core::{labels, workload, CapacityType, InstanceType, Resources, Snapshot};
+use joiner_core::{CapacityType, InstanceType, Resources, Snapshot};
 
 /// General-purpose families of three generations, as a typical provisioner allows; keeps the
 /// bound fast enough for a debug build.
@@ -16,7 +17,7 @@ fn catalog() -> Vec<InstanceType> {
     all.iter()
         .filter(|t| {
             t.labels
-                .get(labels::INSTANCE_FAMILY)
+                .get(joiner_aws::labels::INSTANCE_FAMILY)
                 .is_some_and(|f| ["c5", "m5", "r5", "c6i", "m6i", "r6i"].contains(&f.as_str()))
         })
         .cloned()

@@ -17,7 +17,8 @@
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-use joiner_core::{labels, CapacityType, InstanceType, Offering};
+use crate::labels;
+use joiner_core::{CapacityType, InstanceType, Offering};
 
 use crate::allocatable::{node_resources, Arch, NodeShape};
 use crate::CatalogError;
@@ -185,6 +186,7 @@ fn instance_type(
         capacity: res.capacity,
         allocatable: res.allocatable,
         offerings: offerings(f.price, zones, prices_estimated),
+        provider_keys: crate::labels::INSTANCE_LABEL_KEYS,
     }
 }
 

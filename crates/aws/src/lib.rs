@@ -22,6 +22,7 @@ pub mod embedded;
 pub mod error;
 pub mod fleet;
 pub mod instances;
+pub mod labels;
 pub mod launch_template;
 pub mod provider;
 pub mod resolve;

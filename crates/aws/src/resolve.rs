@@ -13,7 +13,8 @@ use joiner_apis::{
     NodeSelectorRequirement, NodeTemplate, ResolveFailure, ResolvedAmi, ResolvedSecurityGroup,
     ResolvedSubnet,
 };
-use joiner_core::{labels, InstanceType};
+use crate::labels;
+use joiner_core::{InstanceType};
 
 use crate::allocatable::Arch;
 use crate::ami::{AmiError, AmiResolver, AmiVariant};
@@ -373,6 +374,7 @@ mod tests {
             allocatable: capacity.clone(),
             capacity,
             offerings: Vec::new(),
+            provider_keys: crate::labels::INSTANCE_LABEL_KEYS,
         }
     }
 

@@ -142,6 +142,7 @@ mod tests {
                 offering("us-east-1a", CapacityType::OnDemand),
                 offering("us-east-1b", CapacityType::Spot),
             ],
+            provider_keys: crate::labels::INSTANCE_LABEL_KEYS,
         }
     }
 

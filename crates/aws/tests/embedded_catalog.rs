@@ -2,7 +2,8 @@
 
 use joiner_aws::embedded::{cached, catalog, regions};
 use joiner_aws::CatalogError;
-use joiner_core::{labels, CapacityType, InstanceType};
+use joiner_aws::labels;
+use joiner_core::{CapacityType, InstanceType};
 
 fn find<'a>(types: &'a [InstanceType], name: &str) -> &'a InstanceType {
     types

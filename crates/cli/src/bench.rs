@@ -8,10 +8,11 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use clap::ValueEnum;
+use joiner_bench::config_lp::{configuration_bound, NodeType};
+use joiner_bench::workload;
 use joiner_core::scheduling::classes;
-use joiner_core::scheduling::config_lp::{configuration_bound, NodeType};
 use joiner_core::scheduling::{simulate, Options};
-use joiner_core::{workload, CapacityType, Resources, Snapshot};
+use joiner_core::{CapacityType, Resources, Snapshot};
 
 use crate::error::CliError;
 

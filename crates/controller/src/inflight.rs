@@ -15,7 +15,7 @@ use joiner_apis::convert::node_claim::{claim_requirements, claim_taints, resourc
 use joiner_apis::convert::FieldError;
 use joiner_apis::NodeClaim;
 use joiner_core::instance_type::offering_allowed;
-use joiner_core::taints::first_untolerated;
+use joiner_core::scheduling::daemons::daemon_overhead;
 use joiner_core::{labels, DaemonSet, InstanceType, Node, Requirements};
 use k8s_openapi::api::core::v1 as k8s;
 
@@ -186,18 +186,14 @@ fn in_flight_node(
     // Not its startup taints: pods need not tolerate those, and planning around them would
     // buy a second node for pods the first one takes once it is initialized.
     let taints = claim_taints(claim, false)?;
-    for ds in daemonsets {
-        let tolerated = first_untolerated(&taints, &ds.pod.tolerations).is_none();
-        let selected = ds.pod.node_terms.is_empty()
-            || ds
-                .pod
+    let daemons = daemon_overhead(daemonsets, &taints, |pod| {
+        pod.node_terms.is_empty()
+            || pod
                 .node_terms
                 .iter()
-                .any(|t| t.matches_labels(&node_labels));
-        if tolerated && selected {
-            allocatable.sub(&ds.pod.requests);
-        }
-    }
+                .any(|t| t.matches_labels(&node_labels))
+    });
+    allocatable.sub(&daemons.requests);
 
     Ok(Node {
         name,

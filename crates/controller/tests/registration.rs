@@ -78,9 +78,11 @@ async fn a_new_node_gets_the_claims_labels_taints_and_finalizer_and_the_claim_is
             n["metadata"]["finalizers"] = json!(["joiner.sh/termination"]);
             n["metadata"]["labels"]["joiner.sh/nodeclaim"] = json!("web-1");
             // The API server applies the patch's taint list.
-            if let Some(op) = req.body.as_array().and_then(|ops| {
-                ops.iter().find(|op| op["path"] == "/spec/taints")
-            }) {
+            if let Some(op) = req
+                .body
+                .as_array()
+                .and_then(|ops| ops.iter().find(|op| op["path"] == "/spec/taints"))
+            {
                 n["spec"]["taints"] = op["value"].clone();
             }
             Reply::ok(n)

@@ -276,6 +276,7 @@ fn instance_type(name: &str, cpu: i64, price: f64) -> InstanceType {
         capacity: Resources::new(cpu, 8 << 30, 20 << 30, 29),
         allocatable: Resources::new(cpu - 100, 6 << 30, 17 << 30, 29),
         offerings: vec![offering("us-east-1a", price), offering("us-east-1b", price)],
+        provider_keys: joiner_aws::labels::INSTANCE_LABEL_KEYS,
     }
 }
 
@@ -513,7 +514,10 @@ fn a_gpu_node_whose_device_plugin_has_not_reported_is_planned_with_its_gpus() {
     }));
     let f = fixture_with(vec![], vec![node], vec![starting]);
     let (snap, warnings) = f.state.snapshot_with_catalog(&[gpu_type]);
-    assert!(warnings.iter().all(|w| !w.contains("default-ggggg")), "{warnings:?}");
+    assert!(
+        warnings.iter().all(|w| !w.contains("default-ggggg")),
+        "{warnings:?}"
+    );
     let planned = snap
         .nodes
         .iter()

@@ -70,6 +70,12 @@ pub struct InstanceType {
     pub allocatable: Resources,
     /// Where and at what price it can be bought.
     pub offerings: Vec<Offering>,
+    /// The instance label keys its cloud provider defines on instance types (the AWS catalog's
+    /// `karpenter.k8s.aws/*`), whether or not this type has a value for them: a requirement on
+    /// such a key that the type lacks (a GPU name on a CPU type) excludes it, while a key no
+    /// provider defines is a custom label, the Provisioner's business. The core's own
+    /// well-known keys ([`crate::labels::WELL_KNOWN`]) need not be listed.
+    pub provider_keys: &'static [&'static str],
 }
 
 impl InstanceType {
@@ -98,6 +104,12 @@ impl InstanceType {
             })
     }
 
+    /// True when `key` is an instance label the simulation decides by the type (a well-known
+    /// key, or one of its provider's keys), rather than a custom label.
+    pub fn defines(&self, key: &str) -> bool {
+        labels::is_well_known(key) || self.provider_keys.contains(&key)
+    }
+
     /// The first requirement key the type's own labels violate (zone and capacity type are
     /// checked against the offerings instead). Custom keys are the claim's business.
     pub fn first_label_conflict<'a>(&self, reqs: &'a Requirements) -> Option<&'a str> {
@@ -115,7 +127,7 @@ impl InstanceType {
                         }
                     }
                     None => {
-                        if labels::is_well_known(key)
+                        if self.defines(key)
                             && key != labels::PROVISIONER_NAME
                             && key != labels::REGION
                             && !r.allows_absent()
@@ -167,6 +179,7 @@ mod tests {
                     available: true,
                 },
             ],
+            provider_keys: crate::testing::catalog::PROVIDER_KEYS,
         }
     }
 
@@ -189,8 +202,9 @@ mod tests {
         r.add(labels::ARCH, Requirement::single("arm64"));
         assert_eq!(t.first_label_conflict(&r), Some(labels::ARCH));
         let mut g = Requirements::new();
-        g.add(labels::INSTANCE_GPU_NAME, Requirement::single("t4"));
-        assert_eq!(t.first_label_conflict(&g), Some(labels::INSTANCE_GPU_NAME));
+        let gpu_name = crate::testing::catalog::INSTANCE_GPU_NAME;
+        g.add(gpu_name, Requirement::single("t4"));
+        assert_eq!(t.first_label_conflict(&g), Some(gpu_name));
         let mut custom = Requirements::new();
         custom.add("example.com/rack", Requirement::single("r1"));
         assert_eq!(t.first_label_conflict(&custom), None);

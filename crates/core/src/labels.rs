@@ -24,37 +24,6 @@ pub const NODECLAIM: &str = "joiner.sh/nodeclaim";
 /// Karpenter's provisioner label, honored on imported nodes.
 pub const KARPENTER_PROVISIONER_NAME: &str = "karpenter.sh/provisioner-name";
 
-/// Instance family (m5).
-pub const INSTANCE_FAMILY: &str = "karpenter.k8s.aws/instance-family";
-/// Instance category (m).
-pub const INSTANCE_CATEGORY: &str = "karpenter.k8s.aws/instance-category";
-/// Instance generation (5).
-pub const INSTANCE_GENERATION: &str = "karpenter.k8s.aws/instance-generation";
-/// Instance size (large).
-pub const INSTANCE_SIZE: &str = "karpenter.k8s.aws/instance-size";
-/// vCPUs.
-pub const INSTANCE_CPU: &str = "karpenter.k8s.aws/instance-cpu";
-/// Memory in MiB.
-pub const INSTANCE_MEMORY: &str = "karpenter.k8s.aws/instance-memory";
-/// CPU manufacturer (intel, amd, aws).
-pub const INSTANCE_CPU_MANUFACTURER: &str = "karpenter.k8s.aws/instance-cpu-manufacturer";
-/// Hypervisor (nitro, xen, "" for metal).
-pub const INSTANCE_HYPERVISOR: &str = "karpenter.k8s.aws/instance-hypervisor";
-/// Network bandwidth in Mbit/s.
-pub const INSTANCE_NETWORK_BANDWIDTH: &str = "karpenter.k8s.aws/instance-network-bandwidth";
-/// EBS bandwidth in Mbit/s.
-pub const INSTANCE_EBS_BANDWIDTH: &str = "karpenter.k8s.aws/instance-ebs-bandwidth";
-/// Local NVMe in GiB.
-pub const INSTANCE_LOCAL_NVME: &str = "karpenter.k8s.aws/instance-local-nvme";
-/// GPU name (t4, a10g).
-pub const INSTANCE_GPU_NAME: &str = "karpenter.k8s.aws/instance-gpu-name";
-/// GPU manufacturer (nvidia, amd).
-pub const INSTANCE_GPU_MANUFACTURER: &str = "karpenter.k8s.aws/instance-gpu-manufacturer";
-/// GPU count.
-pub const INSTANCE_GPU_COUNT: &str = "karpenter.k8s.aws/instance-gpu-count";
-/// GPU memory in MiB.
-pub const INSTANCE_GPU_MEMORY: &str = "karpenter.k8s.aws/instance-gpu-memory";
-
 /// Pod/node annotation that blocks voluntary disruption.
 pub const DO_NOT_DISRUPT: &str = "joiner.sh/do-not-disrupt";
 /// Karpenter's older pod annotation with the same meaning as [`DO_NOT_DISRUPT`], honored so
@@ -73,8 +42,11 @@ pub const TERMINATION_FINALIZER: &str = "joiner.sh/termination";
 /// Instance tag marking a warm-pool member: exempt from orphan garbage collection.
 pub const WARM_POOL: &str = "joiner.sh/warm-pool";
 
-/// Keys whose values come from the instance type or its offerings. A pod may require them even
-/// when a Provisioner does not mention them; the chosen instance type decides.
+/// Keys Kubernetes and joiner define on every node, whatever the cloud: their values come from
+/// the instance type, its offerings or the Provisioner. A pod may require them even when a
+/// Provisioner does not mention them; the chosen instance type decides. A cloud provider adds
+/// its own instance keys (`karpenter.k8s.aws/instance-family`, ...) through
+/// [`crate::InstanceType::provider_keys`].
 pub const WELL_KNOWN: &[&str] = &[
     ZONE,
     REGION,
@@ -82,25 +54,10 @@ pub const WELL_KNOWN: &[&str] = &[
     ARCH,
     OS,
     CAPACITY_TYPE,
-    INSTANCE_FAMILY,
-    INSTANCE_CATEGORY,
-    INSTANCE_GENERATION,
-    INSTANCE_SIZE,
-    INSTANCE_CPU,
-    INSTANCE_MEMORY,
-    INSTANCE_CPU_MANUFACTURER,
-    INSTANCE_HYPERVISOR,
-    INSTANCE_NETWORK_BANDWIDTH,
-    INSTANCE_EBS_BANDWIDTH,
-    INSTANCE_LOCAL_NVME,
-    INSTANCE_GPU_NAME,
-    INSTANCE_GPU_MANUFACTURER,
-    INSTANCE_GPU_COUNT,
-    INSTANCE_GPU_MEMORY,
     PROVISIONER_NAME,
 ];
 
-/// True for keys the instance type (or joiner) defines on every node it launches.
+/// True for the keys of [`WELL_KNOWN`].
 pub fn is_well_known(key: &str) -> bool {
     WELL_KNOWN.contains(&key)
 }

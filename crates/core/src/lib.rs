@@ -15,9 +15,8 @@ pub mod resources;
 pub mod scheduling;
 pub mod snapshot;
 pub mod taints;
-#[cfg(feature = "testing")]
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
-pub mod workload;
 
 pub use cloud_provider::{CloudError, CloudErrorKind, CloudProvider, LaunchRequest, LaunchedNode};
 pub use error::{QuantityError, RequirementError};

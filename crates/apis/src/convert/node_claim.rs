@@ -13,7 +13,7 @@ use joiner_core::quantity::{format_bytes, format_cpu};
 use joiner_core::scheduling::NewNode;
 use joiner_core::{labels, Requirements, Resources, Taint};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kube::api::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::nodes::taint;
 use super::requests::parse_map;

@@ -110,7 +110,7 @@ fn parses_and_converts_a_full_provisioner() {
     );
     assert!(c
         .requirements
-        .get(labels::INSTANCE_GPU_COUNT)
+        .get("karpenter.k8s.aws/instance-gpu-count")
         .unwrap()
         .allows("1"));
     assert_eq!(c.taints[0].effect, Effect::NoSchedule);

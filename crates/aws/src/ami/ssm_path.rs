@@ -32,7 +32,7 @@ impl AmiVariant {
     pub fn of(instance_type: &InstanceType) -> AmiVariant {
         let gpu = instance_type
             .labels
-            .get(joiner_core::labels::INSTANCE_GPU_MANUFACTURER);
+            .get(crate::labels::INSTANCE_GPU_MANUFACTURER);
         if gpu.is_some_and(|m| m == "nvidia") {
             AmiVariant::Nvidia
         } else if instance_type.capacity.get("aws.amazon.com/neuron") > 0 {

@@ -12,7 +12,8 @@ use aws_sdk_ec2::types::{
     ArchitectureType, EphemeralNvmeSupport, Filter, InstanceTypeHypervisor, InstanceTypeInfo,
     UsageClassType,
 };
-use joiner_core::{labels, InstanceType, Resources};
+use crate::labels;
+use joiner_core::{InstanceType, Resources};
 
 use crate::allocatable::{eni_limited_max_pods, node_resources, Arch, NodeShape};
 use crate::api_error::api_error;
@@ -216,6 +217,7 @@ pub fn convert(info: &InstanceTypeInfo, region: &str) -> Option<LiveType> {
             capacity: res.capacity,
             allocatable: res.allocatable,
             offerings: Vec::new(),
+            provider_keys: crate::labels::INSTANCE_LABEL_KEYS,
         },
         on_demand: usage.contains(&UsageClassType::OnDemand),
         spot: usage.contains(&UsageClassType::Spot),

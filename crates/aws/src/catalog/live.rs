@@ -527,6 +527,7 @@ impl LiveCatalog {
                     .map(|t| LiveType {
                         info: InstanceType {
                             offerings: Vec::new(),
+                            provider_keys: crate::labels::INSTANCE_LABEL_KEYS,
                             ..t.clone()
                         },
                         on_demand: true,

@@ -1,7 +1,8 @@
 //! The facts about an instance type a launch template depends on, and its max-pods.
 
 use joiner_apis::KubeletConfiguration;
-use joiner_core::{labels, InstanceType};
+use crate::labels;
+use joiner_core::{InstanceType};
 
 use crate::allocatable::{eni_limited_max_pods, Arch};
 use crate::ami::AmiVariant;

@@ -35,6 +35,9 @@ pub struct ProvisionerView<'a> {
     pub daemon_ports: Vec<Vec<HostPort>>,
     /// Catalog types excluded by each provisioner requirement key (for explanations).
     pub excluded_by_key: Vec<(String, usize)>,
+    /// The instance label keys the catalog's provider defines (see
+    /// [`InstanceType::provider_keys`]).
+    pub provider_keys: Vec<&'static str>,
     /// Remaining cpu limit (millicores), when limited.
     pub cpu_left: Option<i64>,
     /// Remaining memory limit (bytes), when limited.
@@ -63,7 +66,28 @@ pub enum ClassFit {
     Refused(Reason),
 }
 
+/// The provider keys of the catalog's types, each once (types of one provider share one list,
+/// so lists are compared by address first).
+fn provider_keys(catalog: &[InstanceType]) -> Vec<&'static str> {
+    let mut lists: Vec<&'static [&'static str]> = Vec::new();
+    for t in catalog {
+        if !lists.iter().any(|l| std::ptr::eq(*l, t.provider_keys)) {
+            lists.push(t.provider_keys);
+        }
+    }
+    let mut keys: Vec<&'static str> = lists.into_iter().flatten().copied().collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+}
+
 impl<'a> ProvisionerView<'a> {
+    /// True when `key` is an instance label (well-known or a provider key of the catalog), which
+    /// the chosen type decides, rather than a custom label the Provisioner must define.
+    pub fn defines(&self, key: &str) -> bool {
+        labels::is_well_known(key) || self.provider_keys.binary_search(&key).is_ok()
+    }
+
     /// Builds the view: filters the catalog by the provisioner's requirements and computes the
     /// DaemonSet overhead on each type.
     pub fn new(
@@ -104,6 +128,7 @@ impl<'a> ProvisionerView<'a> {
         }
         let mut excluded_by_key: Vec<(String, usize)> = excluded.into_iter().collect();
         excluded_by_key.sort();
+        let provider_keys = provider_keys(catalog);
         ProvisionerView {
             prov,
             node_reqs,
@@ -113,6 +138,7 @@ impl<'a> ProvisionerView<'a> {
             overhead,
             daemon_ports,
             excluded_by_key,
+            provider_keys,
             cpu_left: prov.limits.cpu.map(|l| l - used.cpu),
             memory_left: prov.limits.memory.map(|l| l - used.memory),
             frontier: HashMap::new(),
@@ -335,7 +361,7 @@ impl<'a> ProvisionerView<'a> {
                     }
                 }
                 None => {
-                    if !labels::is_well_known(k) && !r.allows_absent() {
+                    if !self.defines(k) && !r.allows_absent() {
                         return ClassFit::Refused(Reason::Requirement(format!("{k} {r}")));
                     }
                 }
@@ -462,7 +488,7 @@ fn daemon_selects(pod: &Pod, node_reqs: &Requirements, t: &InstanceType) -> bool
     pod.node_terms.iter().any(|term| {
         let custom_ok = term.iter().all(|(k, r)| match node_reqs.get(k) {
             Some(mine) => mine.compatible(r),
-            None => labels::is_well_known(k) || r.allows_absent(),
+            None => t.defines(k) || r.allows_absent(),
         });
         custom_ok && t.first_label_conflict(&node_reqs.intersect(term)).is_none()
     })

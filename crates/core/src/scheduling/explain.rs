@@ -338,7 +338,7 @@ fn label_conflict(
     let mut first = None;
     for (m, term) in merged.iter().zip(terms) {
         let custom = term.iter().find(|(k, r)| {
-            prov.get(k).is_none() && !labels::is_well_known(k) && !r.allows_absent()
+            prov.get(k).is_none() && !t.defines(k) && !r.allows_absent()
         });
         let conflict = custom
             .map(|(k, _)| k.as_str())

@@ -48,7 +48,7 @@ fn node_selector_is_merged_into_each_required_term() {
         .unwrap()
         .allows("us-east-1a"));
     assert!(p.node_terms[1]
-        .get(labels::INSTANCE_CPU)
+        .get(joiner_aws::labels::INSTANCE_CPU)
         .unwrap()
         .allows("8"));
     assert!(p.node_terms[1]

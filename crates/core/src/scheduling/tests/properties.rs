@@ -286,7 +286,7 @@ fn pod_selector(i: usize) -> Requirements {
         6 => r.add("example.com/rack", Requirement::single("r1")),
         7 => r.add(labels::CAPACITY_TYPE, Requirement::single("spot")),
         8 => r.add(TEAM, Requirement::new(Operator::NotIn, &["a"]).unwrap()),
-        _ => r.add(labels::INSTANCE_FAMILY, Requirement::single("c9")),
+        _ => r.add(crate::testing::catalog::INSTANCE_FAMILY, Requirement::single("c9")),
     }
     r
 }
@@ -327,17 +327,17 @@ fn build(spec: &Spec) -> Case {
             l.insert(labels::ARCH.to_string(), arch(t.arm).to_string());
             l.insert(labels::OS.to_string(), "linux".to_string());
             l.insert(
-                labels::INSTANCE_FAMILY.to_string(),
+                crate::testing::catalog::INSTANCE_FAMILY.to_string(),
                 FAMILIES[t.family].to_string(),
             );
             l.insert(labels::INSTANCE_TYPE.to_string(), name.clone());
-            l.insert(labels::INSTANCE_CPU.to_string(), t.cpus.to_string());
+            l.insert(crate::testing::catalog::INSTANCE_CPU.to_string(), t.cpus.to_string());
             let gib = GIB_PER_CPU[t.ratio];
             let mut capacity =
                 Resources::new(t.cpus * 1000, t.cpus * gib * GI, 20 * GI, t.max_pods);
             if t.gpus > 0 {
                 capacity.set(NVIDIA_GPU, t.gpus);
-                l.insert(labels::INSTANCE_GPU_NAME.to_string(), "t4".to_string());
+                l.insert(crate::testing::catalog::INSTANCE_GPU_NAME.to_string(), "t4".to_string());
             }
             let mut allocatable = capacity.clone();
             allocatable.cpu -= 80;
@@ -369,6 +369,7 @@ fn build(spec: &Spec) -> Case {
                 capacity,
                 allocatable,
                 offerings,
+                provider_keys: crate::testing::catalog::PROVIDER_KEYS,
             }
         })
         .collect();

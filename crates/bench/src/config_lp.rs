@@ -7,9 +7,9 @@
 //! heuristic missed by scaling the master's duals with an exact fractional-knapsack upper bound
 //! per type (Farley's bound), so `lower` never exceeds the true configuration-LP optimum.
 
-use crate::resources::Resources;
+use joiner_core::Resources;
 
-use super::lp::solve_covering;
+use crate::lp::solve_covering;
 
 /// The bound and how it was obtained.
 #[derive(Clone, Debug, PartialEq)]

@@ -5,10 +5,10 @@
 //! Karpenter's scheduling benchmark (generic, zonal spread, hostname spread, zonal self-affinity,
 //! hostname anti-affinity), so figures can be compared with its published ones.
 
-use crate::labels;
-use crate::pod::{Owner, Pod, PodAffinityTerm, TopologySpread};
-use crate::requirements::{Requirement, Requirements};
-use crate::resources::Resources;
+use joiner_core::labels;
+use joiner_core::Resources;
+use joiner_core::{Owner, Pod, PodAffinityTerm, TopologySpread};
+use joiner_core::{Requirement, Requirements};
 
 /// A small deterministic generator (xorshift64*), so workloads are reproducible everywhere.
 pub struct Rng(u64);
