@@ -1,0 +1,137 @@
+//! Reconcilers on `joiner_core::testing::FakeCloud` (no moto): garbage collection waits for
+//! EC2's eventual consistency, termination releases a node only once the cloud reports its
+//! instance gone, and a launch's capacity error requeues its claim.
+
+mod lifecycle_fixture;
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::Method;
+use joiner_controller::lifecycle::gc::Collector;
+use joiner_controller::{Context, Settings};
+use joiner_core::testing::{FakeCall, FakeCloud};
+use joiner_core::{CapacityType, CloudProvider, LaunchRequest, LaunchedNode};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use lifecycle_fixture::{claim, node, Stores};
+use serde_json::json;
+use support::{mock_api, Reply};
+
+fn ago(seconds: i64) -> String {
+    (Timestamp::now() - SignedDuration::from_secs(seconds)).to_string()
+}
+
+/// A claim launched `seconds` ago onto instance `id`.
+fn launched(name: &str, id: &str, seconds: i64) -> joiner_apis::NodeClaim {
+    claim(
+        name,
+        json!({"status": {"instanceID": id, "providerID": format!("fake:///z/{id}"),
+            "conditions": [{"type": "Launched", "status": "True", "reason": "Launched",
+                "message": "", "lastTransitionTime": ago(seconds)}]}}),
+    )
+}
+
+fn ready_node(name: &str, id: &str, ready: &str) -> k8s_openapi::api::core::v1::Node {
+    node(
+        name,
+        json!({"spec": {"providerID": format!("fake:///z/{id}")},
+            "status": {"conditions": [{"type": "Ready", "status": ready}]}}),
+    )
+}
+
+fn settings() -> Settings {
+    let mut s = Settings::new("c1");
+    s.orphan_grace = Duration::ZERO;
+    s
+}
+
+#[tokio::test]
+async fn a_claim_is_taken_as_gone_only_when_its_launch_is_old_and_its_node_not_ready() {
+    let cloud = Arc::new(FakeCloud::new(Vec::new()));
+    let stores = Stores::new(
+        vec![],
+        vec![
+            ready_node("n-ready", "i-2", "True"),
+            ready_node("n-dead", "i-3", "Unknown"),
+        ],
+        vec![
+            // Launched a moment ago: DescribeInstances may not list it yet.
+            launched("fresh", "i-1", 30),
+            // Old, but its Node is Ready: the instance runs whatever the listing says.
+            launched("serving", "i-2", 600),
+            // Old, Node not Ready: gone.
+            launched("dead", "i-3", 600),
+            // Old, no Node at all: gone.
+            launched("lost", "i-4", 600),
+        ],
+    );
+    let (client, api) = mock_api(|req| {
+        if req.method == Method::DELETE {
+            Reply::success()
+        } else {
+            Reply::not_found("unexpected")
+        }
+    });
+    let ctx = Context::new(client, stores.state(), cloud.clone(), settings());
+    Collector::default().sweep(&ctx).await.expect("sweep");
+    let mut deleted: Vec<String> = api
+        .calls()
+        .into_iter()
+        .filter(|(m, _)| m == "DELETE")
+        .map(|(_, p)| p)
+        .collect();
+    deleted.sort();
+    assert_eq!(
+        deleted,
+        [
+            "/apis/joiner.sh/v1alpha1/nodeclaims/dead",
+            "/apis/joiner.sh/v1alpha1/nodeclaims/lost"
+        ]
+    );
+    assert_eq!(cloud.calls(), [FakeCall::List]);
+}
+
+#[tokio::test]
+async fn an_orphan_is_collected_and_a_claimed_instance_is_not() {
+    let cloud = Arc::new(FakeCloud::new(Vec::new()));
+    let request = |claim: &str| LaunchRequest {
+        claim_name: claim.into(),
+        claim_uid: format!("uid-{claim}"),
+        provisioner: "web".into(),
+        capacity_type: CapacityType::OnDemand,
+        candidates: vec![("m5.large".into(), 0.096)],
+        zones: vec![],
+    };
+    let kept = cloud.create(&request("web-1")).await.expect("launch");
+    let orphan = cloud.create(&request("ghost")).await.expect("launch");
+    let warm = LaunchedNode {
+        claim_name: None,
+        instance_id: "i-warm".into(),
+        provider_id: "fake:///z/i-warm".into(),
+        instance_type: "m5.large".into(),
+        zone: "z".into(),
+        capacity_type: CapacityType::OnDemand,
+        state: "stopped".into(),
+        launch_time: None,
+        warm_pool: true,
+    };
+    cloud.add_instance(warm);
+    let stores = Stores::new(
+        vec![],
+        vec![],
+        vec![launched("web-1", &kept.instance_id, 30)],
+    );
+    let (client, api) = mock_api(|_| Reply::not_found("unexpected"));
+    let ctx = Context::new(client, stores.state(), cloud.clone(), settings());
+    Collector::default().sweep(&ctx).await.expect("sweep");
+    assert!(api.requests().is_empty(), "{:?}", api.calls());
+    let states: Vec<(String, String)> = cloud
+        .instances()
+        .into_iter()
+        .map(|i| (i.instance_id, i.state))
+        .collect();
+    assert!(states.contains(&(orphan.instance_id.clone(), "terminated".into())));
+    assert!(states.contains(&(kept.instance_id.clone(), "running".into())));
+    assert!(states.contains(&("i-warm".into(), "stopped".into())));
+}
