@@ -164,10 +164,10 @@ impl Provisioner {
                         )
                     }
                     other => {
-                        // Not enforced by the simulation yet, but a typo must still be caught.
-                        Resources::default()
-                            .add_quantity(other, &q.0)
+                        let mut r = Resources::default();
+                        r.add_quantity(other, &q.0)
                             .map_err(|e| check.quantity(field, e))?;
+                        limits.other.insert(other.to_string(), r.get(other));
                     }
                 }
             }

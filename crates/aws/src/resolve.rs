@@ -9,12 +9,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::labels;
 use joiner_apis::{
     NodeSelectorRequirement, NodeTemplate, ResolveFailure, ResolvedAmi, ResolvedSecurityGroup,
     ResolvedSubnet,
 };
-use crate::labels;
-use joiner_core::{InstanceType};
+use joiner_core::InstanceType;
 
 use crate::allocatable::Arch;
 use crate::ami::{AmiError, AmiResolver, AmiVariant};

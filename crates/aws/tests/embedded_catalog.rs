@@ -1,8 +1,8 @@
 //! Behaviour of the embedded catalog, checked against facts in the data tables.
 
 use joiner_aws::embedded::{cached, catalog, regions};
-use joiner_aws::CatalogError;
 use joiner_aws::labels;
+use joiner_aws::CatalogError;
 use joiner_core::{CapacityType, InstanceType};
 
 fn find<'a>(types: &'a [InstanceType], name: &str) -> &'a InstanceType {

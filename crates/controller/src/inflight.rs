@@ -125,11 +125,20 @@ fn in_flight_node(
         .collect();
 
     let launched = status.instance_type.as_deref();
+    // Until the cloud says which type it launched, the claim counts against its
+    // Provisioner's limits as the largest of its options (the cloud may pick any of them);
+    // it is planned with the cheapest's room, the one it most likely gets.
+    let mut largest: Option<joiner_core::Resources> = None;
     let chosen: Option<&InstanceType> = match launched {
         Some(t) => catalog.iter().find(|c| c.name == t),
         None => {
             let candidates = candidate_types(catalog, &reqs);
             node_labels.extend(shared_labels(&candidates));
+            let mut most = joiner_core::Resources::default();
+            for t in &candidates {
+                most.max_with(&t.capacity);
+            }
+            largest = (!candidates.is_empty()).then_some(most);
             candidates
                 .into_iter()
                 .filter_map(|t| lowest_price(t, &reqs).map(|p| (p, t)))
@@ -177,6 +186,8 @@ fn in_flight_node(
     };
     let capacity = if !status.capacity.is_empty() {
         resources(&status.capacity, "status.capacity")?
+    } else if let Some(most) = largest {
+        most
     } else {
         chosen
             .map(|t| t.capacity.clone())

@@ -13,6 +13,24 @@ pub struct Limits {
     pub cpu: Option<i64>,
     /// Bytes.
     pub memory: Option<i64>,
+    /// Every other capped resource (`pods`, `ephemeral-storage`, `nvidia.com/gpu`, ...), in
+    /// the model's unit for it.
+    pub other: std::collections::BTreeMap<String, i64>,
+}
+
+impl Limits {
+    /// Every capped resource with its limit: cpu, memory, then the others by name.
+    pub fn all(&self) -> Vec<(&str, i64)> {
+        let mut out = Vec::new();
+        if let Some(c) = self.cpu {
+            out.push(("cpu", c));
+        }
+        if let Some(m) = self.memory {
+            out.push(("memory", m));
+        }
+        out.extend(self.other.iter().map(|(k, v)| (k.as_str(), *v)));
+        out
+    }
 }
 
 /// A Provisioner: requirements and shape of the nodes it launches.

@@ -8,11 +8,11 @@
 
 use std::collections::BTreeMap;
 
+use crate::labels;
 use aws_sdk_ec2::types::{
     ArchitectureType, EphemeralNvmeSupport, Filter, InstanceTypeHypervisor, InstanceTypeInfo,
     UsageClassType,
 };
-use crate::labels;
 use joiner_core::{InstanceType, Resources};
 
 use crate::allocatable::{eni_limited_max_pods, node_resources, Arch, NodeShape};

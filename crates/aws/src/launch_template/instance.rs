@@ -1,8 +1,8 @@
 //! The facts about an instance type a launch template depends on, and its max-pods.
 
-use joiner_apis::KubeletConfiguration;
 use crate::labels;
-use joiner_core::{InstanceType};
+use joiner_apis::KubeletConfiguration;
+use joiner_core::InstanceType;
 
 use crate::allocatable::{eni_limited_max_pods, Arch};
 use crate::ami::AmiVariant;

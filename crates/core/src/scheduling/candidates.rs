@@ -38,10 +38,8 @@ pub struct ProvisionerView<'a> {
     /// The instance label keys the catalog's provider defines (see
     /// [`InstanceType::provider_keys`]).
     pub provider_keys: Vec<&'static str>,
-    /// Remaining cpu limit (millicores), when limited.
-    pub cpu_left: Option<i64>,
-    /// Remaining memory limit (bytes), when limited.
-    pub memory_left: Option<i64>,
+    /// Every capped resource: (name, limit, what is left of it).
+    pub limits_left: Vec<(String, i64, i64)>,
     /// Types label-compatible with a requirement set, Pareto-pruned, cheapest first.
     frontier: HashMap<ReqId, Vec<usize>>,
     /// Label compatibility of (requirement set, local type).
@@ -139,8 +137,12 @@ impl<'a> ProvisionerView<'a> {
             daemon_ports,
             excluded_by_key,
             provider_keys,
-            cpu_left: prov.limits.cpu.map(|l| l - used.cpu),
-            memory_left: prov.limits.memory.map(|l| l - used.memory),
+            limits_left: prov
+                .limits
+                .all()
+                .into_iter()
+                .map(|(name, limit)| (name.to_string(), limit, limit - used.get(name)))
+                .collect(),
             frontier: HashMap::new(),
             label_ok: Vec::new(),
             price: Vec::new(),
@@ -208,55 +210,53 @@ impl<'a> ProvisionerView<'a> {
         p
     }
 
-    /// True when a node of local type `i` still fits within the provisioner's limits.
+    /// True when a node of local type `i` fits in what the limits leave.
     pub fn within_limits(&self, catalog: &[InstanceType], i: usize) -> bool {
-        let cap = &catalog[self.types[i]].capacity;
-        self.cpu_left.is_none_or(|l| cap.cpu <= l)
-            && self.memory_left.is_none_or(|l| cap.memory <= l)
+        self.blocking_limit(catalog, i).is_none()
     }
 
     /// The limit that blocks local type `i`, if any.
     pub fn blocking_limit(&self, catalog: &[InstanceType], i: usize) -> Option<Reason> {
         let cap = &catalog[self.types[i]].capacity;
-        if let (Some(l), Some(limit)) = (self.cpu_left, self.prov.limits.cpu) {
-            if cap.cpu > l {
-                return Some(Reason::Limit {
-                    name: "cpu".into(),
-                    limit,
-                });
-            }
-        }
-        if let (Some(l), Some(limit)) = (self.memory_left, self.prov.limits.memory) {
-            if cap.memory > l {
-                return Some(Reason::Limit {
-                    name: "memory".into(),
-                    limit,
-                });
-            }
-        }
-        None
+        self.limits_left
+            .iter()
+            .find(|(name, _, left)| cap.get(name) > *left)
+            .map(|(name, limit, _)| Reason::Limit {
+                name: name.clone(),
+                limit: *limit,
+            })
     }
 
-    /// Records a launched node of local type `i` against the limits.
-    pub fn consume(&mut self, catalog: &[InstanceType], i: usize, copies: i64) {
-        let cap = &catalog[self.types[i]].capacity;
-        if let Some(l) = self.cpu_left.as_mut() {
-            *l -= cap.cpu.saturating_mul(copies);
+    /// The most of every capped resource any of the local types `options` has: what a node
+    /// that may be launched as any of them counts against the limits (the cloud picks one).
+    pub fn largest(&self, catalog: &[InstanceType], options: &[usize]) -> Resources {
+        let mut most = Resources::default();
+        for &i in options {
+            let cap = &catalog[self.types[i]].capacity;
+            for (name, _, _) in &self.limits_left {
+                if cap.get(name) > most.get(name) {
+                    most.set(name, cap.get(name));
+                }
+            }
         }
-        if let Some(l) = self.memory_left.as_mut() {
-            *l -= cap.memory.saturating_mul(copies);
+        most
+    }
+
+    /// Records `copies` launched nodes of capacity `each` against the limits.
+    pub fn consume(&mut self, each: &Resources, copies: i64) {
+        for (name, _, left) in &mut self.limits_left {
+            *left -= each.get(name).saturating_mul(copies);
         }
     }
 
-    /// How many nodes of local type `i` the limits still allow.
-    pub fn copies_within_limits(&self, catalog: &[InstanceType], i: usize) -> i64 {
-        let cap = &catalog[self.types[i]].capacity;
+    /// How many nodes of capacity `each` the limits still allow.
+    pub fn copies_within_limits(&self, each: &Resources) -> i64 {
         let mut n = i64::MAX;
-        if let Some(l) = self.cpu_left {
-            n = n.min(if cap.cpu > 0 { l / cap.cpu } else { n });
-        }
-        if let Some(l) = self.memory_left {
-            n = n.min(if cap.memory > 0 { l / cap.memory } else { n });
+        for (name, _, left) in &self.limits_left {
+            let per = each.get(name);
+            if per > 0 {
+                n = n.min(left / per);
+            }
         }
         n.max(0)
     }

@@ -337,9 +337,9 @@ fn label_conflict(
 ) -> Option<String> {
     let mut first = None;
     for (m, term) in merged.iter().zip(terms) {
-        let custom = term.iter().find(|(k, r)| {
-            prov.get(k).is_none() && !t.defines(k) && !r.allows_absent()
-        });
+        let custom = term
+            .iter()
+            .find(|(k, r)| prov.get(k).is_none() && !t.defines(k) && !r.allows_absent());
         let conflict = custom
             .map(|(k, _)| k.as_str())
             .or_else(|| t.first_label_conflict(m))

@@ -347,7 +347,9 @@ impl<'p, 'v> Packer<'p, 'v> {
             .min()
             .unwrap_or(1)
             .max(1);
-        copies = copies.min(self.view.copies_within_limits(self.catalog, chosen).max(1));
+        // A node listing several types counts against the limits as the largest of them.
+        let counted = self.view.largest(self.catalog, &options);
+        copies = copies.min(self.view.copies_within_limits(&counted).max(1));
         let one_node: Vec<usize> = members
             .iter()
             .enumerate()
@@ -373,7 +375,7 @@ impl<'p, 'v> Packer<'p, 'v> {
                 ));
             }
         }
-        self.view.consume(self.catalog, chosen, copies);
+        self.view.consume(&counted, copies);
         Draft {
             chosen,
             req: fill.req,

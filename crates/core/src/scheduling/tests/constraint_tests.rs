@@ -443,7 +443,10 @@ fn explanation_counts_what_excluded_each_type() {
     use crate::scheduling::explain::{explain, Placement};
     let mut big = pod("big", 40_000, 1024);
     let mut fam = Requirements::new();
-    fam.add(crate::testing::catalog::INSTANCE_FAMILY, Requirement::single("c5"));
+    fam.add(
+        crate::testing::catalog::INSTANCE_FAMILY,
+        Requirement::single("c5"),
+    );
     big.node_terms = vec![fam];
     let s = Snapshot {
         pods: vec![big],

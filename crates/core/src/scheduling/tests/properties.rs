@@ -286,7 +286,10 @@ fn pod_selector(i: usize) -> Requirements {
         6 => r.add("example.com/rack", Requirement::single("r1")),
         7 => r.add(labels::CAPACITY_TYPE, Requirement::single("spot")),
         8 => r.add(TEAM, Requirement::new(Operator::NotIn, &["a"]).unwrap()),
-        _ => r.add(crate::testing::catalog::INSTANCE_FAMILY, Requirement::single("c9")),
+        _ => r.add(
+            crate::testing::catalog::INSTANCE_FAMILY,
+            Requirement::single("c9"),
+        ),
     }
     r
 }
@@ -331,13 +334,19 @@ fn build(spec: &Spec) -> Case {
                 FAMILIES[t.family].to_string(),
             );
             l.insert(labels::INSTANCE_TYPE.to_string(), name.clone());
-            l.insert(crate::testing::catalog::INSTANCE_CPU.to_string(), t.cpus.to_string());
+            l.insert(
+                crate::testing::catalog::INSTANCE_CPU.to_string(),
+                t.cpus.to_string(),
+            );
             let gib = GIB_PER_CPU[t.ratio];
             let mut capacity =
                 Resources::new(t.cpus * 1000, t.cpus * gib * GI, 20 * GI, t.max_pods);
             if t.gpus > 0 {
                 capacity.set(NVIDIA_GPU, t.gpus);
-                l.insert(crate::testing::catalog::INSTANCE_GPU_NAME.to_string(), "t4".to_string());
+                l.insert(
+                    crate::testing::catalog::INSTANCE_GPU_NAME.to_string(),
+                    "t4".to_string(),
+                );
             }
             let mut allocatable = capacity.clone();
             allocatable.cpu -= 80;
@@ -473,7 +482,7 @@ fn build(spec: &Spec) -> Case {
                 startup_taints: Vec::new(),
                 limits: Limits {
                     cpu: p.cpu_limit.map(|c| c * 1000),
-                    memory: None,
+                    ..Limits::default()
                 },
                 max_pods: None,
                 node_template: None,

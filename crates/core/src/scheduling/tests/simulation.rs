@@ -124,7 +124,7 @@ fn provisioner_limits_cap_new_capacity() {
     let mut prov = Provisioner::default_provisioner();
     prov.limits = Limits {
         cpu: Some(16_000),
-        memory: None,
+        ..Limits::default()
     };
     let s = Snapshot {
         pods: deployment("web", 40, 1000, 1024),
@@ -151,6 +151,79 @@ fn provisioner_limits_cap_new_capacity() {
     );
     let placed: usize = p.new_nodes.iter().map(|n| n.pods.len()).sum();
     assert_eq!(placed + p.unschedulable.len(), 40, "nothing is lost");
+}
+
+#[test]
+fn a_node_counts_against_limits_as_its_largest_option() {
+    // 16 cpu of limit; each pod fits a 2-cpu type, but its node lists options up to 96 cpu
+    // (the cloud may launch any of them): it counts as the largest, so the limit is never
+    // overshot whichever option the cloud picks.
+    let mut prov = Provisioner::default_provisioner();
+    prov.limits = Limits {
+        cpu: Some(16_000),
+        ..Limits::default()
+    };
+    let s = Snapshot {
+        pods: deployment("web", 8, 1500, 1024),
+        provisioners: vec![prov],
+        ..Snapshot::default()
+    };
+    let p = run(&s);
+    let catalog = catalog();
+    let largest: i64 = p
+        .new_nodes
+        .iter()
+        .map(|n| {
+            n.instance_type_options
+                .iter()
+                .filter_map(|o| catalog.iter().find(|t| &t.name == o))
+                .map(|t| t.capacity.cpu)
+                .max()
+                .unwrap_or(0)
+        })
+        .sum();
+    assert!(!p.new_nodes.is_empty());
+    assert!(
+        largest <= 16_000,
+        "options add up to {largest}m over a 16 cpu limit"
+    );
+    let placed: usize = p.new_nodes.iter().map(|n| n.pods.len()).sum();
+    assert_eq!(placed + p.unschedulable.len(), 8, "nothing is lost");
+}
+
+#[test]
+fn every_resource_in_the_limits_is_enforced() {
+    // A pods limit of 3 (no cpu or memory limit) caps the new nodes' pod capacity.
+    let mut prov = Provisioner::default_provisioner();
+    prov.limits.other.insert("pods".into(), 100);
+    let s = Snapshot {
+        pods: deployment("web", 200, 100, 64),
+        provisioners: vec![prov],
+        ..Snapshot::default()
+    };
+    let p = run(&s);
+    let catalog = catalog();
+    let pods_capacity: i64 = p
+        .new_nodes
+        .iter()
+        .map(|n| {
+            n.instance_type_options
+                .iter()
+                .filter_map(|o| catalog.iter().find(|t| &t.name == o))
+                .map(|t| t.capacity.pods)
+                .max()
+                .unwrap_or(0)
+        })
+        .sum();
+    assert!(
+        pods_capacity <= 100,
+        "{pods_capacity} pods of capacity over a limit of 100"
+    );
+    assert!(!p.unschedulable.is_empty());
+    assert_eq!(
+        p.unschedulable[0].reason,
+        "provisioner capped: limit pods=100 reached"
+    );
 }
 
 #[test]
@@ -294,7 +367,10 @@ fn plain_pod_prefers_the_term_that_allows_a_plain_type() {
     let mut a = pod("a", 500, 512);
     let term = |fam: &str| {
         let mut r = Requirements::new();
-        r.add(crate::testing::catalog::INSTANCE_FAMILY, Requirement::single(fam));
+        r.add(
+            crate::testing::catalog::INSTANCE_FAMILY,
+            Requirement::single(fam),
+        );
         r
     };
     a.node_terms = vec![term("g4dn"), term("c5")];
