@@ -4,7 +4,8 @@
 //! The stores are filled by watchers (or, in tests, by `Writer::apply_watcher_event`); this
 //! module only reads them, so a snapshot is a consistent-enough copy taken without a request.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use joiner_apis::convert;
 use joiner_apis::{NodeClaim, NodeTemplate, ObjectLookup, Provisioner};
@@ -35,6 +36,44 @@ pub struct ClusterState {
     pub node_claims: Store<NodeClaim>,
     /// PodDisruptionBudgets: drains and disruption decisions respect them.
     pub pdbs: Store<PodDisruptionBudget>,
+    /// NodeClaims this replica wrote that the claims store may not hold yet.
+    pub created: CreatedClaims,
+}
+
+/// How long a NodeClaim this replica wrote is remembered when the watch never delivers it (it
+/// was deleted at once): long past any watch delay.
+const CREATED_TTL: Duration = Duration::from_secs(60);
+
+/// NodeClaims this replica created, remembered until the claims store holds them. The watch
+/// delivers a write a moment after it was made; a batch planned in between would not see the
+/// capacity the previous one bought and buy it again. The planner reads
+/// [`ClusterState::claims`], the store with these added.
+#[derive(Clone, Default)]
+pub struct CreatedClaims(Arc<Mutex<Vec<Created>>>);
+
+/// A claim this replica wrote, and when.
+type Created = (Arc<NodeClaim>, Instant);
+
+impl CreatedClaims {
+    /// Remembers `claim` as the API server stored it.
+    pub fn remember(&self, claim: NodeClaim) {
+        self.lock().push((Arc::new(claim), Instant::now()));
+    }
+
+    /// `stored` plus the remembered claims it does not hold yet (by name); remembered claims
+    /// the store now holds, or older than the TTL, are forgotten.
+    pub fn merged(&self, mut stored: Vec<Arc<NodeClaim>>) -> Vec<Arc<NodeClaim>> {
+        let mut created = self.lock();
+        created.retain(|(c, at)| {
+            at.elapsed() < CREATED_TTL && !stored.iter().any(|s| s.name() == c.name())
+        });
+        stored.extend(created.iter().map(|(c, _)| c.clone()));
+        stored
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Created>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// The cloud provider reads a claim's Provisioner and NodeTemplate straight from the stores,
@@ -147,6 +186,12 @@ impl ClusterState {
         self.build(None)
     }
 
+    /// The NodeClaims: the store's, and those this replica just wrote that it does not hold
+    /// yet ([`CreatedClaims`]).
+    pub fn claims(&self) -> Vec<Arc<NodeClaim>> {
+        self.created.merged(self.node_claims.state())
+    }
+
     /// [`ClusterState::snapshot`] plus one in-flight node per NodeClaim whose node has not
     /// registered yet (see [`crate::inflight`]), sized from `catalog`. Pods of an earlier batch
     /// are still pending and fit there, so a later batch does not buy their capacity again.
@@ -209,7 +254,7 @@ impl ClusterState {
         convert::narrow_to_subnet_zones(&mut snap.provisioners, &templates);
 
         if let Some(catalog) = catalog {
-            let claims = self.node_claims.state();
+            let claims = self.claims();
             warnings.extend(inflight::settle_initializing(
                 &mut snap.nodes,
                 &kube_nodes,

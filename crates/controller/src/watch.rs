@@ -87,6 +87,7 @@ pub fn reflectors(client: &Client) -> Reflectors {
             node_templates,
             node_claims,
             pdbs,
+            created: Default::default(),
         },
         drivers,
     }

@@ -135,3 +135,126 @@ async fn an_orphan_is_collected_and_a_claimed_instance_is_not() {
     assert!(states.contains(&(kept.instance_id.clone(), "running".into())));
     assert!(states.contains(&("i-warm".into(), "stopped".into())));
 }
+
+/// `FakeCloud` whose launches take a second of (paused) time, counting how many run at once.
+struct SlowLaunches {
+    cloud: FakeCloud,
+    running: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+impl CloudProvider for SlowLaunches {
+    type Error = joiner_core::testing::FakeError;
+
+    async fn instance_types(
+        &self,
+        provisioner: &str,
+    ) -> Result<Vec<joiner_core::InstanceType>, Self::Error> {
+        self.cloud.instance_types(provisioner).await
+    }
+
+    async fn create(&self, request: &LaunchRequest) -> Result<LaunchedNode, Self::Error> {
+        use std::sync::atomic::Ordering;
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        self.cloud.create(request).await
+    }
+
+    async fn delete(&self, id: &str) -> Result<(), Self::Error> {
+        self.cloud.delete(id).await
+    }
+
+    async fn get(&self, claim: &str) -> Result<Option<LaunchedNode>, Self::Error> {
+        self.cloud.get(claim).await
+    }
+
+    async fn list(&self) -> Result<Vec<LaunchedNode>, Self::Error> {
+        self.cloud.list().await
+    }
+}
+
+/// A pending pod `name` asking for 1.5 cpu (one per 2-cpu node).
+fn pending(name: &str) -> k8s_openapi::api::core::v1::Pod {
+    support::obj(json!({
+        "metadata": {"name": name, "namespace": "shop", "uid": format!("pod-{name}")},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1500m", "memory": "1Gi"}}}]},
+        "status": {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
+    }))
+}
+
+/// An API server that stores created NodeClaims and accepts status writes and Events.
+fn claim_server() -> impl FnMut(&support::Recorded) -> Reply {
+    let mut created = 0;
+    move |req| {
+        if req.is(Method::POST, "/apis/joiner.sh/v1alpha1/nodeclaims") {
+            created += 1;
+            Reply::created(support::stored(req, &format!("uid-{created}")))
+        } else if req.method == Method::PATCH && req.path.ends_with("/status") {
+            Reply::ok(
+                json!({"apiVersion": "joiner.sh/v1alpha1", "kind": "NodeClaim",
+                "metadata": {"name": "x"}, "spec": {"provisionerName": "web"}}),
+            )
+        } else if req.method == Method::POST && req.path.ends_with("/events") {
+            Reply::created(support::stored(req, "event-uid"))
+        } else {
+            Reply::not_found(&req.path)
+        }
+    }
+}
+
+fn web_provisioner() -> joiner_apis::Provisioner {
+    support::obj(json!({
+        "apiVersion": "joiner.sh/v1alpha1", "kind": "Provisioner",
+        "metadata": {"name": "web"},
+        "spec": {"requirements": [
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.large"]}]},
+    }))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_writes_and_launches_its_claims_concurrently_and_sees_them_at_once() {
+    use joiner_controller::provisioning::{provision_batch, Memory, LAUNCH_CONCURRENCY};
+    use std::sync::atomic::Ordering;
+    let pods: Vec<_> = (0..40).map(|i| pending(&format!("web-{i}"))).collect();
+    let stores = Stores::new(pods, vec![], vec![]);
+    let mut state = stores.state();
+    state.provisioners = support::store(vec![web_provisioner()]).as_reader();
+    let cloud = Arc::new(SlowLaunches {
+        cloud: FakeCloud::new(joiner_core::testing::catalog::catalog()),
+        running: Default::default(),
+        most: Default::default(),
+    });
+    let (client, api) = mock_api(claim_server());
+    let ctx = Context::new(client, state, cloud.clone(), settings());
+    let mut memory = Memory::default();
+
+    let outcome = provision_batch(&ctx, &mut memory).await.expect("batch");
+    assert!(outcome.errors.is_empty(), "{:?}", outcome.errors);
+    assert_eq!(outcome.claims.len(), 40, "one c5.large per pod");
+    assert_eq!(cloud.cloud.instances().len(), 40);
+    // Launches overlapped, but never more than the bound.
+    let most = cloud.most.load(Ordering::SeqCst);
+    assert!(
+        most > 1 && most <= LAUNCH_CONCURRENCY,
+        "{most} launches at once"
+    );
+
+    // The watch has not delivered the claims yet (the store is empty), but the next batch
+    // sees their capacity and buys nothing more.
+    let posts_before = api
+        .calls()
+        .iter()
+        .filter(|(m, p)| m == "POST" && p.ends_with("/nodeclaims"))
+        .count();
+    let again = provision_batch(&ctx, &mut memory).await.expect("batch");
+    assert!(again.claims.is_empty(), "{:?}", again.plan.new_nodes);
+    let posts_after = api
+        .calls()
+        .iter()
+        .filter(|(m, p)| m == "POST" && p.ends_with("/nodeclaims"))
+        .count();
+    assert_eq!(posts_before, posts_after);
+}

@@ -196,6 +196,7 @@ async fn harness(pods: Vec<Pod>, claims: Vec<NodeClaim>, script: Script) -> Harn
         node_templates: templates.as_reader(),
         node_claims: claims.as_reader(),
         pdbs: pdbs.as_reader(),
+        created: Default::default(),
     };
     // Instrumented, as in the controller: cloud-call metrics come from the wrapper.
     let metrics = Arc::new(Metrics::default());

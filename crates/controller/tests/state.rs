@@ -112,6 +112,7 @@ fn fixture_with(pods: Vec<Pod>, extra_nodes: Vec<Node>, claims: Vec<NodeClaim>) 
             node_templates: templates.as_reader(),
             node_claims: claims.as_reader(),
             pdbs: pdbs.as_reader(),
+            created: Default::default(),
         },
         pods,
         _nodes: nodes,

@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use joiner_apis::{NodeClaim, Provisioner};
 use joiner_core::scheduling::{simulate, Options, Plan};
 use joiner_core::{labels, CloudProvider, InstanceType};
@@ -29,6 +30,9 @@ use crate::state::{is_provisionable, ClusterState};
 
 pub use batcher::Batcher;
 pub use launch::{launch_claim, Launch, LaunchedClaim};
+
+/// Claims of one batch written and launched at once.
+pub const LAUNCH_CONCURRENCY: usize = 16;
 
 /// How often the run loop looks at the pending pods.
 const POLL: Duration = Duration::from_millis(100);
@@ -287,42 +291,68 @@ pub async fn provision_batch<P: CloudProvider>(
         .filter(|n| n.labels.get(labels::NODECLAIM) == Some(&n.name))
         .map(|n| n.name.clone())
         .collect();
+    // Every new node's claim is written and launched concurrently (bounded): a 100-node batch
+    // is not 100 CreateFleet round trips in a row. Each claim enters the cluster state as soon
+    // as it is written, so a batch planned before the watch delivers it sees its capacity.
     let mut claim_of_node: BTreeMap<String, String> = BTreeMap::new();
-    for node in &plan.new_nodes {
-        let Some(prov) = provisioners.iter().find(|p| p.name() == node.provisioner) else {
-            outcome.errors.push(ProvisioningError::UnknownProvisioner {
-                provisioner: node.provisioner.clone(),
-            });
-            continue;
-        };
-        let stored = match claims::create_claim(&ctx.client, prov, node).await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(provisioner = %prov.name(), error = %e, "NodeClaim not written");
-                outcome.errors.push(e);
-                continue;
+    let catalog = catalog.as_slice();
+    let steps: Vec<_> = plan
+        .new_nodes
+        .iter()
+        .map(|node| {
+            let prov = provisioners
+                .iter()
+                .find(|p| p.name() == node.provisioner)
+                .cloned();
+            async move {
+                let Some(prov) = prov else {
+                    return (node, Err(ProvisioningError::UnknownProvisioner {
+                        provisioner: node.provisioner.clone(),
+                    }));
+                };
+                let stored = match claims::create_claim(&ctx.client, &prov, node).await {
+                    Ok(c) => c,
+                    Err(e) => return (node, Err(e)),
+                };
+                ctx.state.created.remember(stored.clone());
+                ctx.metrics
+                    .claims_created
+                    .get_or_create(&ProvisionerLabels {
+                        provisioner: prov.name().to_string(),
+                    })
+                    .inc();
+                tracing::info!(claim = %stored.name(), provisioner = %prov.name(),
+                    instance_type = %node.instance_type, pods = node.pods.len(), "NodeClaim created");
+                let launched = launch_claim(ctx, &stored, Some(node), catalog).await;
+                (node, Ok((stored, launched)))
             }
-        };
-        ctx.metrics
-            .claims_created
-            .get_or_create(&ProvisionerLabels {
-                provisioner: prov.name().to_string(),
-            })
-            .inc();
-        let name = stored.name().to_string();
-        tracing::info!(claim = %name, provisioner = %prov.name(), instance_type = %node.instance_type,
-            pods = node.pods.len(), "NodeClaim created");
-        claim_of_node.insert(node.name.clone(), name.clone());
-        let result = launch_claim(ctx, &stored, Some(node), &catalog).await;
-        record(memory, &name, &result, Instant::now());
+        })
+        .collect();
+    let results: Vec<_> = futures::stream::iter(steps)
+        .buffered(LAUNCH_CONCURRENCY)
+        .collect()
+        .await;
+    let now = Instant::now();
+    for (node, result) in results {
         match result {
-            Ok(l) => outcome.launches.push(l),
             Err(e) => {
-                tracing::warn!(claim = %name, error = %e, "launch failed");
+                tracing::warn!(provisioner = %node.provisioner, error = %e, "NodeClaim not written");
                 outcome.errors.push(e);
+            }
+            Ok((stored, launched)) => {
+                let name = stored.name().to_string();
+                claim_of_node.insert(node.name.clone(), name.clone());
+                record(memory, &name, &launched, now);
+                match launched {
+                    Ok(l) => outcome.launches.push(l),
+                    Err(e) => {
+                        tracing::warn!(claim = %name, error = %e, "launch failed");
+                        outcome.errors.push(e);
+                    }
+                }
+                outcome.claims.push(stored);
             }
         }
-        outcome.claims.push(stored);
     }
 
     let notes = notices::notices(&plan, &claim_of_node, &in_flight);
@@ -366,8 +396,7 @@ pub async fn launch_pending_claims<P: CloudProvider>(
         .retain(|_, t| now.duration_since(*t) < RECENTLY_LAUNCHED);
     let mut claims: Vec<Arc<NodeClaim>> = ctx
         .state
-        .node_claims
-        .state()
+        .claims()
         .into_iter()
         .filter(|c| c.metadata.deletion_timestamp.is_none() && !c.is_launched())
         .filter(|c| memory.may_launch(c.name(), now))

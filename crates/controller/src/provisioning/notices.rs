@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use futures::StreamExt;
 use joiner_core::scheduling::Plan;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -119,10 +120,12 @@ impl Published {
     }
 }
 
-/// Publishes each notice that is new for its pod (see [`Published::is_new`]); returns how many
-/// were published. A failure
-/// is logged and the notice is not remembered, so the next batch tries again: an Event is an
-/// explanation, never a reason to fail the batch.
+/// Events a batch publishes at once.
+pub const EVENT_CONCURRENCY: usize = 16;
+
+/// Publishes each notice that is new for its pod (see [`Published::is_new`]), several at once;
+/// returns how many were published. A failure is logged and the notice is not remembered, so
+/// the next batch tries again: an Event is an explanation, never a reason to fail the batch.
 pub async fn publish_all(
     client: &kube::Client,
     pods: &Store<Pod>,
@@ -130,18 +133,27 @@ pub async fn publish_all(
     notices: &[Notice],
     in_flight: &HashSet<String>,
 ) -> usize {
+    let sends: Vec<_> = notices
+        .iter()
+        .filter(|notice| published.is_new(notice, in_flight))
+        .filter_map(|notice| {
+            let (namespace, name) = notice.pod.split_once('/')?;
+            let pod = pods.get(&ObjectRef::new(name).within(namespace))?;
+            Some(async move {
+                let sent =
+                    events::publish(client, &pod, notice.kind, notice.reason, &notice.message)
+                        .await;
+                (notice, sent)
+            })
+        })
+        .collect();
+    let results: Vec<_> = futures::stream::iter(sends)
+        .buffer_unordered(EVENT_CONCURRENCY)
+        .collect()
+        .await;
     let mut sent = 0;
-    for notice in notices {
-        if !published.is_new(notice, in_flight) {
-            continue;
-        }
-        let Some((namespace, name)) = notice.pod.split_once('/') else {
-            continue;
-        };
-        let Some(pod) = pods.get(&ObjectRef::new(name).within(namespace)) else {
-            continue;
-        };
-        match events::publish(client, &pod, notice.kind, notice.reason, &notice.message).await {
+    for (notice, result) in results {
+        match result {
             Ok(_) => {
                 published.remember(notice);
                 sent += 1;

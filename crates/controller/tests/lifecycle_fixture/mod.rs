@@ -118,6 +118,7 @@ impl Stores {
             node_templates: store(vec![]).as_reader(),
             node_claims: self.claims.as_reader(),
             pdbs: store(vec![]).as_reader(),
+            created: Default::default(),
         }
     }
 
