@@ -142,6 +142,14 @@ pub enum LaunchError {
     },
 }
 
+impl LaunchError {
+    /// True when EC2 says a launch template of the request does not exist (deleted behind
+    /// the template cache's back).
+    pub fn is_missing_template(&self) -> bool {
+        matches!(self, LaunchError::Api { code, .. } if code.starts_with("InvalidLaunchTemplate"))
+    }
+}
+
 /// Launches instances through CreateFleet and records capacity failures.
 #[derive(Debug, Clone)]
 pub struct Fleet {

@@ -179,6 +179,11 @@ impl From<DiscoveryError> for ProviderError {
 /// Launch settings shared by a group of candidates: architecture, AMI variant, max-pods.
 type GroupKey = (Arch, AmiVariant, u32);
 
+/// How long a launch template may go unused before it is deleted: long enough that a template
+/// is never deleted between two launches of a steady workload, short enough that templates of
+/// old settings (a replaced AMI, an edited NodeTemplate) do not pile up.
+pub const TEMPLATE_TTL: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// `aws:///<zone>/<instance id>`: the providerID the AWS cloud controller puts on Nodes, so a
 /// Node registering from this instance is recognised as the claim's.
 pub fn aws_provider_id(zone: &str, instance_id: &str) -> String {
@@ -233,6 +238,12 @@ impl AwsCloudProvider {
             catalog,
             unavailable,
         }
+    }
+
+    /// Deletes the launch templates no launch has used for [`TEMPLATE_TTL`]; returns their
+    /// names. Run periodically by [`crate::housekeeping`].
+    pub async fn collect_launch_templates(&self) -> Result<Vec<String>, ProviderError> {
+        Ok(self.templates.delete_stale(TEMPLATE_TTL).await?)
     }
 
     /// What `node_template` resolves to now: subnets, security groups and AMIs (the family's
@@ -331,6 +342,43 @@ impl AwsCloudProvider {
     }
 
     /// The launch template of one candidate group: its AMI, the spec, found or created in EC2.
+    /// The launch template of each candidate group, paired with its candidates: the first
+    /// group's, then the others' (a later group whose template cannot be made is left out).
+    async fn templates_for(
+        &self,
+        req: &LaunchRequest,
+        nt: &NodeTemplate,
+        prov: &Provisioner,
+        groups: &[(InstanceFacts, Vec<(String, f64)>)],
+        security_group_ids: &[String],
+    ) -> Result<(TemplateCandidates, Vec<TemplateCandidates>), ProviderError> {
+        let mut templates = Vec::new();
+        for (i, (facts, candidates)) in groups.iter().enumerate() {
+            match self.template_for(nt, prov, facts, security_group_ids).await {
+                Ok(launch_template) => templates.push(TemplateCandidates {
+                    launch_template,
+                    candidates: candidates.clone(),
+                }),
+                Err(err) if i == 0 => return Err(err),
+                Err(err) => tracing::warn!(
+                    claim = %req.claim_name,
+                    instance_type = %facts.name,
+                    error = %err,
+                    "candidates left out of the launch: no launch template for their group"
+                ),
+            }
+        }
+        let mut templates = templates.into_iter();
+        let Some(first) = templates.next() else {
+            // Unreachable: the first group either gave a template or returned its error.
+            return Err(ProviderError::NoKnownCandidate {
+                claim: req.claim_name.clone(),
+                candidates: String::new(),
+            });
+        };
+        Ok((first, templates.collect()))
+    }
+
     async fn template_for(
         &self,
         nt: &NodeTemplate,
@@ -537,34 +585,6 @@ impl CloudProvider for AwsCloudProvider {
             .map(|g| g.id)
             .collect();
 
-        let mut templates = Vec::new();
-        for (i, (facts, candidates)) in groups.into_iter().enumerate() {
-            match self
-                .template_for(&nt, &prov, &facts, &security_group_ids)
-                .await
-            {
-                Ok(launch_template) => templates.push(TemplateCandidates {
-                    launch_template,
-                    candidates,
-                }),
-                Err(err) if i == 0 => return Err(err),
-                Err(err) => tracing::warn!(
-                    claim = %req.claim_name,
-                    instance_type = %facts.name,
-                    error = %err,
-                    "candidates left out of the launch: no launch template for their group"
-                ),
-            }
-        }
-        let mut templates = templates.into_iter();
-        let Some(first) = templates.next() else {
-            // Unreachable: the first group either gave a template or returned its error.
-            return Err(ProviderError::NoKnownCandidate {
-                claim: req.claim_name.clone(),
-                candidates: String::new(),
-            });
-        };
-
         let mut fleet_tags: BTreeMap<String, String> = nt.spec.tags.clone();
         fleet_tags.insert(
             cluster_tag_key(&self.config.cluster.name),
@@ -573,18 +593,41 @@ impl CloudProvider for AwsCloudProvider {
         fleet_tags.insert(tags::PROVISIONER_NAME.to_string(), prov.name().to_string());
         fleet_tags.insert(tags::NODECLAIM.to_string(), req.claim_name.clone());
 
-        let launched = self
-            .fleet
-            .launch(&FleetRequest {
-                client_token: req.claim_uid.clone(),
-                launch_template: first.launch_template,
-                capacity_type: req.capacity_type,
-                candidates: first.candidates,
-                subnets,
-                tags: fleet_tags,
-                more_templates: templates.collect(),
-            })
-            .await?;
+        // A template deleted behind the cache's back (by a person, or another replica's
+        // clean-up) fails the launch once: the cache forgets it, the templates are ensured
+        // again (found or re-created) and the launch is retried, once.
+        let mut retried = false;
+        let launched = loop {
+            let (first, more) = self
+                .templates_for(req, &nt, &prov, &groups, &security_group_ids)
+                .await?;
+            let names: Vec<String> = std::iter::once(&first)
+                .chain(&more)
+                .map(|t| t.launch_template.name.clone())
+                .collect();
+            let result = self
+                .fleet
+                .launch(&FleetRequest {
+                    client_token: req.claim_uid.clone(),
+                    launch_template: first.launch_template,
+                    capacity_type: req.capacity_type,
+                    candidates: first.candidates,
+                    subnets: subnets.clone(),
+                    tags: fleet_tags.clone(),
+                    more_templates: more,
+                })
+                .await;
+            match result {
+                Err(e) if !retried && e.is_missing_template() => {
+                    tracing::warn!(claim = %req.claim_name, error = %e, "launch template gone; ensuring it again and retrying once");
+                    for name in &names {
+                        self.templates.invalidate(name);
+                    }
+                    retried = true;
+                }
+                other => break other?,
+            }
+        };
         Ok(LaunchedNode {
             claim_name: Some(req.claim_name.clone()),
             provider_id: aws_provider_id(&launched.zone, &launched.instance_id),

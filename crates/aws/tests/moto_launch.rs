@@ -994,3 +994,55 @@ async fn terminate_refuses_instances_without_the_cluster_tag() {
     let left = instances.list_by_cluster().await.expect("list");
     assert!(left.iter().all(|i| i.state != "running"), "{left:?}");
 }
+
+#[tokio::test]
+async fn templates_unused_for_their_ttl_are_deleted_and_foreign_ones_never() {
+    let (_moto, clients) = setup().await;
+    let (image_id, _) = builtin_ami(&clients.ec2).await;
+    let lts = LaunchTemplates::new(clients.ec2.clone(), CLUSTER);
+    let name = format!("{}stale", name_prefix(CLUSTER));
+    let tags = sel(&[("joiner.sh/provisioner-name", "web")]);
+    lts.ensure(&name, lt_data(&image_id), &tags)
+        .await
+        .expect("create");
+    clients
+        .ec2
+        .create_launch_template()
+        .launch_template_name("other-tool")
+        .launch_template_data(lt_data(&image_id))
+        .set_tag_specifications(tag_spec(
+            ResourceType::LaunchTemplate,
+            &[(&cluster_tag_key(CLUSTER), "owned")],
+        ))
+        .send()
+        .await
+        .expect("foreign template");
+    // Used a moment ago: kept for an hour.
+    let hour = std::time::Duration::from_secs(3600);
+    assert!(lts.delete_stale(hour).await.expect("sweep").is_empty());
+    // A restarted controller has never used it: it counts from first sight, so it is kept too.
+    let restarted = LaunchTemplates::new(clients.ec2.clone(), CLUSTER);
+    assert!(restarted
+        .delete_stale(hour)
+        .await
+        .expect("sweep")
+        .is_empty());
+    // Unused for longer than the TTL: deleted; the foreign template stays.
+    let deleted = lts
+        .delete_stale(std::time::Duration::ZERO)
+        .await
+        .expect("sweep");
+    assert_eq!(deleted, std::slice::from_ref(&name));
+    let left = clients
+        .ec2
+        .describe_launch_templates()
+        .send()
+        .await
+        .expect("describe");
+    let names: Vec<&str> = left
+        .launch_templates()
+        .iter()
+        .filter_map(|t| t.launch_template_name())
+        .collect();
+    assert_eq!(names, ["other-tool"]);
+}

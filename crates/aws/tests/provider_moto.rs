@@ -300,3 +300,99 @@ async fn instance_types_apply_marked_unavailable_offerings() {
         Err(ProviderError::UnknownProvisioner { .. })
     ));
 }
+
+/// The launch templates moto holds, by name.
+async fn template_names(clients: &AwsClients) -> Vec<String> {
+    let out = clients
+        .ec2
+        .describe_launch_templates()
+        .send()
+        .await
+        .expect("describe");
+    let mut names: Vec<String> = out
+        .launch_templates()
+        .iter()
+        .filter_map(|t| t.launch_template_name().map(str::to_string))
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn a_template_deleted_under_the_cache_is_made_again_and_the_launch_succeeds() {
+    let moto = MotoServer::session().expect("moto server");
+    let (clients, p, _) = provider(&moto).await;
+    environment(&clients).await;
+    let first = p
+        .create(&request("web-1", "web", &[]))
+        .await
+        .expect("first launch");
+    let made = template_names(&clients).await;
+    assert!(!made.is_empty());
+    // Someone deletes every template; the provider's cache still names them.
+    for name in &made {
+        clients
+            .ec2
+            .delete_launch_template()
+            .launch_template_name(name)
+            .send()
+            .await
+            .expect("delete");
+    }
+    assert!(template_names(&clients).await.is_empty());
+    let second = p
+        .create(&request("web-2", "web", &[]))
+        .await
+        .expect("the launch recovers: the template is made again");
+    assert_ne!(first.instance_id, second.instance_id);
+    assert_eq!(
+        template_names(&clients).await,
+        made,
+        "the same settings, the same names"
+    );
+}
+
+#[tokio::test]
+async fn stale_templates_are_deleted_and_used_or_foreign_ones_kept() {
+    let moto = MotoServer::session().expect("moto server");
+    let (clients, p, _) = provider(&moto).await;
+    let (_, _, image_id) = environment(&clients).await;
+    p.create(&request("web-1", "web", &[]))
+        .await
+        .expect("launch");
+    let used = template_names(&clients).await;
+    // A template another tool made with the cluster tag only: never joiner's to delete.
+    clients
+        .ec2
+        .create_launch_template()
+        .launch_template_name("node-group-template")
+        .launch_template_data(
+            aws_sdk_ec2::types::RequestLaunchTemplateData::builder()
+                .image_id(&image_id)
+                .build(),
+        )
+        .tag_specifications(
+            aws_sdk_ec2::types::TagSpecification::builder()
+                .resource_type(aws_sdk_ec2::types::ResourceType::LaunchTemplate)
+                .tags(
+                    aws_sdk_ec2::types::Tag::builder()
+                        .key("kubernetes.io/cluster/c1")
+                        .value("owned")
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await
+        .expect("foreign template");
+    // Just used: nothing is stale.
+    assert!(p
+        .collect_launch_templates()
+        .await
+        .expect("collect")
+        .is_empty());
+    let mut all = used.clone();
+    all.push("node-group-template".into());
+    all.sort();
+    assert_eq!(template_names(&clients).await, all);
+}

@@ -233,12 +233,17 @@ fn ca_bundle(given: Option<&str>) -> Result<String, ControllerError> {
 
 /// The reconcilers that run only on the leader. Each entry is a future built from the shared
 /// context and the term's stop token. The NodeTemplate status is resolved by the AWS provider
-/// itself (the wrapped one: resolution is not a `CloudProvider` call).
+/// itself (the wrapped one: resolution is not a `CloudProvider` call), which also runs its own
+/// housekeeping (stale launch templates).
 pub fn leader_tasks() -> LeaderTasks<Cloud> {
     Arc::new(|ctx, term| {
-        let resolver = ctx.cloud.inner().clone();
+        let aws = ctx.cloud.inner().clone();
         vec![
-            Box::pin(status::run(ctx.clone(), resolver, term.clone())),
+            Box::pin(status::run(ctx.clone(), aws.clone(), term.clone())),
+            Box::pin(joiner_aws::housekeeping::run(
+                aws,
+                term.clone().cancelled_owned(),
+            )),
             Box::pin(provisioning::run(ctx.clone(), term.clone())),
             Box::pin(lifecycle::run(ctx, term)),
         ]

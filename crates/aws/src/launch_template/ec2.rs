@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use aws_sdk_ec2::types::{
     Filter, LaunchTemplate, LaunchTemplateBlockDeviceMappingRequest,
@@ -118,6 +119,9 @@ pub struct LaunchTemplates {
     ec2: aws_sdk_ec2::Client,
     cluster: String,
     known: Mutex<HashMap<String, LaunchTemplateRef>>,
+    /// When each template was last ensured (or, for one this process never used, first seen
+    /// by [`LaunchTemplates::delete_stale`]).
+    used: Mutex<HashMap<String, Instant>>,
 }
 
 impl LaunchTemplates {
@@ -127,6 +131,7 @@ impl LaunchTemplates {
             ec2,
             cluster: cluster.to_string(),
             known: Mutex::new(HashMap::new()),
+            used: Mutex::new(HashMap::new()),
         }
     }
 
@@ -139,6 +144,10 @@ impl LaunchTemplates {
         data: RequestLaunchTemplateData,
         tags: &BTreeMap<String, String>,
     ) -> Result<LaunchTemplateRef, AwsError> {
+        self.used
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_string(), Instant::now());
         if let Some(hit) = self.lock().get(name) {
             return Ok(hit.clone());
         }
@@ -203,6 +212,32 @@ impl LaunchTemplates {
     /// `joiner.sh/managed-by=joiner` (checked again on the answer, not only in the filter). A
     /// template that is already gone counts as deleted.
     pub async fn delete_unused(&self, keep: &HashSet<String>) -> Result<Vec<String>, AwsError> {
+        let owned = self.owned().await?;
+        self.delete_except(owned, keep).await
+    }
+
+    /// Deletes this cluster's joiner templates no launch has used for `ttl` (a template this
+    /// process never used counts from when it first saw it, so a new leader keeps what the
+    /// old one used for at least `ttl`); returns the names deleted. Settings that change (a
+    /// new AMI, an edited NodeTemplate) leave templates nothing launches with any more: this
+    /// keeps them from piling up to the account's limit.
+    pub async fn delete_stale(&self, ttl: Duration) -> Result<Vec<String>, AwsError> {
+        let owned = self.owned().await?;
+        let now = Instant::now();
+        let keep: HashSet<String> = {
+            let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
+            used.retain(|name, _| owned.iter().any(|lt| &lt.name == name));
+            owned
+                .iter()
+                .filter(|lt| now.duration_since(*used.entry(lt.name.clone()).or_insert(now)) < ttl)
+                .map(|lt| lt.name.clone())
+                .collect()
+        };
+        self.delete_except(owned, &keep).await
+    }
+
+    /// This cluster's joiner templates (ownership checked again on the answer).
+    async fn owned(&self) -> Result<Vec<LaunchTemplateRef>, AwsError> {
         let mut owned = Vec::new();
         let mut token = None;
         loop {
@@ -236,6 +271,15 @@ impl LaunchTemplates {
                 break;
             }
         }
+        Ok(owned)
+    }
+
+    /// Deletes the templates of `owned` whose name is not in `keep`.
+    async fn delete_except(
+        &self,
+        owned: Vec<LaunchTemplateRef>,
+        keep: &HashSet<String>,
+    ) -> Result<Vec<String>, AwsError> {
         let mut deleted = Vec::new();
         for lt in owned.into_iter().filter(|lt| !keep.contains(&lt.name)) {
             match self
