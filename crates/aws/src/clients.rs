@@ -4,6 +4,9 @@
 //! profiles, IRSA/Pod Identity and instance roles all work unchanged: the same binary runs
 //! against AWS, moto, or any compatible endpoint.
 
+use std::time::Duration;
+
+use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 
 use crate::error::AwsError;
@@ -23,6 +26,18 @@ pub fn pricing_region(region: &str) -> &'static str {
     } else {
         "us-east-1"
     }
+}
+
+/// The time limits every client starts from: a connection that cannot be made in 5 s, an
+/// attempt that takes 30 s, or a call that takes 2 min (its retries included) fails, instead of
+/// holding the loop that made it. Callers with a reason to wait longer or shorter (the catalog's
+/// paginated listings) set their own operation limit on top.
+pub fn default_timeouts() -> TimeoutConfig {
+    TimeoutConfig::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .operation_attempt_timeout(Duration::from_secs(30))
+        .operation_timeout(Duration::from_secs(120))
+        .build()
 }
 
 /// One client per AWS service joiner calls, all sharing a configuration.
@@ -56,14 +71,28 @@ impl AwsClients {
             .region()
             .map(|r| r.as_ref().to_string())
             .ok_or(AwsError::NoRegion)?;
+        let timeouts = default_timeouts();
         let pricing = aws_sdk_pricing::config::Builder::from(config)
             .region(Region::new(pricing_region(&region)))
+            .timeout_config(timeouts.clone())
             .build();
         Ok(AwsClients {
-            ec2: aws_sdk_ec2::Client::new(config),
-            ssm: aws_sdk_ssm::Client::new(config),
+            ec2: aws_sdk_ec2::Client::from_conf(
+                aws_sdk_ec2::config::Builder::from(config)
+                    .timeout_config(timeouts.clone())
+                    .build(),
+            ),
+            ssm: aws_sdk_ssm::Client::from_conf(
+                aws_sdk_ssm::config::Builder::from(config)
+                    .timeout_config(timeouts.clone())
+                    .build(),
+            ),
             pricing: aws_sdk_pricing::Client::from_conf(pricing),
-            sqs: aws_sdk_sqs::Client::new(config),
+            sqs: aws_sdk_sqs::Client::from_conf(
+                aws_sdk_sqs::config::Builder::from(config)
+                    .timeout_config(timeouts)
+                    .build(),
+            ),
             region,
         })
     }
@@ -72,6 +101,27 @@ impl AwsClients {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_client_has_connect_and_operation_timeouts() {
+        let config = SdkConfig::builder()
+            .region(Region::new("us-east-1"))
+            .behavior_version(BehaviorVersion::latest())
+            .build();
+        let clients = AwsClients::from_config(&config).expect("clients");
+        let limits = [
+            clients.ec2.config().timeout_config().cloned(),
+            clients.ssm.config().timeout_config().cloned(),
+            clients.pricing.config().timeout_config().cloned(),
+            clients.sqs.config().timeout_config().cloned(),
+        ];
+        for t in limits {
+            let t = t.expect("a timeout config");
+            assert_eq!(t.connect_timeout(), Some(Duration::from_secs(5)));
+            assert_eq!(t.operation_timeout(), Some(Duration::from_secs(120)));
+            assert_eq!(t.operation_attempt_timeout(), Some(Duration::from_secs(30)));
+        }
+    }
 
     #[test]
     fn pricing_regions_follow_the_partition() {

@@ -190,3 +190,63 @@ fn opts_single() -> CatalogOptions {
         ..options()
     }
 }
+
+/// Counts the EC2 requests a client sends.
+#[derive(Debug, Clone, Default)]
+struct CountRequests(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl aws_sdk_ec2::config::Intercept for CountRequests {
+    fn name(&self) -> &'static str {
+        "CountRequests"
+    }
+
+    fn read_before_transmit(
+        &self,
+        _ctx: &aws_sdk_ec2::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+        _rc: &aws_sdk_ec2::config::RuntimeComponents,
+        _cfg: &mut aws_sdk_ec2::config::ConfigBag,
+    ) -> Result<(), aws_sdk_ec2::error::BoxError> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_stale_catalog_is_served_at_once_and_refreshed_in_the_background_only() {
+    let moto = joiner_moto::MotoServer::session().expect("moto");
+    let config = moto.sdk_config("us-east-1").await;
+    let mut clients = AwsClients::from_config(&config).expect("clients");
+    let counter = CountRequests::default();
+    clients.ec2 = aws_sdk_ec2::Client::from_conf(
+        clients
+            .ec2
+            .config()
+            .to_builder()
+            .interceptor(counter.clone())
+            .build(),
+    );
+    // Every source is stale the moment it is read.
+    let stale = CatalogOptions {
+        types_ttl: Duration::ZERO,
+        prices_ttl: Duration::ZERO,
+        failure_retry: Duration::ZERO,
+        ..options()
+    };
+    let catalog = LiveCatalog::new(&clients, stale, &mut Registry::default());
+    let first = catalog.instance_types().await.expect("first load");
+    let loads = counter.0.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(loads > 0, "the first call fetched");
+    // A launch asking again gets the catalog at once, stale or not: no call to AWS.
+    let again = catalog.instance_types().await.expect("served");
+    assert!(std::sync::Arc::ptr_eq(&first, &again));
+    assert_eq!(counter.0.load(std::sync::atomic::Ordering::SeqCst), loads);
+    // The background refresher is what fetches again.
+    let refreshed = catalog.refresh_due().await.expect("refresh");
+    assert!(counter.0.load(std::sync::atomic::Ordering::SeqCst) > loads);
+    assert_eq!(refreshed.len(), first.len());
+    let served = catalog.instance_types().await.expect("served");
+    assert!(
+        std::sync::Arc::ptr_eq(&refreshed, &served),
+        "the refreshed catalog is served"
+    );
+}

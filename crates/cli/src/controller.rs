@@ -209,6 +209,13 @@ pub async fn aws_provider(
         CatalogOptions::default(),
         &mut started.registry,
     ));
+    // Every replica keeps the catalog loaded and fresh in the background from start-up: a
+    // follower that wins the Lease plans at once, and no launch waits for a refresh.
+    tokio::spawn({
+        let catalog = catalog.clone();
+        let stop = started.stop.clone().cancelled_owned();
+        async move { catalog.keep_fresh(stop).await }
+    });
     let unavailable = Arc::new(UnavailableOfferings::default());
     Ok(AwsCloudProvider::new(
         clients,

@@ -23,7 +23,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use tokio::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use super::instance_types::{describe_instance_types, LiveType};
 use super::offerings::{describe_offerings, ZoneOfferings};
@@ -270,6 +270,9 @@ struct State {
     assembled: Option<Arc<Vec<InstanceType>>>,
 }
 
+/// How often [`LiveCatalog::keep_fresh`] looks for due sources (a fresh source costs nothing).
+pub const REFRESH_POLL: Duration = Duration::from_secs(30);
+
 /// The instance types of one region with live zones and prices, falling back per source to
 /// the embedded catalog. Share it (`Arc`) between the provisioner and the controller loops;
 /// calls are serialised internally.
@@ -279,7 +282,11 @@ pub struct LiveCatalog {
     pricing: aws_sdk_pricing::Client,
     options: CatalogOptions,
     metrics: CatalogMetrics,
+    /// Held only to read or record, never across a call to AWS: a launch reading the catalog
+    /// never waits for a refresh.
     state: Mutex<State>,
+    /// One refresh at a time (the others find the sources fresh once it is done).
+    refreshing: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for LiveCatalog {
@@ -297,7 +304,10 @@ impl LiveCatalog {
     /// fetched until the first call.
     pub fn new(clients: &AwsClients, options: CatalogOptions, registry: &mut Registry) -> Self {
         let retry = RetryConfig::standard().with_max_attempts(options.max_attempts.max(1));
+        // The clients' connect and attempt limits, with the catalog's own call limit.
         let timeout = TimeoutConfig::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .operation_attempt_timeout(options.call_timeout)
             .operation_timeout(options.call_timeout)
             .build();
         let ec2 = aws_sdk_ec2::Client::from_conf(
@@ -325,6 +335,7 @@ impl LiveCatalog {
             options,
             metrics: CatalogMetrics::register(registry),
             state: Mutex::new(State::default()),
+            refreshing: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -333,11 +344,42 @@ impl LiveCatalog {
         &self.region
     }
 
-    /// The catalog, refreshing the sources whose interval has passed first. Errors only when
-    /// instance types or offerings cannot be read and the region has no embedded catalog to
-    /// stand in; price failures never fail it.
+    /// The catalog as last assembled, at once, however old: refreshing is
+    /// [`LiveCatalog::keep_fresh`]'s job, in the background, so a launch never waits for AWS to
+    /// list instance types. Only the very first call (nothing assembled yet) fetches, and
+    /// waits. Errors only when instance types or offerings cannot be read and the region has
+    /// no embedded catalog to stand in; price failures never fail it.
     pub async fn instance_types(&self) -> Result<Arc<Vec<InstanceType>>, CatalogError> {
+        if let Some(current) = self.lock().assembled.clone() {
+            return Ok(current);
+        }
         self.refresh_sources(false).await
+    }
+
+    /// Fetches the sources whose interval has passed (none when all are fresh) and returns
+    /// the catalog.
+    pub async fn refresh_due(&self) -> Result<Arc<Vec<InstanceType>>, CatalogError> {
+        self.refresh_sources(false).await
+    }
+
+    /// Refreshes due sources now and then every [`REFRESH_POLL`] until `stop` resolves: run on
+    /// every replica from start-up, so a follower that wins the Lease plans at once with a
+    /// loaded catalog, and the leader's launches never wait for a refresh.
+    pub async fn keep_fresh(&self, stop: impl std::future::Future<Output = ()>) {
+        tokio::pin!(stop);
+        loop {
+            if let Err(e) = self.refresh_due().await {
+                tracing::warn!(error = %e, "catalog refresh failed; keeping the last catalog");
+            }
+            tokio::select! {
+                _ = &mut stop => return,
+                _ = tokio::time::sleep(REFRESH_POLL) => {}
+            }
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Fetches every source now, whatever its age (a controller's "prices may have changed"
@@ -348,7 +390,7 @@ impl LiveCatalog {
 
     /// Where each source's data comes from now.
     pub async fn status(&self) -> CatalogStatus {
-        let st = self.state.lock().await;
+        let st = self.lock();
         CatalogStatus {
             region: self.region.clone(),
             sources: BTreeMap::from([
@@ -369,14 +411,19 @@ impl LiveCatalog {
     }
 
     async fn refresh_sources(&self, force: bool) -> Result<Arc<Vec<InstanceType>>, CatalogError> {
-        let mut st = self.state.lock().await;
-        let now = Instant::now();
+        let _one_at_a_time = self.refreshing.lock().await;
         let o = &self.options;
-        let due = |stale: bool| force || stale;
-        let want_types = due(st.types.stale(o.types_ttl, o.failure_retry, now));
-        let want_offerings = due(st.offerings.stale(o.types_ttl, o.failure_retry, now));
-        let want_od = due(st.on_demand.stale(o.prices_ttl, o.failure_retry, now));
-        let want_spot = due(st.spot.stale(o.prices_ttl, o.failure_retry, now));
+        let (want_types, want_offerings, want_od, want_spot) = {
+            let st = self.lock();
+            let now = Instant::now();
+            let due = |stale: bool| force || stale;
+            (
+                due(st.types.stale(o.types_ttl, o.failure_retry, now)),
+                due(st.offerings.stale(o.types_ttl, o.failure_retry, now)),
+                due(st.on_demand.stale(o.prices_ttl, o.failure_retry, now)),
+                due(st.spot.stale(o.prices_ttl, o.failure_retry, now)),
+            )
+        };
 
         let (types, offerings, on_demand, spot) = tokio::join!(
             async {
@@ -409,6 +456,7 @@ impl LiveCatalog {
             },
         );
         let finished = Instant::now();
+        let mut st = self.lock();
         let mut changed = false;
         if let Some(r) = types {
             let r = r.map(|p| {

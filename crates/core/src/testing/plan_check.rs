@@ -189,11 +189,13 @@ pub fn check(s: &Snapshot, plan: &Plan) -> Result<(), String> {
                 .iter()
                 .any(|q| q.key() != p.key() && scope.matches(q));
             let owner = p.owner.as_ref().map(|o| o.name.clone()).unwrap_or_default();
-            // Pods of another Deployment (running or pending) match: the pod follows them and
-            // must share a node with one.
-            if s.pods
+            // Pods of another Deployment that run or are placed by the plan match: the pod
+            // follows them and must share a node with one. (A matching pod left unschedulable
+            // is on no node; as for the kube-scheduler, it does not count.)
+            if pl
+                .on_node
                 .iter()
-                .any(|q| scope.matches(q) && q.owner != p.owner)
+                .any(|(q, ..)| scope.matches(q) && q.owner != p.owner)
             {
                 ensure!(
                     near,

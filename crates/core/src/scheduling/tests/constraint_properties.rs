@@ -393,3 +393,27 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_hostname_affine_pod_stands_alone_when_the_pod_it_selects_is_unschedulable() {
+    let spec = |cpu: i64, zone_anti: bool, zone_affinity: bool, host_affinity: bool| ClassSpec {
+        count: 1,
+        cpu,
+        app: 0,
+        zone_spread: None,
+        host_spread: None,
+        host_anti: None,
+        zone_anti,
+        zone_affinity,
+        port: None,
+        on_demand: false,
+        host_affinity,
+        affine_to: None,
+    };
+    let classes = vec![spec(100, false, true, false), spec(250, true, false, true)];
+    let s = build(&classes, &[]);
+    let plan = simulate(&s, &catalog(), &Options::default());
+    if let Err(e) = check(&s, &plan) {
+        panic!("{e}\n{plan:#?}");
+    }
+}
