@@ -127,7 +127,7 @@ pub async fn reconcile_one(
                 nodetemplate = %nt.name(),
                 ready = %c.status,
                 reason = %c.reason,
-                message = %c.message,
+                condition_message = %c.message,
                 "NodeTemplate status written"
             );
         }

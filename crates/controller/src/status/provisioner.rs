@@ -249,7 +249,7 @@ pub async fn reconcile_one(
                 provisioner = %prov.name(),
                 ready = %c.status,
                 reason = %c.reason,
-                message = %c.message,
+                condition_message = %c.message,
                 "Provisioner status written"
             );
         }
