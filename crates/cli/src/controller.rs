@@ -18,7 +18,7 @@ use joiner_aws::{
 use joiner_controller::instrumented::Instrumented;
 use joiner_controller::logging::{self, LogFormat};
 use joiner_controller::runtime::{self, LeaderTasks, RuntimeError, RuntimeOptions, Started};
-use joiner_controller::{lifecycle, provisioning, status, Settings};
+use joiner_controller::{cluster_facts, lifecycle, provisioning, status, Settings};
 use thiserror::Error;
 
 /// The cloud the production controller drives: the AWS provider with its calls measured.
@@ -66,9 +66,14 @@ pub struct ControllerArgs {
     /// pod mounts (the same cluster CA).
     #[arg(long, env = "CLUSTER_CA_BUNDLE")]
     pub cluster_ca_bundle: Option<String>,
-    /// The cluster's service CIDR (AL2023 nodes need it).
+    /// The cluster's service CIDR (AL2023 nodes need it). Default: read from the API (the
+    /// ServiceCIDR `kubernetes`, else the /16 of the `default/kubernetes` Service's address).
     #[arg(long, env = "SERVICE_CIDR")]
     pub service_cidr: Option<String>,
+    /// The cluster DNS address nodes' kubelets use. Default: the `kube-system/kube-dns`
+    /// Service's clusterIP.
+    #[arg(long, env = "CLUSTER_DNS_IP")]
+    pub cluster_dns_ip: Option<String>,
     /// AWS region. Default: the SDK's chain (profile, IMDS).
     #[arg(long, env = "AWS_REGION")]
     pub region: Option<String>,
@@ -152,6 +157,76 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 impl ControllerArgs {
+    /// Every problem with the flags and environment values, each naming the flag and its
+    /// variable; empty when the controller may start. Checked before anything connects, so a
+    /// bad value is a usage error (exit 2) rather than a failure at the first launch.
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.cluster_name.trim().is_empty() {
+            out.push("--cluster-name (CLUSTER_NAME): must not be empty".to_string());
+        }
+        match self.cluster_endpoint.parse::<http::Uri>() {
+            Ok(uri) if uri.scheme_str() == Some("https") && uri.host().is_some_and(|h| !h.is_empty()) => {}
+            _ => out.push(format!(
+                "--cluster-endpoint (CLUSTER_ENDPOINT): `{}` is not an https URL (the EKS API endpoint, e.g. https://ABCD.gr7.us-east-1.eks.amazonaws.com)",
+                self.cluster_endpoint
+            )),
+        }
+        if let Some(ca) = self.cluster_ca_bundle.as_deref().filter(|c| !c.is_empty()) {
+            let pem = base64::engine::general_purpose::STANDARD.decode(ca.trim());
+            let is_pem = pem
+                .as_ref()
+                .is_ok_and(|b| String::from_utf8_lossy(b).contains("-----BEGIN CERTIFICATE-----"));
+            if !is_pem {
+                out.push(
+                    "--cluster-ca-bundle (CLUSTER_CA_BUNDLE): not a base64-encoded PEM certificate"
+                        .to_string(),
+                );
+            }
+        }
+        if let Some(cidr) = self.service_cidr.as_deref() {
+            if !is_cidr(cidr) {
+                out.push(format!(
+                    "--service-cidr (SERVICE_CIDR): `{cidr}` is not a CIDR (e.g. 10.100.0.0/16)"
+                ));
+            }
+        }
+        if let Some(ip) = self.cluster_dns_ip.as_deref() {
+            if ip.parse::<std::net::IpAddr>().is_err() {
+                out.push(format!(
+                    "--cluster-dns-ip (CLUSTER_DNS_IP): `{ip}` is not an IP address"
+                ));
+            }
+        }
+        if !(self.kube_client_qps.is_finite() && self.kube_client_qps > 0.0) {
+            out.push(format!(
+                "--kube-client-qps (KUBE_CLIENT_QPS): {} must be a positive number",
+                self.kube_client_qps
+            ));
+        }
+        if self.kube_client_burst == 0 {
+            out.push("--kube-client-burst (KUBE_CLIENT_BURST): must be at least 1".to_string());
+        }
+        if self.batch_idle_duration.is_zero() {
+            out.push(
+                "--batch-idle-duration (BATCH_IDLE_DURATION): must be more than 0".to_string(),
+            );
+        }
+        if self.batch_max_duration < self.batch_idle_duration {
+            out.push(format!(
+                "--batch-max-duration (BATCH_MAX_DURATION): {:?} is shorter than --batch-idle-duration {:?}",
+                self.batch_max_duration, self.batch_idle_duration
+            ));
+        }
+        if self.metrics_port == self.health_port {
+            out.push(format!(
+                "--metrics-port and --health-port (METRICS_PORT, HEALTH_PROBE_PORT): both {}",
+                self.metrics_port
+            ));
+        }
+        out
+    }
+
     /// The cloud-agnostic runtime's options.
     pub fn options(&self) -> RuntimeOptions {
         let mut settings = Settings::new(&self.cluster_name);
@@ -191,13 +266,14 @@ pub async fn aws_provider(
     if let Some(queue) = &args.interruption_queue {
         tracing::info!(%queue, "interruption queue noted; its consumer is not part of this release");
     }
+    let (dns_ip, service_cidr) = cluster_facts(args, &started.client).await;
     let config = ProviderConfig {
         cluster: ClusterInfo {
             name: args.cluster_name.clone(),
             endpoint: args.cluster_endpoint.clone(),
             ca_bundle: ca_bundle(args.cluster_ca_bundle.as_deref())?,
-            service_cidr: args.service_cidr.clone(),
-            dns_ip: None,
+            service_cidr,
+            dns_ip,
         },
         kubernetes_version,
         ssm_prefix: args.ssm_prefix.clone(),
@@ -224,6 +300,70 @@ pub async fn aws_provider(
         unavailable,
         Arc::new(started.state.clone()),
     ))
+}
+
+/// True for `a.b.c.d/n` (n ≤ 32) or an IPv6 address with a prefix length (≤ 128).
+fn is_cidr(text: &str) -> bool {
+    let Some((addr, len)) = text.split_once('/') else {
+        return false;
+    };
+    let Ok(len) = len.parse::<u8>() else {
+        return false;
+    };
+    match addr.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(_)) => len <= 32,
+        Ok(std::net::IpAddr::V6(_)) => len <= 128,
+        Err(_) => false,
+    }
+}
+
+/// The cluster DNS address and service CIDR nodes need: the flags', else read from the API
+/// (a default install must not fail at its first AL2023 launch for want of a CIDR). A fact that
+/// cannot be read is left out with a warning: AL2 and Bottlerocket derive the DNS address
+/// themselves, and an AL2023 launch then fails naming `--service-cidr`.
+async fn cluster_facts(
+    args: &ControllerArgs,
+    client: &kube::Client,
+) -> (Option<String>, Option<String>) {
+    let dns = match &args.cluster_dns_ip {
+        Some(ip) => Some(ip.clone()),
+        None => match cluster_facts::cluster_dns_ip(client).await {
+            Ok(Some(ip)) => {
+                tracing::info!(%ip, "cluster DNS address read from kube-system/kube-dns");
+                Some(ip)
+            }
+            Ok(None) => {
+                tracing::warn!("no kube-system/kube-dns Service: nodes use their AMI's default DNS address (set --cluster-dns-ip)");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read kube-system/kube-dns (set --cluster-dns-ip)");
+                None
+            }
+        },
+    };
+    let cidr = match &args.service_cidr {
+        Some(c) => Some(c.clone()),
+        None => match cluster_facts::service_cidr(client).await {
+            Ok(Some((cidr, true))) => {
+                tracing::info!(%cidr, "service CIDR read from the ServiceCIDR `kubernetes`");
+                Some(cidr)
+            }
+            Ok(Some((cidr, false))) => {
+                tracing::warn!(%cidr, "service CIDR inferred from the `kubernetes` Service's address (the EKS default /16); set --service-cidr if the cluster uses another");
+                Some(cidr)
+            }
+            Ok(None) => {
+                tracing::warn!("service CIDR unknown: AL2023 launches need --service-cidr");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the service CIDR: AL2023 launches need --service-cidr");
+                None
+            }
+        },
+    };
+    (dns, cidr)
 }
 
 /// The base64 cluster CA: the flag's, or the service-account CA file encoded.
@@ -277,6 +417,13 @@ pub fn run(args: &ControllerArgs) -> ExitCode {
         eprintln!("error: {e}");
         return ExitCode::from(2);
     }
+    let problems = args.problems();
+    if !problems.is_empty() {
+        for p in &problems {
+            eprintln!("error: {p}");
+        }
+        return ExitCode::from(2);
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -288,7 +435,7 @@ pub fn run(args: &ControllerArgs) -> ExitCode {
         }
     };
     match rt.block_on(serve(args)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) | Err(ControllerError::Runtime(RuntimeError::Stopped)) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "controller stopped");
             eprintln!("error: {e}");

@@ -21,6 +21,7 @@ fn help_lists_every_flag_with_its_environment_variable() {
         ("--cluster-endpoint", "CLUSTER_ENDPOINT"),
         ("--cluster-ca-bundle", "CLUSTER_CA_BUNDLE"),
         ("--service-cidr", "SERVICE_CIDR"),
+        ("--cluster-dns-ip", "CLUSTER_DNS_IP"),
         ("--region", "AWS_REGION"),
         ("--interruption-queue", "INTERRUPTION_QUEUE"),
         ("--batch-idle-duration", "BATCH_IDLE_DURATION"),
@@ -184,5 +185,102 @@ fn missing_crds_stop_the_controller_with_how_to_install_them() {
             "GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions/provisioners.joiner.sh"
         )),
         "{seen:?}"
+    );
+}
+
+#[test]
+fn bad_values_are_usage_errors_naming_each_flag() {
+    let out = Command::new(env!("CARGO_BIN_EXE_joiner"))
+        .arg("controller")
+        .env_clear()
+        .env("CLUSTER_NAME", " ")
+        .env("CLUSTER_ENDPOINT", "http://10.0.0.1")
+        .env("CLUSTER_CA_BUNDLE", "bm90IGEgY2VydA==")
+        .env("SERVICE_CIDR", "10.100.0.0/33")
+        .env("CLUSTER_DNS_IP", "ten")
+        .env("KUBE_CLIENT_QPS", "0")
+        .env("KUBE_CLIENT_BURST", "0")
+        .env("BATCH_IDLE_DURATION", "5s")
+        .env("BATCH_MAX_DURATION", "1s")
+        .env("METRICS_PORT", "9000")
+        .env("HEALTH_PROBE_PORT", "9000")
+        .output()
+        .expect("runs joiner");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for flag in [
+        "--cluster-name (CLUSTER_NAME)",
+        "--cluster-endpoint (CLUSTER_ENDPOINT): `http://10.0.0.1` is not an https URL",
+        "--cluster-ca-bundle (CLUSTER_CA_BUNDLE): not a base64-encoded PEM",
+        "--service-cidr (SERVICE_CIDR)",
+        "--cluster-dns-ip (CLUSTER_DNS_IP)",
+        "--kube-client-qps (KUBE_CLIENT_QPS)",
+        "--kube-client-burst (KUBE_CLIENT_BURST)",
+        "--batch-max-duration (BATCH_MAX_DURATION)",
+        "--metrics-port and --health-port",
+    ] {
+        assert!(stderr.contains(flag), "{flag} missing from:\n{stderr}");
+    }
+}
+
+#[test]
+fn sigterm_stops_a_controller_whose_api_server_never_answers() {
+    // An API server that accepts connections and never answers.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binds");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    let dir = std::env::temp_dir().join(format!("joiner-sigterm-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://{addr}\n\
+             contexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n\
+             users:\n- name: u\n  user:\n    token: t\n"
+        ),
+    )
+    .expect("writes kubeconfig");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_joiner"))
+        .args(["controller", "--log-format", "text"])
+        .env_clear()
+        .env("KUBECONFIG", &kubeconfig)
+        .env("CLUSTER_NAME", "c")
+        .env("CLUSTER_ENDPOINT", "https://example")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starts");
+    // Give it time to install the signal handler and start waiting for the API.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    // It must exit on its own well within a pod's grace period (30 s); a guard ends it
+    // otherwise so the test reports instead of hanging.
+    let mut status = None;
+    for _ in 0..200 {
+        if let Some(s) = child.try_wait().expect("wait") {
+            status = Some(s);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    if status.is_none() {
+        let _ = child.kill();
+    }
+    let output = child.wait_with_output().expect("output");
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("waiting for the Kubernetes API server"),
+        "it said what it waits for: {stderr}"
     );
 }

@@ -224,6 +224,8 @@ fn the_cluster_role_grants_the_controllers_calls_and_no_wildcards() {
         }
     }
     wanted.push(("apiextensions.k8s.io", "customresourcedefinitions", "get"));
+    wanted.push(("", "services", "get"));
+    wanted.push(("networking.k8s.io", "servicecidrs", "get"));
     for (g, r, v) in &wanted {
         assert!(allows(rules, g, r, v), "ClusterRole lacks {v} {g}/{r}");
     }
@@ -256,6 +258,17 @@ fn the_cluster_role_grants_the_controllers_calls_and_no_wildcards() {
         strings(&crd_rule["resourceNames"]).len(),
         3,
         "only joiner's CRDs"
+    );
+    let services_rule = rules
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .find(|r| strings(&r["resources"]).iter().any(|x| x == "services"))
+        .expect("services rule");
+    assert_eq!(
+        strings(&services_rule["resourceNames"]),
+        ["kube-dns", "kubernetes"],
+        "only the two Services start-up reads"
     );
 
     let binding = object("ClusterRoleBinding");

@@ -6,6 +6,7 @@
 //! through the API ([`k8s`] holds the shared API helpers and Events). [`crypto`] settles the TLS provider
 //! before any client is built.
 
+pub mod cluster_facts;
 pub mod context;
 pub mod crypto;
 pub mod http;

@@ -96,6 +96,17 @@ pub enum RuntimeError {
     /// The API server's version could not be read.
     #[error("GET /version failed: {0}")]
     ApiVersion(#[source] kube::Error),
+    /// SIGTERM or SIGINT arrived before the controller was running.
+    #[error("stopped before start-up finished")]
+    Stopped,
+    /// The API server did not answer within the start-up wait.
+    #[error("the Kubernetes API did not answer within {waited:?}: {last_error}")]
+    ApiUnreachable {
+        /// How long it was tried.
+        waited: Duration,
+        /// The last failure.
+        last_error: String,
+    },
     /// The cloud provider could not be built.
     #[error("cloud provider: {0}")]
     Cloud(String),
@@ -125,6 +136,43 @@ pub enum RuntimeError {
     /// Leader election failed or the leadership was lost.
     #[error(transparent)]
     Leader(#[from] LeaderError),
+}
+
+/// How long start-up waits for the API server before giving up (the pod restarts and tries
+/// again).
+pub const API_WAIT: Duration = Duration::from_secs(120);
+
+/// Time limit of one start-up call to the API server.
+pub const API_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Waits until the API server answers `GET /version` with anything (each try bounded by
+/// [`API_CALL_TIMEOUT`], logged with what it waits for), at most `wait`.
+pub async fn wait_for_api(client: &Client, wait: Duration) -> Result<(), RuntimeError> {
+    let started = tokio::time::Instant::now();
+    let mut attempt = 0u32;
+    tracing::info!(timeout = ?API_CALL_TIMEOUT, "waiting for the Kubernetes API server (GET /version)");
+    loop {
+        attempt += 1;
+        let last_error =
+            match tokio::time::timeout(API_CALL_TIMEOUT, client.apiserver_version()).await {
+                Ok(Ok(version)) => {
+                    tracing::info!(version = %version.git_version, "Kubernetes API reachable");
+                    return Ok(());
+                }
+                // Any HTTP answer (even an error status) means the server is there; what it
+                // refuses is for the calls that follow to report.
+                Ok(Err(kube::Error::Api(_))) => return Ok(()),
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => format!("no answer within {API_CALL_TIMEOUT:?}"),
+            };
+        let waited = started.elapsed();
+        if waited >= wait {
+            return Err(RuntimeError::ApiUnreachable { waited, last_error });
+        }
+        tracing::warn!(attempt, error = %last_error, "waiting for the Kubernetes API server (GET /version)");
+        let pause = Duration::from_secs(u64::from(attempt.min(5)));
+        tokio::time::sleep(pause.min(wait.saturating_sub(waited))).await;
+    }
 }
 
 /// The names of the three CRDs (`provisioners.joiner.sh`, ...).
@@ -421,12 +469,27 @@ pub struct Started {
     drivers: Vec<BoxFuture<'static, ()>>,
 }
 
-/// The first phase of `joiner controller`: everything that does not depend on the cloud.
+/// The first phase of `joiner controller`: everything that does not depend on the cloud. It
+/// waits for the API server (saying so in the log every attempt) but gives up at once on
+/// SIGTERM/SIGINT ([`RuntimeError::Stopped`]), so a pod that cannot reach its API server still
+/// stops within its grace period.
 pub async fn start(options: &RuntimeOptions) -> Result<Started, RuntimeError> {
     crate::crypto::install_default_provider();
     let stop = stop_on_signal()?;
     let client = kube_client(options.kube_client_qps, options.kube_client_burst).await?;
-    check_crds(&client).await?;
+    tokio::select! {
+        _ = stop.cancelled() => return Err(RuntimeError::Stopped),
+        reached = wait_for_api(&client, API_WAIT) => reached?,
+    }
+    tokio::select! {
+        _ = stop.cancelled() => return Err(RuntimeError::Stopped),
+        checked = tokio::time::timeout(API_CALL_TIMEOUT, check_crds(&client)) => {
+            checked.map_err(|_| RuntimeError::ApiUnreachable {
+                waited: API_CALL_TIMEOUT,
+                last_error: "reading joiner's CustomResourceDefinitions timed out".into(),
+            })??;
+        }
+    }
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry));
     let health = Arc::new(Health::register(&mut registry));

@@ -28,7 +28,9 @@ fn fields_of_calls(text: &str) -> Vec<(usize, String)> {
         let mut from = 0;
         while let Some(at) = text[from..].find(&needle) {
             let start = from + at + needle.len();
-            let Some(len) = text[start..].find(");") else { break };
+            let Some(len) = text[start..].find(");") else {
+                break;
+            };
             let call = &text[start..start + len];
             let line = text[..start].lines().count();
             // Fields come before the first string literal (the message).
