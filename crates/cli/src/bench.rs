@@ -37,6 +37,10 @@ pub struct BenchArgs {
     /// Region of the embedded catalog.
     #[arg(long, default_value = "us-east-1")]
     region: String,
+    /// Instead of the simulation, measure the controller's memory with the first `--pods`
+    /// count of pods and this many nodes fed through its reflector stores.
+    #[arg(long)]
+    stores: Option<usize>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -54,6 +58,10 @@ enum Workload {
 pub fn run(args: &BenchArgs) -> Result<String, CliError> {
     if args.repeat == 0 {
         return Err(CliError::Usage("--repeat must be at least 1".into()));
+    }
+    if let Some(nodes) = args.stores {
+        let pods = args.pods.first().copied().unwrap_or(20_000);
+        return crate::bench_stores::run(pods, nodes, &args.region);
     }
     let catalog = joiner_aws::embedded::cached(&args.region)?;
     let types = &catalog.instance_types;

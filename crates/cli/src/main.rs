@@ -6,6 +6,7 @@
 //! controller` runs in the cluster.
 
 mod bench;
+mod bench_stores;
 mod controller;
 mod crds;
 mod error;

@@ -17,6 +17,7 @@ pub mod leader;
 pub mod lifecycle;
 pub mod logging;
 pub mod metrics;
+pub mod pod_record;
 pub mod provisioning;
 pub mod runtime;
 pub mod settings;

@@ -11,18 +11,19 @@ use joiner_apis::convert;
 use joiner_apis::{NodeClaim, NodeTemplate, ObjectLookup, Provisioner};
 use joiner_core::{InstanceType, Snapshot};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::inflight;
+use crate::pod_record::{PodRecord, PodRole};
 
 /// Read handles on the reflector stores the controller keeps. Cloning is cheap (the stores are
 /// shared), so each reconciler can hold its own copy.
 #[derive(Clone)]
 pub struct ClusterState {
-    /// Every pod in the cluster.
-    pub pods: Store<Pod>,
+    /// Every pod in the cluster, as a [`PodRecord`] (converted once, when delivered).
+    pub pods: Store<PodRecord>,
     /// Every node.
     pub nodes: Store<Node>,
     /// Every DaemonSet: their pods land on each new node and reduce what it can hold.
@@ -88,77 +89,12 @@ impl ObjectLookup for ClusterState {
     }
 }
 
-/// What a pod means to the simulation.
-#[derive(Debug, PartialEq, Eq)]
-enum PodRole {
-    /// Bound to a node (or a DaemonSet pod): its requests count on that node.
-    Bound,
-    /// The kube-scheduler tried and found no node: capacity may have to be made.
-    Pending,
-    /// Not for planning: finished, being deleted before it ran, or not yet tried.
-    Ignored,
-}
-
-/// Classifies a pod.
-///
-/// A pod without a node is pending for joiner only once the kube-scheduler has marked it
-/// `PodScheduled=False` with reason `Unschedulable`: before that the scheduler may still place
-/// it on capacity that exists, and launching for it would race the scheduler and buy nodes
-/// nobody needs (Karpenter waits for the same condition). Pods in phase Succeeded or Failed hold
-/// no resources and are ignored, as are unbound pods already being deleted. An unbound pod with
-/// `status.nominatedNodeName` is waiting for a preemption the scheduler started on that node, and
-/// an unbound DaemonSet pod waits for its own node (the DaemonSet controller binds it there): new
-/// capacity would help neither, so both are ignored.
-fn role(pod: &Pod) -> PodRole {
-    if convert::finished_phase(pod).is_some() {
-        return PodRole::Ignored;
-    }
-    let bound = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .is_some_and(|n| !n.is_empty());
-    if bound {
-        return PodRole::Bound;
-    }
-    if pod.metadata.deletion_timestamp.is_some() {
-        return PodRole::Ignored;
-    }
-    let nominated = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.nominated_node_name.as_deref())
-        .is_some_and(|n| !n.is_empty());
-    if nominated {
-        return PodRole::Ignored;
-    }
-    if convert::controller_owner(pod).is_some_and(|o| o.kind == "DaemonSet") {
-        return PodRole::Ignored;
-    }
-    let unschedulable = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| {
-            c.type_ == "PodScheduled"
-                && c.status == "False"
-                && c.reason.as_deref() == Some("Unschedulable")
-        });
-    if unschedulable {
-        PodRole::Pending
-    } else {
-        PodRole::Ignored
-    }
-}
-
 /// True when joiner should plan capacity for `pod`: the kube-scheduler marked it
 /// `PodScheduled=False` reason `Unschedulable`, it has no `spec.nodeName` and no
 /// `status.nominatedNodeName`, no DaemonSet owns it, and it is neither finished nor being
 /// deleted. The provisioning batcher watches exactly these pods.
-pub fn is_provisionable(pod: &Pod) -> bool {
-    role(pod) == PodRole::Pending
+pub fn is_provisionable(pod: &PodRecord) -> bool {
+    pod.role == PodRole::Pending
 }
 
 /// `namespace/name` of a namespaced object, for warnings.
@@ -176,6 +112,22 @@ fn cluster_name(meta: &kube::api::ObjectMeta) -> String {
 }
 
 impl ClusterState {
+    /// Stores that hold nothing (each read from a writer of its own): for tools and benchmarks
+    /// that fill a few of them and replace those fields.
+    pub fn empty() -> Self {
+        use kube::runtime::reflector::store::Writer;
+        ClusterState {
+            pods: Writer::default().as_reader(),
+            nodes: Writer::default().as_reader(),
+            daemonsets: Writer::default().as_reader(),
+            provisioners: Writer::default().as_reader(),
+            node_templates: Writer::default().as_reader(),
+            node_claims: Writer::default().as_reader(),
+            pdbs: Writer::default().as_reader(),
+            created: CreatedClaims::default(),
+        }
+    }
+
     /// The simulation's view of the cluster, with one warning per object that could not be
     /// converted (`Pod ns/name: field: reason`). Such an object is skipped rather than failing
     /// the snapshot: one bad pod must not stop capacity for every other pod.
@@ -206,11 +158,11 @@ impl ClusterState {
         let mut warnings = Vec::new();
 
         for pod in self.pods.state() {
-            if role(&pod) == PodRole::Ignored {
+            if pod.role == PodRole::Ignored {
                 continue;
             }
-            match convert::pod(&pod) {
-                Ok(p) => snap.pods.push(p),
+            match &pod.core {
+                Ok(p) => snap.pods.push(p.clone()),
                 Err(e) => warnings.push(format!("Pod {}: {e}", namespaced_name(&pod.metadata))),
             }
         }

@@ -1,5 +1,5 @@
 //! The reflectors that fill [`ClusterState`]: one watcher per kind, each object stripped of the
-//! fields no decision reads before it enters its store.
+//! fields no decision reads before it enters its store (pods become [`PodRecord`]s).
 //!
 //! A cluster's pods dominate the controller's memory, and most of a pod object is container
 //! detail (environment, mounts, probes, commands) and status the scheduler side never looks
@@ -12,7 +12,7 @@
 //! objects with patches.
 
 use futures::future::BoxFuture;
-use futures::{FutureExt, StreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use joiner_apis::{NodeClaim, NodeTemplate, Provisioner};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec};
@@ -24,7 +24,11 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use std::fmt::Debug;
 
+use crate::pod_record::PodRecord;
 use crate::state::ClusterState;
+
+/// Objects per page of a watcher's initial list.
+pub const PAGE_SIZE: u32 = 500;
 
 /// The annotation `kubectl apply` writes: a full copy of the object, often the largest field.
 pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -50,7 +54,7 @@ pub fn reflectors(client: &Client) -> Reflectors {
     let (node_templates, node_templates_w) = reflector::store();
     let (node_claims, node_claims_w) = reflector::store();
     let drivers = vec![
-        drive(Api::<Pod>::all(client.clone()), pods_w, strip_pod),
+        drive_pods(Api::<Pod>::all(client.clone()), pods_w),
         drive(Api::<Node>::all(client.clone()), nodes_w, strip_node),
         drive(
             Api::<DaemonSet>::all(client.clone()),
@@ -114,18 +118,39 @@ where
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
     let kind = K::kind(&K::DynamicType::default()).to_string();
-    // resourceVersion=0 lists are served from the API server's watch cache instead of etcd,
-    // as client-go informers do; a replica's initial list of every pod is the heaviest call
-    // it makes. kube sends resourceVersion=0 only on unpaginated lists, hence no page size.
-    let config = watcher::Config {
-        page_size: None,
-        ..watcher::Config::default().any_semantic()
-    };
+    // The initial list comes in pages of 500, each stripped object by object as it arrives:
+    // a replica never holds a whole cluster's pods unstripped (a resourceVersion=0 list is
+    // served whole, ignoring the page size, by API servers before 1.33's paginated watch
+    // cache). Recent API servers serve these consistent lists from their watch cache too.
+    let config = watcher::Config::default().page_size(PAGE_SIZE);
     let stream = watcher(api, config).default_backoff().modify(strip);
     reflector::reflector(writer, stream)
         .for_each(move |event| {
             if let Err(e) = event {
                 tracing::warn!(kind = %kind, error = %e, "watch failed; retrying");
+            }
+            futures::future::ready(())
+        })
+        .boxed()
+}
+
+/// The pod watcher: each pod, as it arrives (page by page in the initial list), becomes the
+/// [`PodRecord`] the store keeps; the full object is dropped at once.
+fn drive_pods(api: Api<Pod>, writer: Writer<PodRecord>) -> BoxFuture<'static, ()> {
+    let config = watcher::Config::default().page_size(PAGE_SIZE);
+    let stream = watcher(api, config)
+        .default_backoff()
+        .map_ok(|event| match event {
+            watcher::Event::Apply(p) => watcher::Event::Apply(PodRecord::from(p)),
+            watcher::Event::Delete(p) => watcher::Event::Delete(PodRecord::from(p)),
+            watcher::Event::Init => watcher::Event::Init,
+            watcher::Event::InitApply(p) => watcher::Event::InitApply(PodRecord::from(p)),
+            watcher::Event::InitDone => watcher::Event::InitDone,
+        });
+    reflector::reflector(writer, stream)
+        .for_each(|event| {
+            if let Err(e) = event {
+                tracing::warn!(kind = "Pod", error = %e, "watch failed; retrying");
             }
             futures::future::ready(())
         })
@@ -174,24 +199,6 @@ fn strip_pod_spec(spec: &mut PodSpec) {
     spec.dns_config = None;
     spec.host_aliases = None;
     spec.security_context = None;
-}
-
-/// A pod as the stores keep it: metadata without managedFields, the stripped spec, and of
-/// the status only phase, conditions, nominated node, QoS class and start time.
-pub fn strip_pod(pod: &mut Pod) {
-    strip_metadata(&mut pod.metadata);
-    if let Some(spec) = pod.spec.as_mut() {
-        strip_pod_spec(spec);
-    }
-    if let Some(status) = pod.status.as_mut() {
-        status.container_statuses = None;
-        status.init_container_statuses = None;
-        status.ephemeral_container_statuses = None;
-        status.resource_claim_statuses = None;
-        status.message = None;
-        status.host_ips = None;
-        status.pod_ips = None;
-    }
 }
 
 /// A node without its image list and volume bookkeeping (status.images alone can be tens of

@@ -66,7 +66,7 @@ async fn publish_creates_a_core_v1_event_on_the_pod() {
 
     let event = events::publish(
         &client,
-        &pod,
+        &pod.metadata,
         events::EventType::Warning,
         "Unschedulable",
         "no provisioner admits the pod",
@@ -95,9 +95,15 @@ async fn publish_names_the_pod_when_the_api_refuses() {
                 .expect("response builds"),
         );
     });
-    let err = events::publish(&client, &pod, events::EventType::Normal, "Launched", "m")
-        .await
-        .expect_err("a 403 is an error");
+    let err = events::publish(
+        &client,
+        &pod.metadata,
+        events::EventType::Normal,
+        "Launched",
+        "m",
+    )
+    .await
+    .expect_err("a 403 is an error");
     server.await.expect("mock server ran");
     let text = err.to_string();
     assert!(
@@ -110,7 +116,7 @@ async fn publish_names_the_pod_when_the_api_refuses() {
 fn a_pod_without_namespace_is_an_error_naming_the_field() {
     let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "web-0"}})).expect("parses");
     let err = events::pod_event(
-        &pod,
+        &pod.metadata,
         events::EventType::Normal,
         "r",
         "m",
@@ -175,10 +181,16 @@ async fn an_eviction_refused_by_a_budget_costs_one_request_with_the_runtimes_cli
     // kube's default retry layer would retry a 429 up to 15 times over minutes inside this one
     // call, holding the whole termination pass; joiner's client answers at once and leaves the
     // retry to its own per-pod backoff.
-    let answer = tokio::time::timeout(std::time::Duration::from_secs(5), evict(&client, &pod))
-        .await
-        .expect("the eviction answers at once, without the client retrying")
-        .expect("a 429 is not an error");
+    let answer = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        evict(
+            &client,
+            &joiner_controller::pod_record::PodRecord::from(&pod),
+        ),
+    )
+    .await
+    .expect("the eviction answers at once, without the client retrying")
+    .expect("a 429 is not an error");
     assert_eq!(answer, Evicted::Refused);
     assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
 }

@@ -158,7 +158,7 @@ struct Harness {
     clients: AwsClients,
     unavailable: Arc<UnavailableOfferings>,
     claims: Writer<NodeClaim>,
-    _pods: Writer<Pod>,
+    _pods: Writer<joiner_controller::pod_record::PodRecord>,
     _nodes: Writer<Node>,
     _daemonsets: Writer<DaemonSet>,
     _provisioners: Writer<Provisioner>,
@@ -181,7 +181,7 @@ async fn harness(pods: Vec<Pod>, claims: Vec<NodeClaim>, script: Script) -> Harn
         vec![node_template()],
     );
     let (client, api) = mock_api(api_server(script, claims.clone()));
-    let pods = store(pods);
+    let pods = support::pod_store(pods);
     let nodes = store::<Node>(vec![]);
     let daemonsets = store::<DaemonSet>(vec![]);
     let provisioners = store(vec![provisioner()]);
@@ -377,8 +377,13 @@ async fn pending_pods_get_claims_instances_and_events_and_a_second_batch_buys_no
     // Then the status, through the status subresource, naming what moto launched.
     let patches = status_patches(&h.api);
     assert_eq!(patches.len(), 2);
-    for (patch, claim) in patches.iter().zip(&outcome.claims) {
+    // Claims launch concurrently: each claim's status patch, whatever the order.
+    for claim in &outcome.claims {
         let name = claim.name();
+        let patch = patches
+            .iter()
+            .find(|p| p.path == format!("{CLAIMS}/{name}/status"))
+            .expect("a status patch per claim");
         assert_eq!(patch.path, format!("{CLAIMS}/{name}/status"));
         let status = &patch.body["status"];
         let id = status["instanceID"].as_str().expect("instance id");

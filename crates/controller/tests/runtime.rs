@@ -293,14 +293,15 @@ async fn a_replica_syncs_leads_runs_its_tasks_and_releases_the_lease_on_stop() {
         );
     }
 
-    // Initial lists are served from the API server's watch cache.
+    // Initial lists come in pages of 500 (stripped as each page arrives), consistent reads.
     let pod_list = api
         .requests()
         .into_iter()
         .find(|r| r.path == "/api/v1/pods" && !r.query.contains("watch=true"))
         .expect("pods listed");
+    assert!(pod_list.query.contains("limit=500"), "{}", pod_list.query);
     assert!(
-        pod_list.query.contains("resourceVersion=0"),
+        !pod_list.query.contains("resourceVersion=0"),
         "{}",
         pod_list.query
     );

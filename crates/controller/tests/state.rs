@@ -3,6 +3,7 @@
 use joiner_apis::{NodeClaim, NodeTemplate, Provisioner};
 use std::collections::BTreeMap;
 
+use joiner_controller::pod_record::PodRecord;
 use joiner_controller::ClusterState;
 use joiner_core::{CapacityType, InstanceType, Offering, Resources};
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -53,7 +54,7 @@ fn unschedulable() -> Value {
 struct Fixture {
     state: ClusterState,
     // The writers own the stores' contents; they are kept so tests can apply further events.
-    pods: Writer<Pod>,
+    pods: Writer<joiner_controller::pod_record::PodRecord>,
     _nodes: Writer<Node>,
     _daemonsets: Writer<DaemonSet>,
     _provisioners: Writer<Provisioner>,
@@ -94,7 +95,7 @@ fn fixture_with(pods: Vec<Pod>, extra_nodes: Vec<Node>, claims: Vec<NodeClaim>) 
         "spec": {},
         "status": {"subnets": [{"id": "subnet-1", "zone": "us-east-1b"}]},
     }));
-    let pods = writer(pods);
+    let pods = writer(pods.into_iter().map(PodRecord::from).collect());
     let mut all_nodes = vec![node, bad_node];
     all_nodes.extend(extra_nodes);
     let nodes = writer(all_nodes);
@@ -195,7 +196,8 @@ fn snapshot_follows_watch_events() {
         json!({"containers": containers("2")}),
         unschedulable(),
     );
-    f.pods.apply_watcher_event(&Event::Apply(waiting.clone()));
+    f.pods
+        .apply_watcher_event(&Event::Apply(PodRecord::from(&waiting)));
     assert_eq!(f.state.snapshot().0.pods.len(), 1);
 
     // Once bound it counts on its node; once deleted it is gone.
@@ -203,10 +205,12 @@ fn snapshot_follows_watch_events() {
     if let Some(spec) = bound.spec.as_mut() {
         spec.node_name = Some("n1".into());
     }
-    f.pods.apply_watcher_event(&Event::Apply(bound.clone()));
+    f.pods
+        .apply_watcher_event(&Event::Apply(PodRecord::from(&bound)));
     let (snap, _) = f.state.snapshot();
     assert_eq!(snap.pods[0].node_name.as_deref(), Some("n1"));
-    f.pods.apply_watcher_event(&Event::Delete(bound));
+    f.pods
+        .apply_watcher_event(&Event::Delete(PodRecord::from(bound)));
     assert!(f.state.snapshot().0.pods.is_empty());
 }
 
@@ -241,9 +245,15 @@ fn nominated_and_daemonset_pods_are_not_provisionable() {
         json!({"containers": containers("1")}),
         nominated,
     );
-    assert!(joiner_controller::state::is_provisionable(&waiting));
-    assert!(!joiner_controller::state::is_provisionable(&preempting));
-    assert!(!joiner_controller::state::is_provisionable(&daemon));
+    assert!(joiner_controller::state::is_provisionable(
+        &PodRecord::from(&waiting)
+    ));
+    assert!(!joiner_controller::state::is_provisionable(
+        &PodRecord::from(&preempting)
+    ));
+    assert!(!joiner_controller::state::is_provisionable(
+        &PodRecord::from(&daemon)
+    ));
     let f = fixture(vec![waiting, preempting, daemon]);
     let (snap, _) = f.state.snapshot();
     let names: Vec<&str> = snap.pods.iter().map(|p| p.name.as_str()).collect();

@@ -17,7 +17,7 @@ use joiner_controller::{ClusterState, Context, Settings};
 use joiner_core::{CloudProvider, InstanceType};
 use joiner_moto::MotoServer;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{json, Value};
@@ -285,7 +285,7 @@ async fn nothing_is_sent_when_the_status_already_says_it_and_api_errors_are_hand
 
 fn state(provisioners: Vec<Provisioner>, templates: Vec<NodeTemplate>) -> ClusterState {
     ClusterState {
-        pods: store::<Pod>(Vec::new()).as_reader(),
+        pods: support::pod_store(Vec::new()).as_reader(),
         nodes: store::<Node>(vec![Node::clone(&node("a", "web", "2", "8Gi", None))]).as_reader(),
         daemonsets: store::<DaemonSet>(Vec::new()).as_reader(),
         provisioners: store(provisioners).as_reader(),

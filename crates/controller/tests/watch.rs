@@ -6,7 +6,8 @@ mod support;
 use std::time::Duration;
 
 use joiner_apis::convert;
-use joiner_controller::watch::{self, strip_daemon_set, strip_node, strip_pod, LAST_APPLIED};
+use joiner_controller::pod_record::PodRecord;
+use joiner_controller::watch::{self, strip_daemon_set, strip_node, LAST_APPLIED};
 use joiner_controller::ClusterState;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -78,42 +79,39 @@ fn full_pod() -> serde_json::Value {
 }
 
 #[test]
-fn a_stripped_pod_converts_to_the_same_core_pod() {
+fn a_pod_record_holds_the_full_pods_conversion_and_what_a_drain_reads() {
     let original: Pod = obj(full_pod());
-    let mut stripped = original.clone();
-    strip_pod(&mut stripped);
+    let record = PodRecord::from(&original);
 
     let before = convert::pod(&original).expect("the full pod converts");
-    let after = convert::pod(&stripped).expect("the stripped pod converts");
+    let after = record
+        .core
+        .clone()
+        .expect("the record holds the conversion");
     assert_eq!(after, before);
     assert!(!after.host_ports.is_empty(), "the host port was kept");
     assert_eq!(after.priority, 1000);
 
-    // What was dropped.
-    let spec = stripped.spec.as_ref().expect("spec kept");
-    assert!(spec.volumes.is_none());
-    assert!(spec.containers.iter().all(|c| c.env.is_none()
-        && c.volume_mounts.is_none()
-        && c.liveness_probe.is_none()
-        && c.command.is_none()
-        && c.image.is_none()));
-    assert!(stripped.metadata.managed_fields.is_none());
-    let annotations = stripped.metadata.annotations.clone().unwrap_or_default();
-    assert!(!annotations.contains_key(LAST_APPLIED));
+    // What a drain and the reconcilers read.
     assert_eq!(
-        annotations
-            .get("joiner.sh/do-not-disrupt")
-            .map(String::as_str),
-        Some("true"),
-        "other annotations stay"
+        record.key(),
+        format!(
+            "{}/{}",
+            original.metadata.namespace.as_deref().unwrap_or_default(),
+            original.metadata.name.as_deref().unwrap_or_default()
+        )
     );
-    let status = stripped.status.as_ref().expect("status kept");
-    assert!(status.container_statuses.is_none());
-    assert_eq!(status.conditions.as_ref().map(Vec::len), Some(1));
-
-    let full = serde_json::to_vec(&original).expect("serializes").len();
-    let lean = serde_json::to_vec(&stripped).expect("serializes").len();
-    assert!(lean * 2 < full, "stripped {lean} bytes of {full}");
+    assert_eq!(record.metadata.uid, original.metadata.uid);
+    assert_eq!(record.annotation("joiner.sh/do-not-disrupt"), Some("true"));
+    // What was dropped: everything else of the metadata, and the spec and status themselves.
+    assert!(record.metadata.managed_fields.is_none());
+    assert!(
+        record.metadata.labels.is_none(),
+        "labels live in the core pod"
+    );
+    let annotations = record.metadata.annotations.clone().unwrap_or_default();
+    assert!(!annotations.contains_key(LAST_APPLIED));
+    assert_eq!(annotations.len(), 1, "{annotations:?}");
 }
 
 #[test]
@@ -179,7 +177,7 @@ fn state_with_unsynced_claims() -> (
 ) {
     let claims = kube::runtime::reflector::store::Writer::default();
     let state = ClusterState {
-        pods: store::<Pod>(vec![]).as_reader(),
+        pods: support::pod_store(vec![]).as_reader(),
         nodes: store::<Node>(vec![]).as_reader(),
         daemonsets: store::<DaemonSet>(vec![]).as_reader(),
         provisioners: store::<joiner_apis::Provisioner>(vec![]).as_reader(),

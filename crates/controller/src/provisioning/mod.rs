@@ -200,13 +200,7 @@ pub fn pending_keys(state: &ClusterState) -> HashSet<String> {
         .state()
         .iter()
         .filter(|p| is_provisionable(p))
-        .map(|p| {
-            format!(
-                "{}/{}",
-                p.metadata.namespace.as_deref().unwrap_or("default"),
-                p.metadata.name.as_deref().unwrap_or_default()
-            )
-        })
+        .map(|p| p.key())
         .collect()
 }
 

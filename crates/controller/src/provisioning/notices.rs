@@ -7,9 +7,9 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use crate::pod_record::PodRecord;
 use futures::StreamExt;
 use joiner_core::scheduling::Plan;
-use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::k8s::events::{self, EventType};
@@ -128,7 +128,7 @@ pub const EVENT_CONCURRENCY: usize = 16;
 /// the next batch tries again: an Event is an explanation, never a reason to fail the batch.
 pub async fn publish_all(
     client: &kube::Client,
-    pods: &Store<Pod>,
+    pods: &Store<PodRecord>,
     published: &mut Published,
     notices: &[Notice],
     in_flight: &HashSet<String>,
@@ -140,9 +140,14 @@ pub async fn publish_all(
             let (namespace, name) = notice.pod.split_once('/')?;
             let pod = pods.get(&ObjectRef::new(name).within(namespace))?;
             Some(async move {
-                let sent =
-                    events::publish(client, &pod, notice.kind, notice.reason, &notice.message)
-                        .await;
+                let sent = events::publish(
+                    client,
+                    &pod.metadata,
+                    notice.kind,
+                    notice.reason,
+                    &notice.message,
+                )
+                .await;
                 (notice, sent)
             })
         })

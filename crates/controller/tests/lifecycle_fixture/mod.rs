@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use joiner_apis::{NodeClaim, NodeTemplate, Provisioner};
 use joiner_aws::{testing, AwsClients, AwsCloudProvider};
+use joiner_controller::pod_record::PodRecord;
 use joiner_controller::{ClusterState, Context, Settings};
 use joiner_core::{CapacityType, CloudProvider, LaunchRequest, LaunchedNode};
 use joiner_moto::{MotoServer, MotoSession};
@@ -95,7 +96,7 @@ pub async fn instance_state(cloud: &Cloud, id: &str) -> String {
 
 /// Writers of every store, to build and change the state a pass reads.
 pub struct Stores {
-    pub pods: Writer<Pod>,
+    pub pods: Writer<PodRecord>,
     pub nodes: Writer<Node>,
     pub claims: Writer<NodeClaim>,
 }
@@ -103,7 +104,7 @@ pub struct Stores {
 impl Stores {
     pub fn new(pods: Vec<Pod>, nodes: Vec<Node>, claims: Vec<NodeClaim>) -> Self {
         Stores {
-            pods: store(pods),
+            pods: store(pods.into_iter().map(PodRecord::from).collect()),
             nodes: store(nodes),
             claims: store(claims),
         }
@@ -125,7 +126,7 @@ impl Stores {
     /// Removes `pod` from the pods store, as the watcher does when the pod is deleted.
     pub fn delete_pod(&mut self, pod: &Pod) {
         self.pods
-            .apply_watcher_event(&kube::runtime::watcher::Event::Delete(pod.clone()));
+            .apply_watcher_event(&kube::runtime::watcher::Event::Delete(PodRecord::from(pod)));
     }
 }
 

@@ -200,3 +200,14 @@ where
 pub fn obj<T: serde::de::DeserializeOwned>(v: Value) -> T {
     serde_json::from_value(v).expect("test object parses")
 }
+
+/// A pod store holding `pods` as the watcher keeps them (records).
+pub fn pod_store(
+    pods: Vec<k8s_openapi::api::core::v1::Pod>,
+) -> kube::runtime::reflector::store::Writer<joiner_controller::pod_record::PodRecord> {
+    store(
+        pods.into_iter()
+            .map(joiner_controller::pod_record::PodRecord::from)
+            .collect(),
+    )
+}

@@ -19,19 +19,17 @@
 //!   period is over: the kubelet is dead or gone) are not waited for: they will never report
 //!   finished, and they hold nothing once the instance is gone.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use joiner_core::labels;
 use k8s_openapi::jiff::Timestamp;
 
-use joiner_core::taints::first_untolerated;
-use joiner_core::{labels, Effect, Taint};
+use crate::pod_record::PodRecord;
+pub use crate::pod_record::MIRROR_ANNOTATION;
 
 /// How long past its deletionTimestamp a Terminating pod still holds a drain.
 pub const STUCK_AFTER: Duration = Duration::from_secs(60);
-
-/// Annotation the kubelet puts on mirror pods.
-pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
 /// The priority classes evicted last.
 pub const CRITICAL_PRIORITY_CLASSES: &[&str] = &["system-cluster-critical", "system-node-critical"];
@@ -40,59 +38,32 @@ pub const CRITICAL_PRIORITY_CLASSES: &[&str] = &["system-cluster-critical", "sys
 #[derive(Debug, Default)]
 pub struct DrainPlan<'a> {
     /// Pods to evict now.
-    pub evict: Vec<&'a Pod>,
+    pub evict: Vec<&'a PodRecord>,
     /// Pods that must not be evicted and are waited for.
-    pub blocked: Vec<&'a Pod>,
+    pub blocked: Vec<&'a PodRecord>,
     /// Pods that must be gone before the node is (evicted, being deleted, blocked, critical
     /// waiting for their turn). Empty means drained.
     pub remaining: usize,
 }
 
 /// True for pods a drain leaves alone: DaemonSet pods, mirror pods, finished pods.
-pub fn is_skipped(pod: &Pod) -> bool {
-    let daemon = pod
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.kind == "DaemonSet");
-    let mirror = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION));
-    let finished = joiner_apis::convert::finished_phase(pod).is_some();
-    daemon || mirror || finished
+pub fn is_skipped(pod: &PodRecord) -> bool {
+    pod.daemon || pod.annotation(MIRROR_ANNOTATION).is_some() || pod.finished
 }
 
 /// True for pods annotated not to be disrupted.
-pub fn is_do_not_disrupt(pod: &Pod) -> bool {
-    pod.metadata.annotations.as_ref().is_some_and(|a| {
-        [labels::DO_NOT_DISRUPT, labels::KARPENTER_DO_NOT_EVICT]
-            .iter()
-            .any(|k| a.get(*k).map(String::as_str) == Some("true"))
-    })
-}
-
-/// True for pods that tolerate `joiner.sh/disrupted:NoSchedule` (a toleration a drain cannot
-/// read counts as not tolerating: such a pod is evicted, the safe side).
-pub fn tolerates_disruption(pod: &Pod) -> bool {
-    let Some(list) = pod.spec.as_ref().and_then(|s| s.tolerations.as_ref()) else {
-        return false;
-    };
-    let Ok(tolerations) = joiner_apis::convert::tolerations(list, "spec.tolerations") else {
-        return false;
-    };
-    let disrupted = Taint {
-        key: labels::DISRUPTED_TAINT.to_string(),
-        value: String::new(),
-        effect: Effect::NoSchedule,
-    };
-    first_untolerated(std::slice::from_ref(&disrupted), &tolerations).is_none()
+pub fn is_do_not_disrupt(pod: &PodRecord) -> bool {
+    [
+        labels::DO_NOT_DISRUPT,
+        labels::KARPENTER_DO_NOT_EVICT,
+        "karpenter.sh/do-not-disrupt",
+    ]
+    .iter()
+    .any(|k| pod.annotation(k) == Some("true"))
 }
 
 /// True for a pod Terminating more than [`STUCK_AFTER`] past its deletionTimestamp at `now`.
-pub fn is_stuck_terminating(pod: &Pod, now: Timestamp) -> bool {
+pub fn is_stuck_terminating(pod: &PodRecord, now: Timestamp) -> bool {
     pod.metadata.deletion_timestamp.as_ref().is_some_and(|t| {
         now.duration_since(t.0)
             .try_into()
@@ -101,27 +72,26 @@ pub fn is_stuck_terminating(pod: &Pod, now: Timestamp) -> bool {
 }
 
 /// True for pods of a critical system priority class.
-pub fn is_critical(pod: &Pod) -> bool {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.priority_class_name.as_deref())
+pub fn is_critical(pod: &PodRecord) -> bool {
+    pod.priority_class_name
+        .as_deref()
         .is_some_and(|c| CRITICAL_PRIORITY_CLASSES.contains(&c))
 }
 
 /// Plans the next step of draining node `node` given every pod in the store, at `now`.
-pub fn plan<'a>(node: &str, pods: &'a [std::sync::Arc<Pod>], now: Timestamp) -> DrainPlan<'a> {
-    let on_node: Vec<&Pod> = pods
+pub fn plan<'a>(node: &str, pods: &'a [Arc<PodRecord>], now: Timestamp) -> DrainPlan<'a> {
+    let on_node: Vec<&PodRecord> = pods
         .iter()
         .map(|p| p.as_ref())
-        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+        .filter(|p| p.node_name.as_deref() == Some(node))
         .filter(|p| !is_skipped(p))
-        .filter(|p| !tolerates_disruption(p) && !is_stuck_terminating(p, now))
+        .filter(|p| !p.tolerates_disruption && !is_stuck_terminating(p, now))
         .collect();
     let mut out = DrainPlan {
         remaining: on_node.len(),
         ..DrainPlan::default()
     };
-    let (critical, ordinary): (Vec<&Pod>, Vec<&Pod>) =
+    let (critical, ordinary): (Vec<&PodRecord>, Vec<&PodRecord>) =
         on_node.into_iter().partition(|p| is_critical(p));
     let wave = if ordinary.is_empty() {
         critical
@@ -145,9 +115,8 @@ pub fn plan<'a>(node: &str, pods: &'a [std::sync::Arc<Pod>], now: Timestamp) -> 
 mod tests {
     use super::*;
     use serde_json::json;
-    use std::sync::Arc;
 
-    fn pod(name: &str, node: &str, extra: serde_json::Value) -> Arc<Pod> {
+    fn pod(name: &str, node: &str, extra: serde_json::Value) -> Arc<PodRecord> {
         let mut v = json!({"metadata": {"name": name, "namespace": "shop"},
             "spec": {"nodeName": node, "containers": []}});
         if let (Some(base), Some(more)) = (v.as_object_mut(), extra.as_object()) {
@@ -162,14 +131,15 @@ mod tests {
                 }
             }
         }
-        Arc::new(serde_json::from_value(v).expect("pod"))
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(v).expect("pod");
+        Arc::new(PodRecord::from(pod))
     }
 
     fn at(t: &str) -> Timestamp {
         t.parse().expect("timestamp")
     }
 
-    fn names(pods: &[&Pod]) -> Vec<String> {
+    fn names(pods: &[&PodRecord]) -> Vec<String> {
         pods.iter()
             .map(|p| p.metadata.name.clone().unwrap_or_default())
             .collect()
@@ -202,7 +172,7 @@ mod tests {
         let p = plan("n1", &pods, now);
         assert_eq!(names(&p.evict), ["web"]);
         assert_eq!(p.remaining, 2);
-        let only_critical: Vec<Arc<Pod>> = pods[1..].to_vec();
+        let only_critical: Vec<Arc<PodRecord>> = pods[1..].to_vec();
         let p = plan("n1", &only_critical, now);
         assert_eq!(names(&p.evict), ["dns"]);
         assert_eq!(p.remaining, 1);

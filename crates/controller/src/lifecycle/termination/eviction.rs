@@ -11,12 +11,12 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::Eviction;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::k8s::codes::api_code;
 use crate::lifecycle::LifecycleError;
+use crate::pod_record::PodRecord;
 
 /// What an eviction request came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,16 +32,12 @@ pub enum Evicted {
 }
 
 /// `namespace/name` of a pod.
-pub fn pod_key(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or("default"),
-        pod.metadata.name.as_deref().unwrap_or_default()
-    )
+pub fn pod_key(pod: &PodRecord) -> String {
+    pod.key()
 }
 
 /// Asks the API server to evict `pod`.
-pub async fn evict(client: &kube::Client, pod: &Pod) -> Result<Evicted, LifecycleError> {
+pub async fn evict(client: &kube::Client, pod: &PodRecord) -> Result<Evicted, LifecycleError> {
     let object = format!("Pod {}", pod_key(pod));
     let name = pod
         .metadata

@@ -28,7 +28,7 @@ use futures::StreamExt;
 use joiner_apis::NodeClaim;
 use joiner_core::labels;
 use joiner_core::{CloudError, CloudErrorKind, CloudProvider, LaunchedNode};
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Node, Taint};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
@@ -43,6 +43,7 @@ use crate::k8s::matching::{claim_of, node_of, node_provider_id};
 use crate::k8s::node_patch::{is_ready, release_finalizer_patch, taint_patch};
 use crate::k8s::refs::{claim_ref, node_name, node_ref};
 use crate::metrics::ReasonLabels;
+use crate::pod_record::PodRecord;
 use eviction::{evict, pod_key, Backoff, BackoffPolicy, Evicted};
 
 /// The reason of Events saying a drain waits for a pod that must not be disrupted.
@@ -188,7 +189,7 @@ impl Terminator {
         claim: Option<&NodeClaim>,
         node: Option<&Node>,
         instance: Option<&LaunchedNode>,
-        pods: &[Arc<Pod>],
+        pods: &[Arc<PodRecord>],
         now: Timestamp,
     ) -> Result<(), LifecycleError> {
         let ending = instance.is_none_or(|i| ENDING_STATES.contains(&i.state.as_str()));
@@ -272,7 +273,7 @@ impl Terminator {
         &self,
         ctx: &Context<P>,
         node: &Node,
-        pods: &[Arc<Pod>],
+        pods: &[Arc<PodRecord>],
         now: Timestamp,
     ) -> Result<bool, LifecycleError> {
         let name = node_name(node);
@@ -312,7 +313,12 @@ impl Terminator {
 
     /// Logs and reports, once per pod and node, that the drain waits for a pod annotated not to
     /// be disrupted.
-    async fn report_blocked<P: CloudProvider>(&self, ctx: &Context<P>, node: &Node, pod: &Pod) {
+    async fn report_blocked<P: CloudProvider>(
+        &self,
+        ctx: &Context<P>,
+        node: &Node,
+        pod: &PodRecord,
+    ) {
         let key = format!("{}|{}", node_name(node), pod_key(pod));
         let first = self
             .reported
