@@ -118,6 +118,14 @@ fn constraints_preferences() {
 }
 
 #[test]
+fn constraints_volume_topology() {
+    check(
+        "examples/constraints/volume-topology.yaml",
+        "constraints-volume-topology.json",
+    );
+}
+
+#[test]
 fn golden_plans_are_consistent() {
     // Independent of the stored files: every pending pod is placed once or explained.
     let v: serde_json::Value =

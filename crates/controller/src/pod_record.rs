@@ -62,6 +62,10 @@ pub struct PodRecord {
     pub priority_class_name: Option<String>,
     /// True when it tolerates `joiner.sh/disrupted:NoSchedule` (a drain leaves it alone).
     pub tolerates_disruption: bool,
+    /// The PersistentVolumeClaims its volumes use (names in its namespace): each snapshot
+    /// confines the pod to the zones those volumes are in, read from the claim stores then,
+    /// since a claim binds after the pod is created.
+    pub claims: Vec<String>,
     /// The simulation's pod, or why the pod cannot be read (`field: reason`).
     pub core: Result<joiner_core::Pod, String>,
 }
@@ -120,6 +124,7 @@ impl From<&Pod> for PodRecord {
             finished: convert::finished_phase(pod).is_some(),
             priority_class_name: spec.and_then(|s| s.priority_class_name.clone()),
             tolerates_disruption: tolerates_disruption(pod),
+            claims: convert::volumes::claim_names(pod),
             core: convert::pod(pod).map_err(|e| e.to_string()),
         }
     }

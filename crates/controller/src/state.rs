@@ -8,11 +8,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use joiner_apis::convert;
+use joiner_apis::convert::volumes::VolumeIndex;
 use joiner_apis::{NodeClaim, NodeTemplate, ObjectLookup, Provisioner};
 use joiner_core::{InstanceType, Snapshot};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::inflight;
@@ -39,6 +41,45 @@ pub struct ClusterState {
     pub pdbs: Store<PodDisruptionBudget>,
     /// NodeClaims this replica wrote that the claims store may not hold yet.
     pub created: CreatedClaims,
+    /// Where pods' volumes are: a pending pod whose EBS volume exists in one zone can only run
+    /// there.
+    pub volumes: VolumeStores,
+}
+
+/// The objects that say which zones pods' volumes confine them to (see
+/// `joiner_apis::convert::volumes`).
+#[derive(Clone)]
+pub struct VolumeStores {
+    /// PersistentVolumeClaims (name, namespace, volume name and class only).
+    pub claims: Store<PersistentVolumeClaim>,
+    /// PersistentVolumes (name and node affinity only).
+    pub volumes: Store<PersistentVolume>,
+    /// StorageClasses (allowed topologies, and the annotation marking the default).
+    pub classes: Store<StorageClass>,
+}
+
+impl VolumeStores {
+    /// Stores that hold nothing and count as synced: no pod is confined by a volume.
+    pub fn empty() -> Self {
+        VolumeStores {
+            claims: synced_empty(),
+            volumes: synced_empty(),
+            classes: synced_empty(),
+        }
+    }
+
+    /// A pending pod's core form confined to its volumes' zones, when any volume says where
+    /// it is; `None` when nothing changes (the caller keeps the stored pod).
+    fn confine(&self, index: &VolumeIndex<'_>, pod: &PodRecord) -> Option<joiner_core::Pod> {
+        let core = pod.core.as_ref().ok()?;
+        let zones = index.zones(&core.namespace, &pod.claims);
+        if zones.is_empty() {
+            return None;
+        }
+        let mut confined = core.clone();
+        confined.require_volume_zones(zones);
+        Some(confined)
+    }
 }
 
 /// How long a NodeClaim this replica wrote is remembered when the watch never delivers it (it
@@ -97,6 +138,21 @@ pub fn is_provisionable(pod: &PodRecord) -> bool {
     pod.role == PodRole::Pending
 }
 
+/// A store whose initial list has completed with no objects: [`crate::watch::wait_synced`]
+/// does not wait for it.
+fn synced_empty<K>() -> Store<K>
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    use kube::runtime::reflector::store::Writer;
+    use kube::runtime::watcher::Event;
+    let mut writer = Writer::default();
+    writer.apply_watcher_event(&Event::Init);
+    writer.apply_watcher_event(&Event::InitDone);
+    writer.as_reader()
+}
+
 /// `namespace/name` of a namespaced object, for warnings.
 fn namespaced_name(meta: &kube::api::ObjectMeta) -> String {
     format!(
@@ -112,19 +168,19 @@ fn cluster_name(meta: &kube::api::ObjectMeta) -> String {
 }
 
 impl ClusterState {
-    /// Stores that hold nothing (each read from a writer of its own): for tools and benchmarks
-    /// that fill a few of them and replace those fields.
+    /// Stores that hold nothing and count as synced (each read from a writer of its own): for
+    /// tools, tests and benchmarks that fill a few of them and replace those fields.
     pub fn empty() -> Self {
-        use kube::runtime::reflector::store::Writer;
         ClusterState {
-            pods: Writer::default().as_reader(),
-            nodes: Writer::default().as_reader(),
-            daemonsets: Writer::default().as_reader(),
-            provisioners: Writer::default().as_reader(),
-            node_templates: Writer::default().as_reader(),
-            node_claims: Writer::default().as_reader(),
-            pdbs: Writer::default().as_reader(),
+            pods: synced_empty(),
+            nodes: synced_empty(),
+            daemonsets: synced_empty(),
+            provisioners: synced_empty(),
+            node_templates: synced_empty(),
+            node_claims: synced_empty(),
+            pdbs: synced_empty(),
             created: CreatedClaims::default(),
+            volumes: VolumeStores::empty(),
         }
     }
 
@@ -157,9 +213,23 @@ impl ClusterState {
         let mut snap = Snapshot::default();
         let mut warnings = Vec::new();
 
+        let volume_claims = self.volumes.claims.state();
+        let volumes = self.volumes.volumes.state();
+        let classes = self.volumes.classes.state();
+        let index = VolumeIndex::new(
+            volume_claims.iter().map(|c| c.as_ref()),
+            volumes.iter().map(|v| v.as_ref()),
+            classes.iter().map(|c| c.as_ref()),
+        );
         for pod in self.pods.state() {
             if pod.role == PodRole::Ignored {
                 continue;
+            }
+            if pod.role == PodRole::Pending && !pod.claims.is_empty() {
+                if let Some(confined) = self.volumes.confine(&index, &pod) {
+                    snap.pods.push(confined);
+                    continue;
+                }
             }
             match &pod.core {
                 Ok(p) => snap.pods.push(p.clone()),

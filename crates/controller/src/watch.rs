@@ -15,8 +15,12 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use joiner_apis::{NodeClaim, NodeTemplate, Provisioner};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{
+    Container, Node, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PersistentVolumeSpec, Pod, PodSpec,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::ObjectMeta;
 use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -25,7 +29,7 @@ use serde::de::DeserializeOwned;
 use std::fmt::Debug;
 
 use crate::pod_record::PodRecord;
-use crate::state::ClusterState;
+use crate::state::{ClusterState, VolumeStores};
 
 /// Objects per page of a watcher's initial list.
 pub const PAGE_SIZE: u32 = 500;
@@ -44,7 +48,8 @@ pub struct Reflectors {
 }
 
 /// Starts nothing yet: builds the stores and the watcher futures for Pods, Nodes, DaemonSets,
-/// PodDisruptionBudgets, Provisioners, NodeTemplates and NodeClaims on `client`.
+/// PodDisruptionBudgets, Provisioners, NodeTemplates, NodeClaims, PersistentVolumeClaims,
+/// PersistentVolumes and StorageClasses on `client`.
 pub fn reflectors(client: &Client) -> Reflectors {
     let (pods, pods_w) = reflector::store();
     let (nodes, nodes_w) = reflector::store();
@@ -53,6 +58,9 @@ pub fn reflectors(client: &Client) -> Reflectors {
     let (provisioners, provisioners_w) = reflector::store();
     let (node_templates, node_templates_w) = reflector::store();
     let (node_claims, node_claims_w) = reflector::store();
+    let (volume_claims, volume_claims_w) = reflector::store();
+    let (volumes, volumes_w) = reflector::store();
+    let (classes, classes_w) = reflector::store();
     let drivers = vec![
         drive_pods(Api::<Pod>::all(client.clone()), pods_w),
         drive(Api::<Node>::all(client.clone()), nodes_w, strip_node),
@@ -81,6 +89,21 @@ pub fn reflectors(client: &Client) -> Reflectors {
             node_claims_w,
             strip_meta,
         ),
+        drive(
+            Api::<PersistentVolumeClaim>::all(client.clone()),
+            volume_claims_w,
+            strip_volume_claim,
+        ),
+        drive(
+            Api::<PersistentVolume>::all(client.clone()),
+            volumes_w,
+            strip_volume,
+        ),
+        drive(
+            Api::<StorageClass>::all(client.clone()),
+            classes_w,
+            strip_meta,
+        ),
     ];
     Reflectors {
         state: ClusterState {
@@ -92,6 +115,11 @@ pub fn reflectors(client: &Client) -> Reflectors {
             node_claims,
             pdbs,
             created: Default::default(),
+            volumes: VolumeStores {
+                claims: volume_claims,
+                volumes,
+                classes,
+            },
         },
         drivers,
     }
@@ -108,6 +136,9 @@ pub async fn wait_synced(state: &ClusterState) -> Result<(), reflector::store::W
     state.provisioners.wait_until_ready().await?;
     state.node_templates.wait_until_ready().await?;
     state.node_claims.wait_until_ready().await?;
+    state.volumes.claims.wait_until_ready().await?;
+    state.volumes.volumes.wait_until_ready().await?;
+    state.volumes.classes.wait_until_ready().await?;
     Ok(())
 }
 
@@ -210,6 +241,31 @@ pub fn strip_node(node: &mut Node) {
         status.volumes_attached = None;
         status.volumes_in_use = None;
     }
+}
+
+/// A claim as volume topology reads it: identity, the volume it is bound to, its class.
+pub fn strip_volume_claim(claim: &mut PersistentVolumeClaim) {
+    strip_metadata(&mut claim.metadata);
+    claim.metadata.annotations = None;
+    claim.metadata.labels = None;
+    claim.spec = claim.spec.take().map(|spec| PersistentVolumeClaimSpec {
+        volume_name: spec.volume_name,
+        storage_class_name: spec.storage_class_name,
+        ..PersistentVolumeClaimSpec::default()
+    });
+    claim.status = None;
+}
+
+/// A volume as volume topology reads it: its name and node affinity.
+pub fn strip_volume(volume: &mut PersistentVolume) {
+    strip_metadata(&mut volume.metadata);
+    volume.metadata.annotations = None;
+    volume.metadata.labels = None;
+    volume.spec = volume.spec.take().map(|spec| PersistentVolumeSpec {
+        node_affinity: spec.node_affinity,
+        ..PersistentVolumeSpec::default()
+    });
+    volume.status = None;
 }
 
 /// A DaemonSet with its pod template stripped like a pod's spec.

@@ -197,6 +197,7 @@ async fn harness(pods: Vec<Pod>, claims: Vec<NodeClaim>, script: Script) -> Harn
         node_claims: claims.as_reader(),
         pdbs: pdbs.as_reader(),
         created: Default::default(),
+        volumes: joiner_controller::state::VolumeStores::empty(),
     };
     // Instrumented, as in the controller: cloud-call metrics come from the wrapper.
     let metrics = Arc::new(Metrics::default());

@@ -96,7 +96,7 @@ async fn a_forbidden_crd_read_is_not_mistaken_for_a_missing_crd() {
     assert_eq!(api.requests().len(), 1, "stops at the first failure");
 }
 
-/// A scripted cluster: empty lists for the seven watched kinds, watches answered 500 (the
+/// A scripted cluster: empty lists for the ten watched kinds, watches answered 500 (the
 /// watcher backs off), and a Lease store.
 fn cluster() -> impl FnMut(&Recorded) -> Reply + Send + 'static {
     let lease: Arc<Mutex<Option<Value>>> = Arc::new(Mutex::new(None));
@@ -104,6 +104,17 @@ fn cluster() -> impl FnMut(&Recorded) -> Reply + Send + 'static {
         ("/api/v1/pods", "PodList", "v1"),
         ("/api/v1/nodes", "NodeList", "v1"),
         ("/apis/apps/v1/daemonsets", "DaemonSetList", "apps/v1"),
+        (
+            "/api/v1/persistentvolumeclaims",
+            "PersistentVolumeClaimList",
+            "v1",
+        ),
+        ("/api/v1/persistentvolumes", "PersistentVolumeList", "v1"),
+        (
+            "/apis/storage.k8s.io/v1/storageclasses",
+            "StorageClassList",
+            "storage.k8s.io/v1",
+        ),
         (
             "/apis/policy/v1/poddisruptionbudgets",
             "PodDisruptionBudgetList",
@@ -283,6 +294,9 @@ async fn a_replica_syncs_leads_runs_its_tasks_and_releases_the_lease_on_stop() {
         "daemonsets",
         "poddisruptionbudgets",
         "nodeclaims",
+        "persistentvolumeclaims",
+        "persistentvolumes",
+        "storageclasses",
     ] {
         let listed_at = calls
             .iter()

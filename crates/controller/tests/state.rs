@@ -114,6 +114,7 @@ fn fixture_with(pods: Vec<Pod>, extra_nodes: Vec<Node>, claims: Vec<NodeClaim>) 
             node_claims: claims.as_reader(),
             pdbs: pdbs.as_reader(),
             created: Default::default(),
+            volumes: joiner_controller::state::VolumeStores::empty(),
         },
         pods,
         _nodes: nodes,
@@ -539,5 +540,169 @@ fn a_gpu_node_whose_device_plugin_has_not_reported_is_planned_with_its_gpus() {
     assert_eq!(
         planned.allocatable.cpu, 3900,
         "what the node reports stands; only the missing resource is filled in"
+    );
+}
+
+/// Volume stores fed as the watchers feed them: each object passed through the watch module's
+/// strip function first, so the test also shows stripping keeps what topology reads.
+fn volume_stores(
+    claims: Vec<Value>,
+    volumes: Vec<Value>,
+    classes: Vec<Value>,
+) -> (
+    joiner_controller::state::VolumeStores,
+    Writer<k8s_openapi::api::core::v1::PersistentVolumeClaim>,
+    Writer<k8s_openapi::api::core::v1::PersistentVolume>,
+    Writer<k8s_openapi::api::storage::v1::StorageClass>,
+) {
+    use joiner_controller::watch::{strip_volume, strip_volume_claim};
+    let claims = writer(
+        claims
+            .into_iter()
+            .map(|v| {
+                let mut c = obj(v);
+                strip_volume_claim(&mut c);
+                c
+            })
+            .collect(),
+    );
+    let volumes = writer(
+        volumes
+            .into_iter()
+            .map(|v| {
+                let mut pv = obj(v);
+                strip_volume(&mut pv);
+                pv
+            })
+            .collect(),
+    );
+    let classes = writer(classes.into_iter().map(obj).collect());
+    let stores = joiner_controller::state::VolumeStores {
+        claims: claims.as_reader(),
+        volumes: volumes.as_reader(),
+        classes: classes.as_reader(),
+    };
+    (stores, claims, volumes, classes)
+}
+
+fn claim_pod(name: &str, claim: &str) -> Pod {
+    pod(
+        name,
+        json!({
+            "containers": containers("500m"),
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
+        }),
+        unschedulable(),
+    )
+}
+
+fn zones_required(pod: &joiner_core::Pod) -> Vec<Vec<String>> {
+    pod.node_terms
+        .iter()
+        .map(|t| {
+            t.get("topology.kubernetes.io/zone")
+                .and_then(|r| r.in_values())
+                .map(|v| v.iter().cloned().collect())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+#[test]
+fn a_pending_pod_is_confined_to_the_zone_its_bound_volume_is_in() {
+    let mut f = fixture(vec![
+        claim_pod("db-0", "data-db-0"),
+        claim_pod("cache", "cache-data"),
+        claim_pod("scratch", "scratch-data"),
+        claim_pod("orphan", "no-such-claim"),
+    ]);
+    let (stores, _c, _v, _s) = volume_stores(
+        vec![
+            json!({"metadata": {"name": "data-db-0", "namespace": "shop",
+                    "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
+                   "spec": {"volumeName": "pv-1", "accessModes": ["ReadWriteOnce"],
+                            "resources": {"requests": {"storage": "20Gi"}}},
+                   "status": {"phase": "Bound"}}),
+            json!({"metadata": {"name": "cache-data", "namespace": "shop"},
+                   "spec": {"storageClassName": "gp3-1a"}}),
+            json!({"metadata": {"name": "scratch-data", "namespace": "shop"}, "spec": {}}),
+        ],
+        vec![json!({"metadata": {"name": "pv-1"},
+                    "spec": {"capacity": {"storage": "20Gi"},
+                             "csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-1"},
+                             "nodeAffinity": {"required": {"nodeSelectorTerms": [
+                                 {"matchExpressions": [{"key": "topology.ebs.csi.aws.com/zone",
+                                                        "operator": "In", "values": ["us-east-1b"]}]}]}}}})],
+        vec![
+            json!({"metadata": {"name": "gp3", "annotations": {
+                       "storageclass.kubernetes.io/is-default-class": "true"}},
+                   "provisioner": "ebs.csi.aws.com", "volumeBindingMode": "WaitForFirstConsumer"}),
+            json!({"metadata": {"name": "gp3-1a"}, "provisioner": "ebs.csi.aws.com",
+                   "volumeBindingMode": "WaitForFirstConsumer",
+                   "allowedTopologies": [{"matchLabelExpressions": [
+                       {"key": "topology.ebs.csi.aws.com/zone", "values": ["us-east-1a"]}]}]}),
+        ],
+    );
+    f.state.volumes = stores;
+    let (snap, _) = f.state.snapshot();
+    let by_name = |n: &str| {
+        snap.pods
+            .iter()
+            .find(|p| p.name == n)
+            .unwrap_or_else(|| panic!("{n} in the snapshot"))
+    };
+
+    let db = by_name("db-0");
+    assert_eq!(zones_required(db), vec![vec!["us-east-1b".to_string()]]);
+    assert_eq!(db.volume_zones.len(), 1);
+    assert_eq!(db.volume_zones[0].claim, "shop/data-db-0");
+    // Unbound, its class names the zone the volume will be made in.
+    assert_eq!(
+        zones_required(by_name("cache")),
+        vec![vec!["us-east-1a".to_string()]]
+    );
+    // The default class waits for the pod and names no zone: the pod is free.
+    assert!(by_name("scratch").node_terms.is_empty());
+    assert!(by_name("scratch").volume_zones.is_empty());
+    // A claim that does not exist (yet) confines nothing: the scheduler says why it waits.
+    assert!(by_name("orphan").node_terms.is_empty());
+    // The stores' pods are untouched: the next snapshot reads the claims afresh.
+    let stored = f
+        .pods
+        .as_reader()
+        .state()
+        .into_iter()
+        .find(|p| p.metadata.name.as_deref() == Some("db-0"))
+        .expect("stored");
+    assert_eq!(stored.claims, vec!["data-db-0".to_string()]);
+    assert!(stored.core.as_ref().expect("core").node_terms.is_empty());
+}
+
+#[test]
+fn a_claim_that_binds_after_the_pod_confines_the_next_snapshot() {
+    let f = fixture(vec![claim_pod("db-0", "data-db-0")]);
+    let mut state = f.state.clone();
+    let (stores, mut claims, _v, _s) = volume_stores(
+        vec![json!({"metadata": {"name": "data-db-0", "namespace": "shop"}, "spec": {}})],
+        vec![json!({"metadata": {"name": "pv-1"},
+                    "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "topology.kubernetes.io/zone",
+                                               "operator": "In", "values": ["us-east-1c"]}]}]}}}})],
+        vec![],
+    );
+    state.volumes = stores;
+    let (before, _) = state.snapshot();
+    assert!(before.pods[0].node_terms.is_empty());
+
+    let mut bound: k8s_openapi::api::core::v1::PersistentVolumeClaim = obj(json!({
+        "metadata": {"name": "data-db-0", "namespace": "shop"},
+        "spec": {"volumeName": "pv-1"},
+    }));
+    joiner_controller::watch::strip_volume_claim(&mut bound);
+    claims.apply_watcher_event(&Event::Apply(bound));
+    let (after, _) = state.snapshot();
+    assert_eq!(
+        zones_required(&after.pods[0]),
+        vec![vec!["us-east-1c".to_string()]]
     );
 }

@@ -293,6 +293,7 @@ fn state(provisioners: Vec<Provisioner>, templates: Vec<NodeTemplate>) -> Cluste
         node_claims: store::<NodeClaim>(Vec::new()).as_reader(),
         pdbs: store::<PodDisruptionBudget>(Vec::new()).as_reader(),
         created: Default::default(),
+        volumes: joiner_controller::state::VolumeStores::empty(),
     }
 }
 

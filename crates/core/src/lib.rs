@@ -21,7 +21,7 @@ pub mod testing;
 pub use cloud_provider::{CloudError, CloudErrorKind, CloudProvider, LaunchRequest, LaunchedNode};
 pub use error::{QuantityError, RequirementError};
 pub use instance_type::{CapacityType, InstanceType, Offering};
-pub use pod::{DaemonSet, HostPort, Node, Owner, Pod, PodAffinityTerm, TopologySpread};
+pub use pod::{DaemonSet, HostPort, Node, Owner, Pod, PodAffinityTerm, TopologySpread, VolumeZone};
 pub use provisioner::{Limits, Provisioner};
 pub use requirements::{Operator, Requirement, Requirements};
 pub use resources::Resources;

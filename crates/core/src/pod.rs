@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::requirements::Requirements;
+use crate::requirements::{Requirement, Requirements};
 use crate::resources::Resources;
 use crate::taints::{Taint, Toleration};
 
@@ -92,9 +92,39 @@ pub struct Pod {
     pub priority: i32,
     /// The node it runs on; `None` for a pending pod.
     pub node_name: Option<String>,
+    /// The zones its volumes confine it to (already ANDed into `node_terms`; kept to name the
+    /// claim when no Provisioner reaches the zone).
+    pub volume_zones: Vec<VolumeZone>,
+}
+
+/// A zone constraint a pod's volume puts on it: a bound PersistentVolume's node affinity, or
+/// the allowedTopologies of the StorageClass an unbound claim will be provisioned from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VolumeZone {
+    /// The PersistentVolumeClaim, `namespace/name`.
+    pub claim: String,
+    /// The zones allowed (`topology.kubernetes.io/zone In [...]`).
+    pub zones: Requirement,
 }
 
 impl Pod {
+    /// Confines the pod to the zones of its volumes: each is ANDed into every required node
+    /// term (a pod without terms gets one), and recorded in [`Pod::volume_zones`].
+    pub fn require_volume_zones(&mut self, zones: Vec<VolumeZone>) {
+        if zones.is_empty() {
+            return;
+        }
+        if self.node_terms.is_empty() {
+            self.node_terms.push(Requirements::new());
+        }
+        for vz in &zones {
+            for term in &mut self.node_terms {
+                term.add(crate::labels::ZONE, vz.zones.clone());
+            }
+        }
+        self.volume_zones.extend(zones);
+    }
+
     /// `namespace/name`, the key people use.
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)

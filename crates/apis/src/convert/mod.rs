@@ -16,6 +16,7 @@ mod requests;
 mod selectors;
 mod spread;
 mod tolerations;
+pub mod volumes;
 
 use thiserror::Error;
 

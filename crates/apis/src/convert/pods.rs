@@ -55,6 +55,8 @@ pub fn convert(id: PodIdentity, spec: &PodSpec, prefix: &str) -> Result<Pod, Fie
         owner: id.owner,
         priority: spec.priority.unwrap_or(0),
         node_name,
+        // Volumes need the claims and volumes of the cluster: `volumes::VolumeIndex`.
+        volume_zones: Vec::new(),
     })
 }
 

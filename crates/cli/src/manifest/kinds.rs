@@ -10,7 +10,7 @@ use serde_yaml::Value;
 
 use super::documents::Document;
 use super::error::{FieldError, Location, ManifestError};
-use joiner_apis::convert::{self, PodIdentity};
+use joiner_apis::convert::{self, volumes, PodIdentity};
 
 use super::dump::Expansion;
 use super::{workloads, Loaded};
@@ -95,7 +95,9 @@ fn known(api_version: &str, kind: &str) -> Option<bool> {
         ("v1", "Pod") => Some(true),
         ("apps/v1", "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet") => Some(true),
         ("batch/v1", "Job") => Some(true),
-        ("v1", "Node") => Some(false),
+        ("v1", "Node" | "PersistentVolume") => Some(false),
+        ("v1", "PersistentVolumeClaim") => Some(true),
+        ("storage.k8s.io/v1", "StorageClass") => Some(false),
         (v, "Provisioner" | "NodeTemplate") if v == joiner_apis::API_VERSION => Some(false),
         _ => None,
     }
@@ -167,26 +169,46 @@ pub(crate) fn read(
                 owner: convert::controller_owner(&pod),
             };
             let converted = convert::pod_spec(id, spec, "spec").map_err(e)?;
+            loaded
+                .pod_claims
+                .insert(converted.key(), volumes::claim_names(&pod));
             loaded.snapshot.pods.push(converted);
         }
+        "PersistentVolumeClaim" => loaded.claims.push(obj.parse(doc.value)?),
+        "PersistentVolume" => loaded.volumes.push(obj.parse(doc.value)?),
+        "StorageClass" => loaded.classes.push(obj.parse(doc.value)?),
         "Deployment" => {
             let d: apps::Deployment = obj.parse(doc.value)?;
             let pods = workloads::deployment(&d, &namespace, &name).map_err(e)?;
+            remember_claims(loaded, &pods, d.spec.template.spec.as_ref(), &[]);
             record(loaded, "Deployment", &namespace, &name, &d.metadata, pods);
         }
         "ReplicaSet" => {
             let r: apps::ReplicaSet = obj.parse(doc.value)?;
             let pods = workloads::replica_set(&r, &namespace, &name).map_err(e)?;
+            let template = r.spec.template.as_ref().and_then(|t| t.spec.as_ref());
+            remember_claims(loaded, &pods, template, &[]);
             record(loaded, "ReplicaSet", &namespace, &name, &r.metadata, pods);
         }
         "StatefulSet" => {
             let s: apps::StatefulSet = obj.parse(doc.value)?;
             let pods = workloads::stateful_set(&s, &namespace, &name).map_err(e)?;
+            let claim_templates: Vec<String> = s
+                .spec
+                .volume_claim_templates
+                .iter()
+                .flatten()
+                .filter_map(|t| t.metadata.name.clone())
+                .collect();
+            let template = s.spec.template.spec.as_ref();
+            remember_claims(loaded, &pods, template, &claim_templates);
             record(loaded, "StatefulSet", &namespace, &name, &s.metadata, pods);
         }
         "Job" => {
             let j: batch::Job = obj.parse(doc.value)?;
             let pods = workloads::job(&j, &namespace, &name).map_err(e)?;
+            let template = j.spec.as_ref().and_then(|s| s.template.spec.as_ref());
+            remember_claims(loaded, &pods, template, &[]);
             record(loaded, "Job", &namespace, &name, &j.metadata, pods);
         }
         "DaemonSet" => {
@@ -222,6 +244,23 @@ pub(crate) fn read(
         }
     }
     Ok(())
+}
+
+/// Remembers the claims each of a workload's `pods` uses: its template's volumes, and a
+/// StatefulSet's claim templates (`<template>-<pod>`).
+fn remember_claims(
+    loaded: &mut Loaded,
+    pods: &[joiner_core::Pod],
+    template: Option<&k8s::PodSpec>,
+    claim_templates: &[String],
+) {
+    let Some(spec) = template else { return };
+    for pod in pods {
+        let claims = volumes::spec_claim_names(&pod.name, spec, claim_templates);
+        if !claims.is_empty() {
+            loaded.pod_claims.insert(pod.key(), claims);
+        }
+    }
 }
 
 /// Adds a workload's template pods, remembering where they are so a dump that also holds the

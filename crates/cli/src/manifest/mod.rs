@@ -33,6 +33,14 @@ pub struct Loaded {
     /// Where each workload's template pods are in `snapshot.pods`, until [`dump::settle`]
     /// has reconciled them with the pods the input holds.
     pub(crate) expansions: Vec<dump::Expansion>,
+    /// The claims each pod's volumes use, by `namespace/name`, until their zones are applied.
+    pub(crate) pod_claims: std::collections::HashMap<String, Vec<String>>,
+    /// PersistentVolumeClaims, PersistentVolumes and StorageClasses of the input.
+    pub(crate) claims: Vec<k8s_openapi::api::core::v1::PersistentVolumeClaim>,
+    /// See `claims`.
+    pub(crate) volumes: Vec<k8s_openapi::api::core::v1::PersistentVolume>,
+    /// See `claims`.
+    pub(crate) classes: Vec<k8s_openapi::api::storage::v1::StorageClass>,
 }
 
 /// Loads manifests from files and folders (every `*.yaml`/`*.yml` below a folder, sorted by
@@ -50,7 +58,27 @@ pub fn load(paths: &[PathBuf]) -> Result<Loaded, ManifestError> {
     }
     dump::settle(&mut loaded);
     narrow_to_subnet_zones(&mut loaded);
+    apply_volume_zones(&mut loaded);
     Ok(loaded)
+}
+
+/// Confines each pod to the zones its volumes are in (see `joiner_apis::convert::volumes`),
+/// from the claims, volumes and classes the input holds.
+fn apply_volume_zones(loaded: &mut Loaded) {
+    let index = joiner_apis::convert::volumes::VolumeIndex::new(
+        &loaded.claims,
+        &loaded.volumes,
+        &loaded.classes,
+    );
+    if index.is_empty() {
+        return;
+    }
+    for pod in &mut loaded.snapshot.pods {
+        if let Some(claims) = loaded.pod_claims.get(&pod.key()) {
+            let zones = index.zones(&pod.namespace, claims);
+            pod.require_volume_zones(zones);
+        }
+    }
 }
 
 /// Narrows each Provisioner to the zones of its NodeTemplate's resolved subnets (see
@@ -74,6 +102,7 @@ pub(crate) fn load_text(path: &str, text: &str) -> Result<Loaded, ManifestError>
     )?;
     dump::settle(&mut loaded);
     narrow_to_subnet_zones(&mut loaded);
+    apply_volume_zones(&mut loaded);
     Ok(loaded)
 }
 

@@ -120,6 +120,7 @@ impl Stores {
             node_claims: self.claims.as_reader(),
             pdbs: store(vec![]).as_reader(),
             created: Default::default(),
+            volumes: joiner_controller::state::VolumeStores::empty(),
         }
     }
 

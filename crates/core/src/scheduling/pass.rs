@@ -436,6 +436,42 @@ impl<'a> Pass<'a> {
 
     /// The plan: existing nodes that got pods, new nodes, and every pod left without a node
     /// with the reasons gathered along the way.
+    /// Why `pod` cannot be placed when one of its volumes confines it to zones where no
+    /// existing node is and no Provisioner can launch: the claim and zone named, which says
+    /// more than the requirement conflict it comes down to.
+    fn unreachable_volume(&self, pod: &Pod) -> Option<String> {
+        pod.volume_zones.iter().find_map(|vz| {
+            let on_a_node = self.snapshot.nodes.iter().any(|n| {
+                n.labels
+                    .get(crate::labels::ZONE)
+                    .is_some_and(|z| vz.zones.allows(z))
+            });
+            let launchable = self.provisioners.iter().any(|prov| {
+                let reqs = prov.node_requirements();
+                let allowed = reqs
+                    .get(crate::labels::ZONE)
+                    .is_none_or(|r| r.compatible(&vz.zones));
+                allowed
+                    && self.catalog.iter().any(|t| {
+                        t.offerings.iter().any(|o| {
+                            vz.zones.allows(&o.zone)
+                                && reqs
+                                    .get(crate::labels::ZONE)
+                                    .is_none_or(|r| r.allows(&o.zone))
+                        })
+                    })
+            });
+            (!on_a_node && !launchable).then(|| {
+                format!(
+                    "volume claim {} is in {} {}, where no node exists and no Provisioner launches",
+                    vz.claim,
+                    crate::labels::ZONE,
+                    vz.zones
+                )
+            })
+        })
+    }
+
     fn finish(self) -> Plan {
         let pods = &self.snapshot.pods;
         let existing_nodes = self
@@ -463,9 +499,12 @@ impl<'a> Pass<'a> {
             }
             let reason = reasons::combine(&self.refusals[ci]);
             for &i in &class.pods[self.cursor[ci]..] {
+                let reason = self
+                    .unreachable_volume(&pods[i])
+                    .unwrap_or_else(|| reason.clone());
                 unschedulable.push(Unschedulable {
                     pod: pods[i].key(),
-                    reason: reason.clone(),
+                    reason,
                 });
             }
         }
