@@ -1,11 +1,12 @@
 //! Garbage collection: the cloud and the NodeClaims must agree.
 //!
-//! - An instance tagged for the cluster whose claim is missing (no claim tag, or a claim the
+//! - An instance of joiner's (the cloud lists only those: the cluster tag *and*
+//!   `joiner.sh/provisioner-name`) whose claim is missing (no claim tag, or a claim the
 //!   store does not have) is an orphan: a crash between CreateFleet and the claim write, a claim
 //!   deleted while its launch was in flight, a node launched by hand with joiner's tags. Once its
 //!   launch is older than `settings.orphan_grace` (5 min: longer than any claim write takes) it is
-//!   terminated through `CloudProvider::delete`, whose ownership guard refuses anything not
-//!   tagged for the cluster. Warm-pool members ([`LaunchedNode::warm_pool`]) have no claim on
+//!   terminated through `CloudProvider::delete`, whose ownership guard refuses anything without
+//!   both tags. Warm-pool members ([`LaunchedNode::warm_pool`]) have no claim on
 //!   purpose and are left alone.
 //! - A claim that is Launched but whose instance the cloud no longer lists (terminated out of
 //!   band, spot reclaimed without notice) is deleted (`instance_gone`) once it was launched more

@@ -2,20 +2,23 @@
 //! being gone, held open by the finalizer `joiner.sh/termination`.
 //!
 //! For a claim or Node with a deletionTimestamp and the finalizer:
-//! 1. find its instance (by claim through `CloudProvider::get`, else by the Node's providerID
-//!    among `CloudProvider::list`); none means it is already gone and the objects are released
-//!    at once, without a drain;
+//! 1. find its instance in the one `CloudProvider::list` a pass makes (by the claim tag, else by
+//!    the Node's providerID); none, or one already shutting down, means there is nothing to
+//!    drain, and a NotReady Node whose instance is stopped has nothing to drain either: those
+//!    skip to step 4;
 //! 2. taint the Node `joiner.sh/disrupted:NoSchedule` so nothing new lands on it (a taint rather
 //!    than `spec.unschedulable`, which people and `kubectl uncordon` also toggle: joiner's own
 //!    key cannot be mistaken for a manual cordon, and is what Karpenter v1 does too);
 //! 3. evict its pods through the Eviction API ([`drain`] says which and in what order,
 //!    [`eviction`] how answers are handled) and wait until the pods store has none left;
 //! 4. terminate the instance (`CloudProvider::delete`; not-found means already gone);
-//! 5. remove the finalizer from the Node (deleting the Node when its claim is being deleted) and
+//! 5. once a later pass sees the instance shutting down or gone, remove the finalizer from the Node (deleting the Node when its claim is being deleted) and
 //!    from the claim (deleting the claim when only its Node was deleted).
 //!
 //! Every patch is guarded by the resourceVersion it was computed from, so a concurrent writer
-//! turns it into a 409 and the next pass recomputes it from fresh state.
+//! turns it into a 409 (or 422, a failed JSON-patch `test`) and the next pass recomputes it
+//! from fresh state. Claims are terminated concurrently ([`CONCURRENCY`], each step bounded by
+//! [`STEP_TIMEOUT`]), so one slow drain never delays another claim.
 
 pub mod drain;
 pub mod eviction;
