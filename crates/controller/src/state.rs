@@ -50,9 +50,9 @@ pub struct ClusterState {
 /// `joiner_apis::convert::volumes`).
 #[derive(Clone)]
 pub struct VolumeStores {
-    /// PersistentVolumeClaims (name, namespace, volume name and class only).
+    /// PersistentVolumeClaims (name, namespace, deletion mark, volume name and class only).
     pub claims: Store<PersistentVolumeClaim>,
-    /// PersistentVolumes (name and node affinity only).
+    /// PersistentVolumes (name, zone labels and node affinity only).
     pub volumes: Store<PersistentVolume>,
     /// StorageClasses (allowed topologies, and the annotation marking the default).
     pub classes: Store<StorageClass>,
@@ -68,16 +68,16 @@ impl VolumeStores {
         }
     }
 
-    /// A pending pod's core form confined to its volumes' zones, when any volume says where
-    /// it is; `None` when nothing changes (the caller keeps the stored pod).
+    /// A pending pod's core form confined to its volumes' zones, or held by a volume it
+    /// waits for; `None` when its volumes change nothing (the caller keeps the stored pod).
     fn confine(&self, index: &VolumeIndex<'_>, pod: &PodRecord) -> Option<joiner_core::Pod> {
         let core = pod.core.as_ref().ok()?;
-        let zones = index.zones(&core.namespace, &pod.claims);
-        if zones.is_empty() {
+        let volumes = index.pod_volumes(&core.namespace, &pod.claims);
+        if volumes.is_empty() {
             return None;
         }
         let mut confined = core.clone();
-        confined.require_volume_zones(zones);
+        volumes.apply_to(&mut confined);
         Some(confined)
     }
 }

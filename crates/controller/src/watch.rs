@@ -243,7 +243,8 @@ pub fn strip_node(node: &mut Node) {
     }
 }
 
-/// A claim as volume topology reads it: identity, the volume it is bound to, its class.
+/// A claim as volume topology reads it: identity (with its deletion mark), the volume it is
+/// bound to, its class.
 pub fn strip_volume_claim(claim: &mut PersistentVolumeClaim) {
     strip_metadata(&mut claim.metadata);
     claim.metadata.annotations = None;
@@ -256,11 +257,14 @@ pub fn strip_volume_claim(claim: &mut PersistentVolumeClaim) {
     claim.status = None;
 }
 
-/// A volume as volume topology reads it: its name and node affinity.
+/// A volume as volume topology reads it: its name, zone labels and node affinity.
 pub fn strip_volume(volume: &mut PersistentVolume) {
     strip_metadata(&mut volume.metadata);
     volume.metadata.annotations = None;
-    volume.metadata.labels = None;
+    volume.metadata.labels = volume.metadata.labels.take().and_then(|mut labels| {
+        labels.retain(|k, _| joiner_apis::convert::volumes::PV_ZONE_LABELS.contains(&k.as_str()));
+        (!labels.is_empty()).then_some(labels)
+    });
     volume.spec = volume.spec.take().map(|spec| PersistentVolumeSpec {
         node_affinity: spec.node_affinity,
         ..PersistentVolumeSpec::default()

@@ -664,8 +664,15 @@ fn a_pending_pod_is_confined_to_the_zone_its_bound_volume_is_in() {
     // The default class waits for the pod and names no zone: the pod is free.
     assert!(by_name("scratch").node_terms.is_empty());
     assert!(by_name("scratch").volume_zones.is_empty());
-    // A claim that does not exist (yet) confines nothing: the scheduler says why it waits.
-    assert!(by_name("orphan").node_terms.is_empty());
+    // A claim that does not exist (yet) holds the pod, naming the claim, as the
+    // kube-scheduler holds it; nothing is bought for it.
+    let orphan = by_name("orphan");
+    assert!(orphan.node_terms.is_empty());
+    assert_eq!(
+        orphan.volume_hold.as_deref(),
+        Some("volume claim shop/no-such-claim does not exist; the pod waits for it")
+    );
+    assert!(by_name("db-0").volume_hold.is_none());
     // The stores' pods are untouched: the next snapshot reads the claims afresh.
     let stored = f
         .pods
@@ -693,6 +700,11 @@ fn a_claim_that_binds_after_the_pod_confines_the_next_snapshot() {
     state.volumes = stores;
     let (before, _) = state.snapshot();
     assert!(before.pods[0].node_terms.is_empty());
+    // Unbound without a class to provision it: the pod waits for the claim to bind.
+    assert!(before.pods[0]
+        .volume_hold
+        .as_deref()
+        .is_some_and(|r| r.contains("shop/data-db-0")));
 
     let mut bound: k8s_openapi::api::core::v1::PersistentVolumeClaim = obj(json!({
         "metadata": {"name": "data-db-0", "namespace": "shop"},
@@ -705,4 +717,49 @@ fn a_claim_that_binds_after_the_pod_confines_the_next_snapshot() {
         zones_required(&after.pods[0]),
         vec![vec!["us-east-1c".to_string()]]
     );
+    assert!(after.pods[0].volume_hold.is_none());
+}
+
+#[test]
+fn a_volume_keeps_its_zone_labels_and_deletion_mark_through_the_watch() {
+    use joiner_controller::watch::{strip_volume, strip_volume_claim};
+    let mut pv: k8s_openapi::api::core::v1::PersistentVolume = obj(json!({
+        "metadata": {"name": "pv-old", "labels": {
+            "topology.kubernetes.io/zone": "us-east-1a__us-east-1b", "team": "x"},
+            "annotations": {"pv.kubernetes.io/provisioned-by": "kubernetes.io/aws-ebs"}},
+        "spec": {"capacity": {"storage": "1Gi"}},
+    }));
+    strip_volume(&mut pv);
+    let labels = pv.metadata.labels.clone().expect("zone labels kept");
+    assert_eq!(labels.len(), 1, "{labels:?}");
+    assert!(pv.metadata.annotations.is_none());
+    let mut claim: k8s_openapi::api::core::v1::PersistentVolumeClaim = obj(json!({
+        "metadata": {"name": "c", "namespace": "shop", "deletionTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"volumeName": "pv-old"},
+    }));
+    strip_volume_claim(&mut claim);
+    assert!(claim.metadata.deletion_timestamp.is_some());
+
+    let f = fixture(vec![claim_pod("old", "c")]);
+    let mut state = f.state.clone();
+    let (stores, mut claims, _v, _s) = volume_stores(
+        vec![
+            json!({"metadata": {"name": "c", "namespace": "shop"}, "spec": {"volumeName": "pv-old"}}),
+        ],
+        vec![json!({"metadata": {"name": "pv-old", "labels": {
+            "topology.kubernetes.io/zone": "us-east-1a__us-east-1b"}}, "spec": {}})],
+        vec![],
+    );
+    state.volumes = stores;
+    let (snap, _) = state.snapshot();
+    assert_eq!(
+        zones_required(&snap.pods[0]),
+        vec![vec!["us-east-1a".to_string(), "us-east-1b".to_string()]]
+    );
+    claims.apply_watcher_event(&Event::Apply(claim));
+    let (snap, _) = state.snapshot();
+    assert!(snap.pods[0]
+        .volume_hold
+        .as_deref()
+        .is_some_and(|r| r.contains("being deleted")));
 }

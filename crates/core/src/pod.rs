@@ -95,6 +95,13 @@ pub struct Pod {
     /// The zones its volumes confine it to (already ANDed into `node_terms`; kept to name the
     /// claim when no Provisioner reaches the zone).
     pub volume_zones: Vec<VolumeZone>,
+    /// The required node terms as the pod states them, before its volumes' zones were ANDed
+    /// in; `None` when no volume confines it. Topology spread counts domains from these: the
+    /// kube-scheduler's spread honours the pod's node affinity, not where its volumes are.
+    pub own_node_terms: Option<Vec<Requirements>>,
+    /// Why the pod cannot be scheduled until its volumes change (a claim that does not exist
+    /// or is not bound yet, naming it): the simulation holds it with this reason.
+    pub volume_hold: Option<String>,
 }
 
 /// A zone constraint a pod's volume puts on it: a bound PersistentVolume's node affinity, or
@@ -114,6 +121,9 @@ impl Pod {
         if zones.is_empty() {
             return;
         }
+        if self.own_node_terms.is_none() {
+            self.own_node_terms = Some(self.node_terms.clone());
+        }
         if self.node_terms.is_empty() {
             self.node_terms.push(Requirements::new());
         }
@@ -123,6 +133,17 @@ impl Pod {
             }
         }
         self.volume_zones.extend(zones);
+    }
+
+    /// Holds the pod for a volume that keeps it from being scheduled (see
+    /// [`Pod::volume_hold`]); the first reason given is kept.
+    pub fn hold_for_volume(&mut self, reason: String) {
+        self.volume_hold.get_or_insert(reason);
+    }
+
+    /// The required node terms as the pod states them (see [`Pod::own_node_terms`]).
+    pub fn spread_node_terms(&self) -> &[Requirements] {
+        self.own_node_terms.as_deref().unwrap_or(&self.node_terms)
     }
 
     /// `namespace/name`, the key people use.

@@ -57,6 +57,8 @@ pub fn convert(id: PodIdentity, spec: &PodSpec, prefix: &str) -> Result<Pod, Fie
         node_name,
         // Volumes need the claims and volumes of the cluster: `volumes::VolumeIndex`.
         volume_zones: Vec::new(),
+        own_node_terms: None,
+        volume_hold: None,
     })
 }
 

@@ -1,20 +1,28 @@
-//! The zones a pod's volumes confine it to, as the kube-scheduler's VolumeBinding and
-//! VolumeZone plugins see them.
+//! The zones a pod's volumes confine it to, and the volumes that keep it from being scheduled
+//! at all, as the kube-scheduler's VolumeBinding and VolumeZone plugins see them.
 //!
 //! - A claim bound to a PersistentVolume: the PV's `spec.nodeAffinity` (an EBS volume lives in
 //!   one zone; its PV says which, under `topology.kubernetes.io/zone` or the EBS CSI driver's
-//!   `topology.ebs.csi.aws.com/zone`).
-//! - An unbound claim: its StorageClass's `allowedTopologies`, when it has any (the volume will
-//!   be made in one of those zones). A WaitForFirstConsumer class without them leaves the zone
-//!   to the pod: the volume follows the node. An Immediate class binds on its own; until it
-//!   has, nothing is known and nothing is required.
-//! - A claim or volume joiner cannot find requires nothing: the kube-scheduler will say why the
-//!   pod waits.
+//!   `topology.ebs.csi.aws.com/zone`), and the zone labels of older in-tree volumes
+//!   (`topology.kubernetes.io/zone: us-east-1a__us-east-1b`). Expressions of one term are
+//!   ANDed, terms are ORed, as node affinity always is.
+//! - An unbound claim of a `WaitForFirstConsumer` class: the class's `allowedTopologies`, when
+//!   it has any (the volume will be made in one of those zones); without them the volume
+//!   follows the node and the zone is free.
+//! - An unbound claim that binds on its own (an `Immediate` class, the default mode, or no
+//!   class at all): the kube-scheduler does not place the pod until the claim is bound, so
+//!   neither does joiner — the pod is held with the reason.
+//! - A claim being deleted, a claim or bound volume that does not exist, a class that does not
+//!   exist: held likewise (Karpenter skips such pods too). Where the objects come from a
+//!   partial source (`joiner plan` on manifests), a missing object is reported as unknown
+//!   instead, and confines nothing.
 
 use std::collections::{BTreeSet, HashMap};
 
-use joiner_core::{labels, Requirement, VolumeZone};
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, PodSpec};
+use joiner_core::{labels, Operator, Pod as CorePod, Requirement, VolumeZone};
+use k8s_openapi::api::core::v1::{
+    NodeSelectorTerm, PersistentVolume, PersistentVolumeClaim, Pod, PodSpec,
+};
 use k8s_openapi::api::storage::v1::StorageClass;
 
 /// Label keys that name a zone in volume topology.
@@ -24,13 +32,64 @@ pub const ZONE_KEYS: &[&str] = &[
     "topology.ebs.csi.aws.com/zone",
 ];
 
+/// The PV label keys in-tree volumes name their zones with; several zones are joined by `__`.
+pub const PV_ZONE_LABELS: &[&str] = &[labels::ZONE, "failure-domain.beta.kubernetes.io/zone"];
+
 /// The annotation marking a cluster's default StorageClass.
 pub const DEFAULT_CLASS: &str = "storageclass.kubernetes.io/is-default-class";
+
+/// Whether the objects indexed are all there are.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Source {
+    /// The cluster's own view (the controller's stores): an object missing does not exist,
+    /// and a pod that needs it waits.
+    #[default]
+    Cluster,
+    /// Some of the objects (manifests given to `joiner plan`): an object missing may exist
+    /// elsewhere, so it is reported as unknown and confines nothing.
+    Partial,
+}
+
+/// What a pod's volumes mean for its scheduling.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PodVolumes {
+    /// The zones each confining claim allows.
+    pub zones: Vec<VolumeZone>,
+    /// Why the pod cannot be scheduled yet, naming the claim, when a volume holds it.
+    pub blocked: Option<String>,
+    /// Claims, volumes or classes the source did not hold (only for [`Source::Partial`]),
+    /// named `kind namespace/name`.
+    pub unknown: Vec<String>,
+}
+
+impl PodVolumes {
+    /// True when the volumes change nothing about where the pod may run.
+    pub fn is_empty(&self) -> bool {
+        self.zones.is_empty() && self.blocked.is_none()
+    }
+
+    /// Applies the zones and the hold to the simulation's pod.
+    pub fn apply_to(self, pod: &mut CorePod) {
+        pod.require_volume_zones(self.zones);
+        if let Some(reason) = self.blocked {
+            pod.hold_for_volume(reason);
+        }
+    }
+}
+
+/// What one claim means.
+enum ClaimEffect {
+    Free,
+    Confined(Requirement),
+    Blocked(String),
+    Unknown(String),
+}
 
 /// PersistentVolumeClaims, PersistentVolumes and StorageClasses by name, to look pods'
 /// volumes up in.
 #[derive(Default)]
 pub struct VolumeIndex<'a> {
+    source: Source,
     claims: HashMap<(String, String), &'a PersistentVolumeClaim>,
     volumes: HashMap<String, &'a PersistentVolume>,
     classes: HashMap<String, &'a StorageClass>,
@@ -38,7 +97,7 @@ pub struct VolumeIndex<'a> {
 }
 
 impl<'a> VolumeIndex<'a> {
-    /// The index of these objects.
+    /// The index of these objects, read as the cluster's whole view ([`Source::Cluster`]).
     pub fn new(
         claims: impl IntoIterator<Item = &'a PersistentVolumeClaim>,
         volumes: impl IntoIterator<Item = &'a PersistentVolume>,
@@ -66,7 +125,12 @@ impl<'a> VolumeIndex<'a> {
                 .as_ref()
                 .and_then(|a| a.get(DEFAULT_CLASS))
                 .is_some_and(|v| v == "true");
-            if is_default {
+            // With several defaults, the newest wins (as the admission plugin picks).
+            let newer = |current: &StorageClass| {
+                (&s.metadata.creation_timestamp, &s.metadata.name)
+                    > (&current.metadata.creation_timestamp, &current.metadata.name)
+            };
+            if is_default && index.default_class.is_none_or(newer) {
                 index.default_class = Some(s);
             }
             index
@@ -76,38 +140,103 @@ impl<'a> VolumeIndex<'a> {
         index
     }
 
-    /// True when the index holds nothing (no volume can constrain anything).
-    pub fn is_empty(&self) -> bool {
-        self.claims.is_empty()
+    /// The same index, read as [`Source::Partial`] (or back).
+    pub fn with_source(mut self, source: Source) -> Self {
+        self.source = source;
+        self
     }
 
-    /// The zones the claims `claims` (names in `namespace`) confine a pod to.
-    pub fn zones(&self, namespace: &str, claims: &[String]) -> Vec<VolumeZone> {
-        claims
-            .iter()
-            .filter_map(|name| {
-                let claim = self.claims.get(&(namespace.to_string(), name.clone()))?;
-                let zones = self.claim_zones(claim)?;
-                Some(VolumeZone {
-                    claim: format!("{namespace}/{name}"),
-                    zones: Requirement::one_of(zones),
-                })
-            })
-            .collect()
-    }
-
-    fn claim_zones(&self, claim: &PersistentVolumeClaim) -> Option<BTreeSet<String>> {
-        let spec = claim.spec.as_ref()?;
-        match spec.volume_name.as_deref().filter(|v| !v.is_empty()) {
-            Some(volume) => pv_zones(self.volumes.get(volume)?),
-            None => {
-                let class = match spec.storage_class_name.as_deref() {
-                    Some("") => return None,
-                    Some(name) => *self.classes.get(name)?,
-                    None => self.default_class?,
-                };
-                class_zones(class)
+    /// What the claims `claims` (names in `namespace`) mean for a pod: the zones they confine
+    /// it to, and the first claim that holds it.
+    pub fn pod_volumes(&self, namespace: &str, claims: &[String]) -> PodVolumes {
+        let mut out = PodVolumes::default();
+        for name in claims {
+            let claim = format!("{namespace}/{name}");
+            match self.claim_effect(namespace, name, &claim) {
+                ClaimEffect::Free => {}
+                ClaimEffect::Confined(zones) => out.zones.push(VolumeZone { claim, zones }),
+                ClaimEffect::Blocked(why) => {
+                    out.blocked.get_or_insert(why);
+                }
+                ClaimEffect::Unknown(what) => out.unknown.push(what),
             }
+        }
+        out
+    }
+
+    /// A missing object: held in the cluster's view, unknown in a partial one.
+    fn missing(&self, what: String, why: String) -> ClaimEffect {
+        match self.source {
+            Source::Cluster => ClaimEffect::Blocked(why),
+            Source::Partial => ClaimEffect::Unknown(what),
+        }
+    }
+
+    fn claim_effect(&self, namespace: &str, name: &str, key: &str) -> ClaimEffect {
+        let Some(claim) = self.claims.get(&(namespace.to_string(), name.to_string())) else {
+            return self.missing(
+                format!("PersistentVolumeClaim {key}"),
+                format!("volume claim {key} does not exist; the pod waits for it"),
+            );
+        };
+        if claim.metadata.deletion_timestamp.is_some() {
+            return ClaimEffect::Blocked(format!(
+                "volume claim {key} is being deleted; the pod cannot start with it"
+            ));
+        }
+        let spec = claim.spec.as_ref();
+        let volume_name = spec.and_then(|s| s.volume_name.as_deref());
+        let class_name = spec.and_then(|s| s.storage_class_name.as_deref());
+        if let Some(volume) = volume_name.filter(|v| !v.is_empty()) {
+            let Some(pv) = self.volumes.get(volume) else {
+                return self.missing(
+                    format!("PersistentVolume {volume}"),
+                    format!(
+                        "volume claim {key} is bound to PersistentVolume {volume}, which does not exist"
+                    ),
+                );
+            };
+            return match pv_zones(pv) {
+                Some(zones) => ClaimEffect::Confined(zones),
+                None => ClaimEffect::Free,
+            };
+        }
+        let class = match class_name {
+            Some("") => None,
+            Some(class) => match self.classes.get(class) {
+                Some(c) => Some(*c),
+                None => {
+                    return self.missing(
+                        format!("StorageClass {class}"),
+                        format!(
+                            "volume claim {key} names StorageClass {class}, which does not exist"
+                        ),
+                    )
+                }
+            },
+            None => self.default_class,
+        };
+        let Some(class) = class else {
+            return match (self.source, class_name) {
+                (Source::Partial, None) => ClaimEffect::Unknown(format!(
+                    "the default StorageClass (for PersistentVolumeClaim {key})"
+                )),
+                _ => ClaimEffect::Blocked(format!(
+                    "volume claim {key} is not bound and has no StorageClass to provision it; \
+                     the pod waits until a PersistentVolume is bound to it"
+                )),
+            };
+        };
+        if class.volume_binding_mode.as_deref() != Some("WaitForFirstConsumer") {
+            return ClaimEffect::Blocked(format!(
+                "volume claim {key} is not bound yet and its StorageClass {} binds Immediately; \
+                 the kube-scheduler places the pod once the volume exists",
+                class.metadata.name.as_deref().unwrap_or_default()
+            ));
+        }
+        match class_zones(class) {
+            Some(zones) => ClaimEffect::Confined(zones),
+            None => ClaimEffect::Free,
         }
     }
 }
@@ -148,51 +277,83 @@ pub fn spec_claim_names(pod_name: &str, spec: &PodSpec, claim_templates: &[Strin
     out
 }
 
-/// The zones a PV's node affinity allows, when every term names zones.
-fn pv_zones(pv: &PersistentVolume) -> Option<BTreeSet<String>> {
-    let terms = &pv
+/// The zones a PV allows: its node affinity (terms ORed, each term's zone expressions
+/// ANDed) and its zone labels, both at once; `None` when neither names a zone.
+fn pv_zones(pv: &PersistentVolume) -> Option<Requirement> {
+    let affinity = pv
         .spec
-        .as_ref()?
-        .node_affinity
-        .as_ref()?
-        .required
-        .as_ref()?
-        .node_selector_terms;
-    let mut zones = BTreeSet::new();
-    for term in terms {
-        let in_term: Vec<String> = term
-            .match_expressions
-            .iter()
-            .flatten()
-            .filter(|e| ZONE_KEYS.contains(&e.key.as_str()) && e.operator == "In")
-            .flat_map(|e| e.values.iter().flatten().cloned())
-            .collect();
-        if in_term.is_empty() {
-            // A term that names no zone admits every zone.
-            return None;
-        }
-        zones.extend(in_term);
+        .as_ref()
+        .and_then(|s| s.node_affinity.as_ref())
+        .and_then(|a| a.required.as_ref())
+        .and_then(|r| union_of_terms(r.node_selector_terms.iter().map(node_term_zones)));
+    let labelled = pv
+        .metadata
+        .labels
+        .iter()
+        .flatten()
+        .fold(None, |acc, (k, v)| {
+            if !PV_ZONE_LABELS.contains(&k.as_str()) {
+                return acc;
+            }
+            let zones = Requirement::one_of(v.split("__").filter(|z| !z.is_empty()));
+            Some(match acc {
+                None => zones,
+                Some(r) => zones.intersect(&r),
+            })
+        });
+    match (affinity, labelled) {
+        (Some(a), Some(l)) => Some(a.intersect(&l)),
+        (a, l) => a.or(l),
     }
-    (!zones.is_empty()).then_some(zones)
 }
 
-/// The zones a StorageClass's allowedTopologies allow, when it has any.
-fn class_zones(class: &StorageClass) -> Option<BTreeSet<String>> {
-    let mut zones = BTreeSet::new();
-    for term in class.allowed_topologies.iter().flatten() {
-        let in_term: Vec<String> = term
-            .match_label_expressions
+/// The zones one node-selector term allows (its zone expressions ANDed); `None` when it names
+/// no zone, so it admits every zone. An expression Kubernetes would have refused is skipped.
+fn node_term_zones(term: &NodeSelectorTerm) -> Option<Requirement> {
+    term.match_expressions
+        .iter()
+        .flatten()
+        .filter(|e| ZONE_KEYS.contains(&e.key.as_str()))
+        .filter_map(|e| {
+            let op = Operator::parse(&e.operator).ok()?;
+            Requirement::new(op, e.values.as_deref().unwrap_or_default()).ok()
+        })
+        .reduce(|a, b| a.intersect(&b))
+}
+
+/// The zones a StorageClass's allowedTopologies allow (terms ORed, each term's zone
+/// expressions ANDed), when it has any.
+fn class_zones(class: &StorageClass) -> Option<Requirement> {
+    let terms = class
+        .allowed_topologies
+        .as_ref()
+        .filter(|t| !t.is_empty())?;
+    union_of_terms(terms.iter().map(|term| {
+        term.match_label_expressions
             .iter()
             .flatten()
             .filter(|e| ZONE_KEYS.contains(&e.key.as_str()))
-            .flat_map(|e| e.values.iter().cloned())
-            .collect();
-        if in_term.is_empty() {
-            return None;
+            .map(|e| Requirement::one_of(e.values.iter().cloned()))
+            .reduce(|a, b| a.intersect(&b))
+    }))
+}
+
+/// The zones any of the terms allows: `None` (every zone) when a term names no zone, or when
+/// terms that exclude zones (`NotIn`) would have to be joined — a union the simulation's
+/// requirements cannot state, and one that confines nothing in practice.
+fn union_of_terms(terms: impl Iterator<Item = Option<Requirement>>) -> Option<Requirement> {
+    let terms: Vec<Requirement> = terms.collect::<Option<Vec<_>>>()?;
+    match terms.as_slice() {
+        [] => None,
+        [one] => Some(one.clone()),
+        many => {
+            let mut zones: BTreeSet<String> = BTreeSet::new();
+            for t in many {
+                zones.extend(t.in_values()?.iter().cloned());
+            }
+            Some(Requirement::one_of(zones))
         }
-        zones.extend(in_term);
     }
-    (!zones.is_empty()).then_some(zones)
 }
 
 #[cfg(test)]
@@ -236,24 +397,193 @@ mod tests {
         (claims, volumes, classes)
     }
 
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
     #[test]
     fn bound_volumes_and_zonal_classes_confine_pods_and_waiting_classes_do_not() {
         let (c, v, s) = objects();
         let index = VolumeIndex::new(&c, &v, &s);
-        let names = |ns: &str, list: &[&str]| {
-            index.zones(ns, &list.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-        };
-        let bound = names("shop", &["bound"]);
-        assert_eq!(bound.len(), 1);
-        assert_eq!(bound[0].claim, "shop/bound");
-        assert!(bound[0].zones.allows("us-east-1c") && !bound[0].zones.allows("us-east-1a"));
-        let new = names("shop", &["new"]);
-        assert!(new[0].zones.allows("us-east-1b") && !new[0].zones.allows("us-east-1c"));
-        assert!(names("shop", &["follows", "default-class", "missing"]).is_empty());
+        let bound = index.pod_volumes("shop", &names(&["bound"]));
+        assert_eq!(bound.zones.len(), 1);
+        assert_eq!(bound.zones[0].claim, "shop/bound");
+        assert!(bound.zones[0].zones.allows("us-east-1c"));
+        assert!(!bound.zones[0].zones.allows("us-east-1a"));
+        let new = index.pod_volumes("shop", &names(&["new"]));
         assert!(
-            names("other", &["bound"]).is_empty(),
+            new.zones[0].zones.allows("us-east-1b") && !new.zones[0].zones.allows("us-east-1c")
+        );
+        assert!(index
+            .pod_volumes("shop", &names(&["follows", "default-class"]))
+            .is_empty());
+    }
+
+    #[test]
+    fn a_claim_the_cluster_lacks_holds_the_pod_and_a_partial_input_only_reports_it() {
+        let (c, v, s) = objects();
+        let cluster = VolumeIndex::new(&c, &v, &s);
+        let missing = cluster.pod_volumes("other", &names(&["bound"]));
+        assert_eq!(
+            missing.blocked.as_deref(),
+            Some("volume claim other/bound does not exist; the pod waits for it"),
             "claims are namespaced"
         );
+        let partial = VolumeIndex::new(&c, &v, &s).with_source(Source::Partial);
+        let unknown = partial.pod_volumes("other", &names(&["bound"]));
+        assert!(unknown.is_empty());
+        assert_eq!(unknown.unknown, ["PersistentVolumeClaim other/bound"]);
+    }
+
+    #[test]
+    fn claims_the_scheduler_will_not_wait_on_hold_the_pod_naming_the_claim() {
+        let claims: Vec<PersistentVolumeClaim> = vec![
+            obj(json!({"metadata": {"name": "immediate", "namespace": "a"},
+                "spec": {"storageClassName": "gp2"}})),
+            obj(json!({"metadata": {"name": "unset-mode", "namespace": "a"},
+                "spec": {"storageClassName": "legacy"}})),
+            obj(json!({"metadata": {"name": "static", "namespace": "a"},
+                "spec": {"storageClassName": ""}})),
+            obj(json!({"metadata": {"name": "no-class", "namespace": "a"},
+                "spec": {"storageClassName": "gone"}})),
+            obj(json!({"metadata": {"name": "lost", "namespace": "a"},
+                "spec": {"volumeName": "pv-gone"}})),
+            obj(json!({"metadata": {"name": "going", "namespace": "a",
+                "deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": ["kubernetes.io/pvc-protection"]},
+                "spec": {"volumeName": "pv-1"}})),
+            obj(json!({"metadata": {"name": "waits", "namespace": "a"},
+                "spec": {"storageClassName": "late"}})),
+        ];
+        let classes: Vec<StorageClass> = vec![
+            obj(
+                json!({"metadata": {"name": "gp2"}, "provisioner": "ebs.csi.aws.com",
+                "volumeBindingMode": "Immediate"}),
+            ),
+            obj(json!({"metadata": {"name": "legacy"}, "provisioner": "ebs.csi.aws.com"})),
+            obj(
+                json!({"metadata": {"name": "late"}, "provisioner": "ebs.csi.aws.com",
+                "volumeBindingMode": "WaitForFirstConsumer"}),
+            ),
+        ];
+        let volumes: Vec<PersistentVolume> = vec![obj(json!({"metadata": {"name": "pv-1"}}))];
+        let index = VolumeIndex::new(&claims, &volumes, &classes);
+        let held = |name: &str| index.pod_volumes("a", &names(&[name])).blocked;
+        let expect = [
+            ("immediate", "StorageClass gp2 binds Immediately"),
+            ("unset-mode", "StorageClass legacy binds Immediately"),
+            ("static", "has no StorageClass to provision it"),
+            ("no-class", "names StorageClass gone, which does not exist"),
+            (
+                "lost",
+                "bound to PersistentVolume pv-gone, which does not exist",
+            ),
+            ("going", "is being deleted"),
+        ];
+        for (claim, why) in expect {
+            let reason = held(claim).unwrap_or_else(|| panic!("{claim} is not held"));
+            assert!(reason.contains(&format!("a/{claim}")), "{reason}");
+            assert!(reason.contains(why), "{claim}: {reason}");
+        }
+        assert_eq!(held("waits"), None);
+        // The first hold of several claims is the one reported.
+        let both = index.pod_volumes("a", &names(&["waits", "static", "immediate"]));
+        assert!(both.blocked.is_some_and(|r| r.contains("a/static")));
+    }
+
+    #[test]
+    fn a_volume_term_ands_its_zone_expressions_and_terms_or() {
+        let pv = |terms: serde_json::Value, labels: serde_json::Value| -> PersistentVolume {
+            obj(json!({"metadata": {"name": "pv", "labels": labels},
+                "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": terms}}}}))
+        };
+        let zones = |v: &PersistentVolume| pv_zones(v).map(|r| r.to_string());
+        let anded = pv(
+            json!([{"matchExpressions": [
+                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z-a", "z-b"]},
+                {"key": "topology.ebs.csi.aws.com/zone", "operator": "In", "values": ["z-b", "z-c"]}]}]),
+            json!({}),
+        );
+        assert_eq!(pv_zones(&anded), Some(Requirement::single("z-b")));
+        let ored = pv(
+            json!([
+                {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z-a"]}]},
+                {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z-c"]}]}]),
+            json!({}),
+        );
+        assert_eq!(pv_zones(&ored), Some(Requirement::one_of(["z-a", "z-c"])));
+        let not_in = pv(
+            json!([{"matchExpressions": [
+                {"key": "topology.kubernetes.io/zone", "operator": "NotIn", "values": ["z-a"]}]}]),
+            json!({}),
+        );
+        let r = pv_zones(&not_in).expect("a NotIn term confines");
+        assert!(!r.allows("z-a") && r.allows("z-b"), "{:?}", zones(&not_in));
+        let open_term = pv(
+            json!([
+                {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z-a"]}]},
+                {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1"]}]}]),
+            json!({}),
+        );
+        assert_eq!(
+            pv_zones(&open_term),
+            None,
+            "a term naming no zone admits every zone"
+        );
+        // In-tree volumes label their zones, several joined by "__"; both must hold.
+        let labelled = pv(
+            json!([{"matchExpressions": [
+                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z-b", "z-c"]}]}]),
+            json!({"topology.kubernetes.io/zone": "z-a__z-b"}),
+        );
+        assert_eq!(pv_zones(&labelled), Some(Requirement::single("z-b")));
+        let only_label: PersistentVolume = obj(json!({"metadata": {"name": "pv",
+            "labels": {"failure-domain.beta.kubernetes.io/zone": "z-c"}}, "spec": {}}));
+        assert_eq!(pv_zones(&only_label), Some(Requirement::single("z-c")));
+    }
+
+    #[test]
+    fn class_topology_ands_within_a_term_and_ors_terms() {
+        let class: StorageClass = obj(json!({"metadata": {"name": "c"}, "provisioner": "x",
+            "volumeBindingMode": "WaitForFirstConsumer",
+            "allowedTopologies": [
+                {"matchLabelExpressions": [
+                    {"key": "topology.kubernetes.io/zone", "values": ["z-a", "z-b"]},
+                    {"key": "topology.ebs.csi.aws.com/zone", "values": ["z-a"]}]},
+                {"matchLabelExpressions": [
+                    {"key": "topology.kubernetes.io/zone", "values": ["z-c"]}]}]}));
+        assert_eq!(
+            class_zones(&class),
+            Some(Requirement::one_of(["z-a", "z-c"]))
+        );
+    }
+
+    #[test]
+    fn of_several_default_classes_the_newest_is_used() {
+        let classes: Vec<StorageClass> = vec![
+            obj(
+                json!({"metadata": {"name": "old", "creationTimestamp": "2025-01-01T00:00:00Z",
+                    "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+                "provisioner": "x", "volumeBindingMode": "WaitForFirstConsumer",
+                "allowedTopologies": [{"matchLabelExpressions": [
+                    {"key": "topology.kubernetes.io/zone", "values": ["z-a"]}]}]}),
+            ),
+            obj(
+                json!({"metadata": {"name": "new", "creationTimestamp": "2026-01-01T00:00:00Z",
+                    "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+                "provisioner": "x", "volumeBindingMode": "WaitForFirstConsumer",
+                "allowedTopologies": [{"matchLabelExpressions": [
+                    {"key": "topology.kubernetes.io/zone", "values": ["z-b"]}]}]}),
+            ),
+        ];
+        let claims: Vec<PersistentVolumeClaim> = vec![obj(
+            json!({"metadata": {"name": "c", "namespace": "a"}, "spec": {}}),
+        )];
+        for order in [[0, 1], [1, 0]] {
+            let ordered: Vec<&StorageClass> = order.iter().map(|&i| &classes[i]).collect();
+            let index = VolumeIndex::new(&claims, [], ordered);
+            let v = index.pod_volumes("a", &names(&["c"]));
+            assert_eq!(v.zones[0].zones, Requirement::single("z-b"));
+        }
     }
 
     #[test]

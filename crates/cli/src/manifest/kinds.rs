@@ -171,7 +171,7 @@ pub(crate) fn read(
             let converted = convert::pod_spec(id, spec, "spec").map_err(e)?;
             loaded
                 .pod_claims
-                .insert(converted.key(), volumes::claim_names(&pod));
+                .insert(super::claims_key(&converted), volumes::claim_names(&pod));
             loaded.snapshot.pods.push(converted);
         }
         "PersistentVolumeClaim" => loaded.claims.push(obj.parse(doc.value)?),
@@ -258,7 +258,7 @@ fn remember_claims(
     for pod in pods {
         let claims = volumes::spec_claim_names(&pod.name, spec, claim_templates);
         if !claims.is_empty() {
-            loaded.pod_claims.insert(pod.key(), claims);
+            loaded.pod_claims.insert(super::claims_key(pod), claims);
         }
     }
 }

@@ -33,7 +33,7 @@ pub struct Loaded {
     /// Where each workload's template pods are in `snapshot.pods`, until [`dump::settle`]
     /// has reconciled them with the pods the input holds.
     pub(crate) expansions: Vec<dump::Expansion>,
-    /// The claims each pod's volumes use, by `namespace/name`, until their zones are applied.
+    /// The claims each pod's volumes use, by [`claims_key`], until their zones are applied.
     pub(crate) pod_claims: std::collections::HashMap<String, Vec<String>>,
     /// PersistentVolumeClaims, PersistentVolumes and StorageClasses of the input.
     pub(crate) claims: Vec<k8s_openapi::api::core::v1::PersistentVolumeClaim>,
@@ -62,23 +62,37 @@ pub fn load(paths: &[PathBuf]) -> Result<Loaded, ManifestError> {
     Ok(loaded)
 }
 
-/// Confines each pod to the zones its volumes are in (see `joiner_apis::convert::volumes`),
-/// from the claims, volumes and classes the input holds.
+/// Confines each pod to the zones its volumes are in, and holds those a volume keeps from
+/// being scheduled (see `joiner_apis::convert::volumes`), from the claims, volumes and classes
+/// the input holds. The input is partial: a claim, volume or class it lacks is named in one
+/// warning and confines nothing.
 fn apply_volume_zones(loaded: &mut Loaded) {
-    let index = joiner_apis::convert::volumes::VolumeIndex::new(
-        &loaded.claims,
-        &loaded.volumes,
-        &loaded.classes,
-    );
-    if index.is_empty() {
-        return;
-    }
+    use joiner_apis::convert::volumes::{Source, VolumeIndex};
+    let index = VolumeIndex::new(&loaded.claims, &loaded.volumes, &loaded.classes)
+        .with_source(Source::Partial);
+    let mut unknown = std::collections::BTreeSet::new();
     for pod in &mut loaded.snapshot.pods {
-        if let Some(claims) = loaded.pod_claims.get(&pod.key()) {
-            let zones = index.zones(&pod.namespace, claims);
-            pod.require_volume_zones(zones);
+        if let Some(claims) = loaded.pod_claims.get(&claims_key(pod)) {
+            let volumes = index.pod_volumes(&pod.namespace, claims);
+            unknown.extend(volumes.unknown.iter().cloned());
+            volumes.apply_to(pod);
         }
     }
+    if !unknown.is_empty() {
+        let list: Vec<String> = unknown.into_iter().collect();
+        loaded.warnings.push(format!(
+            "pods use volumes the input does not describe, so their zones are not known and \
+             confine nothing: {}",
+            list.join(", ")
+        ));
+    }
+}
+
+/// The key a pod's claims are remembered under: its owner's kind as well as its name, since a
+/// Deployment's template pods and a StatefulSet's may share names.
+pub(crate) fn claims_key(pod: &joiner_core::Pod) -> String {
+    let kind = pod.owner.as_ref().map_or("Pod", |o| o.kind.as_str());
+    format!("{kind}:{}", pod.key())
 }
 
 /// Narrows each Provisioner to the zones of its NodeTemplate's resolved subnets (see

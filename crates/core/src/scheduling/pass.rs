@@ -44,7 +44,8 @@ pub struct Pass<'a> {
     pending: Vec<usize>,
     /// Pending pods grouped by shape, constrained ones split and pinned to a topology domain.
     classes: Vec<PodClass>,
-    /// Pods no topology domain admits, with the reason.
+    /// Pods refused before anything is placed, with the reason: held by their volumes, or no
+    /// topology domain admits them.
     pinned_refused: Vec<(usize, String)>,
     /// The pod each class is scheduled as (the pin merged into its node terms).
     templates: Vec<Pod>,
@@ -70,12 +71,13 @@ impl<'a> Pass<'a> {
     /// domain here, before anything is placed.
     pub fn new(snapshot: &'a Snapshot, catalog: &'a [InstanceType], opts: &Options) -> Self {
         let pods = &snapshot.pods;
-        let pending: Vec<usize> = pods
+        // A pod its volumes hold is reported, never placed: the kube-scheduler would not run it.
+        let (held, pending): (Vec<usize>, Vec<usize>) = pods
             .iter()
             .enumerate()
             .filter(|(_, p)| p.node_name.is_none() && !p.is_daemon())
             .map(|(i, _)| i)
-            .collect();
+            .partition(|&i| pods[i].volume_hold.is_some());
         let provisioners = provisioners_in_order(snapshot);
         let pinned = {
             let order: Vec<&Provisioner> = provisioners.iter().collect();
@@ -105,7 +107,11 @@ impl<'a> Pass<'a> {
             sealed: vec![false; n],
             refusals: vec![Vec::new(); n],
             classes,
-            pinned_refused: pinned.refused,
+            pinned_refused: held
+                .into_iter()
+                .map(|i| (i, pods[i].volume_hold.clone().unwrap_or_default()))
+                .chain(pinned.refused)
+                .collect(),
             templates,
             rules,
             together,
@@ -434,8 +440,6 @@ impl<'a> Pass<'a> {
         self.cursor[ci] += placed;
     }
 
-    /// The plan: existing nodes that got pods, new nodes, and every pod left without a node
-    /// with the reasons gathered along the way.
     /// Why `pod` cannot be placed when one of its volumes confines it to zones where no
     /// existing node is and no Provisioner can launch: the claim and zone named, which says
     /// more than the requirement conflict it comes down to.
@@ -472,6 +476,8 @@ impl<'a> Pass<'a> {
         })
     }
 
+    /// The plan: existing nodes that got pods, new nodes, and every pod left without a node
+    /// with the reasons gathered along the way.
     fn finish(self) -> Plan {
         let pods = &self.snapshot.pods;
         let existing_nodes = self

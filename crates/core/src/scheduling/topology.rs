@@ -101,11 +101,10 @@ pub fn base_domains(
     out
 }
 
-/// True when some node term of the pod allows the domain value.
-fn pod_allows(pod: &Pod, key: &str, value: &str) -> bool {
-    pod.node_terms.is_empty()
-        || pod
-            .node_terms
+/// True when some of the node terms allow the domain value.
+fn terms_allow(terms: &[Requirements], key: &str, value: &str) -> bool {
+    terms.is_empty()
+        || terms
             .iter()
             .any(|t| t.get(key).is_none_or(|r| r.allows(value)))
 }
@@ -241,12 +240,20 @@ pub fn pin(
             continue;
         }
         let p = &pods[class.template];
-        let domains: [Vec<String>; 2] = [0, 1].map(|k| {
-            base[k]
+        // Spread domains follow the pod's own node affinity (the kube-scheduler's
+        // nodeAffinityPolicy Honor); where the pod may go also follows its volumes' zones.
+        let domains: [Domains; 2] = [0, 1].map(|k| {
+            let all: Vec<String> = base[k]
                 .iter()
-                .filter(|d| pod_allows(p, KEYS[k], d))
+                .filter(|d| terms_allow(p.spread_node_terms(), KEYS[k], d))
                 .cloned()
-                .collect()
+                .collect();
+            let allowed = all
+                .iter()
+                .filter(|d| terms_allow(&p.node_terms, KEYS[k], d))
+                .cloned()
+                .collect();
+            Domains { all, allowed }
         });
         let mut split: BTreeMap<[Option<String>; 2], Vec<usize>> = BTreeMap::new();
         for &pi in &class.pods {
@@ -304,10 +311,17 @@ fn key_index(key: &str) -> usize {
     usize::from(key != labels::ZONE)
 }
 
+/// A key's domains for one class: those its spreads count (the pod's own node affinity
+/// allows them), and those it may be placed in (its volumes allow them too).
+struct Domains {
+    all: Vec<String>,
+    allowed: Vec<String>,
+}
+
 /// The domain for the next pod of a class, or why there is none.
 fn choose(
     t: &Terms,
-    domains: &[String],
+    domains: &Domains,
     count: &[BTreeMap<String, i64>],
     repel: &[BTreeMap<String, i64>],
     groups: &[Group],
@@ -325,10 +339,10 @@ fn choose(
                 .unwrap_or(0),
         )
         .map_or(labels::ZONE, |g| g.key);
-    if domains.is_empty() {
+    if domains.allowed.is_empty() {
         return Err(format!("no {key} is allowed for the pod"));
     }
-    let mut cands: Vec<&String> = domains.iter().collect();
+    let mut cands: Vec<&String> = domains.allowed.iter().collect();
     for &g in &t.anti {
         cands.retain(|d| get(&count[g], d) == 0);
         if cands.is_empty() {
@@ -353,7 +367,7 @@ fn choose(
             .copied()
             .filter(|d| get(&count[g], d) > 0)
             .collect();
-        let anywhere = domains.iter().any(|d| get(&count[g], d) > 0);
+        let anywhere = domains.all.iter().any(|d| get(&count[g], d) > 0);
         if !with.is_empty() {
             cands = with;
         } else if anywhere || !groups[g].scope.matches(pod) {
@@ -367,10 +381,11 @@ fn choose(
     // Skew: every hard spread must accept the domain.
     let skew_ok = |d: &str| {
         t.spreads.iter().all(|s| {
-            let min = if (domains.len() as i64) < s.min_domains {
+            let min = if (domains.all.len() as i64) < s.min_domains {
                 0
             } else {
                 domains
+                    .all
                     .iter()
                     .map(|x| get(&count[s.group], x))
                     .min()

@@ -5,6 +5,7 @@ mod errors;
 mod kinds;
 mod requests;
 mod scheduling;
+mod volumes;
 
 use super::{load_text, Loaded};
 

@@ -793,3 +793,80 @@ fn zone_affinity_to_pending_pods_shares_their_zone() {
         );
     }
 }
+
+fn in_zone_volume(p: &mut Pod, zone: &str) {
+    p.require_volume_zones(vec![crate::pod::VolumeZone {
+        claim: format!("{}/data-{}", p.namespace, p.name),
+        zones: Requirement::single(zone),
+    }]);
+}
+
+#[test]
+fn a_volume_zone_does_not_shrink_the_domains_a_spread_counts() {
+    // Two web pods run in z-a; a new one whose volume lives in z-a would make z-a hold three
+    // against none in z-b and z-c. The kube-scheduler counts every zone the pod's own node
+    // affinity allows (not only its volume's), so it refuses the pod; so must the plan.
+    let mut running = deployment("web", 2, 1000, 512);
+    for (i, p) in running.iter_mut().enumerate() {
+        p.name = format!("running-{i}");
+        p.node_name = Some("full".into());
+    }
+    let mut pods = deployment("web", 1, 500, 512);
+    for p in &mut pods {
+        p.topology_spread.push(spread(labels::ZONE, 1, app("web")));
+        in_zone_volume(p, "z-a");
+    }
+    pods.extend(running);
+    let p = run(&Snapshot {
+        pods,
+        nodes: vec![node_in("z-a", "full", 2)],
+        ..Snapshot::default()
+    });
+    assert!(p.new_nodes.is_empty(), "{:?}", p.new_nodes);
+    assert_eq!(p.unschedulable.len(), 1);
+    assert!(
+        p.unschedulable[0].reason.starts_with("topology spread on"),
+        "{}",
+        p.unschedulable[0].reason
+    );
+}
+
+#[test]
+fn a_volume_zone_places_a_spread_pod_in_its_zone_when_the_skew_allows() {
+    // One web pod runs in z-b: a new one whose volume is in z-a goes to z-a (skew 1), never to
+    // the emptier z-c its volume cannot reach.
+    let mut running = deployment("web", 1, 1000, 512);
+    running[0].name = "running-0".into();
+    running[0].node_name = Some("full".into());
+    let mut pods = deployment("web", 1, 500, 512);
+    for p in &mut pods {
+        p.topology_spread.push(spread(labels::ZONE, 1, app("web")));
+        in_zone_volume(p, "z-a");
+    }
+    pods.extend(running);
+    let p = run(&Snapshot {
+        pods,
+        nodes: vec![node_in("z-b", "full", 1)],
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    assert_eq!(zone_counts(&p).get("z-a"), Some(&1), "{:?}", p.new_nodes);
+}
+
+#[test]
+fn a_pod_held_by_its_volume_is_reported_and_never_bought_for() {
+    let mut pods = deployment("web", 2, 500, 512);
+    pods[0]
+        .hold_for_volume("volume claim default/data does not exist; the pod waits for it".into());
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert_eq!(p.unschedulable.len(), 1);
+    assert_eq!(p.unschedulable[0].pod, "default/web-0");
+    assert!(p.unschedulable[0]
+        .reason
+        .contains("default/data does not exist"));
+    let placed: usize = p.new_nodes.iter().map(|n| n.pods.len()).sum();
+    assert_eq!(placed, 1, "only the other pod gets capacity");
+}

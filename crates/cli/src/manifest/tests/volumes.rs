@@ -1,0 +1,122 @@
+//! Volume topology in manifests: which pods their claims confine or hold, and what the input
+//! lacks.
+
+use super::load_ok;
+
+const CLASSES_AND_VOLUMES: &str = r#"
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: gp2}
+provisioner: ebs.csi.aws.com
+volumeBindingMode: Immediate
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: db-data, namespace: shop}
+spec: {volumeName: pv-a, resources: {requests: {storage: 1Gi}}}
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: pv-a}
+spec:
+  capacity: {storage: 1Gi}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+        - matchExpressions: [{key: topology.kubernetes.io/zone, operator: In, values: [us-east-1a]}]
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: data-db-0, namespace: shop}
+spec: {storageClassName: gp2, resources: {requests: {storage: 1Gi}}}
+"#;
+
+#[test]
+fn a_deployment_and_a_stateful_set_of_one_name_keep_their_own_claims() {
+    // Deployment "db" has one replica named db-0, as the StatefulSet "db" does: each pod keeps
+    // the claims of its own workload.
+    let text = format!(
+        "{CLASSES_AND_VOLUMES}---\n{}",
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {name: db, namespace: shop}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec:
+      containers: [{name: c, image: i}]
+      volumes: [{name: data, persistentVolumeClaim: {claimName: db-data}}]
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db, namespace: shop}
+spec:
+  replicas: 1
+  serviceName: db
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec:
+      containers: [{name: c, image: i}]
+  volumeClaimTemplates:
+    - metadata: {name: data}
+      spec: {resources: {requests: {storage: 1Gi}}}
+"#
+    );
+    let l = load_ok(&text);
+    let by_kind = |kind: &str| {
+        l.snapshot
+            .pods
+            .iter()
+            .find(|p| p.owner.as_ref().is_some_and(|o| o.kind == kind))
+            .unwrap_or_else(|| panic!("no {kind} pod"))
+    };
+    let deployment = by_kind("Deployment");
+    let stateful = by_kind("StatefulSet");
+    assert_eq!(deployment.name, stateful.name, "the names collide");
+    assert_eq!(deployment.volume_zones.len(), 1);
+    assert_eq!(deployment.volume_zones[0].claim, "shop/db-data");
+    assert!(deployment.volume_hold.is_none());
+    // The StatefulSet's claim is unbound and its class binds Immediately: held, not confined.
+    assert!(stateful.volume_zones.is_empty());
+    let hold = stateful.volume_hold.as_deref().expect("held");
+    assert!(
+        hold.contains("shop/data-db-0") && hold.contains("gp2"),
+        "{hold}"
+    );
+}
+
+#[test]
+fn claims_the_input_lacks_are_named_in_one_warning_and_confine_nothing() {
+    let pods = r#"apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: cache, namespace: shop}
+spec:
+  replicas: 3
+  serviceName: cache
+  selector: {matchLabels: {app: cache}}
+  template:
+    metadata: {labels: {app: cache}}
+    spec:
+      containers: [{name: c, image: i}]
+  volumeClaimTemplates:
+    - metadata: {name: data}
+      spec: {resources: {requests: {storage: 1Gi}}}
+"#;
+    let l = load_ok(pods);
+    assert!(l
+        .snapshot
+        .pods
+        .iter()
+        .all(|p| p.volume_zones.is_empty() && p.volume_hold.is_none()));
+    assert_eq!(l.warnings.len(), 1, "{:?}", l.warnings);
+    let w = &l.warnings[0];
+    for i in 0..3 {
+        assert!(
+            w.contains(&format!("PersistentVolumeClaim shop/data-cache-{i}")),
+            "{w}"
+        );
+    }
+}
