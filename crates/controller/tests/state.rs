@@ -602,7 +602,7 @@ fn zones_required(pod: &joiner_core::Pod) -> Vec<Vec<String>> {
         .map(|t| {
             t.get("topology.kubernetes.io/zone")
                 .and_then(|r| r.in_values())
-                .map(|v| v.iter().cloned().collect())
+                .map(<[String]>::to_vec)
                 .unwrap_or_default()
         })
         .collect()

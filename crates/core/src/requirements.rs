@@ -5,7 +5,7 @@
 //! allowed values (possibly the complement of a listed set, possibly bounded as an integer) plus
 //! whether a node *without* the label satisfies it (true for NotIn and DoesNotExist).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::error::RequirementError;
@@ -55,11 +55,66 @@ impl Operator {
     }
 }
 
+/// A requirement's listed values: sorted, without duplicates. A vector rather than a set, since
+/// most hold one or two values and a set's node has room for eleven.
+#[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct ValueSet(Vec<String>);
+
+impl ValueSet {
+    fn contains(&self, value: &str) -> bool {
+        self.0.binary_search_by(|v| v.as_str().cmp(value)).is_ok()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn union(&self, other: &ValueSet) -> ValueSet {
+        self.0.iter().chain(&other.0).cloned().collect()
+    }
+
+    /// The values of `self` not in `other`.
+    fn without(&self, other: &ValueSet) -> ValueSet {
+        ValueSet(
+            self.0
+                .iter()
+                .filter(|v| !other.contains(v))
+                .cloned()
+                .collect(),
+        )
+    }
+
+    /// The values in both.
+    fn common(&self, other: &ValueSet) -> ValueSet {
+        ValueSet(
+            self.0
+                .iter()
+                .filter(|v| other.contains(v))
+                .cloned()
+                .collect(),
+        )
+    }
+}
+
+impl FromIterator<String> for ValueSet {
+    fn from_iter<I: IntoIterator<Item = String>>(iter: I) -> Self {
+        let mut values: Vec<String> = iter.into_iter().collect();
+        values.sort_unstable();
+        values.dedup();
+        values.shrink_to_fit();
+        ValueSet(values)
+    }
+}
+
 /// The constraint on one label key.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Requirement {
     complement: bool,
-    values: BTreeSet<String>,
+    values: ValueSet,
     gte: Option<i64>,
     lte: Option<i64>,
     absent_ok: bool,
@@ -68,7 +123,7 @@ pub struct Requirement {
 impl Requirement {
     /// Builds a requirement from an operator and its values, validating the value count.
     pub fn new<S: AsRef<str>>(op: Operator, values: &[S]) -> Result<Self, RequirementError> {
-        let set: BTreeSet<String> = values.iter().map(|v| v.as_ref().to_string()).collect();
+        let set: ValueSet = values.iter().map(|v| v.as_ref().to_string()).collect();
         let r = match op {
             Operator::In | Operator::NotIn if set.is_empty() => {
                 return Err(RequirementError::MissingValues(op));
@@ -80,7 +135,7 @@ impl Requirement {
                 if set.len() != 1 {
                     return Err(RequirementError::BoundNeedsOneValue(op));
                 }
-                let raw = set.iter().next().map(String::as_str).unwrap_or_default();
+                let raw = set.0.first().map(String::as_str).unwrap_or_default();
                 let n: i64 = raw
                     .parse()
                     .map_err(|_| RequirementError::BoundNotInteger(op, raw.to_string()))?;
@@ -91,7 +146,7 @@ impl Requirement {
                 };
                 Requirement {
                     complement: true,
-                    values: BTreeSet::new(),
+                    values: ValueSet::default(),
                     gte,
                     lte,
                     absent_ok: false,
@@ -114,7 +169,7 @@ impl Requirement {
             Operator::Exists => Requirement::any(),
             Operator::DoesNotExist => Requirement {
                 complement: false,
-                values: BTreeSet::new(),
+                values: ValueSet::default(),
                 gte: None,
                 lte: None,
                 absent_ok: true,
@@ -125,8 +180,7 @@ impl Requirement {
 
     /// `In [value]`.
     pub fn single(value: &str) -> Self {
-        let mut values = BTreeSet::new();
-        values.insert(value.to_string());
+        let values = ValueSet(vec![value.to_string()]);
         Requirement {
             complement: false,
             values,
@@ -155,7 +209,7 @@ impl Requirement {
     pub fn any() -> Self {
         Requirement {
             complement: true,
-            values: BTreeSet::new(),
+            values: ValueSet::default(),
             gte: None,
             lte: None,
             absent_ok: false,
@@ -196,14 +250,14 @@ impl Requirement {
     }
 
     /// The explicit values of an `In` requirement, if it is one.
-    pub fn in_values(&self) -> Option<&BTreeSet<String>> {
-        (!self.complement).then_some(&self.values)
+    pub fn in_values(&self) -> Option<&[String]> {
+        (!self.complement).then_some(self.values.0.as_slice())
     }
 
     /// The values when a node must carry exactly one of them: a finite, non-empty set.
     pub fn single_value(&self) -> Option<&str> {
         if !self.complement && self.values.len() == 1 && !self.absent_ok {
-            self.values.iter().next().map(String::as_str)
+            self.values.0.first().map(String::as_str)
         } else {
             None
         }
@@ -220,19 +274,10 @@ impl Requirement {
             (a, b) => a.or(b),
         };
         let (complement, values) = match (self.complement, other.complement) {
-            (true, true) => (true, self.values.union(&other.values).cloned().collect()),
-            (true, false) => (
-                false,
-                other.values.difference(&self.values).cloned().collect(),
-            ),
-            (false, true) => (
-                false,
-                self.values.difference(&other.values).cloned().collect(),
-            ),
-            (false, false) => (
-                false,
-                self.values.intersection(&other.values).cloned().collect(),
-            ),
+            (true, true) => (true, self.values.union(&other.values)),
+            (true, false) => (false, other.values.without(&self.values)),
+            (false, true) => (false, self.values.without(&other.values)),
+            (false, false) => (false, self.values.common(&other.values)),
         };
         let mut r = Requirement {
             complement,
@@ -243,7 +288,7 @@ impl Requirement {
         };
         if !r.complement && (r.gte.is_some() || r.lte.is_some()) {
             let (g, l) = (r.gte, r.lte);
-            r.values.retain(|v| {
+            r.values.0.retain(|v| {
                 v.parse::<i64>()
                     .is_ok_and(|n| g.is_none_or(|g| n >= g) && l.is_none_or(|l| n <= l))
             });
@@ -263,7 +308,7 @@ impl Requirement {
     /// never admits a node the requirement refuses. An unsatisfiable requirement is `In []`,
     /// which the API refuses rather than reading as no constraint.
     pub fn to_expressions(&self) -> Vec<(Operator, Vec<String>)> {
-        let values: Vec<String> = self.values.iter().cloned().collect();
+        let values: Vec<String> = self.values.0.clone();
         if !self.complement {
             return if values.is_empty() && self.absent_ok {
                 vec![(Operator::DoesNotExist, Vec::new())]
@@ -291,7 +336,7 @@ impl Requirement {
 
 impl fmt::Display for Requirement {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let list = |v: &BTreeSet<String>| v.iter().cloned().collect::<Vec<_>>().join(" ");
+        let list = |v: &ValueSet| v.0.join(" ");
         if self.complement {
             match (self.gte, self.lte) {
                 (Some(g), None) => write!(f, "Gt {}", g.saturating_sub(1))?,
@@ -325,9 +370,13 @@ impl fmt::Debug for Requirement {
 }
 
 /// Requirements on several keys, all of which must hold. Keys are normalized GA names.
+///
+/// Kept as a vector sorted by key rather than a map: a pod's selectors and node terms hold one
+/// to three keys, and a map's node (room for eleven entries) made each of them a kilobyte, in
+/// every pod the controller keeps and every snapshot it takes.
 #[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Requirements {
-    by_key: BTreeMap<String, Requirement>,
+    by_key: Vec<(String, Requirement)>,
 }
 
 impl Requirements {
@@ -339,11 +388,12 @@ impl Requirements {
     /// Adds a requirement, intersecting with what the key already has.
     pub fn add(&mut self, key: &str, req: Requirement) {
         let key = labels::normalize(key);
-        match self.by_key.get_mut(key) {
-            Some(cur) => *cur = cur.intersect(&req),
-            None => {
-                self.by_key.insert(key.to_string(), req);
+        match self.position(key) {
+            Ok(i) => {
+                let cur = &mut self.by_key[i].1;
+                *cur = cur.intersect(&req);
             }
+            Err(i) => self.by_key.insert(i, (key.to_string(), req)),
         }
     }
 
@@ -364,12 +414,21 @@ impl Requirements {
 
     /// The requirement on one key.
     pub fn get(&self, key: &str) -> Option<&Requirement> {
-        self.by_key.get(labels::normalize(key))
+        self.find(labels::normalize(key))
+    }
+
+    /// Where `key` (already normalized) is, or would be inserted.
+    fn position(&self, key: &str) -> Result<usize, usize> {
+        self.by_key.binary_search_by(|(k, _)| k.as_str().cmp(key))
+    }
+
+    fn find(&self, key: &str) -> Option<&Requirement> {
+        self.position(key).ok().map(|i| &self.by_key[i].1)
     }
 
     /// All constraints, by key.
     pub fn iter(&self) -> impl Iterator<Item = (&String, &Requirement)> {
-        self.by_key.iter()
+        self.by_key.iter().map(|(k, r)| (k, r))
     }
 
     /// True when no key is constrained.
@@ -394,7 +453,7 @@ impl Requirements {
     /// The first key on which the two cannot both hold.
     pub fn conflict<'a>(&self, other: &'a Requirements) -> Option<&'a str> {
         for (k, r) in &other.by_key {
-            if let Some(mine) = self.by_key.get(k) {
+            if let Some(mine) = self.find(k) {
                 if !mine.compatible(r) {
                     return Some(k.as_str());
                 }

@@ -125,7 +125,7 @@ pub fn launch_request(
     let named: Vec<String> = reqs
         .get(labels::INSTANCE_TYPE)
         .and_then(|r| r.in_values())
-        .map(|v| v.iter().cloned().collect())
+        .map(<[String]>::to_vec)
         .unwrap_or_default();
     let mut candidates: Vec<(String, f64)> = named
         .iter()
@@ -146,7 +146,7 @@ pub fn launch_request(
     let zones = reqs
         .get(labels::ZONE)
         .and_then(|r| r.in_values())
-        .map(|v| v.iter().cloned().collect())
+        .map(<[String]>::to_vec)
         .unwrap_or_default();
     Ok(LaunchRequest {
         claim_name: name,

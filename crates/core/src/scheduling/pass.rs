@@ -66,6 +66,12 @@ pub struct Pass<'a> {
     new_nodes: Vec<NewNode>,
 }
 
+/// The instance-type options every copy of a draft offers, with their prices.
+struct NodeOptions {
+    names: Vec<String>,
+    prices: Vec<Option<f64>>,
+}
+
 impl<'a> Pass<'a> {
     /// Derives what every stage shares. Zone and capacity-type terms pin groups of pods to a
     /// domain here, before anything is placed.
@@ -355,6 +361,9 @@ impl<'a> Pass<'a> {
         let t = &catalog[view.types[d.chosen]];
         let reqs = self.table.get(d.req).clone();
         let cheapest = cheapest_offerings(t, &reqs);
+        // The options and their prices are the same for every copy of one capacity type:
+        // worked out once per draft, not per node.
+        let mut options: Vec<(CapacityType, NodeOptions)> = Vec::new();
         for _ in 0..d.copies {
             let turn = zone_turn.entry(t.name.clone()).or_default();
             let Some(offering) = cheapest.get(*turn % cheapest.len().max(1)).copied() else {
@@ -370,8 +379,54 @@ impl<'a> Pass<'a> {
                 continue;
             };
             *turn += 1;
-            let node = self.new_node(view, d, &reqs, offering);
+            let at = match options
+                .iter()
+                .position(|(ct, _)| *ct == offering.capacity_type)
+            {
+                Some(at) => at,
+                None => {
+                    let o = self.node_options(view, d, &reqs, offering.capacity_type);
+                    options.push((offering.capacity_type, o));
+                    options.len() - 1
+                }
+            };
+            let node = self.new_node(view, d, &reqs, offering, &options[at].1);
             self.new_nodes.push(node);
+        }
+    }
+
+    /// A draft's instance-type options (at most `max_instance_type_options`, cheapest first)
+    /// with each one's cheapest allowed offering price of `capacity_type`.
+    fn node_options(
+        &self,
+        view: &ProvisionerView<'_>,
+        d: &Draft,
+        reqs: &Requirements,
+        capacity_type: CapacityType,
+    ) -> NodeOptions {
+        let catalog = self.catalog;
+        let options: Vec<&InstanceType> = d
+            .options
+            .iter()
+            .take(self.opts.max_instance_type_options)
+            .map(|&o| &catalog[view.types[o]])
+            .collect();
+        NodeOptions {
+            names: options.iter().map(|t| t.name.clone()).collect(),
+            prices: options
+                .iter()
+                .map(|t| {
+                    t.offerings
+                        .iter()
+                        .filter(|o| {
+                            o.available
+                                && o.capacity_type == capacity_type
+                                && offering_allowed(o, reqs)
+                        })
+                        .map(|o| o.price)
+                        .min_by(f64::total_cmp)
+                })
+                .collect(),
         }
     }
 
@@ -382,6 +437,7 @@ impl<'a> Pass<'a> {
         d: &Draft,
         reqs: &Requirements,
         offering: &Offering,
+        options: &NodeOptions,
     ) -> NewNode {
         let catalog = self.catalog;
         let t = &catalog[view.types[d.chosen]];
@@ -398,12 +454,6 @@ impl<'a> Pass<'a> {
         }
         let mut requests = d.pod_requests.clone();
         requests.add(&view.overhead[d.chosen]);
-        let options: Vec<&InstanceType> = d
-            .options
-            .iter()
-            .take(self.opts.max_instance_type_options)
-            .map(|&o| &catalog[view.types[o]])
-            .collect();
         NewNode {
             name: format!("{}-{}", view.prov.name, self.new_nodes.len() + 1),
             provisioner: view.prov.name.clone(),
@@ -412,21 +462,8 @@ impl<'a> Pass<'a> {
             capacity_type: offering.capacity_type,
             price_per_hour: offering.price,
             price_estimated: offering.price_estimated,
-            instance_type_options: options.iter().map(|t| t.name.clone()).collect(),
-            option_prices: options
-                .iter()
-                .map(|t| {
-                    t.offerings
-                        .iter()
-                        .filter(|o| {
-                            o.available
-                                && o.capacity_type == offering.capacity_type
-                                && offering_allowed(o, reqs)
-                        })
-                        .map(|o| o.price)
-                        .min_by(f64::total_cmp)
-                })
-                .collect(),
+            instance_type_options: options.names.clone(),
+            option_prices: options.prices.clone(),
             requirements: reqs.clone(),
             pods: node_pods,
             pod_indices,

@@ -60,7 +60,7 @@ impl NewNode {
         self.requirements
             .get(crate::labels::ZONE)
             .and_then(|r| r.in_values())
-            .map(|v| v.iter().cloned().collect())
+            .map(<[String]>::to_vec)
             .unwrap_or_default()
     }
 }
