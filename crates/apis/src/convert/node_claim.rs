@@ -69,7 +69,7 @@ pub fn node_claim(name: &str, node: &NewNode, prov: &Provisioner) -> Result<Node
     out.push(requirement(
         labels::INSTANCE_TYPE,
         "In",
-        node.instance_type_options.clone(),
+        node.instance_type_options.to_vec(),
     ));
     if narrowed(labels::ZONE) {
         if let Some(zone) = node.requirements.get(labels::ZONE) {
@@ -219,8 +219,8 @@ mod tests {
             capacity_type: CapacityType::Spot,
             price_per_hour: 0.03,
             price_estimated: false,
-            instance_type_options: vec!["m5.large".into(), "m5.xlarge".into()],
-            option_prices: vec![Some(0.03), Some(0.06)],
+            instance_type_options: vec!["m5.large".into(), "m5.xlarge".into()].into(),
+            option_prices: vec![Some(0.03), Some(0.06)].into(),
             pods: vec!["shop/a".into()],
             pod_indices: vec![0],
             requirements,

@@ -196,7 +196,7 @@ pub fn explain(
             instance_type: n.instance_type.clone(),
             zone: n.zone.clone(),
             capacity_type: n.capacity_type.as_str().to_string(),
-            options: n.instance_type_options.clone(),
+            options: n.instance_type_options.to_vec(),
         }
     } else if let Some(n) = plan
         .existing_nodes

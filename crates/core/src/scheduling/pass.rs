@@ -68,8 +68,8 @@ pub struct Pass<'a> {
 
 /// The instance-type options every copy of a draft offers, with their prices.
 struct NodeOptions {
-    names: Vec<String>,
-    prices: Vec<Option<f64>>,
+    names: std::sync::Arc<[String]>,
+    prices: std::sync::Arc<[Option<f64>]>,
 }
 
 impl<'a> Pass<'a> {

@@ -3,6 +3,8 @@
 
 use crate::instance_type::CapacityType;
 use crate::requirements::Requirements;
+use std::sync::Arc;
+
 use crate::resources::Resources;
 
 /// A node the simulation would launch: everything its NodeClaim needs, so building the claim
@@ -23,12 +25,14 @@ pub struct NewNode {
     pub price_per_hour: f64,
     /// True when the price is a stand-in.
     pub price_estimated: bool,
-    /// Every type that would hold the pods, cheapest first (what CreateFleet gets).
-    pub instance_type_options: Vec<String>,
+    /// Every type that would hold the pods, cheapest first (what CreateFleet gets). Shared
+    /// by the nodes of one draft: up to 60 names per node were a third of a large plan's
+    /// memory.
+    pub instance_type_options: Arc<[String]>,
     /// The price of each option (same order) for the chosen capacity type: its cheapest
     /// available offering the node's requirements allow; `None` when it has none for that
     /// capacity type (the launch leaves it out).
-    pub option_prices: Vec<Option<f64>>,
+    pub option_prices: Arc<[Option<f64>]>,
     /// The node's requirements: the Provisioner's node requirements merged with the term the
     /// simulation used for each of its pods (zone and capacity-type pins, custom labels, kept
     /// preferences).
@@ -48,7 +52,7 @@ impl NewNode {
         let mut out: Vec<(String, f64)> = self
             .instance_type_options
             .iter()
-            .zip(&self.option_prices)
+            .zip(self.option_prices.iter())
             .filter_map(|(name, price)| price.map(|p| (name.clone(), p)))
             .collect();
         out.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));

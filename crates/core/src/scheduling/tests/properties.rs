@@ -857,7 +857,7 @@ fn check_capacity(case: &Case, plan: &Plan) -> Result<(), TestCaseError> {
             "{}: chosen type not among its options",
             n.name
         );
-        for opt in &n.instance_type_options {
+        for opt in n.instance_type_options.iter() {
             let ot = w.itype(opt);
             let ol = claim_labels(ot, &n.zone, n.capacity_type, prov);
             let mut oneed = sum_requests(pods.iter().copied());
@@ -879,7 +879,7 @@ fn check_capacity(case: &Case, plan: &Plan) -> Result<(), TestCaseError> {
                 "{}: price of chosen",
                 &n.name
             );
-            for opt in &n.instance_type_options {
+            for opt in n.instance_type_options.iter() {
                 let p = w.node_price(w.itype(opt), prov, &pods);
                 prop_assert!(
                     p.is_some_and(|p| p >= n.price_per_hour - 1e-9),
