@@ -258,3 +258,194 @@ async fn a_batch_writes_and_launches_its_claims_concurrently_and_sees_them_at_on
         .count();
     assert_eq!(posts_before, posts_after);
 }
+
+/// A claim being deleted, its instance `id` launched by `cloud`.
+fn deleting(name: &str, node: &LaunchedNode) -> joiner_apis::NodeClaim {
+    claim(
+        name,
+        json!({"metadata": {"deletionTimestamp": "2026-01-01T01:00:00Z",
+                "finalizers": ["joiner.sh/termination"]},
+            "status": {"instanceID": node.instance_id, "providerID": node.provider_id}}),
+    )
+}
+
+#[tokio::test]
+async fn a_termination_pass_lists_the_cloud_once_and_releases_only_what_it_reports_gone() {
+    use joiner_controller::lifecycle::termination::eviction::BackoffPolicy;
+    use joiner_controller::lifecycle::termination::Terminator;
+    use joiner_core::testing::{FakeError, FakeMethod};
+
+    let cloud = Arc::new(FakeCloud::new(Vec::new()));
+    let request = |claim: &str| LaunchRequest {
+        claim_name: claim.into(),
+        claim_uid: format!("uid-{claim}"),
+        provisioner: "web".into(),
+        capacity_type: CapacityType::OnDemand,
+        candidates: vec![("m5.large".into(), 0.096)],
+        zones: vec![],
+    };
+    let mut launched = Vec::new();
+    for name in ["web-1", "web-2", "web-3"] {
+        launched.push(cloud.create(&request(name)).await.expect("launch"));
+    }
+    let stores = Stores::new(
+        vec![],
+        vec![],
+        vec![
+            deleting("web-1", &launched[0]),
+            deleting("web-2", &launched[1]),
+            deleting("web-3", &launched[2]),
+        ],
+    );
+    let (client, api) = mock_api(|req| {
+        if req.method == Method::PATCH {
+            Reply::ok(
+                json!({"apiVersion": "joiner.sh/v1alpha1", "kind": "NodeClaim",
+                "metadata": {"name": "x"}, "spec": {"provisionerName": "web"}}),
+            )
+        } else {
+            Reply::not_found("unexpected")
+        }
+    });
+    let ctx = Context::new(client, stores.state(), cloud.clone(), settings());
+    let terminator = Terminator::new(BackoffPolicy {
+        initial: Duration::ZERO,
+        max: Duration::ZERO,
+    });
+    // EC2 refuses to terminate one of the instances this time: it keeps running.
+    cloud.fail_next(
+        FakeMethod::Delete,
+        FakeError::new(
+            joiner_core::CloudErrorKind::Throttled,
+            "RequestLimitExceeded",
+        ),
+    );
+    let refused = terminator
+        .reconcile(&ctx)
+        .await
+        .expect_err("pass 1 reports the refusal");
+    assert!(refused.to_string().contains("NodeClaim"), "{refused}");
+    let lists = |calls: &[FakeCall]| calls.iter().filter(|c| **c == FakeCall::List).count();
+    let first = cloud.calls();
+    assert_eq!(
+        lists(&first),
+        1,
+        "one listing for the whole pass: {first:?}"
+    );
+    assert!(
+        !first.iter().any(|c| matches!(c, FakeCall::Get(_))),
+        "no per-claim look-up: {first:?}"
+    );
+    assert!(
+        api.writes().is_empty(),
+        "nothing released before the cloud says so"
+    );
+
+    let still_running: Vec<String> = cloud
+        .instances()
+        .into_iter()
+        .filter(|n| n.state == "running")
+        .filter_map(|n| n.claim_name)
+        .collect();
+    assert_eq!(
+        still_running.len(),
+        1,
+        "the refused terminate left one instance running"
+    );
+
+    terminator.reconcile(&ctx).await.expect("pass 2");
+    let second = &cloud.calls()[first.len()..];
+    assert_eq!(lists(second), 1, "{second:?}");
+    let released = |api: &support::MockApi| {
+        let mut paths: Vec<String> = api.writes().iter().map(|w| w.path.clone()).collect();
+        paths.sort();
+        paths.dedup();
+        paths
+    };
+    let expected: Vec<String> = ["web-1", "web-2", "web-3"]
+        .into_iter()
+        .filter(|c| !still_running.iter().any(|r| r == c))
+        .map(|c| format!("/apis/joiner.sh/v1alpha1/nodeclaims/{c}"))
+        .collect();
+    assert_eq!(
+        released(&api),
+        expected,
+        "a claim whose instance the pass's listing still showed running is kept"
+    );
+    // That pass terminated it; the next one sees it gone and releases it too.
+    terminator.reconcile(&ctx).await.expect("pass 3");
+    assert_eq!(released(&api).len(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_the_api_server_never_answers_does_not_hold_back_another_claims_termination() {
+    use joiner_controller::lifecycle::termination::eviction::BackoffPolicy;
+    use joiner_controller::lifecycle::termination::Terminator;
+
+    let cloud = Arc::new(FakeCloud::new(Vec::new()));
+    let request = |claim: &str| LaunchRequest {
+        claim_name: claim.into(),
+        claim_uid: format!("uid-{claim}"),
+        provisioner: "web".into(),
+        capacity_type: CapacityType::OnDemand,
+        candidates: vec![("m5.large".into(), 0.096)],
+        zones: vec![],
+    };
+    let stuck = cloud.create(&request("stuck")).await.expect("launch");
+    let free = cloud.create(&request("free")).await.expect("launch");
+    let on_node = |name: &str, launched: &LaunchedNode| {
+        node(
+            name,
+            json!({"metadata": {"finalizers": ["joiner.sh/termination"]},
+                "spec": {"providerID": launched.provider_id}}),
+        )
+    };
+    let nodes = vec![on_node("n-stuck", &stuck), on_node("n-free", &free)];
+    let pod = lifecycle_fixture::pod("shop", "web", "n-stuck", json!({}));
+    let stores = Stores::new(
+        vec![pod],
+        nodes.clone(),
+        vec![deleting("stuck", &stuck), deleting("free", &free)],
+    );
+    let tainted: Vec<serde_json::Value> = nodes
+        .iter()
+        .map(|n| {
+            let mut v = serde_json::to_value(n).expect("node");
+            v["spec"]["taints"] = json!([{"key": "joiner.sh/disrupted", "effect": "NoSchedule"}]);
+            v
+        })
+        .collect();
+    let (client, api) = mock_api(move |req| match req.method {
+        Method::POST if req.path.ends_with("/eviction") => Reply::never(),
+        Method::PATCH if req.path == "/api/v1/nodes/n-stuck" => Reply::ok(tainted[0].clone()),
+        Method::PATCH if req.path == "/api/v1/nodes/n-free" => Reply::ok(tainted[1].clone()),
+        _ => Reply::not_found("unexpected"),
+    });
+    let ctx = Context::new(client, stores.state(), cloud.clone(), settings());
+    let terminator = Terminator::new(BackoffPolicy {
+        initial: Duration::ZERO,
+        max: Duration::ZERO,
+    });
+    let err = terminator
+        .reconcile(&ctx)
+        .await
+        .expect_err("the hung drain is reported");
+    assert!(err.to_string().contains("stuck"), "{err}");
+    let deleted: Vec<FakeCall> = cloud
+        .calls()
+        .into_iter()
+        .filter(|c| matches!(c, FakeCall::Delete(_)))
+        .collect();
+    assert_eq!(
+        deleted,
+        [FakeCall::Delete(free.instance_id.clone())],
+        "the free node's instance is terminated in the same pass"
+    );
+    assert!(
+        api.calls()
+            .iter()
+            .any(|(m, p)| m == "POST" && p.ends_with("/pods/web/eviction")),
+        "the eviction was sent and never answered: {:?}",
+        api.calls()
+    );
+}

@@ -75,6 +75,15 @@ impl Reply {
         Reply::error(404, "NotFound", &format!("{what} not found"))
     }
 
+    /// No answer at all: the request stays in flight for the rest of the test (an API
+    /// server that hangs, a webhook that never returns).
+    pub fn never() -> Reply {
+        Reply {
+            status: never_status(),
+            body: Value::Null,
+        }
+    }
+
     /// 200 with an empty Status `Success` (what DELETE and eviction return).
     pub fn success() -> Reply {
         Reply::ok(
@@ -100,6 +109,11 @@ pub fn stored(req: &Recorded, uid: &str) -> Value {
         }
     }
     body
+}
+
+/// The status [`Reply::never`] stands for; no API server sends it.
+fn never_status() -> StatusCode {
+    StatusCode::from_u16(599).expect("599 is a valid status code")
 }
 
 /// The mocked API server: the requests seen so far.
@@ -142,6 +156,8 @@ where
     let requests = Arc::new(Mutex::new(Vec::new()));
     let log = requests.clone();
     let task = tokio::spawn(async move {
+        // Requests answered `Reply::never`: holding their responders keeps them in flight.
+        let mut hung = Vec::new();
         while let Some((request, send)) = handle.next_request().await {
             let method = request.method().clone();
             let path = request.uri().path().to_string();
@@ -160,6 +176,10 @@ where
             };
             let reply = handler(&recorded);
             log.lock().expect("request log").push(recorded);
+            if reply.status == never_status() {
+                hung.push(send);
+                continue;
+            }
             let response = Response::builder()
                 .status(reply.status)
                 .header("content-type", "application/json")
