@@ -40,6 +40,27 @@ fn ready_node(name: &str, id: &str, ready: &str) -> k8s_openapi::api::core::v1::
     )
 }
 
+/// A launch for claim `claim` of Provisioner web.
+fn request(claim: &str) -> LaunchRequest {
+    LaunchRequest {
+        claim_name: claim.into(),
+        claim_uid: format!("uid-{claim}"),
+        provisioner: "web".into(),
+        capacity_type: CapacityType::OnDemand,
+        candidates: vec![("m5.large".into(), 0.096)],
+        zones: vec![],
+    }
+}
+
+/// A terminator that retries refused evictions at once.
+fn terminator() -> joiner_controller::lifecycle::termination::Terminator {
+    use joiner_controller::lifecycle::termination::eviction::BackoffPolicy;
+    joiner_controller::lifecycle::termination::Terminator::new(BackoffPolicy {
+        initial: Duration::ZERO,
+        max: Duration::ZERO,
+    })
+}
+
 fn settings() -> Settings {
     let mut s = Settings::new("c1");
     s.orphan_grace = Duration::ZERO;
@@ -95,14 +116,6 @@ async fn a_claim_is_taken_as_gone_only_when_its_launch_is_old_and_its_node_not_r
 #[tokio::test]
 async fn an_orphan_is_collected_and_a_claimed_instance_is_not() {
     let cloud = Arc::new(FakeCloud::new(Vec::new()));
-    let request = |claim: &str| LaunchRequest {
-        claim_name: claim.into(),
-        claim_uid: format!("uid-{claim}"),
-        provisioner: "web".into(),
-        capacity_type: CapacityType::OnDemand,
-        candidates: vec![("m5.large".into(), 0.096)],
-        zones: vec![],
-    };
     let kept = cloud.create(&request("web-1")).await.expect("launch");
     let orphan = cloud.create(&request("ghost")).await.expect("launch");
     let warm = LaunchedNode {
@@ -271,19 +284,9 @@ fn deleting(name: &str, node: &LaunchedNode) -> joiner_apis::NodeClaim {
 
 #[tokio::test]
 async fn a_termination_pass_lists_the_cloud_once_and_releases_only_what_it_reports_gone() {
-    use joiner_controller::lifecycle::termination::eviction::BackoffPolicy;
-    use joiner_controller::lifecycle::termination::Terminator;
     use joiner_core::testing::{FakeError, FakeMethod};
 
     let cloud = Arc::new(FakeCloud::new(Vec::new()));
-    let request = |claim: &str| LaunchRequest {
-        claim_name: claim.into(),
-        claim_uid: format!("uid-{claim}"),
-        provisioner: "web".into(),
-        capacity_type: CapacityType::OnDemand,
-        candidates: vec![("m5.large".into(), 0.096)],
-        zones: vec![],
-    };
     let mut launched = Vec::new();
     for name in ["web-1", "web-2", "web-3"] {
         launched.push(cloud.create(&request(name)).await.expect("launch"));
@@ -308,10 +311,7 @@ async fn a_termination_pass_lists_the_cloud_once_and_releases_only_what_it_repor
         }
     });
     let ctx = Context::new(client, stores.state(), cloud.clone(), settings());
-    let terminator = Terminator::new(BackoffPolicy {
-        initial: Duration::ZERO,
-        max: Duration::ZERO,
-    });
+    let terminator = terminator();
     // EC2 refuses to terminate one of the instances this time: it keeps running.
     cloud.fail_next(
         FakeMethod::Delete,
@@ -379,18 +379,7 @@ async fn a_termination_pass_lists_the_cloud_once_and_releases_only_what_it_repor
 
 #[tokio::test(start_paused = true)]
 async fn a_drain_the_api_server_never_answers_does_not_hold_back_another_claims_termination() {
-    use joiner_controller::lifecycle::termination::eviction::BackoffPolicy;
-    use joiner_controller::lifecycle::termination::Terminator;
-
     let cloud = Arc::new(FakeCloud::new(Vec::new()));
-    let request = |claim: &str| LaunchRequest {
-        claim_name: claim.into(),
-        claim_uid: format!("uid-{claim}"),
-        provisioner: "web".into(),
-        capacity_type: CapacityType::OnDemand,
-        candidates: vec![("m5.large".into(), 0.096)],
-        zones: vec![],
-    };
     let stuck = cloud.create(&request("stuck")).await.expect("launch");
     let free = cloud.create(&request("free")).await.expect("launch");
     let on_node = |name: &str, launched: &LaunchedNode| {
@@ -422,10 +411,7 @@ async fn a_drain_the_api_server_never_answers_does_not_hold_back_another_claims_
         _ => Reply::not_found("unexpected"),
     });
     let ctx = Context::new(client, stores.state(), cloud.clone(), settings());
-    let terminator = Terminator::new(BackoffPolicy {
-        initial: Duration::ZERO,
-        max: Duration::ZERO,
-    });
+    let terminator = terminator();
     let err = terminator
         .reconcile(&ctx)
         .await
