@@ -1,11 +1,17 @@
 //! Preferences: preferred node affinity, preferred pod (anti-)affinity and `ScheduleAnyway`
 //! topology spread.
 //!
-//! The simulation first treats every preference as a hard rule, so a preference is honored
-//! whenever some placement allows it. A pod that cannot be placed that way has its preferences
-//! relaxed one at a time — the lightest first (a `ScheduleAnyway` spread has no weight, so it
-//! goes first), the heaviest last — and the pass is run again, until every pod is placed or has
-//! nothing left to relax. The plan names what was given up for each pod.
+//! The simulation first treats preferences as hard rules, so a preference is honored whenever
+//! some placement allows it. A pod that cannot be placed that way has its preferences relaxed
+//! one at a time and the pass is run again, until every pod is placed or has nothing left to
+//! relax; the plan names what was given up for each pod. The order: `ScheduleAnyway` spreads
+//! (they have no weight), then preferred pod terms lightest first, then preferred node-affinity
+//! terms. Those are alternatives ranked by weight, as Karpenter reads them (and the
+//! kube-scheduler's scoring agrees): only the heaviest term still kept is required, and when
+//! the pod cannot be placed with it, it is dropped and the next heaviest is tried.
+//!
+//! A hardened preference narrows where the pod may go, never the domains its hard spreads
+//! count: the kube-scheduler's spread honours required node affinity only.
 
 use crate::pod::Pod;
 use crate::snapshot::Snapshot;
@@ -25,7 +31,8 @@ enum Preference {
     NodeTerm(usize),
 }
 
-/// A pod's preferences, lightest first; ties: spread, then pod terms, then node terms.
+/// A pod's preferences in the order they are relaxed: spreads, pod terms lightest first, node
+/// terms heaviest first (each is the one in force until it is dropped).
 fn preferences(p: &Pod) -> Vec<Preference> {
     let mut out: Vec<(i32, u8, usize, Preference)> = Vec::new();
     for (i, s) in p.topology_spread.iter().enumerate() {
@@ -39,9 +46,9 @@ fn preferences(p: &Pod) -> Vec<Preference> {
         }
     }
     for (i, (w, _)) in p.preferred_node_terms.iter().enumerate() {
-        out.push((*w, 2, i, Preference::NodeTerm(i)));
+        out.push((-*w, 2, i, Preference::NodeTerm(i)));
     }
-    out.sort_by_key(|a| (a.0, a.1, a.2));
+    out.sort_by_key(|a| (a.1, a.0, a.2));
     out.into_iter().map(|(.., p)| p).collect()
 }
 
@@ -74,10 +81,11 @@ fn describe(p: &Pod, pref: &Preference) -> String {
     }
 }
 
-/// The pod with its first `relaxed` preferences dropped and the others made hard. Preferred pod
-/// terms keep their weight: the pass holds a pending pod to every term it still carries, but
-/// only required terms repel other pods (as in the kube-scheduler, where another pod's
-/// preference never blocks).
+/// The pod with its first `relaxed` preferences dropped and the others made hard: every kept
+/// spread and pod term, and the first kept node term (the heaviest left). Preferred pod terms
+/// keep their weight: the pass holds a pending pod to every term it still carries, but only
+/// required terms repel other pods (as in the kube-scheduler, where another pod's preference
+/// never blocks).
 fn harden(p: &Pod, prefs: &[Preference], relaxed: usize) -> Pod {
     let mut h = p.clone();
     let kept = &prefs[relaxed.min(prefs.len())..];
@@ -100,14 +108,18 @@ fn harden(p: &Pod, prefs: &[Preference], relaxed: usize) -> Pod {
         .map(|(_, a)| a.clone())
         .collect();
     h.preferred_node_terms = Vec::new();
-    for (i, (_, t)) in p.preferred_node_terms.iter().enumerate() {
-        if kept.contains(&Preference::NodeTerm(i)) {
-            if h.node_terms.is_empty() {
-                h.node_terms.push(t.clone());
-            } else {
-                for term in &mut h.node_terms {
-                    *term = term.intersect(t);
-                }
+    let in_force = kept.iter().find_map(|pr| match pr {
+        Preference::NodeTerm(i) => Some(&p.preferred_node_terms[*i].1),
+        _ => None,
+    });
+    if let Some(t) = in_force {
+        // The spreads keep counting the domains the pod's own required terms allow.
+        h.own_node_terms = Some(p.spread_node_terms().to_vec());
+        if h.node_terms.is_empty() {
+            h.node_terms.push(t.clone());
+        } else {
+            for term in &mut h.node_terms {
+                *term = term.intersect(t);
             }
         }
     }
@@ -224,7 +236,8 @@ mod tests {
         let h2 = harden(&p, &prefs, 2);
         assert!(h2.topology_spread.is_empty());
         assert!(h2.affinity.is_empty());
-        assert_eq!(h2.node_terms.len(), 1, "the heaviest is kept longest");
+        assert_eq!(h2.node_terms.len(), 1, "node terms are relaxed last");
+        assert!(h2.own_node_terms.as_ref().is_some_and(Vec::is_empty));
         assert!(describe(&p, &prefs[2]).starts_with("preferred node affinity"));
     }
 }

@@ -380,7 +380,9 @@ fn a_preferred_zone_is_honored_when_possible() {
 }
 
 #[test]
-fn the_lighter_of_two_conflicting_preferences_is_relaxed() {
+fn of_two_preferred_zones_the_heavier_is_used() {
+    // Preferred node-affinity terms are alternatives: the heaviest is tried first, and a
+    // lighter one is never ANDed with it (which here would allow no zone at all).
     let mut a = pod("a", 500, 512);
     prefer_zone(&mut a, "z-c", 10);
     prefer_zone(&mut a, "z-a", 50);
@@ -389,11 +391,47 @@ fn the_lighter_of_two_conflicting_preferences_is_relaxed() {
         ..Snapshot::default()
     });
     assert_eq!(p.new_nodes[0].zone, "z-a");
-    assert_eq!(p.relaxed.len(), 1);
+    assert!(p.relaxed.is_empty(), "{:?}", p.relaxed);
+}
+
+#[test]
+fn preferred_node_terms_are_tried_heaviest_first_and_dropped_one_by_one() {
+    // Weights 100 (a zone that does not exist), 50 (z-b), 1 (z-a): the pod cannot be placed
+    // with the heaviest, so it is dropped and the next heaviest, z-b, is used.
+    let mut a = pod("a", 500, 512);
+    prefer_zone(&mut a, "z-nowhere", 100);
+    prefer_zone(&mut a, "z-b", 50);
+    prefer_zone(&mut a, "z-a", 1);
+    let p = run(&Snapshot {
+        pods: vec![a],
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    assert_eq!(p.new_nodes[0].zone, "z-b");
     assert_eq!(
         p.relaxed[0].preferences,
-        vec!["preferred node affinity topology.kubernetes.io/zone In [z-c] (weight 10)"]
+        vec!["preferred node affinity topology.kubernetes.io/zone In [z-nowhere] (weight 100)"]
     );
+}
+
+#[test]
+fn a_preferred_zone_never_narrows_the_domains_a_hard_spread_counts() {
+    // Three pods with a hard zone spread (maxSkew 1) prefer z-a. The kube-scheduler counts all
+    // three zones for the spread, so only one pod can go to z-a; the others give up the
+    // preference and take the other zones.
+    let mut pods = deployment("web", 3, 500, 512);
+    for p in &mut pods {
+        p.topology_spread.push(spread(labels::ZONE, 1, app("web")));
+        prefer_zone(p, "z-a", 50);
+    }
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    let counts: Vec<usize> = zone_counts(&p).values().copied().collect();
+    assert_eq!(counts, vec![1, 1, 1], "{:?}", p.new_nodes);
+    assert_eq!(p.relaxed.len(), 2, "{:?}", p.relaxed);
 }
 
 #[test]
