@@ -175,7 +175,8 @@ impl kube::Resource for PodRecord {
 /// no resources and are ignored, as are unbound pods already being deleted. An unbound pod with
 /// `status.nominatedNodeName` is waiting for a preemption the scheduler started on that node, and
 /// an unbound DaemonSet pod waits for its own node (the DaemonSet controller binds it there): new
-/// capacity would help neither, so both are ignored.
+/// capacity would help neither, so both are ignored. The unbound pods skipped are those
+/// `joiner_apis::convert::not_planned` names, the same `joiner plan` skips.
 pub fn role(pod: &Pod) -> PodRole {
     if convert::finished_phase(pod).is_some() {
         return PodRole::Ignored;
@@ -188,18 +189,7 @@ pub fn role(pod: &Pod) -> PodRole {
     if bound {
         return PodRole::Bound;
     }
-    if pod.metadata.deletion_timestamp.is_some() {
-        return PodRole::Ignored;
-    }
-    let nominated = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.nominated_node_name.as_deref())
-        .is_some_and(|n| !n.is_empty());
-    if nominated {
-        return PodRole::Ignored;
-    }
-    if convert::controller_owner(pod).is_some_and(|o| o.kind == "DaemonSet") {
+    if convert::not_planned(pod).is_some() {
         return PodRole::Ignored;
     }
     let unschedulable = pod

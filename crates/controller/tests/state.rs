@@ -255,7 +255,16 @@ fn nominated_and_daemonset_pods_are_not_provisionable() {
     assert!(!joiner_controller::state::is_provisionable(
         &PodRecord::from(&daemon)
     ));
-    let f = fixture(vec![waiting, preempting, daemon]);
+    // The rule joiner plan follows too: a pod with scheduling gates is not the scheduler's yet.
+    let gated = pod(
+        "gated",
+        json!({"containers": containers("1"), "schedulingGates": [{"name": "example.com/quota"}]}),
+        unschedulable(),
+    );
+    assert!(!joiner_controller::state::is_provisionable(
+        &PodRecord::from(&gated)
+    ));
+    let f = fixture(vec![waiting, preempting, daemon, gated]);
     let (snap, _) = f.state.snapshot();
     let names: Vec<&str> = snap.pods.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(names, ["waiting"]);

@@ -22,7 +22,9 @@ use thiserror::Error;
 
 pub use daemonsets::{daemon_set, template_pod};
 pub use nodes::{node, taint};
-pub use pods::{controller_owner, convert as pod_spec, finished_phase, pod, PodIdentity};
+pub use pods::{
+    controller_owner, convert as pod_spec, finished_phase, not_planned, pod, PodIdentity,
+};
 pub use tolerations::tolerations;
 
 /// A problem with one field of an object, before the caller names the object (and, for the

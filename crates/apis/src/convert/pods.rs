@@ -110,3 +110,48 @@ pub fn finished_phase(pod: &k8s::Pod) -> Option<&str> {
         .and_then(|s| s.phase.as_deref())
         .filter(|p| matches!(*p, "Succeeded" | "Failed"))
 }
+
+/// Why joiner plans no capacity for this pod, which is not bound to a node, when it plans
+/// none: the kube-scheduler is not trying to place it, or placing it is not joiner's job. The
+/// controller and `joiner plan` skip the same pods.
+///
+/// - it has finished;
+/// - it is being deleted;
+/// - the kube-scheduler nominated a node for it (it preempted pods there and waits for them);
+/// - a DaemonSet owns it (its pods are overhead on every node, never a reason to buy one);
+/// - it has scheduling gates (the kube-scheduler does not consider it until they are gone).
+pub fn not_planned(pod: &k8s::Pod) -> Option<String> {
+    if let Some(phase) = finished_phase(pod) {
+        return Some(format!("it has finished (phase {phase})"));
+    }
+    if pod.metadata.deletion_timestamp.is_some() {
+        return Some("it is being deleted".into());
+    }
+    let status = pod.status.as_ref();
+    if let Some(node) = status
+        .and_then(|s| s.nominated_node_name.as_deref())
+        .filter(|n| !n.is_empty())
+    {
+        return Some(format!(
+            "the kube-scheduler nominated node {node} for it (it waits for preempted pods there)"
+        ));
+    }
+    if controller_owner(pod).is_some_and(|o| o.kind == "DaemonSet") {
+        return Some("a DaemonSet owns it (its pods are overhead on each node)".into());
+    }
+    let gates: Vec<&str> = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|g| g.name.as_str())
+        .collect();
+    if !gates.is_empty() {
+        return Some(format!(
+            "it has scheduling gates ({}); the kube-scheduler considers it once they are removed",
+            gates.join(", ")
+        ));
+    }
+    None
+}

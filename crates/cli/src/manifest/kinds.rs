@@ -150,12 +150,22 @@ pub(crate) fn read(
     match header.kind.as_str() {
         "Pod" => {
             let pod: k8s::Pod = obj.parse(doc.value)?;
-            if let Some(phase) = convert::finished_phase(&pod) {
-                loaded.warnings.push(format!(
-                    "{}: skipped {}: it has finished (phase {phase})",
-                    doc.location,
-                    obj.label()
-                ));
+            // The controller's rule: a finished pod holds nothing; an unbound pod the
+            // scheduler is not trying to place is not planned for.
+            let bound = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .is_some_and(|n| !n.is_empty());
+            let skipped = match convert::finished_phase(&pod) {
+                Some(phase) => Some(format!("it has finished (phase {phase})")),
+                None if bound => None,
+                None => convert::not_planned(&pod),
+            };
+            if let Some(why) = skipped {
+                loaded
+                    .warnings
+                    .push(format!("{}: skipped {}: {why}", doc.location, obj.label()));
                 return Ok(());
             }
             let spec = pod

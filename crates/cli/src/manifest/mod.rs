@@ -59,7 +59,40 @@ pub fn load(paths: &[PathBuf]) -> Result<Loaded, ManifestError> {
     dump::settle(&mut loaded);
     narrow_to_subnet_zones(&mut loaded);
     apply_volume_zones(&mut loaded);
+    warn_of_missing_nodes(&mut loaded);
     Ok(loaded)
+}
+
+/// Names, in one warning, the nodes pods are bound to that the input does not hold: those pods
+/// count on no node, so the plan cannot see what they use (a dump without its nodes).
+fn warn_of_missing_nodes(loaded: &mut Loaded) {
+    let known: std::collections::HashSet<&str> = loaded
+        .snapshot
+        .nodes
+        .iter()
+        .map(|n| n.name.as_str())
+        .collect();
+    let mut missing: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for pod in &loaded.snapshot.pods {
+        if let Some(node) = pod.node_name.as_deref().filter(|n| !known.contains(n)) {
+            *missing.entry(node).or_default() += 1;
+        }
+    }
+    if missing.is_empty() {
+        return;
+    }
+    let pods: usize = missing.values().sum();
+    let list: Vec<String> = missing
+        .iter()
+        .map(|(node, n)| format!("{node} ({n} pod{})", if *n == 1 { "" } else { "s" }))
+        .collect();
+    let warning = format!(
+        "{pods} pod{} bound to nodes the input does not describe, so what they use counts on \
+         no node: {}",
+        if pods == 1 { " is" } else { "s are" },
+        list.join(", ")
+    );
+    loaded.warnings.push(warning);
 }
 
 /// Confines each pod to the zones its volumes are in, and holds those a volume keeps from
@@ -117,6 +150,7 @@ pub(crate) fn load_text(path: &str, text: &str) -> Result<Loaded, ManifestError>
     dump::settle(&mut loaded);
     narrow_to_subnet_zones(&mut loaded);
     apply_volume_zones(&mut loaded);
+    warn_of_missing_nodes(&mut loaded);
     Ok(loaded)
 }
 

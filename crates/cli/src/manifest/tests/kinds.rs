@@ -194,7 +194,11 @@ status: {phase: Succeeded}
     );
     assert_eq!(
         l.warnings,
-        ["test.yaml: document 2: skipped Pod default/done: it has finished (phase Succeeded)"]
+        [
+            "test.yaml: document 2: skipped Pod default/done: it has finished (phase Succeeded)",
+            "1 pod is bound to nodes the input does not describe, so what they use counts on no \
+             node: ip-10-0-0-1 (1 pod)"
+        ]
     );
 }
 
@@ -380,4 +384,75 @@ status:
         .expect("zone requirement")
         .to_string();
     assert_eq!(zone, "In [us-east-1a us-east-1c]");
+}
+
+#[test]
+fn pods_the_controller_would_not_plan_for_are_skipped_and_named() {
+    let l = load_ok(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {name: gated, namespace: shop}
+spec:
+  schedulingGates: [{name: example.com/quota}]
+  containers: [{name: c, image: i}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: leaving, namespace: shop, deletionTimestamp: "2026-01-01T00:00:00Z", finalizers: [x]}
+spec: {containers: [{name: c, image: i}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: preempting, namespace: shop}
+spec: {containers: [{name: c, image: i}]}
+status: {nominatedNodeName: ip-10-0-0-1}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: agent-x
+  namespace: kube-system
+  ownerReferences: [{apiVersion: apps/v1, kind: DaemonSet, name: agent, uid: u, controller: true}]
+spec: {containers: [{name: c, image: i}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: draining, namespace: shop, deletionTimestamp: "2026-01-01T00:00:00Z", finalizers: [x]}
+spec: {nodeName: ip-10-0-0-9, containers: [{name: c, image: i}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: waiting, namespace: shop}
+spec: {containers: [{name: c, image: i}]}
+"#,
+    );
+    let names: Vec<String> = l.snapshot.pods.iter().map(|p| p.key()).collect();
+    assert_eq!(
+        names,
+        ["shop/draining", "shop/waiting"],
+        "a bound pod still holds its node even while it is deleted"
+    );
+    let expect = [
+        ("shop/gated", "scheduling gates (example.com/quota)"),
+        ("shop/leaving", "being deleted"),
+        ("shop/preempting", "nominated node ip-10-0-0-1"),
+        ("kube-system/agent-x", "a DaemonSet owns it"),
+    ];
+    for (pod, why) in expect {
+        assert!(
+            l.warnings
+                .iter()
+                .any(|w| w.contains(&format!("skipped Pod {pod}")) && w.contains(why)),
+            "{pod}: {:?}",
+            l.warnings
+        );
+    }
+    assert!(
+        l.warnings.iter().any(|w| w
+            .starts_with("1 pod is bound to nodes the input does not describe")
+            && w.contains("ip-10-0-0-9 (1 pod)")),
+        "{:?}",
+        l.warnings
+    );
+    assert_eq!(l.warnings.len(), 5, "{:?}", l.warnings);
 }
