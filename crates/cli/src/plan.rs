@@ -7,7 +7,7 @@ use crate::error::CliError;
 use crate::output::{self, Report};
 use std::sync::Arc;
 
-use joiner_core::InstanceType;
+use joiner_core::{InstanceType, Provisioner};
 
 use crate::{manifest, CatalogKind, Format, PlanArgs};
 
@@ -65,13 +65,44 @@ fn aws_catalog(region: &str) -> Result<Loaded, CliError> {
     })
 }
 
+/// The Provisioner `joiner plan` uses when its input has none: the requirements of the
+/// default NodePool in Karpenter's getting-started guide (linux, amd64, on-demand, instance
+/// categories c, m and r of generation 3 or newer), which is what an EKS engineer expects
+/// "no configuration" to launch — not every type in the catalog.
+pub fn default_provisioner() -> Provisioner {
+    use joiner_core::{labels, Requirement};
+    let mut p = Provisioner::default_provisioner();
+    let r = &mut p.requirements;
+    r.add(labels::OS, Requirement::single("linux"));
+    r.add(labels::ARCH, Requirement::single("amd64"));
+    r.add(labels::CAPACITY_TYPE, Requirement::single("on-demand"));
+    r.add(
+        joiner_aws::labels::INSTANCE_CATEGORY,
+        Requirement::one_of(["c", "m", "r"]),
+    );
+    // `Gt 2` is a valid expression; the test below shows it is in force.
+    if let Ok(newer) = Requirement::new(joiner_core::Operator::Gt, &["2"]) {
+        r.add(joiner_aws::labels::INSTANCE_GENERATION, newer);
+    }
+    p
+}
+
 /// Loads the manifests, simulates against the region's catalog and renders the plan.
 pub fn run(args: &PlanArgs) -> Result<String, CliError> {
-    let loaded = manifest::load(&args.files)?;
+    let mut loaded = manifest::load(&args.files)?;
     let catalog = match args.catalog {
         CatalogKind::Embedded => embedded_catalog(&args.region)?,
         CatalogKind::Aws => aws_catalog(&args.region)?,
     };
+    if loaded.snapshot.provisioners.is_empty() {
+        let default = default_provisioner();
+        loaded.warnings.push(format!(
+            "no Provisioner in the input: planned with Provisioner {:?} as Karpenter's \
+             documented default NodePool ({})",
+            default.name, default.requirements
+        ));
+        loaded.snapshot.provisioners.push(default);
+    }
     let plan = simulate(&loaded.snapshot, &catalog.types, &Options::default());
     let mut warnings = loaded.warnings;
     let unsupported = joiner_core::scheduling::topology::unsupported_terms(&loaded.snapshot.pods);
@@ -109,4 +140,25 @@ pub fn run(args: &PlanArgs) -> Result<String, CliError> {
             s
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_provisioner_is_karpenters_default_node_pool() {
+        let p = default_provisioner();
+        let r = &p.requirements;
+        let allows = |key: &str, v: &str| r.get(key).is_some_and(|req| req.allows(v));
+        assert!(allows("kubernetes.io/os", "linux") && !allows("kubernetes.io/os", "windows"));
+        assert!(allows("kubernetes.io/arch", "amd64") && !allows("kubernetes.io/arch", "arm64"));
+        assert!(!allows("karpenter.sh/capacity-type", "spot"));
+        let category = "karpenter.k8s.aws/instance-category";
+        assert!(["c", "m", "r"].iter().all(|c| allows(category, c)));
+        assert!(!allows(category, "t") && !allows(category, "p"));
+        let generation = "karpenter.k8s.aws/instance-generation";
+        assert!(allows(generation, "3") && allows(generation, "7"));
+        assert!(!allows(generation, "2") && !allows(generation, "1"));
+    }
 }
