@@ -44,6 +44,13 @@ pub enum ManifestError {
         #[source]
         source: io::Error,
     },
+    /// Input that holds no Kubernetes object at all: an empty file, `/dev/null`, a folder
+    /// without YAML. A plan of nothing would look like "nothing to do".
+    #[error("no Kubernetes objects found in {}", list_paths(paths))]
+    Empty {
+        /// The paths given.
+        paths: Vec<PathBuf>,
+    },
     /// Text that is not YAML.
     #[error("{}: document {document}: malformed YAML at line {line}, column {column}: {message}", path.display())]
     Yaml {
@@ -83,3 +90,8 @@ pub enum ManifestError {
 /// A problem with one field, before it is placed in a file and document (shared with the
 /// controller through `joiner_apis::convert`).
 pub(crate) use joiner_apis::convert::FieldError;
+
+fn list_paths(paths: &[PathBuf]) -> String {
+    let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    names.join(", ")
+}

@@ -6,6 +6,7 @@ use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::batch::v1 as batch;
 use k8s_openapi::api::core::v1 as k8s;
 use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_yaml::Value;
 
 use super::documents::Document;
@@ -80,12 +81,25 @@ impl Object<'_> {
             .ok_or_else(|| self.error(FieldError::new("metadata.name", "a name is required")))
     }
 
-    /// Deserializes into the typed object, naming the failing field path on error.
-    fn parse<T: DeserializeOwned>(&self, value: Value) -> Result<T, ManifestError> {
-        serde_path_to_error::deserialize(value).map_err(|e| {
+    /// Deserializes into the typed object, naming the failing field path on error; a field
+    /// the kind does not have is an error too (see `strict`).
+    fn parse<T: DeserializeOwned + Serialize>(&self, value: Value) -> Result<T, ManifestError> {
+        let document = serde_json::to_value(&value).ok();
+        let typed: T = serde_path_to_error::deserialize(value).map_err(|e| {
             let field = e.path().to_string();
             self.error(FieldError::new(field, e.into_inner().to_string()))
-        })
+        })?;
+        let back = serde_json::to_value(&typed)
+            .map_err(|e| self.error(FieldError::new("", format!("cannot be written back: {e}"))))?;
+        // A document JSON cannot hold (a non-string key) was refused by the typed read above.
+        let unknown = document.and_then(|d| super::strict::unknown_field(&d, &back));
+        if let Some(field) = unknown {
+            return Err(self.error(FieldError::new(
+                field,
+                format!("unknown field (a {} has no such field)", self.header.kind),
+            )));
+        }
+        Ok(typed)
     }
 }
 

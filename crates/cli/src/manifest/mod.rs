@@ -11,12 +11,12 @@ mod dump;
 mod error;
 mod files;
 mod kinds;
+mod strict;
 mod workloads;
 
 #[cfg(test)]
 mod tests;
 
-use std::fs;
 use std::path::{Path, PathBuf};
 
 pub use error::ManifestError;
@@ -49,12 +49,15 @@ pub struct Loaded {
 pub fn load(paths: &[PathBuf]) -> Result<Loaded, ManifestError> {
     let mut loaded = Loaded::default();
     let mut seen = kinds::Seen::default();
+    let mut documents = 0;
     for file in files::collect(paths)? {
-        let text = fs::read_to_string(&file).map_err(|source| ManifestError::Read {
-            path: file.clone(),
-            source,
-        })?;
-        read_text(&file, &text, &mut seen, &mut loaded)?;
+        let text = files::read(&file)?;
+        documents += read_text(&file, &text, &mut seen, &mut loaded)?;
+    }
+    if documents == 0 {
+        return Err(ManifestError::Empty {
+            paths: paths.to_vec(),
+        });
     }
     dump::settle(&mut loaded);
     narrow_to_subnet_zones(&mut loaded);
@@ -154,14 +157,17 @@ pub(crate) fn load_text(path: &str, text: &str) -> Result<Loaded, ManifestError>
     Ok(loaded)
 }
 
+/// Reads one file's documents into `loaded`; how many there were.
 fn read_text(
     path: &Path,
     text: &str,
     seen: &mut kinds::Seen,
     loaded: &mut Loaded,
-) -> Result<(), ManifestError> {
-    for doc in documents::split(path, text)? {
+) -> Result<usize, ManifestError> {
+    let docs = documents::split(path, text)?;
+    let count = docs.len();
+    for doc in docs {
         kinds::read(doc, seen, loaded)?;
     }
-    Ok(())
+    Ok(count)
 }

@@ -173,3 +173,25 @@ fn never_panics_on_odd_input() {
     }
     assert!(load_ok("").snapshot.pods.is_empty());
 }
+
+#[test]
+fn fields_a_kind_does_not_have_are_refused_by_path() {
+    let e = load_err(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  selector: {matchLabels: {app: web}}\n  template:\n    spec:\n      nodeSelectr: {disk: ssd}\n      containers: [{name: web, image: i}]\n",
+    );
+    assert_eq!(
+        e,
+        "test.yaml: document 1 (Deployment default/web): spec.template.spec.nodeSelectr: unknown field (a Deployment has no such field)"
+    );
+    let e = load_err(
+        "apiVersion: joiner.sh/v1alpha1\nkind: Provisioner\nmetadata: {name: default}\nspec:\n  requirments:\n    - {key: kubernetes.io/arch, operator: In, values: [arm64]}\n",
+    );
+    assert!(e.contains("spec.requirments: unknown field"), "{e}");
+    let e = load_err(&pod_yaml(
+        "  containers:\n    - name: c\n      resource: {requests: {cpu: '1'}}\n",
+    ));
+    assert!(
+        e.contains("spec.containers[0].resource: unknown field"),
+        "{e}"
+    );
+}
