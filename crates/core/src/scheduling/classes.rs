@@ -3,8 +3,7 @@
 //! A Deployment of 500 replicas is one class, so packing cost grows with the number of distinct
 //! pod shapes, not with the number of pods.
 
-use std::collections::BTreeMap;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::pod::{HostPort, Pod, PodAffinityTerm, TopologySpread};
 use crate::requirements::Requirements;
@@ -15,7 +14,8 @@ use crate::taints::Toleration;
 #[derive(PartialEq, Eq, Hash)]
 struct ClassKey<'a> {
     namespace: &'a str,
-    labels: &'a BTreeMap<String, String>,
+    /// Only the labels some selector reads: others cannot change where a pod may go.
+    labels: Vec<(&'a str, &'a str)>,
     requests: &'a Resources,
     node_terms: &'a [Requirements],
     own_node_terms: Option<&'a [Requirements]>,
@@ -28,10 +28,15 @@ struct ClassKey<'a> {
 }
 
 impl<'a> ClassKey<'a> {
-    fn of(p: &'a Pod) -> Self {
+    fn of(p: &'a Pod, selected: &HashSet<&str>) -> Self {
         ClassKey {
             namespace: &p.namespace,
-            labels: &p.labels,
+            labels: p
+                .labels
+                .iter()
+                .filter(|(k, _)| selected.contains(k.as_str()))
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect(),
             requests: &p.requests,
             node_terms: &p.node_terms,
             own_node_terms: p.own_node_terms.as_deref(),
@@ -78,14 +83,33 @@ impl PodClass {
     }
 }
 
+/// Every label key a topology spread or pod (anti-)affinity selector of any pod reads.
+fn selected_label_keys(pods: &[Pod]) -> HashSet<&str> {
+    let mut keys = HashSet::new();
+    for p in pods {
+        for s in &p.topology_spread {
+            keys.extend(s.selector.iter().map(|(k, _)| k.as_str()));
+        }
+        for a in &p.affinity {
+            keys.extend(a.selector.iter().map(|(k, _)| k.as_str()));
+        }
+    }
+    keys
+}
+
 /// Groups pending pods into classes, largest requests first (cpu, then memory), ties by the
 /// first pod's key, so the outcome is deterministic.
+///
+/// Pods that differ only in labels no selector reads (no spread or (anti-)affinity term of any
+/// pod, pending or running, names the key) are one class: a Deployment's `app` label alone
+/// does not split a fleet of identical shapes into thousands of classes.
 pub fn build(pods: &[Pod], pending: &[usize]) -> Vec<PodClass> {
+    let selected = selected_label_keys(pods);
     let mut index: HashMap<ClassKey<'_>, usize> = HashMap::new();
     let mut classes: Vec<PodClass> = Vec::new();
     for &i in pending {
         let p = &pods[i];
-        let key = ClassKey::of(p);
+        let key = ClassKey::of(p, &selected);
         match index.get(&key) {
             Some(&c) => classes[c].pods.push(i),
             None => {
@@ -132,5 +156,32 @@ mod tests {
         assert_eq!(classes.len(), 2);
         assert_eq!(classes[0].pods, vec![1], "largest first");
         assert_eq!(classes[1].pods, vec![0, 2]);
+    }
+
+    #[test]
+    fn labels_split_classes_only_when_a_selector_reads_them() {
+        let labelled = |name: &str, app: &str| {
+            let mut p = pod(name, 100);
+            p.labels.insert("app".into(), app.into());
+            p.labels.insert("release".into(), name.into());
+            p
+        };
+        let mut pods = vec![labelled("a-0", "a"), labelled("b-0", "b")];
+        assert_eq!(build(&pods, &[0, 1]).len(), 1, "no selector reads app");
+        // A running pod's anti-affinity selecting app=a makes the key matter.
+        let mut running = pod("r", 100);
+        running.node_name = Some("n".into());
+        let mut selector = Requirements::new();
+        selector.add("app", crate::requirements::Requirement::single("a"));
+        running.affinity.push(PodAffinityTerm {
+            topology_key: crate::labels::HOSTNAME.into(),
+            selector,
+            namespaces: Vec::new(),
+            anti: true,
+            weight: None,
+        });
+        pods.push(running);
+        let classes = build(&pods, &[0, 1]);
+        assert_eq!(classes.len(), 2, "app is selected now; release still is not");
     }
 }
