@@ -190,6 +190,27 @@ impl Provisioner {
         self.metadata.name.as_deref().unwrap_or_default()
     }
 
+    /// Why joiner launches nothing for this Provisioner now, when it does not: it is being
+    /// deleted, or its Ready condition is False (its NodeTemplate does not resolve, its
+    /// requirements allow no offering, ...). Karpenter skips such NodePools too. A Provisioner
+    /// not yet given a status (Ready absent or Unknown) is used.
+    pub fn not_planned(&self) -> Option<String> {
+        if self.metadata.deletion_timestamp.is_some() {
+            return Some("it is being deleted".into());
+        }
+        let conditions = self
+            .status
+            .as_ref()
+            .map(|s| s.conditions.as_slice())
+            .unwrap_or_default();
+        match crate::condition::find(conditions, "Ready") {
+            Some(c) if c.status == "False" => {
+                Some(format!("it is not Ready ({}: {})", c.reason, c.message))
+            }
+            _ => None,
+        }
+    }
+
     /// Whether consolidation is on; off unless enabled, as in Karpenter v1alpha5.
     pub fn consolidation_enabled(&self) -> bool {
         self.spec

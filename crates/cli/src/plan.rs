@@ -94,6 +94,12 @@ pub fn run(args: &PlanArgs) -> Result<String, CliError> {
         CatalogKind::Embedded => embedded_catalog(&args.region)?,
         CatalogKind::Aws => aws_catalog(&args.region)?,
     };
+    if loaded.snapshot.provisioners.is_empty() && loaded.skipped_provisioners > 0 {
+        return Err(CliError::Usage(format!(
+            "every Provisioner in the input is skipped ({}); joiner would launch nothing",
+            loaded.warnings.join("; ")
+        )));
+    }
     if loaded.snapshot.provisioners.is_empty() {
         let default = default_provisioner();
         loaded.warnings.push(format!(

@@ -79,3 +79,18 @@ fn input_without_any_object_is_a_usage_error() {
         );
     }
 }
+
+#[test]
+fn provisioners_all_skipped_do_not_fall_back_to_the_default() {
+    let text = format!(
+        "{POD}---\napiVersion: joiner.sh/v1alpha1\nkind: Provisioner\nmetadata: {{name: leaving, deletionTimestamp: '2026-01-01T00:00:00Z', finalizers: [x]}}\nspec: {{}}\n"
+    );
+    let out = plan(&["-f", "-"], text.as_bytes());
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("every Provisioner in the input is skipped")
+            && stderr.contains("skipped Provisioner leaving: it is being deleted"),
+        "{stderr}"
+    );
+}

@@ -256,6 +256,13 @@ impl ClusterState {
         }
 
         for prov in self.provisioners.state() {
+            if let Some(why) = prov.not_planned() {
+                warnings.push(format!(
+                    "Provisioner {} is not planned with: {why}",
+                    cluster_name(&prov.metadata)
+                ));
+                continue;
+            }
             match prov.to_core() {
                 Ok(p) => snap.provisioners.push(p),
                 Err(e) => warnings.push(format!(

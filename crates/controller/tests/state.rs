@@ -772,3 +772,64 @@ fn a_volume_keeps_its_zone_labels_and_deletion_mark_through_the_watch() {
         .as_deref()
         .is_some_and(|r| r.contains("being deleted")));
 }
+
+#[test]
+fn provisioners_being_deleted_or_not_ready_are_not_planned_with() {
+    let f = fixture(vec![]);
+    let mut state = f.state.clone();
+    let prov = |name: &str, extra: Value| -> Provisioner {
+        let mut v = json!({
+            "apiVersion": "joiner.sh/v1alpha1", "kind": "Provisioner",
+            "metadata": {"name": name},
+            "spec": {"providerRef": {"name": "default"}},
+        });
+        for (k, val) in extra.as_object().cloned().unwrap_or_default() {
+            if k == "metadata" {
+                for (mk, mv) in val.as_object().cloned().unwrap_or_default() {
+                    v["metadata"][mk] = mv;
+                }
+            } else {
+                v[k] = val;
+            }
+        }
+        obj(v)
+    };
+    let provisioners = writer(vec![
+        prov(
+            "ready",
+            json!({"status": {"conditions": [{"type": "Ready", "status": "True",
+            "reason": "Ready", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}),
+        ),
+        prov("fresh", json!({})),
+        prov(
+            "leaving",
+            json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z",
+            "finalizers": ["x"]}}),
+        ),
+        prov(
+            "broken",
+            json!({"status": {"conditions": [{"type": "Ready", "status": "False",
+            "reason": "NodeTemplateNotFound", "message": "NodeTemplate missing does not exist",
+            "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}),
+        ),
+    ]);
+    state.provisioners = provisioners.as_reader();
+    let (snap, warnings) = state.snapshot();
+    let names: Vec<&str> = snap.provisioners.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["fresh", "ready"],
+        "a Provisioner without status yet is used"
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w == "Provisioner leaving is not planned with: it is being deleted"),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings.iter().any(|w| w
+            == "Provisioner broken is not planned with: it is not Ready (NodeTemplateNotFound: NodeTemplate missing does not exist)"),
+        "{warnings:?}"
+    );
+}

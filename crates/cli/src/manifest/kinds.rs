@@ -247,6 +247,13 @@ pub(crate) fn read(
         }
         "Provisioner" => {
             let p: joiner_apis::Provisioner = obj.parse(doc.value)?;
+            if let Some(why) = p.not_planned() {
+                loaded
+                    .warnings
+                    .push(format!("{}: skipped {}: {why}", doc.location, obj.label()));
+                loaded.skipped_provisioners += 1;
+                return Ok(());
+            }
             let core = p
                 .to_core()
                 .map_err(|err| e(FieldError::new(err.field(), err.reason())))?;

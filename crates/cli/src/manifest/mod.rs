@@ -30,6 +30,9 @@ pub struct Loaded {
     pub node_templates: Vec<joiner_apis::NodeTemplate>,
     /// Things skipped on the way (unknown kinds, finished pods), for the user to see.
     pub warnings: Vec<String>,
+    /// Provisioners skipped because they are being deleted or not Ready: with some of them
+    /// and none usable, no default stands in for them.
+    pub skipped_provisioners: usize,
     /// Where each workload's template pods are in `snapshot.pods`, until [`dump::settle`]
     /// has reconciled them with the pods the input holds.
     pub(crate) expansions: Vec<dump::Expansion>,

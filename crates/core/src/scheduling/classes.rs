@@ -182,6 +182,10 @@ mod tests {
         });
         pods.push(running);
         let classes = build(&pods, &[0, 1]);
-        assert_eq!(classes.len(), 2, "app is selected now; release still is not");
+        assert_eq!(
+            classes.len(),
+            2,
+            "app is selected now; release still is not"
+        );
     }
 }

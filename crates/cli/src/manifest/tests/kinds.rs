@@ -456,3 +456,41 @@ spec: {containers: [{name: c, image: i}]}
     );
     assert_eq!(l.warnings.len(), 5, "{:?}", l.warnings);
 }
+
+#[test]
+fn provisioners_being_deleted_or_not_ready_are_skipped_with_a_warning() {
+    let l = load_ok(
+        r#"apiVersion: joiner.sh/v1alpha1
+kind: Provisioner
+metadata: {name: leaving, deletionTimestamp: "2026-01-01T00:00:00Z", finalizers: [x]}
+spec: {}
+---
+apiVersion: joiner.sh/v1alpha1
+kind: Provisioner
+metadata: {name: broken}
+spec: {}
+status:
+  conditions:
+    - {type: Ready, status: "False", reason: NoOfferings, message: no type is allowed, lastTransitionTime: "2026-01-01T00:00:00Z"}
+---
+apiVersion: joiner.sh/v1alpha1
+kind: Provisioner
+metadata: {name: good}
+spec: {}
+"#,
+    );
+    let names: Vec<&str> = l
+        .snapshot
+        .provisioners
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect();
+    assert_eq!(names, ["good"]);
+    assert_eq!(
+        l.warnings,
+        [
+            "test.yaml: document 1: skipped Provisioner leaving: it is being deleted",
+            "test.yaml: document 2: skipped Provisioner broken: it is not Ready (NoOfferings: no type is allowed)"
+        ]
+    );
+}
