@@ -80,7 +80,7 @@ impl fmt::Display for Reason {
             Reason::Topology(t) => write!(f, "{t}"),
             Reason::Limit { name, limit } => write!(
                 f,
-                "provisioner capped: limit {name}={} reached",
+                "launching would exceed limit {name}={}",
                 format_amount(name, *limit)
             ),
         }
@@ -119,7 +119,7 @@ mod tests {
             name: "cpu".into(),
             limit: 16_000,
         };
-        assert_eq!(l.to_string(), "provisioner capped: limit cpu=16 reached");
+        assert_eq!(l.to_string(), "launching would exceed limit cpu=16");
         assert_eq!(
             combine(&[
                 ("a".into(), l.clone()),

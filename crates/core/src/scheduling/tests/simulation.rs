@@ -147,7 +147,7 @@ fn provisioner_limits_cap_new_capacity() {
     assert!(!p.unschedulable.is_empty());
     assert_eq!(
         p.unschedulable[0].reason,
-        "provisioner capped: limit cpu=16 reached"
+        "launching would exceed limit cpu=16"
     );
     let placed: usize = p.new_nodes.iter().map(|n| n.pods.len()).sum();
     assert_eq!(placed + p.unschedulable.len(), 40, "nothing is lost");
@@ -222,7 +222,7 @@ fn every_resource_in_the_limits_is_enforced() {
     assert!(!p.unschedulable.is_empty());
     assert_eq!(
         p.unschedulable[0].reason,
-        "provisioner capped: limit pods=100 reached"
+        "launching would exceed limit pods=100"
     );
 }
 
