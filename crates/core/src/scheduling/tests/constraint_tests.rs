@@ -54,6 +54,16 @@ fn zone_counts(p: &Plan) -> BTreeMap<String, usize> {
     m
 }
 
+/// `n` web pods (1 cpu each) already running on node `node`.
+fn running_web(n: usize, node: &str) -> Vec<Pod> {
+    let mut running = deployment("web", n, 1000, 512);
+    for (i, p) in running.iter_mut().enumerate() {
+        p.name = format!("running-{i}");
+        p.node_name = Some(node.into());
+    }
+    running
+}
+
 fn node_in(zone: &str, name: &str, cpus: i64) -> Node {
     let mut labels = BTreeMap::new();
     labels.insert(labels::ZONE.to_string(), zone.to_string());
@@ -85,11 +95,7 @@ fn zone_spread_puts_two_pods_in_each_zone() {
 #[test]
 fn zone_spread_counts_running_pods() {
     // Two web pods already run in z-a on a full node: the four new ones go to z-b and z-c.
-    let mut running = deployment("web", 2, 1000, 512);
-    for (i, p) in running.iter_mut().enumerate() {
-        p.name = format!("running-{i}");
-        p.node_name = Some("full".into());
-    }
+    let running = running_web(2, "full");
     let mut pods = deployment("web", 4, 500, 512);
     for p in &mut pods {
         p.topology_spread.push(spread(labels::ZONE, 1, app("web")));
@@ -844,11 +850,7 @@ fn a_volume_zone_does_not_shrink_the_domains_a_spread_counts() {
     // Two web pods run in z-a; a new one whose volume lives in z-a would make z-a hold three
     // against none in z-b and z-c. The kube-scheduler counts every zone the pod's own node
     // affinity allows (not only its volume's), so it refuses the pod; so must the plan.
-    let mut running = deployment("web", 2, 1000, 512);
-    for (i, p) in running.iter_mut().enumerate() {
-        p.name = format!("running-{i}");
-        p.node_name = Some("full".into());
-    }
+    let running = running_web(2, "full");
     let mut pods = deployment("web", 1, 500, 512);
     for p in &mut pods {
         p.topology_spread.push(spread(labels::ZONE, 1, app("web")));
@@ -873,9 +875,7 @@ fn a_volume_zone_does_not_shrink_the_domains_a_spread_counts() {
 fn a_volume_zone_places_a_spread_pod_in_its_zone_when_the_skew_allows() {
     // One web pod runs in z-b: a new one whose volume is in z-a goes to z-a (skew 1), never to
     // the emptier z-c its volume cannot reach.
-    let mut running = deployment("web", 1, 1000, 512);
-    running[0].name = "running-0".into();
-    running[0].node_name = Some("full".into());
+    let running = running_web(1, "full");
     let mut pods = deployment("web", 1, 500, 512);
     for p in &mut pods {
         p.topology_spread.push(spread(labels::ZONE, 1, app("web")));
