@@ -845,23 +845,28 @@ fn in_zone_volume(p: &mut Pod, zone: &str) {
     }]);
 }
 
-#[test]
-fn a_volume_zone_does_not_shrink_the_domains_a_spread_counts() {
-    // Two web pods run in z-a; a new one whose volume lives in z-a would make z-a hold three
-    // against none in z-b and z-c. The kube-scheduler counts every zone the pod's own node
-    // affinity allows (not only its volume's), so it refuses the pod; so must the plan.
-    let running = running_web(2, "full");
+/// The plan for one pending web pod (zone spread, maxSkew 1) whose volume is in z-a, beside
+/// `running` web pods on `node`.
+fn spread_pod_with_volume_in_z_a(running: Vec<Pod>, node: Node) -> Plan {
     let mut pods = deployment("web", 1, 500, 512);
     for p in &mut pods {
         p.topology_spread.push(spread(labels::ZONE, 1, app("web")));
         in_zone_volume(p, "z-a");
     }
     pods.extend(running);
-    let p = run(&Snapshot {
+    run(&Snapshot {
         pods,
-        nodes: vec![node_in("z-a", "full", 2)],
+        nodes: vec![node],
         ..Snapshot::default()
-    });
+    })
+}
+
+#[test]
+fn a_volume_zone_does_not_shrink_the_domains_a_spread_counts() {
+    // Two web pods run in z-a; a new one whose volume lives in z-a would make z-a hold three
+    // against none in z-b and z-c. The kube-scheduler counts every zone the pod's own node
+    // affinity allows (not only its volume's), so it refuses the pod; so must the plan.
+    let p = spread_pod_with_volume_in_z_a(running_web(2, "full"), node_in("z-a", "full", 2));
     assert!(p.new_nodes.is_empty(), "{:?}", p.new_nodes);
     assert_eq!(p.unschedulable.len(), 1);
     assert!(
@@ -875,18 +880,7 @@ fn a_volume_zone_does_not_shrink_the_domains_a_spread_counts() {
 fn a_volume_zone_places_a_spread_pod_in_its_zone_when_the_skew_allows() {
     // One web pod runs in z-b: a new one whose volume is in z-a goes to z-a (skew 1), never to
     // the emptier z-c its volume cannot reach.
-    let running = running_web(1, "full");
-    let mut pods = deployment("web", 1, 500, 512);
-    for p in &mut pods {
-        p.topology_spread.push(spread(labels::ZONE, 1, app("web")));
-        in_zone_volume(p, "z-a");
-    }
-    pods.extend(running);
-    let p = run(&Snapshot {
-        pods,
-        nodes: vec![node_in("z-b", "full", 1)],
-        ..Snapshot::default()
-    });
+    let p = spread_pod_with_volume_in_z_a(running_web(1, "full"), node_in("z-b", "full", 1));
     assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
     assert_eq!(zone_counts(&p).get("z-a"), Some(&1), "{:?}", p.new_nodes);
 }
