@@ -38,6 +38,9 @@ pub const PV_ZONE_LABELS: &[&str] = &[labels::ZONE, "failure-domain.beta.kuberne
 /// The annotation marking a cluster's default StorageClass.
 pub const DEFAULT_CLASS: &str = "storageclass.kubernetes.io/is-default-class";
 
+/// The beta form of [`DEFAULT_CLASS`], still honoured by Kubernetes.
+pub const BETA_DEFAULT_CLASS: &str = "storageclass.beta.kubernetes.io/is-default-class";
+
 /// Whether the objects indexed are all there are.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Source {
@@ -119,16 +122,19 @@ impl<'a> VolumeIndex<'a> {
                 .insert(v.metadata.name.clone().unwrap_or_default(), v);
         }
         for s in classes {
-            let is_default = s
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(DEFAULT_CLASS))
-                .is_some_and(|v| v == "true");
-            // With several defaults, the newest wins (as the admission plugin picks).
+            let is_default = s.metadata.annotations.as_ref().is_some_and(|a| {
+                [DEFAULT_CLASS, BETA_DEFAULT_CLASS]
+                    .iter()
+                    .any(|k| a.get(*k).is_some_and(|v| v == "true"))
+            });
+            // With several defaults, the newest wins, then the first by name (the admission
+            // plugin's rule).
             let newer = |current: &StorageClass| {
-                (&s.metadata.creation_timestamp, &s.metadata.name)
-                    > (&current.metadata.creation_timestamp, &current.metadata.name)
+                let (mine, theirs) = (&s.metadata, &current.metadata);
+                match mine.creation_timestamp.cmp(&theirs.creation_timestamp) {
+                    std::cmp::Ordering::Equal => mine.name < theirs.name,
+                    order => order == std::cmp::Ordering::Greater,
+                }
             };
             if is_default && index.default_class.is_none_or(newer) {
                 index.default_class = Some(s);
@@ -578,6 +584,25 @@ mod tests {
         let claims: Vec<PersistentVolumeClaim> = vec![obj(
             json!({"metadata": {"name": "c", "namespace": "a"}, "spec": {}}),
         )];
+        // Equal timestamps: the first by name; the beta annotation counts too.
+        let tied: Vec<StorageClass> = vec![
+            obj(json!({"metadata": {"name": "b-class",
+                    "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+                "provisioner": "x", "volumeBindingMode": "WaitForFirstConsumer",
+                "allowedTopologies": [{"matchLabelExpressions": [
+                    {"key": "topology.kubernetes.io/zone", "values": ["z-b"]}]}]})),
+            obj(json!({"metadata": {"name": "a-class",
+                    "annotations": {"storageclass.beta.kubernetes.io/is-default-class": "true"}},
+                "provisioner": "x", "volumeBindingMode": "WaitForFirstConsumer",
+                "allowedTopologies": [{"matchLabelExpressions": [
+                    {"key": "topology.kubernetes.io/zone", "values": ["z-a"]}]}]})),
+        ];
+        for order in [[0, 1], [1, 0]] {
+            let ordered: Vec<&StorageClass> = order.iter().map(|&i| &tied[i]).collect();
+            let index = VolumeIndex::new(&claims, [], ordered);
+            let v = index.pod_volumes("a", &names(&["c"]));
+            assert_eq!(v.zones[0].zones, Requirement::single("z-a"));
+        }
         for order in [[0, 1], [1, 0]] {
             let ordered: Vec<&StorageClass> = order.iter().map(|&i| &classes[i]).collect();
             let index = VolumeIndex::new(&claims, [], ordered);

@@ -21,7 +21,11 @@ pub(crate) fn split(path: &Path, text: &str) -> Result<Vec<Document>, ManifestEr
     let mut out = Vec::new();
     for (i, de) in serde_yaml::Deserializer::from_str(text).enumerate() {
         let document = i + 1;
-        let value = Value::deserialize(de).map_err(|e| yaml_error(path, document, &e))?;
+        let mut value = Value::deserialize(de).map_err(|e| yaml_error(path, document, &e))?;
+        // YAML merge keys (`<<: *defaults`), which kubectl applies.
+        value
+            .apply_merge()
+            .map_err(|e| yaml_error(path, document, &e))?;
         let location = Location {
             path: path.to_path_buf(),
             document,

@@ -228,6 +228,14 @@ pub async fn provision_batch<P: CloudProvider>(
     let mut type_names: HashSet<String> = HashSet::new();
     let mut unusable: BTreeMap<String, String> = BTreeMap::new();
     for prov in &provisioners {
+        // Deleted or not Ready: the snapshot leaves it out; its catalog is not needed.
+        if let Some(why) = prov.not_planned() {
+            unusable.insert(
+                prov.name().to_string(),
+                format!("Provisioner {}: {why}", prov.name()),
+            );
+            continue;
+        }
         match catalogs.get(ctx, prov.name()).await {
             Ok(types) => {
                 for t in types {

@@ -6,9 +6,10 @@
 //! one at a time and the pass is run again, until every pod is placed or has nothing left to
 //! relax; the plan names what was given up for each pod. The order: `ScheduleAnyway` spreads
 //! (they have no weight), then preferred pod terms lightest first, then preferred node-affinity
-//! terms. Those are alternatives ranked by weight, as Karpenter reads them (and the
-//! kube-scheduler's scoring agrees): only the heaviest term still kept is required, and when
-//! the pod cannot be placed with it, it is dropped and the next heaviest is tried.
+//! terms. (Karpenter relaxes pod terms heaviest first and spreads last; joiner keeps its order
+//! for those.) Node-affinity terms are alternatives ranked by weight, as Karpenter reads them
+//! (and the kube-scheduler's scoring agrees): only the heaviest term still kept is required,
+//! and when the pod cannot be placed with it, it is dropped and the next heaviest is tried.
 //!
 //! A hardened preference narrows where the pod may go, never the domains its hard spreads
 //! count: the kube-scheduler's spread honours required node affinity only.
@@ -132,7 +133,9 @@ pub fn solve(snapshot: &Snapshot, place: impl Fn(&Snapshot) -> Plan) -> Plan {
         .pods
         .iter()
         .map(|p| {
-            if p.node_name.is_none() {
+            // A bound pod has nothing to relax, nor has one its volumes hold: it is never
+            // placed, and relaxing would only cost passes.
+            if p.node_name.is_none() && p.volume_hold.is_none() {
                 preferences(p)
             } else {
                 Vec::new()

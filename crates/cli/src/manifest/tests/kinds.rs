@@ -494,3 +494,19 @@ spec: {}
         ]
     );
 }
+
+#[test]
+fn yaml_merge_keys_are_applied_as_kubectl_applies_them() {
+    let l = load_ok(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: shop}
+spec:
+  containers:
+    - &base {name: a, image: i, resources: {requests: {cpu: 250m}}}
+    - <<: *base
+      name: b
+"#,
+    );
+    assert_eq!(l.snapshot.pods[0].requests.cpu, 500, "{:?}", l.warnings);
+}
