@@ -204,6 +204,7 @@ pub(crate) fn read(
         "Deployment" => {
             let d: apps::Deployment = obj.parse(doc.value)?;
             let pods = workloads::deployment(&d, &namespace, &name).map_err(e)?;
+            let pods = unless_gated(loaded, &obj, d.spec.template.spec.as_ref(), pods);
             remember_claims(loaded, &pods, d.spec.template.spec.as_ref(), &[]);
             record(loaded, "Deployment", &namespace, &name, &d.metadata, pods);
         }
@@ -211,6 +212,7 @@ pub(crate) fn read(
             let r: apps::ReplicaSet = obj.parse(doc.value)?;
             let pods = workloads::replica_set(&r, &namespace, &name).map_err(e)?;
             let template = r.spec.template.as_ref().and_then(|t| t.spec.as_ref());
+            let pods = unless_gated(loaded, &obj, template, pods);
             remember_claims(loaded, &pods, template, &[]);
             record(loaded, "ReplicaSet", &namespace, &name, &r.metadata, pods);
         }
@@ -225,6 +227,7 @@ pub(crate) fn read(
                 .filter_map(|t| t.metadata.name.clone())
                 .collect();
             let template = s.spec.template.spec.as_ref();
+            let pods = unless_gated(loaded, &obj, template, pods);
             remember_claims(loaded, &pods, template, &claim_templates);
             record(loaded, "StatefulSet", &namespace, &name, &s.metadata, pods);
         }
@@ -232,6 +235,7 @@ pub(crate) fn read(
             let j: batch::Job = obj.parse(doc.value)?;
             let pods = workloads::job(&j, &namespace, &name).map_err(e)?;
             let template = j.spec.as_ref().and_then(|s| s.template.spec.as_ref());
+            let pods = unless_gated(loaded, &obj, template, pods);
             remember_claims(loaded, &pods, template, &[]);
             record(loaded, "Job", &namespace, &name, &j.metadata, pods);
         }
@@ -275,6 +279,35 @@ pub(crate) fn read(
         }
     }
     Ok(())
+}
+
+/// A workload's template pods, or none with a warning when its pod template has scheduling
+/// gates: the kube-scheduler does not consider such pods, and the controller would not plan
+/// for them (`convert::not_planned`).
+fn unless_gated(
+    loaded: &mut Loaded,
+    obj: &Object,
+    template: Option<&k8s::PodSpec>,
+    pods: Vec<joiner_core::Pod>,
+) -> Vec<joiner_core::Pod> {
+    let gates: Vec<&str> = template
+        .and_then(|t| t.scheduling_gates.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|g| g.name.as_str())
+        .collect();
+    if gates.is_empty() {
+        return pods;
+    }
+    loaded.warnings.push(format!(
+        "{}: skipped the {} pod(s) of {}: its pod template has scheduling gates ({}); the \
+         kube-scheduler considers them once they are removed",
+        obj.location,
+        pods.len(),
+        obj.label(),
+        gates.join(", ")
+    ));
+    Vec::new()
 }
 
 /// Remembers the claims each of a workload's `pods` uses: its template's volumes, and a

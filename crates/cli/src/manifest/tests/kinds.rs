@@ -510,3 +510,26 @@ spec:
     );
     assert_eq!(l.snapshot.pods[0].requests.cpu, 500, "{:?}", l.warnings);
 }
+
+#[test]
+fn workloads_whose_template_has_scheduling_gates_are_not_planned() {
+    let l = load_ok(
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {name: queued, namespace: batch}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: q}}
+  template:
+    metadata: {labels: {app: q}}
+    spec:
+      schedulingGates: [{name: kueue.x-k8s.io/admission}]
+      containers: [{name: c, image: i}]
+"#,
+    );
+    assert!(l.snapshot.pods.is_empty());
+    assert_eq!(
+        l.warnings,
+        ["test.yaml: document 1: skipped the 3 pod(s) of Deployment batch/queued: its pod template has scheduling gates (kueue.x-k8s.io/admission); the kube-scheduler considers them once they are removed"]
+    );
+}
