@@ -55,10 +55,10 @@ pub struct PlanArgs {
     /// Region whose catalog (types, zones, prices) is used.
     #[arg(long, default_value = "us-east-1", env = "JOINER_REGION")]
     pub region: String,
-    /// Explains one pod's placement (`namespace/name`, repeatable): per Provisioner, how many
-    /// instance types each requirement, resource, taint, host port, limit or topology rule
-    /// excluded, and where the pod goes.
-    #[arg(long = "explain", value_name = "NAMESPACE/POD")]
+    /// Explains one pod's placement (`namespace/name` of a pod, or of a workload for its first
+    /// pending pod; repeatable): per Provisioner, how many instance types each requirement,
+    /// resource, taint, host port, limit or topology rule excluded, and where the pod goes.
+    #[arg(long = "explain", value_name = "NAMESPACE/POD_OR_WORKLOAD")]
     pub explain: Vec<String>,
     /// Where instance types, zones and prices come from: the tables built into joiner, or the
     /// EC2 and Pricing APIs (standard AWS credential chain; `AWS_ENDPOINT_URL` honored), with

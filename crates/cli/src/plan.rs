@@ -87,6 +87,26 @@ pub fn default_provisioner() -> Provisioner {
     p
 }
 
+/// The pod `--explain key` is about: the pod `namespace/name`, or else the first pod of the
+/// workload of that name (its controller, or for a Deployment one of its ReplicaSets,
+/// `<name>-<hash>`). A workload's pods share their constraints, so one stands for all.
+fn pod_to_explain(pods: &[joiner_core::Pod], key: &str) -> Option<String> {
+    if pods.iter().any(|p| p.key() == key) {
+        return Some(key.to_string());
+    }
+    let (namespace, name) = key.split_once('/')?;
+    let replica_set_prefix = format!("{name}-");
+    pods.iter()
+        .filter(|p| p.namespace == namespace && p.node_name.is_none())
+        .find(|p| {
+            p.owner.as_ref().is_some_and(|o| {
+                o.name == name
+                    || (o.kind == "ReplicaSet" && o.name.starts_with(&replica_set_prefix))
+            })
+        })
+        .map(joiner_core::Pod::key)
+}
+
 /// Loads the manifests, simulates against the region's catalog and renders the plan.
 pub fn run(args: &PlanArgs) -> Result<String, CliError> {
     let mut loaded = manifest::load(&args.files)?;
@@ -125,10 +145,14 @@ pub fn run(args: &PlanArgs) -> Result<String, CliError> {
     warnings.extend(catalog.warnings);
     let mut explanations: Vec<Explanation> = Vec::new();
     for key in &args.explain {
-        let e = explain(&loaded.snapshot, &catalog.types, &plan, key).ok_or_else(|| {
+        let pod = pod_to_explain(&loaded.snapshot.pods, key).ok_or_else(|| {
             CliError::Usage(format!(
-                "--explain {key}: no pod {key} in the manifests (expected namespace/name)"
+                "--explain {key}: no pod and no workload {key} in the manifests (expected \
+                 namespace/name of a pod, Deployment, StatefulSet, ReplicaSet or Job)"
             ))
+        })?;
+        let e = explain(&loaded.snapshot, &catalog.types, &plan, &pod).ok_or_else(|| {
+            CliError::Usage(format!("--explain {key}: no pod {pod} in the manifests"))
         })?;
         explanations.push(e);
     }
@@ -151,6 +175,32 @@ pub fn run(args: &PlanArgs) -> Result<String, CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_workload_name_stands_for_its_first_pending_pod() {
+        let pod = |name: &str, kind: &str, owner: &str, node: Option<&str>| joiner_core::Pod {
+            namespace: "shop".into(),
+            name: name.into(),
+            owner: Some(joiner_core::Owner {
+                kind: kind.into(),
+                name: owner.into(),
+            }),
+            node_name: node.map(str::to_string),
+            ..joiner_core::Pod::default()
+        };
+        let pods = vec![
+            pod("web-7d9f-a", "ReplicaSet", "web-7d9f", Some("n1")),
+            pod("web-7d9f-b", "ReplicaSet", "web-7d9f", None),
+            pod("db-0", "StatefulSet", "db", None),
+            pod("webhook-0", "StatefulSet", "webhook", None),
+        ];
+        let find = |key: &str| pod_to_explain(&pods, key);
+        assert_eq!(find("shop/web").as_deref(), Some("shop/web-7d9f-b"));
+        assert_eq!(find("shop/db").as_deref(), Some("shop/db-0"));
+        assert_eq!(find("shop/db-0").as_deref(), Some("shop/db-0"));
+        assert_eq!(find("other/db"), None);
+        assert_eq!(find("shop/we"), None);
+    }
 
     #[test]
     fn the_default_provisioner_is_karpenters_default_node_pool() {

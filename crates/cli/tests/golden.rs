@@ -279,5 +279,21 @@ fn explain_prints_the_filters_and_the_placement() {
         .output()
         .expect("run joiner");
     assert_eq!(missing.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&missing.stderr).contains("no pod shop/nope"));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no pod and no workload shop/nope"));
+
+    // A workload's name stands for its first pending pod.
+    let by_workload = Command::new(env!("CARGO_BIN_EXE_joiner"))
+        .current_dir(root())
+        .args([
+            "plan",
+            "-f",
+            "examples/web-fleet.yaml",
+            "--explain",
+            "shop/web",
+        ])
+        .output()
+        .expect("run joiner");
+    assert!(by_workload.status.success());
+    let text = String::from_utf8_lossy(&by_workload.stdout);
+    assert!(text.contains("Pod shop/web-0"), "{text}");
 }
