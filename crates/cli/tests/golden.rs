@@ -248,51 +248,30 @@ fn simulated_constraints_raise_no_warning_and_others_are_announced() {
     assert!(together.is_empty(), "{together:?}");
 }
 
+/// `joiner plan -f examples/web-fleet.yaml --explain key`.
+fn explain_web_fleet(key: &str) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_joiner"))
+        .current_dir(root())
+        .args(["plan", "-f", "examples/web-fleet.yaml", "--explain", key])
+        .output()
+        .expect("run joiner")
+}
+
 #[test]
 fn explain_prints_the_filters_and_the_placement() {
-    let out = Command::new(env!("CARGO_BIN_EXE_joiner"))
-        .current_dir(root())
-        .args([
-            "plan",
-            "-f",
-            "examples/web-fleet.yaml",
-            "--explain",
-            "shop/web-0",
-        ])
-        .output()
-        .expect("run joiner");
+    let out = explain_web_fleet("shop/web-0");
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("Pod shop/web-0"), "{text}");
     assert!(text.contains("Provisioner default (weight 0): "), "{text}");
     assert!(text.contains("Placement: new node default-"), "{text}");
 
-    let missing = Command::new(env!("CARGO_BIN_EXE_joiner"))
-        .current_dir(root())
-        .args([
-            "plan",
-            "-f",
-            "examples/web-fleet.yaml",
-            "--explain",
-            "shop/nope",
-        ])
-        .output()
-        .expect("run joiner");
+    let missing = explain_web_fleet("shop/nope");
     assert_eq!(missing.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no pod and no workload shop/nope"));
 
     // A workload's name stands for its first pending pod.
-    let by_workload = Command::new(env!("CARGO_BIN_EXE_joiner"))
-        .current_dir(root())
-        .args([
-            "plan",
-            "-f",
-            "examples/web-fleet.yaml",
-            "--explain",
-            "shop/web",
-        ])
-        .output()
-        .expect("run joiner");
+    let by_workload = explain_web_fleet("shop/web");
     assert!(by_workload.status.success());
     let text = String::from_utf8_lossy(&by_workload.stdout);
     assert!(text.contains("Pod shop/web-0"), "{text}");

@@ -181,12 +181,7 @@ pub fn role(pod: &Pod) -> PodRole {
     if convert::finished_phase(pod).is_some() {
         return PodRole::Ignored;
     }
-    let bound = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .is_some_and(|n| !n.is_empty());
-    if bound {
+    if convert::is_bound(pod) {
         return PodRole::Bound;
     }
     if convert::not_planned(pod).is_some() {

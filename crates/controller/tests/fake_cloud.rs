@@ -14,7 +14,7 @@ use joiner_controller::{Context, Settings};
 use joiner_core::testing::{FakeCall, FakeCloud};
 use joiner_core::{CapacityType, CloudProvider, LaunchRequest, LaunchedNode};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use lifecycle_fixture::{claim, node, Stores};
+use lifecycle_fixture::{claim, launch_request, node, Stores};
 use serde_json::json;
 use support::{mock_api, Reply};
 
@@ -38,18 +38,6 @@ fn ready_node(name: &str, id: &str, ready: &str) -> k8s_openapi::api::core::v1::
         json!({"spec": {"providerID": format!("fake:///z/{id}")},
             "status": {"conditions": [{"type": "Ready", "status": ready}]}}),
     )
-}
-
-/// A launch for claim `claim` of Provisioner web.
-fn request(claim: &str) -> LaunchRequest {
-    LaunchRequest {
-        claim_name: claim.into(),
-        claim_uid: format!("uid-{claim}"),
-        provisioner: "web".into(),
-        capacity_type: CapacityType::OnDemand,
-        candidates: vec![("m5.large".into(), 0.096)],
-        zones: vec![],
-    }
 }
 
 /// A terminator that retries refused evictions at once.
@@ -116,8 +104,14 @@ async fn a_claim_is_taken_as_gone_only_when_its_launch_is_old_and_its_node_not_r
 #[tokio::test]
 async fn an_orphan_is_collected_and_a_claimed_instance_is_not() {
     let cloud = Arc::new(FakeCloud::new(Vec::new()));
-    let kept = cloud.create(&request("web-1")).await.expect("launch");
-    let orphan = cloud.create(&request("ghost")).await.expect("launch");
+    let kept = cloud
+        .create(&launch_request("web-1"))
+        .await
+        .expect("launch");
+    let orphan = cloud
+        .create(&launch_request("ghost"))
+        .await
+        .expect("launch");
     let warm = LaunchedNode {
         claim_name: None,
         instance_id: "i-warm".into(),
@@ -289,7 +283,7 @@ async fn a_termination_pass_lists_the_cloud_once_and_releases_only_what_it_repor
     let cloud = Arc::new(FakeCloud::new(Vec::new()));
     let mut launched = Vec::new();
     for name in ["web-1", "web-2", "web-3"] {
-        launched.push(cloud.create(&request(name)).await.expect("launch"));
+        launched.push(cloud.create(&launch_request(name)).await.expect("launch"));
     }
     let stores = Stores::new(
         vec![],
@@ -380,8 +374,11 @@ async fn a_termination_pass_lists_the_cloud_once_and_releases_only_what_it_repor
 #[tokio::test(start_paused = true)]
 async fn a_drain_the_api_server_never_answers_does_not_hold_back_another_claims_termination() {
     let cloud = Arc::new(FakeCloud::new(Vec::new()));
-    let stuck = cloud.create(&request("stuck")).await.expect("launch");
-    let free = cloud.create(&request("free")).await.expect("launch");
+    let stuck = cloud
+        .create(&launch_request("stuck"))
+        .await
+        .expect("launch");
+    let free = cloud.create(&launch_request("free")).await.expect("launch");
     let on_node = |name: &str, launched: &LaunchedNode| {
         node(
             name,

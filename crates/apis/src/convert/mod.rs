@@ -23,7 +23,7 @@ use thiserror::Error;
 pub use daemonsets::{daemon_set, template_pod};
 pub use nodes::{node, taint};
 pub use pods::{
-    controller_owner, convert as pod_spec, finished_phase, not_planned, pod, PodIdentity,
+    controller_owner, convert as pod_spec, finished_phase, is_bound, not_planned, pod, PodIdentity,
 };
 pub use tolerations::tolerations;
 

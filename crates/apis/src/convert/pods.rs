@@ -111,6 +111,14 @@ pub fn finished_phase(pod: &k8s::Pod) -> Option<&str> {
         .filter(|p| matches!(*p, "Succeeded" | "Failed"))
 }
 
+/// True when the pod has a node (`spec.nodeName` set and not empty).
+pub fn is_bound(pod: &k8s::Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty())
+}
+
 /// Why joiner plans no capacity for this pod, which is not bound to a node, when it plans
 /// none: the kube-scheduler is not trying to place it, or placing it is not joiner's job. The
 /// controller and `joiner plan` skip the same pods.

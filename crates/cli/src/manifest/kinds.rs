@@ -166,15 +166,11 @@ pub(crate) fn read(
             let pod: k8s::Pod = obj.parse(doc.value)?;
             // The controller's rule: a finished pod holds nothing; an unbound pod the
             // scheduler is not trying to place is not planned for.
-            let bound = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_deref())
-                .is_some_and(|n| !n.is_empty());
-            let skipped = match convert::finished_phase(&pod) {
-                Some(phase) => Some(format!("it has finished (phase {phase})")),
-                None if bound => None,
-                None => convert::not_planned(&pod),
+            let running = convert::is_bound(&pod) && convert::finished_phase(&pod).is_none();
+            let skipped = if running {
+                None
+            } else {
+                convert::not_planned(&pod)
             };
             if let Some(why) = skipped {
                 loaded

@@ -61,18 +61,23 @@ pub async fn cloud() -> Cloud {
     }
 }
 
+/// A launch of one m5.large for claim `claim` of Provisioner web, in any zone.
+pub fn launch_request(claim: &str) -> LaunchRequest {
+    LaunchRequest {
+        claim_name: claim.into(),
+        claim_uid: format!("uid-{claim}"),
+        provisioner: "web".into(),
+        capacity_type: CapacityType::OnDemand,
+        candidates: vec![("m5.large".into(), 0.096)],
+        zones: vec![],
+    }
+}
+
 /// Launches an instance for claim `claim` through the real provider.
 pub async fn launch(cloud: &Cloud, claim: &str) -> LaunchedNode {
     cloud
         .provider
-        .create(&LaunchRequest {
-            claim_name: claim.into(),
-            claim_uid: format!("uid-{claim}"),
-            provisioner: "web".into(),
-            capacity_type: CapacityType::OnDemand,
-            candidates: vec![("m5.large".into(), 0.096)],
-            zones: vec![],
-        })
+        .create(&launch_request(claim))
         .await
         .expect("launch")
 }
