@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use joiner_apis::convert;
 use joiner_apis::convert::volumes::VolumeIndex;
 use joiner_apis::{NodeClaim, NodeTemplate, ObjectLookup, Provisioner};
+use joiner_core::scheduling::daemons;
 use joiner_core::{InstanceType, Snapshot};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
@@ -254,6 +255,7 @@ impl ClusterState {
                 Err(e) => warnings.push(format!("DaemonSet {namespace}/{name}: {e}")),
             }
         }
+        daemons::observe_pod_requests(&mut snap.daemonsets, &snap.pods);
 
         for prov in self.provisioners.state() {
             if let Some(why) = prov.not_planned() {

@@ -270,6 +270,26 @@ fn nominated_and_daemonset_pods_are_not_provisionable() {
     assert_eq!(names, ["waiting"]);
 }
 
+#[test]
+fn a_daemonset_is_charged_what_its_running_pod_requests() {
+    // The template asks 100m and 1Gi; a LimitRange or webhook made the running pod 300m.
+    let mut running = pod(
+        "logs-x",
+        json!({"nodeName": "n1", "containers": containers("300m")}),
+        json!({"phase": "Running"}),
+    );
+    running.metadata.namespace = Some("kube-system".into());
+    running.metadata.owner_references = Some(vec![obj(json!({
+        "apiVersion": "apps/v1", "kind": "DaemonSet", "name": "logs", "uid": "d1",
+        "controller": true,
+    }))]);
+    let f = fixture(vec![running]);
+    let (snap, _) = f.state.snapshot();
+    assert_eq!(snap.daemonsets.len(), 1);
+    assert_eq!(snap.daemonsets[0].pod.requests.cpu, 300);
+    assert_eq!(snap.daemonsets[0].pod.requests.memory, 1 << 30);
+}
+
 fn offering(zone: &str, price: f64) -> Offering {
     Offering {
         zone: zone.into(),

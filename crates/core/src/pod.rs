@@ -102,6 +102,11 @@ pub struct Pod {
     /// Why the pod cannot be scheduled until its volumes change (a claim that does not exist
     /// or is not bound yet, naming it): the simulation holds it with this reason.
     pub volume_hold: Option<String>,
+    /// True while the simulation holds the pod to its preference for Provisioners without
+    /// `PreferNoSchedule` taints: such taints then repel it like `NoSchedule` ones. Karpenter
+    /// tolerates them only as the last relaxation, so a soft-tainted Provisioner is used only
+    /// when no other fits.
+    pub avoid_soft_taints: bool,
 }
 
 /// A zone constraint a pod's volume puts on it: a bound PersistentVolume's node affinity, or
@@ -144,6 +149,19 @@ impl Pod {
     /// The required node terms as the pod states them (see [`Pod::own_node_terms`]).
     pub fn spread_node_terms(&self) -> &[Requirements] {
         self.own_node_terms.as_deref().unwrap_or(&self.node_terms)
+    }
+
+    /// The first of a Provisioner's `taints` that keeps the pod off its nodes: a `NoSchedule`
+    /// or `NoExecute` taint it does not tolerate, or a `PreferNoSchedule` one while
+    /// [`Pod::avoid_soft_taints`] holds.
+    pub fn blocking_provisioner_taint<'a>(&self, taints: &'a [Taint]) -> Option<&'a Taint> {
+        crate::taints::first_untolerated(taints, &self.tolerations).or_else(|| {
+            if self.avoid_soft_taints {
+                crate::taints::first_untolerated_soft(taints, &self.tolerations)
+            } else {
+                None
+            }
+        })
     }
 
     /// `namespace/name`, the key people use.

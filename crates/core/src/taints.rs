@@ -95,6 +95,17 @@ pub fn first_untolerated<'a>(taints: &'a [Taint], tolerations: &[Toleration]) ->
         .find(|t| !tolerations.iter().any(|tol| tol.tolerates(t)))
 }
 
+/// The first `PreferNoSchedule` taint not tolerated: what a pod avoids while it can.
+pub fn first_untolerated_soft<'a>(
+    taints: &'a [Taint],
+    tolerations: &[Toleration],
+) -> Option<&'a Taint> {
+    taints
+        .iter()
+        .filter(|t| t.effect == Effect::PreferNoSchedule)
+        .find(|t| !tolerations.iter().any(|tol| tol.tolerates(t)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

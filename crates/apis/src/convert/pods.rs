@@ -59,6 +59,7 @@ pub fn convert(id: PodIdentity, spec: &PodSpec, prefix: &str) -> Result<Pod, Fie
         volume_zones: Vec::new(),
         own_node_terms: None,
         volume_hold: None,
+        avoid_soft_taints: false,
     })
 }
 

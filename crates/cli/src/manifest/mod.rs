@@ -62,11 +62,22 @@ pub fn load(paths: &[PathBuf]) -> Result<Loaded, ManifestError> {
             paths: paths.to_vec(),
         });
     }
-    dump::settle(&mut loaded);
-    narrow_to_subnet_zones(&mut loaded);
-    apply_volume_zones(&mut loaded);
-    warn_of_missing_nodes(&mut loaded);
+    finish(&mut loaded);
     Ok(loaded)
+}
+
+/// What follows reading every document: workloads reconciled with their dumped pods,
+/// DaemonSets charged what their pods request, Provisioners narrowed to their subnets' zones,
+/// pods confined to their volumes' zones, and pods bound to absent nodes named.
+fn finish(loaded: &mut Loaded) {
+    dump::settle(loaded);
+    joiner_core::scheduling::daemons::observe_pod_requests(
+        &mut loaded.snapshot.daemonsets,
+        &loaded.snapshot.pods,
+    );
+    narrow_to_subnet_zones(loaded);
+    apply_volume_zones(loaded);
+    warn_of_missing_nodes(loaded);
 }
 
 /// Names, in one warning, the nodes pods are bound to that the input does not hold: those pods
@@ -153,10 +164,7 @@ pub(crate) fn load_text(path: &str, text: &str) -> Result<Loaded, ManifestError>
         &mut kinds::Seen::default(),
         &mut loaded,
     )?;
-    dump::settle(&mut loaded);
-    narrow_to_subnet_zones(&mut loaded);
-    apply_volume_zones(&mut loaded);
-    warn_of_missing_nodes(&mut loaded);
+    finish(&mut loaded);
     Ok(loaded)
 }
 

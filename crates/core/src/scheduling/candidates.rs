@@ -9,7 +9,6 @@ use crate::pod::{DaemonSet, HostPort, Pod};
 use crate::provisioner::Provisioner;
 use crate::requirements::Requirements;
 use crate::resources::Resources;
-use crate::taints::first_untolerated;
 
 use super::daemons::daemon_overhead;
 use super::ports::first_clash;
@@ -303,7 +302,7 @@ impl<'a> ProvisionerView<'a> {
         table: &mut ReqTable,
         pod: &Pod,
     ) -> ClassFit {
-        if let Some(t) = first_untolerated(&self.prov.taints, &pod.tolerations) {
+        if let Some(t) = pod.blocking_provisioner_taint(&self.prov.taints) {
             return ClassFit::Refused(Reason::Taint(t.to_string()));
         }
         let terms: Vec<Requirements> = if pod.node_terms.is_empty() {

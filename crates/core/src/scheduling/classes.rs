@@ -25,6 +25,7 @@ struct ClassKey<'a> {
     affinity: &'a [PodAffinityTerm],
     host_ports: &'a [HostPort],
     priority: i32,
+    avoid_soft_taints: bool,
 }
 
 impl<'a> ClassKey<'a> {
@@ -46,6 +47,7 @@ impl<'a> ClassKey<'a> {
             affinity: &p.affinity,
             host_ports: &p.host_ports,
             priority: p.priority,
+            avoid_soft_taints: p.avoid_soft_taints,
         }
     }
 }

@@ -13,7 +13,6 @@ use crate::pod::Pod;
 use crate::requirements::Requirements;
 use crate::resources::Resources;
 use crate::snapshot::Snapshot;
-use crate::taints::first_untolerated;
 
 use super::candidates::ProvisionerView;
 use super::pass::Pass;
@@ -251,7 +250,9 @@ fn filter(
         };
         excluded.insert((0, what), *n);
     }
-    let taint = first_untolerated(&prov.taints, &pod.tolerations).map(|t| t.to_string());
+    let taint = pod
+        .blocking_provisioner_taint(&prov.taints)
+        .map(|t| t.to_string());
     let terms: Vec<Requirements> = if pod.node_terms.is_empty() {
         vec![Requirements::new()]
     } else {

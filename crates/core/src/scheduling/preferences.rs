@@ -6,7 +6,9 @@
 //! one at a time and the pass is run again, until every pod is placed or has nothing left to
 //! relax; the plan names what was given up for each pod. The order: `ScheduleAnyway` spreads
 //! (they have no weight), then preferred pod terms lightest first, then preferred node-affinity
-//! terms. (Karpenter relaxes pod terms heaviest first and spreads last; joiner keeps its order
+//! terms, and last the avoidance of Provisioners with `PreferNoSchedule` taints the pod does not
+//! tolerate (Karpenter tolerates those last too, so such a Provisioner is used only when no other
+//! fits; existing nodes are left to the kube-scheduler, for which the taint never blocks). (Karpenter relaxes pod terms heaviest first and spreads last; joiner keeps its order
 //! for those.) Node-affinity terms are alternatives ranked by weight, as Karpenter reads them
 //! (and the kube-scheduler's scoring agrees): only the heaviest term still kept is required,
 //! and when the pod cannot be placed with it, it is dropped and the next heaviest is tried.
@@ -16,6 +18,7 @@
 
 use crate::pod::Pod;
 use crate::snapshot::Snapshot;
+use crate::taints::{first_untolerated_soft, Effect, Taint};
 
 use super::affinity::Scope;
 use super::node_rules::describe_selector;
@@ -30,11 +33,14 @@ enum Preference {
     PodTerm(usize),
     /// `preferred_node_terms[i]`.
     NodeTerm(usize),
+    /// Provisioners with `PreferNoSchedule` taints the pod does not tolerate, the first named.
+    SoftTaints(String),
 }
 
 /// A pod's preferences in the order they are relaxed: spreads, pod terms lightest first, node
-/// terms heaviest first (each is the one in force until it is dropped).
-fn preferences(p: &Pod) -> Vec<Preference> {
+/// terms heaviest first (each is the one in force until it is dropped), then soft taints when
+/// some Provisioner's `soft_taints` would repel it.
+fn preferences(p: &Pod, soft_taints: &[Taint]) -> Vec<Preference> {
     let mut out: Vec<(i32, u8, usize, Preference)> = Vec::new();
     for (i, s) in p.topology_spread.iter().enumerate() {
         if !s.hard {
@@ -50,7 +56,11 @@ fn preferences(p: &Pod) -> Vec<Preference> {
         out.push((-*w, 2, i, Preference::NodeTerm(i)));
     }
     out.sort_by_key(|a| (a.1, a.0, a.2));
-    out.into_iter().map(|(.., p)| p).collect()
+    let mut prefs: Vec<Preference> = out.into_iter().map(|(.., p)| p).collect();
+    if let Some(t) = first_untolerated_soft(soft_taints, &p.tolerations) {
+        prefs.push(Preference::SoftTaints(t.to_string()));
+    }
+    prefs
 }
 
 /// The preference in words, as the plan and pod Events show it.
@@ -78,6 +88,9 @@ fn describe(p: &Pod, pref: &Preference) -> String {
         Preference::NodeTerm(i) => {
             let (w, t) = &p.preferred_node_terms[*i];
             format!("preferred node affinity {t} (weight {w})")
+        }
+        Preference::SoftTaints(t) => {
+            format!("avoiding Provisioners tainted {t}")
         }
     }
 }
@@ -109,6 +122,9 @@ fn harden(p: &Pod, prefs: &[Preference], relaxed: usize) -> Pod {
         .map(|(_, a)| a.clone())
         .collect();
     h.preferred_node_terms = Vec::new();
+    h.avoid_soft_taints = kept
+        .iter()
+        .any(|pr| matches!(pr, Preference::SoftTaints(_)));
     let in_force = kept.iter().find_map(|pr| match pr {
         Preference::NodeTerm(i) => Some(&p.preferred_node_terms[*i].1),
         _ => None,
@@ -129,6 +145,13 @@ fn harden(p: &Pod, prefs: &[Preference], relaxed: usize) -> Pod {
 
 /// Runs `place` with preferences as hard rules, relaxing them pod by pod until nothing changes.
 pub fn solve(snapshot: &Snapshot, place: impl Fn(&Snapshot) -> Plan) -> Plan {
+    let soft_taints: Vec<Taint> = snapshot
+        .provisioners
+        .iter()
+        .flat_map(|p| p.taints.iter())
+        .filter(|t| t.effect == Effect::PreferNoSchedule)
+        .cloned()
+        .collect();
     let prefs: Vec<Vec<Preference>> = snapshot
         .pods
         .iter()
@@ -136,7 +159,7 @@ pub fn solve(snapshot: &Snapshot, place: impl Fn(&Snapshot) -> Plan) -> Plan {
             // A bound pod has nothing to relax, nor has one its volumes hold: it is never
             // placed, and relaxing would only cost passes.
             if p.node_name.is_none() && p.volume_hold.is_none() {
-                preferences(p)
+                preferences(p, &soft_taints)
             } else {
                 Vec::new()
             }
@@ -223,7 +246,7 @@ mod tests {
             hard: false,
             selector: Requirements::new(),
         });
-        let prefs = preferences(&p);
+        let prefs = preferences(&p, &[]);
         assert_eq!(
             prefs,
             vec![

@@ -533,3 +533,35 @@ spec:
         ["test.yaml: document 1: skipped the 3 pod(s) of Deployment batch/queued: its pod template has scheduling gates (kueue.x-k8s.io/admission); the kube-scheduler considers them once they are removed"]
     );
 }
+
+#[test]
+fn a_daemonset_is_charged_what_its_running_pods_request() {
+    // A LimitRange default gave the running pod 250m and 256Mi; the template asks for 100m.
+    let l = load_ok(
+        r#"apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent, namespace: kube-system}
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec:
+      containers: [{name: agent, resources: {requests: {cpu: 100m}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: agent-x1
+  namespace: kube-system
+  ownerReferences:
+    - {apiVersion: apps/v1, kind: DaemonSet, name: agent, uid: "1", controller: true}
+spec:
+  nodeName: ip-10-0-0-1
+  containers: [{name: agent, resources: {requests: {cpu: 250m, memory: 256Mi}}}]
+status: {phase: Running}
+"#,
+    );
+    let ds = &l.snapshot.daemonsets[0];
+    assert_eq!(ds.pod.requests.cpu, 250);
+    assert_eq!(ds.pod.requests.memory, 256 << 20);
+}

@@ -381,3 +381,97 @@ fn plain_pod_prefers_the_term_that_allows_a_plain_type() {
     assert_eq!(p.new_nodes.len(), 1);
     assert_eq!(p.new_nodes[0].instance_type, "c5.large");
 }
+
+#[test]
+fn a_provisioner_with_prefer_no_schedule_taints_is_used_only_when_no_other_fits() {
+    // Karpenter tolerates PreferNoSchedule taints only as its last relaxation: the heavier
+    // soft-tainted Provisioner takes the pods nothing else can hold, and those that tolerate it.
+    let mut soft = Provisioner::default_provisioner();
+    soft.name = "soft".into();
+    soft.weight = 10;
+    soft.taints = vec![Taint {
+        key: "spare".into(),
+        value: "true".into(),
+        effect: Effect::PreferNoSchedule,
+    }];
+    let mut plain = Provisioner::default_provisioner();
+    plain.name = "plain".into();
+    plain.requirements.add(
+        crate::testing::catalog::INSTANCE_FAMILY,
+        Requirement::single("c5"),
+    );
+    let mut gpu = pod("gpu", 1000, 1024);
+    gpu.requests.set(NVIDIA_GPU, 1);
+    let mut tolerant = pod("tolerant", 500, 512);
+    tolerant.tolerations = vec![Toleration {
+        key: "spare".into(),
+        exists: true,
+        value: String::new(),
+        effect: Some(Effect::PreferNoSchedule),
+    }];
+    let p = run(&Snapshot {
+        pods: vec![pod("web", 500, 512), gpu, tolerant],
+        provisioners: vec![soft, plain],
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    let on = |name: &str| {
+        p.new_nodes
+            .iter()
+            .find(|n| n.pods.iter().any(|k| k == &format!("default/{name}")))
+            .map(|n| n.provisioner.clone())
+    };
+    assert_eq!(on("web").as_deref(), Some("plain"));
+    assert_eq!(on("gpu").as_deref(), Some("soft"));
+    assert_eq!(on("tolerant").as_deref(), Some("soft"));
+    assert_eq!(p.relaxed.len(), 1, "{:?}", p.relaxed);
+    assert_eq!(p.relaxed[0].pod, "default/gpu");
+    assert_eq!(
+        p.relaxed[0].preferences,
+        vec!["avoiding Provisioners tainted spare=true:PreferNoSchedule"]
+    );
+}
+
+#[test]
+fn a_self_affine_group_gets_a_type_that_holds_it_all_rather_than_the_cheapest_per_pod() {
+    // Five pods of 3 cpu that must share a node. c5 is the cheapest per pod (c5.xlarge holds
+    // one for $0.17/h) but its largest size holds two; only m5.4xlarge holds all five.
+    let mut cat: Vec<crate::instance_type::InstanceType> = crate::testing::catalog::family(
+        "c5",
+        0.0425,
+        2,
+        &[("large", 2, 29), ("xlarge", 4, 58), ("2xlarge", 8, 58)],
+    );
+    cat.extend(crate::testing::catalog::family(
+        "m5",
+        0.048,
+        4,
+        &[("2xlarge", 8, 58), ("4xlarge", 16, 234)],
+    ));
+    let mut pods = deployment("shard", 5, 3000, 1024);
+    for p in &mut pods {
+        p.affinity.push(crate::pod::PodAffinityTerm {
+            topology_key: labels::HOSTNAME.into(),
+            selector: {
+                let mut r = Requirements::new();
+                r.add("app", Requirement::single("shard"));
+                r
+            },
+            namespaces: Vec::new(),
+            anti: false,
+            weight: None,
+        });
+    }
+    let p = simulate(
+        &Snapshot {
+            pods,
+            ..Snapshot::default()
+        },
+        &cat,
+        &Options::default(),
+    );
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    assert_eq!(p.new_nodes.len(), 1);
+    assert_eq!(p.new_nodes[0].pods.len(), 5);
+    assert_eq!(p.new_nodes[0].instance_type, "m5.4xlarge");
+}
