@@ -32,6 +32,7 @@ struct JsonReport<'a> {
 #[derive(Serialize)]
 struct JsonExplanation<'a> {
     pod: &'a str,
+    requests: &'a str,
     pinned: Option<&'a str>,
     node_rules: &'a [String],
     provisioners: Vec<JsonFilter<'a>>,
@@ -145,6 +146,7 @@ pub fn json(report: &Report<'_>) -> String {
             .iter()
             .map(|e| JsonExplanation {
                 pod: &e.pod,
+                requests: &e.requests,
                 pinned: e.pinned.as_deref(),
                 node_rules: &e.node_rules,
                 provisioners: e

@@ -118,6 +118,14 @@ fn constraints_preferences() {
 }
 
 #[test]
+fn constraints_provisioner_choice() {
+    check(
+        "examples/constraints/provisioner-choice.yaml",
+        "constraints-provisioner-choice.json",
+    );
+}
+
+#[test]
 fn constraints_volume_topology() {
     check(
         "examples/constraints/volume-topology.yaml",

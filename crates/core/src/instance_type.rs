@@ -117,7 +117,7 @@ impl InstanceType {
             match k.as_str() {
                 labels::ZONE | labels::CAPACITY_TYPE => {
                     if !self.offerings.iter().any(|o| offering_allowed(o, reqs)) {
-                        return Some(k.as_str());
+                        return Some(self.offering_conflict(reqs).unwrap_or(k.as_str()));
                     }
                 }
                 key => match self.labels.get(key) {
@@ -139,6 +139,28 @@ impl InstanceType {
             }
         }
         None
+    }
+}
+
+impl InstanceType {
+    /// Which of the zone and capacity-type requirements leaves the type no offering: the zone
+    /// when no offering is in an allowed zone, else the capacity type when none has an allowed
+    /// one, else the zone (each is offered, never together).
+    fn offering_conflict<'a>(&self, reqs: &'a Requirements) -> Option<&'a str> {
+        let key = |name: &str| reqs.iter().map(|(k, _)| k.as_str()).find(|k| *k == name);
+        let zone_ok = reqs
+            .get(labels::ZONE)
+            .is_none_or(|r| self.offerings.iter().any(|o| r.allows(&o.zone)));
+        let capacity_ok = reqs.get(labels::CAPACITY_TYPE).is_none_or(|r| {
+            self.offerings
+                .iter()
+                .any(|o| r.allows(o.capacity_type.as_str()))
+        });
+        if zone_ok && !capacity_ok {
+            key(labels::CAPACITY_TYPE)
+        } else {
+            key(labels::ZONE).or_else(|| key(labels::CAPACITY_TYPE))
+        }
     }
 }
 
@@ -184,6 +206,34 @@ mod tests {
     }
 
     #[test]
+    fn the_key_blamed_for_no_offering_is_the_one_no_offering_meets() {
+        // On-demand in zone a, spot in zone b.
+        let t = it();
+        let reqs = |zone: &str, capacity: &str| {
+            let mut r = Requirements::new();
+            r.add(labels::ZONE, Requirement::single(zone));
+            r.add(labels::CAPACITY_TYPE, Requirement::single(capacity));
+            r
+        };
+        // No offering in zone c at all: the zone, though capacity-type sorts first.
+        assert_eq!(
+            t.first_label_conflict(&reqs("c", "on-demand")),
+            Some(labels::ZONE)
+        );
+        // Zone a is offered, reserved capacity is not.
+        assert_eq!(
+            t.first_label_conflict(&reqs("a", "reserved")),
+            Some(labels::CAPACITY_TYPE)
+        );
+        // Both offered, never together: the zone.
+        assert_eq!(
+            t.first_label_conflict(&reqs("a", "spot")),
+            Some(labels::ZONE)
+        );
+        assert_eq!(t.first_label_conflict(&reqs("b", "spot")), None);
+    }
+
+    #[test]
     fn offerings_follow_requirements() {
         let t = it();
         let mut r = Requirements::new();
@@ -192,7 +242,8 @@ mod tests {
         assert_eq!(t.cheapest_offering(&r).unwrap().zone, "a");
         r.add(labels::ZONE, Requirement::single("b"));
         assert!(t.cheapest_offering(&r).is_none());
-        assert_eq!(t.first_label_conflict(&r), Some(labels::CAPACITY_TYPE));
+        // Zone b and on-demand are each offered, never together: the zone is named.
+        assert_eq!(t.first_label_conflict(&r), Some(labels::ZONE));
     }
 
     #[test]

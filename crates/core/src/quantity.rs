@@ -42,6 +42,36 @@ pub fn format_cpu(millis: i64) -> String {
     }
 }
 
+/// A decimal with at most `places` decimals, trailing zeros dropped ("1.5", "382.97", "16").
+fn trimmed(v: f64, places: usize) -> String {
+    let s = format!("{v:.places$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+/// Millicores in cores, as people read them in messages: "0.25 cpu cores", "1 cpu core",
+/// "382.97 cpu cores".
+pub fn human_cpu(millis: i64) -> String {
+    let cores = trimmed(millis as f64 / 1000.0, 3);
+    let unit = if cores == "1" { "core" } else { "cores" };
+    format!("{cores} cpu {unit}")
+}
+
+/// Bytes for people: GiB from one GiB up (node memory is thought of in GiB, "1.5 GiB",
+/// "3000 GiB"), MiB or KiB below, with up to two decimals.
+pub fn human_bytes(bytes: i64) -> String {
+    const UNITS: [(&str, i64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    for (unit, size) in UNITS {
+        if bytes.abs() >= size {
+            return format!("{} {unit}", trimmed(bytes as f64 / size as f64, 2));
+        }
+    }
+    format!("{bytes} bytes")
+}
+
 /// Formats bytes with the largest binary suffix that keeps the value whole ("6903Mi").
 pub fn format_bytes(bytes: i64) -> String {
     const UNITS: [(&str, i64); 5] = [
@@ -183,6 +213,21 @@ fn div_ceil(a: i128, b: i128) -> i128 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn human_units() {
+        assert_eq!(human_cpu(1000), "1 cpu core");
+        assert_eq!(human_cpu(250), "0.25 cpu cores");
+        assert_eq!(human_cpu(382_970), "382.97 cpu cores");
+        assert_eq!(human_cpu(1_500_000), "1500 cpu cores");
+        assert_eq!(human_bytes(3 << 30), "3 GiB");
+        assert_eq!(human_bytes(3000 << 30), "3000 GiB");
+        assert_eq!(human_bytes((1 << 30) + (1 << 29)), "1.5 GiB");
+        assert_eq!(human_bytes(6903 << 20), "6.74 GiB");
+        assert_eq!(human_bytes(512 << 20), "512 MiB");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(100), "100 bytes");
+    }
 
     #[test]
     fn cpu_forms() {

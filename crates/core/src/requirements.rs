@@ -355,8 +355,11 @@ impl fmt::Display for Requirement {
                 write!(f, "NotIn [{}]", list(&self.values))?;
             }
             Ok(())
-        } else if self.values.is_empty() {
+        } else if self.values.is_empty() && self.absent_ok {
             write!(f, "DoesNotExist")
+        } else if self.values.is_empty() {
+            // What two disagreeing `In` sets leave: nothing matches.
+            write!(f, "In []")
         } else {
             write!(f, "In [{}]", list(&self.values))
         }

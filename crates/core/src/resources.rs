@@ -235,6 +235,17 @@ pub fn format_amount(name: &str, v: i64) -> String {
     }
 }
 
+/// Renders an amount of the named resource in the units people think in, naming it: "1.5 cpu
+/// cores", "3 GiB memory", "10 GiB ephemeral storage", "110 pods", "2 nvidia.com/gpu".
+pub fn human_amount(name: &str, v: i64) -> String {
+    match name {
+        "cpu" => quantity::human_cpu(v),
+        "memory" => format!("{} memory", quantity::human_bytes(v)),
+        "ephemeral-storage" => format!("{} ephemeral storage", quantity::human_bytes(v)),
+        _ => format!("{v} {name}"),
+    }
+}
+
 impl fmt::Debug for Resources {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(

@@ -7,8 +7,8 @@ use crate::instance_type::InstanceType;
 use crate::labels;
 use crate::pod::{DaemonSet, HostPort, Pod};
 use crate::provisioner::Provisioner;
-use crate::requirements::Requirements;
-use crate::resources::Resources;
+use crate::requirements::{Requirement, Requirements};
+use crate::resources::{human_amount, Resources};
 
 use super::daemons::daemon_overhead;
 use super::ports::first_clash;
@@ -348,14 +348,30 @@ impl<'a> ProvisionerView<'a> {
         pod: &Pod,
         term: &Requirements,
     ) -> ClassFit {
+        // A term that contradicts itself is named before anything a Provisioner could be
+        // blamed for.
+        if let Some((k, _)) = term.iter().find(|(_, r)| r.is_unsatisfiable()) {
+            return ClassFit::Refused(Reason::Contradiction(k.clone()));
+        }
+        // On a refusal for the zone, a zone the catalog has never heard of is the real cause.
+        let zone_reason = |reason: Reason| {
+            term.get(labels::ZONE)
+                .and_then(|r| zone_not_offered(catalog, r))
+                .unwrap_or(reason)
+        };
         // Provisioner requirements and custom labels first.
         for (k, r) in term.iter() {
             match self.node_reqs.get(k) {
                 Some(mine) => {
                     if !mine.compatible(r) {
-                        return ClassFit::Refused(Reason::ProvisionerRequirement {
+                        let conflict = Reason::ProvisionerRequirement {
                             requirement: format!("{k} {r}"),
                             provisioner: format!("{k} {mine}"),
+                        };
+                        return ClassFit::Refused(if k == labels::ZONE {
+                            zone_reason(conflict)
+                        } else {
+                            conflict
                         });
                     }
                 }
@@ -383,6 +399,7 @@ impl<'a> ProvisionerView<'a> {
             let mut worst: Vec<(usize, String)> =
                 label_conflicts.into_iter().map(|(k, c)| (c, k)).collect();
             worst.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+            let zone_worst = worst.first().is_some_and(|(_, k)| k == labels::ZONE);
             let text = worst
                 .iter()
                 .find_map(|(_, k)| term.get(k).map(|r| format!("{k} {r}")))
@@ -399,7 +416,12 @@ impl<'a> ProvisionerView<'a> {
                     })
                 })
                 .unwrap_or_else(|| "of the provisioner".to_string());
-            return ClassFit::Refused(Reason::Requirement(text));
+            let reason = Reason::Requirement(text);
+            return ClassFit::Refused(if zone_worst {
+                zone_reason(reason)
+            } else {
+                reason
+            });
         }
         if !pod.host_ports.is_empty() {
             let mut clash = None;
@@ -471,11 +493,32 @@ impl<'a> ProvisionerView<'a> {
             }
         }
         Reason::ResourcesTogether(format!(
-            "cpu={} memory={}",
-            req.format_named("cpu"),
-            req.format_named("memory")
+            "{} and {}",
+            human_amount("cpu", req.cpu),
+            human_amount("memory", req.memory)
         ))
     }
+}
+
+/// The refusal of a zone requirement no offering of the whole catalog meets (a zone of another
+/// region, a misspelt zone), naming the region and its zones; `None` when some zone is offered.
+fn zone_not_offered(catalog: &[InstanceType], zone: &Requirement) -> Option<Reason> {
+    let mut zones: Vec<&str> = catalog
+        .iter()
+        .flat_map(|t| t.offerings.iter().map(|o| o.zone.as_str()))
+        .collect();
+    zones.sort_unstable();
+    zones.dedup();
+    if zones.iter().any(|z| zone.allows(z)) {
+        return None;
+    }
+    Some(Reason::ZoneNotOffered {
+        requirement: zone.to_string(),
+        region: catalog
+            .iter()
+            .find_map(|t| t.labels.get(labels::REGION).cloned()),
+        zones: zones.into_iter().map(str::to_string).collect(),
+    })
 }
 
 /// True when the DaemonSet's pod's node selector terms admit a node of this provisioner and

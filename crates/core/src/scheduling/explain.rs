@@ -11,7 +11,7 @@ use crate::instance_type::InstanceType;
 use crate::labels;
 use crate::pod::Pod;
 use crate::requirements::Requirements;
-use crate::resources::Resources;
+use crate::resources::{human_amount, Resources};
 use crate::snapshot::Snapshot;
 
 use super::candidates::ProvisionerView;
@@ -64,6 +64,8 @@ pub enum Placement {
 pub struct Explanation {
     /// `namespace/name`.
     pub pod: String,
+    /// What the pod requests, in people's units ("1.5 cpu cores, 3 GiB memory").
+    pub requests: String,
     /// Zone or capacity type the topology pass pinned it to, if any.
     pub pinned: Option<String>,
     /// Per-node rules (anti-affinity, hostname spread, host ports) the pod takes part in.
@@ -137,6 +139,7 @@ impl fmt::Display for Placement {
 impl fmt::Display for Explanation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "Pod {}", self.pod)?;
+        writeln!(f, "  requests: {}", self.requests)?;
         if let Some(p) = &self.pinned {
             writeln!(f, "  topology: pinned to {p}")?;
         }
@@ -159,6 +162,17 @@ impl fmt::Display for Explanation {
         }
         writeln!(f, "Placement: {}", self.placement)
     }
+}
+
+/// A pod's requests for people: cpu and memory always, ephemeral storage and extended
+/// resources when asked for (the pod slot every pod takes is left out).
+fn human_requests(r: &Resources) -> String {
+    let mut parts = vec![human_amount("cpu", r.cpu), human_amount("memory", r.memory)];
+    if r.ephemeral_storage > 0 {
+        parts.push(human_amount("ephemeral-storage", r.ephemeral_storage));
+    }
+    parts.extend(r.extended().iter().map(|(k, v)| human_amount(k, *v)));
+    parts.join(", ")
 }
 
 /// Explains the placement of pod `key` (`namespace/name`) in `plan`; `None` when no such pod.
@@ -214,6 +228,7 @@ pub fn explain(
     };
     Some(Explanation {
         pod: key.to_string(),
+        requests: human_requests(&pod.requests),
         pinned: (!pinned.is_empty()).then(|| pinned.to_string()),
         node_rules,
         provisioners,

@@ -203,8 +203,11 @@ pub fn solve(snapshot: &Snapshot, place: impl Fn(&Snapshot) -> Plan) -> Plan {
             }
         }
         if !changed {
+            // A pod placed nowhere gave nothing up for a placement: its reason says why.
+            let unplaced: std::collections::HashSet<&str> =
+                plan.unschedulable.iter().map(|u| u.pod.as_str()).collect();
             for (i, p) in snapshot.pods.iter().enumerate() {
-                if relaxed[i] > 0 {
+                if relaxed[i] > 0 && !unplaced.contains(p.key().as_str()) {
                     plan.relaxed.push(Relaxed {
                         pod: p.key(),
                         preferences: prefs[i][..relaxed[i]]

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::resources::format_amount;
+use crate::resources::{format_amount, human_amount};
 
 /// One provisioner's reason to refuse a pod.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,6 +29,18 @@ pub enum Reason {
     },
     /// Each resource fits some type but none has all of them at once.
     ResourcesTogether(String),
+    /// The pod's own node requirements on a key admit no value (its nodeSelector and required
+    /// node affinity, or two expressions of one term, disagree).
+    Contradiction(String),
+    /// The pod requires zones no instance type is offered in: not zones of the catalog's region.
+    ZoneNotOffered {
+        /// The pod's zone requirement.
+        requirement: String,
+        /// The catalog's region, when its types say.
+        region: Option<String>,
+        /// The zones the catalog offers.
+        zones: Vec<String>,
+    },
     /// Non-accelerator pods are kept off GPU types, and only GPU types are left.
     OnlyAccelerated,
     /// Every allowed type runs a DaemonSet that binds the same host port.
@@ -62,12 +74,36 @@ impl fmt::Display for Reason {
                 largest,
             } => write!(
                 f,
-                "no instance type has {} {name}; largest allowed has {}",
-                format_amount(name, *requested),
-                format_amount(name, *largest)
+                "no instance type has {} allocatable; the largest allowed has {}",
+                human_amount(name, *requested),
+                human_amount(name, *largest)
             ),
             Reason::ResourcesTogether(r) => {
                 write!(f, "no instance type has room for {r} at once")
+            }
+            Reason::Contradiction(key) => write!(
+                f,
+                "the pod's own node requirements on {key} admit no value (its nodeSelector and \
+                 required node affinity disagree)"
+            ),
+            Reason::ZoneNotOffered {
+                requirement,
+                region,
+                zones,
+            } => {
+                match region {
+                    Some(r) => write!(
+                        f,
+                        "requirement {} {requirement} names no zone of region {r}",
+                        crate::labels::ZONE
+                    )?,
+                    None => write!(
+                        f,
+                        "requirement {} {requirement} names no zone any instance type is offered in",
+                        crate::labels::ZONE
+                    )?,
+                }
+                write!(f, " (its zones: {})", zones.join(", "))
             }
             Reason::OnlyAccelerated => write!(
                 f,
@@ -87,11 +123,13 @@ impl fmt::Display for Reason {
     }
 }
 
-/// Joins per-provisioner reasons into one line.
+/// Joins per-provisioner reasons into one line; one reason shared by all is given once.
 pub fn combine(reasons: &[(String, Reason)]) -> String {
     match reasons {
         [] => "no provisioner".to_string(),
         [(_, r)] => r.to_string(),
+        // Every Provisioner refuses for the same reason: say it once.
+        [(_, first), rest @ ..] if rest.iter().all(|(_, r)| r == first) => first.to_string(),
         many => many
             .iter()
             .map(|(p, r)| format!("provisioner {p}: {r}"))
@@ -113,7 +151,16 @@ mod tests {
         };
         assert_eq!(
             r.to_string(),
-            "no instance type has 1000 cpu; largest allowed has 448"
+            "no instance type has 1000 cpu cores allocatable; the largest allowed has 448 cpu cores"
+        );
+        let m = Reason::Resource {
+            name: "memory".into(),
+            requested: 3000 << 30,
+            largest: (1466 << 30) + (1 << 29),
+        };
+        assert_eq!(
+            m.to_string(),
+            "no instance type has 3000 GiB memory allocatable; the largest allowed has 1466.5 GiB memory"
         );
         let l = Reason::Limit {
             name: "cpu".into(),

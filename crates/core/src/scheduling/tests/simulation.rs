@@ -115,7 +115,8 @@ fn oversized_pod_is_explained() {
     });
     assert_eq!(
         p.unschedulable[0].reason,
-        "no instance type has 1000 cpu; largest allowed has 127930m"
+        // x1e.32xlarge: 128 vCPU less the catalog's 70m reserve.
+        "no instance type has 1000 cpu cores allocatable; the largest allowed has 127.93 cpu cores"
     );
 }
 
@@ -474,4 +475,41 @@ fn a_self_affine_group_gets_a_type_that_holds_it_all_rather_than_the_cheapest_pe
     assert_eq!(p.new_nodes.len(), 1);
     assert_eq!(p.new_nodes[0].pods.len(), 5);
     assert_eq!(p.new_nodes[0].instance_type, "m5.4xlarge");
+}
+
+#[test]
+fn a_zone_no_instance_type_is_offered_in_is_named_as_such() {
+    // The test catalog's zones are z-a, z-b and z-c; its types name no region.
+    let mut west = pod("west", 500, 512);
+    let mut term = Requirements::new();
+    term.add(labels::ZONE, Requirement::single("us-west-2a"));
+    west.node_terms = vec![term];
+    let p = run(&Snapshot {
+        pods: vec![west],
+        ..Snapshot::default()
+    });
+    assert_eq!(
+        p.unschedulable[0].reason,
+        "requirement topology.kubernetes.io/zone In [us-west-2a] names no zone any instance type \
+         is offered in (its zones: z-a, z-b, z-c)"
+    );
+}
+
+#[test]
+fn a_pod_whose_selector_and_affinity_disagree_is_told_so() {
+    // nodeSelector capacity-type spot, ANDed into a required term that asks for on-demand.
+    let mut both = pod("both", 500, 512);
+    let mut term = Requirements::new();
+    term.add(labels::CAPACITY_TYPE, Requirement::single("on-demand"));
+    term.add(labels::CAPACITY_TYPE, Requirement::single("spot"));
+    both.node_terms = vec![term];
+    let p = run(&Snapshot {
+        pods: vec![both],
+        ..Snapshot::default()
+    });
+    assert_eq!(
+        p.unschedulable[0].reason,
+        "the pod's own node requirements on karpenter.sh/capacity-type admit no value (its \
+         nodeSelector and required node affinity disagree)"
+    );
 }
