@@ -135,6 +135,10 @@ pub struct BlockDeviceMapping {
     /// The EBS volume.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ebs: Option<BlockDevice>,
+    /// Marks the volume pods' ephemeral storage lives on (Karpenter's `rootVolume`); without
+    /// a mark it is `/dev/xvda`, or Bottlerocket's data volume `/dev/xvdb`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_volume: Option<bool>,
 }
 
 /// An EBS volume of a block device mapping.
@@ -228,6 +232,29 @@ impl NodeTemplate {
     /// metadata.name, empty when missing.
     pub fn name(&self) -> &str {
         self.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    /// The size, in bytes as EC2 creates it (whole GiB), of the volume pods' ephemeral storage
+    /// lives on, when the template's own mappings size it; `None` leaves the family's default
+    /// (20 GiB) to the catalog.
+    pub fn ephemeral_volume_bytes(&self) -> Option<i64> {
+        const GIB: i64 = 1 << 30;
+        let mappings = &self.spec.block_device_mappings;
+        let default_device = match self.ami_family() {
+            AmiFamily::Bottlerocket => "/dev/xvdb",
+            _ => "/dev/xvda",
+        };
+        let volume = mappings
+            .iter()
+            .find(|m| m.root_volume == Some(true))
+            .or_else(|| mappings.iter().find(|m| m.device_name == default_device))?;
+        let size = volume.ebs.as_ref()?.volume_size.as_ref()?;
+        let bytes = joiner_core::quantity::parse_units(&size.0).ok()?;
+        let gib = u64::try_from(bytes)
+            .ok()
+            .filter(|b| *b > 0)?
+            .div_ceil(GIB as u64);
+        i64::try_from(gib).ok()?.checked_mul(GIB)
     }
 
     /// The AMI family, AL2023 when omitted: AL2 is past its end of support, and AL2023 is

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use joiner_core::kubelet::{KubeletSettings, Reserved, Threshold};
 use joiner_core::quantity;
 use joiner_core::{labels, Effect, Operator, Requirement, Requirements, Resources};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -110,8 +111,8 @@ impl Provisioner {
     ///
     /// Why here and not in the simulation: a manifest error should be reported once, against
     /// the field a person wrote, not discovered later as an unexplained scheduling failure.
-    /// Fields the simulation does not read (TTLs, budgets, warm pool, kubelet settings other than
-    /// maxPods) are validated all the same, so `joiner plan` rejects what the controller would.
+    /// Fields the simulation does not read (TTLs, budgets, warm pool, kubelet settings that do
+    /// not change allocatable) are validated all the same, so `joiner plan` rejects what the controller would.
     pub fn to_core(&self) -> Result<joiner_core::Provisioner, ApiError> {
         let check = Check::new("Provisioner", self.name());
         check.named()?;
@@ -191,11 +192,10 @@ impl Provisioner {
             ));
         }
 
-        let mut max_pods = None;
-        if let Some(k) = &spec.kubelet_configuration {
-            validate_kubelet(&check, k)?;
-            max_pods = k.max_pods.map(i64::from);
-        }
+        let kubelet = match &spec.kubelet_configuration {
+            Some(k) => kubelet_settings(&check, k)?,
+            None => KubeletSettings::default(),
+        };
 
         if let Some(d) = &spec.disruption {
             validate_budgets(&check, &d.budgets)?;
@@ -242,7 +242,7 @@ impl Provisioner {
             taints,
             startup_taints,
             limits,
-            max_pods,
+            kubelet,
             node_template,
         })
     }
@@ -315,7 +315,8 @@ fn convert_taints(
         .collect()
 }
 
-fn validate_kubelet(check: &Check, k: &KubeletConfiguration) -> Result<(), ApiError> {
+/// Validates `spec.kubeletConfiguration` and reads what changes the nodes' allocatable.
+fn kubelet_settings(check: &Check, k: &KubeletConfiguration) -> Result<KubeletSettings, ApiError> {
     const P: &str = "spec.kubeletConfiguration";
     for (leaf, v) in [("maxPods", k.max_pods), ("podsPerCore", k.pods_per_core)] {
         if let Some(v) = v.filter(|v| *v <= 0) {
@@ -328,10 +329,14 @@ fn validate_kubelet(check: &Check, k: &KubeletConfiguration) -> Result<(), ApiEr
             format!("must not be negative, got {v}"),
         ));
     }
-    validate_reserved(check, &format!("{P}.systemReserved"), &k.system_reserved)?;
-    validate_reserved(check, &format!("{P}.kubeReserved"), &k.kube_reserved)?;
-    validate_eviction(check, &format!("{P}.evictionHard"), &k.eviction_hard)?;
-    validate_eviction(check, &format!("{P}.evictionSoft"), &k.eviction_soft)?;
+    let system_reserved = reserved(check, &format!("{P}.systemReserved"), &k.system_reserved)?;
+    let kube_reserved = reserved(check, &format!("{P}.kubeReserved"), &k.kube_reserved)?;
+    let mut thresholds = eviction(check, &format!("{P}.evictionHard"), &k.eviction_hard)?;
+    thresholds.extend(eviction(
+        check,
+        &format!("{P}.evictionSoft"),
+        &k.eviction_soft,
+    )?);
     for signal in k.eviction_soft.keys() {
         if !k.eviction_soft_grace_period.contains_key(signal) {
             return Err(check.invalid(
@@ -380,14 +385,31 @@ fn validate_kubelet(check: &Check, k: &KubeletConfiguration) -> Result<(), ApiEr
             ));
         }
     }
-    Ok(())
+    let signal = |name: &str| {
+        thresholds
+            .iter()
+            .filter(|(s, _)| s == name)
+            .map(|(_, t)| *t)
+            .collect()
+    };
+    Ok(KubeletSettings {
+        max_pods: k.max_pods.map(i64::from),
+        pods_per_core: k.pods_per_core.map(i64::from),
+        kube_reserved,
+        system_reserved,
+        eviction_memory: signal("memory.available"),
+        eviction_nodefs: signal("nodefs.available"),
+        ephemeral_volume: None,
+    })
 }
 
-fn validate_reserved(
+/// Validates a reservation map and reads its cpu, memory and ephemeral-storage amounts.
+fn reserved(
     check: &Check,
     prefix: &str,
     map: &BTreeMap<String, Quantity>,
-) -> Result<(), ApiError> {
+) -> Result<Reserved, ApiError> {
+    let mut out = Reserved::default();
     for (name, q) in map {
         let field = map_field(prefix, name);
         if !RESERVABLE.contains(&name.as_str()) {
@@ -401,31 +423,40 @@ fn validate_reserved(
         } else {
             quantity::parse_units(&q.0)
         };
-        parsed.map_err(|e| check.quantity(field, e))?;
+        let amount = parsed.map_err(|e| check.quantity(field, e))?;
+        match name.as_str() {
+            "cpu" => out.cpu = Some(amount),
+            "memory" => out.memory = Some(amount),
+            "ephemeral-storage" => out.ephemeral_storage = Some(amount),
+            _ => {}
+        }
     }
-    Ok(())
+    Ok(out)
 }
 
-fn validate_eviction(
+/// Validates an eviction threshold map and reads each threshold by signal.
+fn eviction(
     check: &Check,
     prefix: &str,
     map: &BTreeMap<String, String>,
-) -> Result<(), ApiError> {
+) -> Result<Vec<(String, Threshold)>, ApiError> {
+    let mut out = Vec::new();
     for (signal, value) in map {
         let field = map_field(prefix, signal);
         if !EVICTION_SIGNALS.contains(&signal.as_str()) {
             return Err(check.invalid(field, format!("unknown eviction signal {signal:?}")));
         }
-        if let Some(p) = value.trim().strip_suffix('%') {
-            let ok = p.parse::<f64>().is_ok_and(|v| (0.0..=100.0).contains(&v));
-            if !ok {
-                return Err(check.invalid(field, format!("invalid percentage {value:?}")));
+        let threshold = if let Some(p) = value.trim().strip_suffix('%') {
+            match p.trim().parse::<f64>() {
+                Ok(v) if (0.0..=100.0).contains(&v) => Threshold::Percent(v),
+                _ => return Err(check.invalid(field, format!("invalid percentage {value:?}"))),
             }
         } else {
-            quantity::parse_units(value).map_err(|e| check.quantity(field, e))?;
-        }
+            Threshold::Bytes(quantity::parse_units(value).map_err(|e| check.quantity(field, e))?)
+        };
+        out.push((signal.clone(), threshold));
     }
-    Ok(())
+    Ok(out)
 }
 
 fn validate_budgets(check: &Check, budgets: &[crate::disruption::Budget]) -> Result<(), ApiError> {

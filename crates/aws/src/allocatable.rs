@@ -23,16 +23,17 @@ pub const DEFAULT_ROOT_VOLUME_GIB: u64 = 20;
 pub const DEFAULT_VM_MEMORY_OVERHEAD: f64 = 0.075;
 /// Memory Graviton kernels reserve for the contiguous memory allocator.
 pub const ARM64_RESERVED_MIB: i64 = 64;
-/// kube-reserved memory per pod slot.
-pub const KUBE_RESERVED_MIB_PER_POD: i64 = 11;
+/// kube-reserved memory per pod slot (the simulation's kubelet model holds the figure).
+pub const KUBE_RESERVED_MIB_PER_POD: i64 = joiner_core::kubelet::KUBE_RESERVED_MEMORY_PER_POD >> 20;
 /// kube-reserved memory independent of the pod count.
 pub const KUBE_RESERVED_BASE_MIB: i64 = 255;
 /// kube-reserved ephemeral storage.
 pub const KUBE_RESERVED_EPHEMERAL_GIB: i64 = 1;
-/// Hard eviction threshold `memory.available`.
-pub const EVICTION_MEMORY_MIB: i64 = 100;
-/// Hard eviction threshold `nodefs.available`, in percent of the root volume.
-pub const EVICTION_NODEFS_PERCENT: i64 = 10;
+/// Hard eviction threshold `memory.available` (the kubelet's default).
+pub const EVICTION_MEMORY_MIB: i64 = joiner_core::kubelet::DEFAULT_EVICTION_MEMORY >> 20;
+/// Hard eviction threshold `nodefs.available`, in percent of the root volume (the kubelet's
+/// default).
+pub const EVICTION_NODEFS_PERCENT: i64 = joiner_core::kubelet::DEFAULT_EVICTION_NODEFS_PERCENT;
 
 const MIB: i64 = 1 << 20;
 const GIB: i64 = 1 << 30;

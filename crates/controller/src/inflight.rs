@@ -15,8 +15,9 @@ use joiner_apis::convert::node_claim::{claim_requirements, claim_taints, resourc
 use joiner_apis::convert::FieldError;
 use joiner_apis::NodeClaim;
 use joiner_core::instance_type::offering_allowed;
+use joiner_core::kubelet::KubeletSettings;
 use joiner_core::scheduling::daemons::daemon_overhead;
-use joiner_core::{labels, DaemonSet, InstanceType, Node, Requirements};
+use joiner_core::{labels, DaemonSet, InstanceType, Node, Provisioner, Requirements};
 use k8s_openapi::api::core::v1 as k8s;
 
 /// The in-flight nodes of `claims`: one per claim that is not being deleted and whose node has
@@ -28,6 +29,7 @@ pub fn in_flight_nodes(
     nodes: &[Arc<k8s::Node>],
     catalog: &[InstanceType],
     daemonsets: &[DaemonSet],
+    provisioners: &[Provisioner],
 ) -> (Vec<Node>, Vec<String>) {
     let provider_ids: HashSet<&str> = nodes
         .iter()
@@ -43,7 +45,7 @@ pub fn in_flight_nodes(
         if !is_in_flight(claim, &provider_ids, &node_names) {
             continue;
         }
-        match in_flight_node(claim, catalog, daemonsets) {
+        match in_flight_node(claim, catalog, daemonsets, provisioners) {
             Ok(node) => out.push(node),
             Err(e) => warnings.push(format!("NodeClaim {}: {e}", claim.name())),
         }
@@ -114,8 +116,15 @@ fn in_flight_node(
     claim: &NodeClaim,
     catalog: &[InstanceType],
     daemonsets: &[DaemonSet],
+    provisioners: &[Provisioner],
 ) -> Result<Node, FieldError> {
     let name = claim.name().to_string();
+    // The node is sized as its Provisioner's kubelet and volume settings make it.
+    let default_kubelet = KubeletSettings::default();
+    let kubelet = provisioners
+        .iter()
+        .find(|p| p.name == claim.spec.provisioner_name)
+        .map_or(&default_kubelet, |p| &p.kubelet);
     let reqs = claim_requirements(claim)?;
     let status = claim.status.clone().unwrap_or_default();
 
@@ -136,7 +145,7 @@ fn in_flight_node(
             node_labels.extend(shared_labels(&candidates));
             let mut most = joiner_core::Resources::default();
             for t in &candidates {
-                most.max_with(&t.capacity);
+                most.max_with(&kubelet.capacity(t));
             }
             largest = (!candidates.is_empty()).then_some(most);
             candidates
@@ -169,7 +178,7 @@ fn in_flight_node(
         resources(&status.allocatable, "status.allocatable")?
     } else {
         match chosen {
-            Some(t) => t.allocatable.clone(),
+            Some(t) => kubelet.allocatable(t),
             None => {
                 return Err(match launched {
                     Some(t) => FieldError::new(
@@ -190,7 +199,7 @@ fn in_flight_node(
         most
     } else {
         chosen
-            .map(|t| t.capacity.clone())
+            .map(|t| kubelet.capacity(t))
             .unwrap_or_else(|| allocatable.clone())
     };
 
@@ -239,6 +248,7 @@ pub fn settle_initializing(
     claims: &[Arc<NodeClaim>],
     catalog: &[InstanceType],
     daemonsets: &[DaemonSet],
+    provisioners: &[Provisioner],
 ) -> Vec<String> {
     let mut warnings = Vec::new();
     let starting: Vec<&NodeClaim> = claims
@@ -284,7 +294,7 @@ pub fn settle_initializing(
             .keys()
             .any(|k| joiner_core::resources::is_extended(k) && node.allocatable.get(k) == 0);
         if unreported || plugin_pending {
-            match in_flight_node(claim, catalog, daemonsets) {
+            match in_flight_node(claim, catalog, daemonsets, provisioners) {
                 Ok(sized) if unreported => {
                     node.allocatable = sized.allocatable;
                     node.capacity = sized.capacity;

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use joiner_apis::convert;
 use joiner_apis::convert::volumes::VolumeIndex;
 use joiner_apis::{NodeClaim, NodeTemplate, ObjectLookup, Provisioner};
+use joiner_core::kubelet::KubeletSettings;
 use joiner_core::scheduling::daemons;
 use joiner_core::{InstanceType, Snapshot};
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -201,6 +202,29 @@ impl ClusterState {
         self.created.merged(self.node_claims.state())
     }
 
+    /// The kubelet and volume settings of Provisioner `name` (its `kubeletConfiguration` and
+    /// its NodeTemplate's ephemeral volume), as the simulation sizes its nodes; the defaults
+    /// when it is gone or invalid (its status says why).
+    pub fn kubelet_settings(&self, name: &str) -> KubeletSettings {
+        let Some(mut prov) = self
+            .provisioners
+            .state()
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+            .and_then(|p| p.to_core().ok())
+        else {
+            return KubeletSettings::default();
+        };
+        let templates: Vec<NodeTemplate> = self
+            .node_templates
+            .state()
+            .iter()
+            .map(|t| NodeTemplate::clone(t))
+            .collect();
+        convert::apply_node_templates(std::slice::from_mut(&mut prov), &templates);
+        prov.kubelet
+    }
+
     /// [`ClusterState::snapshot`] plus one in-flight node per NodeClaim whose node has not
     /// registered yet (see [`crate::inflight`]), sized from `catalog`. Pods of an earlier batch
     /// are still pending and fit there, so a later batch does not buy their capacity again.
@@ -282,7 +306,7 @@ impl ClusterState {
             .iter()
             .map(|t| NodeTemplate::clone(t))
             .collect();
-        convert::narrow_to_subnet_zones(&mut snap.provisioners, &templates);
+        convert::apply_node_templates(&mut snap.provisioners, &templates);
 
         if let Some(catalog) = catalog {
             let claims = self.claims();
@@ -292,9 +316,15 @@ impl ClusterState {
                 &claims,
                 catalog,
                 &snap.daemonsets,
+                &snap.provisioners,
             ));
-            let (in_flight, claim_warnings) =
-                inflight::in_flight_nodes(&claims, &kube_nodes, catalog, &snap.daemonsets);
+            let (in_flight, claim_warnings) = inflight::in_flight_nodes(
+                &claims,
+                &kube_nodes,
+                catalog,
+                &snap.daemonsets,
+                &snap.provisioners,
+            );
             snap.nodes.extend(in_flight);
             warnings.extend(claim_warnings);
         }

@@ -68,6 +68,16 @@ fn fixture(pods: Vec<Pod>) -> Fixture {
 }
 
 fn fixture_with(pods: Vec<Pod>, extra_nodes: Vec<Node>, claims: Vec<NodeClaim>) -> Fixture {
+    fixture_with_provisioner(pods, extra_nodes, claims, json!({}))
+}
+
+/// The fixture with `kubelet` as the Provisioner's `kubeletConfiguration`.
+fn fixture_with_provisioner(
+    pods: Vec<Pod>,
+    extra_nodes: Vec<Node>,
+    claims: Vec<NodeClaim>,
+    kubelet: Value,
+) -> Fixture {
     let node: Node = obj(json!({
         "metadata": {"name": "n1", "labels": {"topology.kubernetes.io/zone": "us-east-1a"}},
         "spec": {"taints": [{"key": "dedicated", "value": "db", "effect": "NoSchedule"}]},
@@ -87,7 +97,7 @@ fn fixture_with(pods: Vec<Pod>, extra_nodes: Vec<Node>, claims: Vec<NodeClaim>) 
     let prov: Provisioner = obj(json!({
         "apiVersion": "joiner.sh/v1alpha1", "kind": "Provisioner",
         "metadata": {"name": "default"},
-        "spec": {"providerRef": {"name": "default"}},
+        "spec": {"providerRef": {"name": "default"}, "kubeletConfiguration": kubelet},
     }));
     let template: NodeTemplate = obj(json!({
         "apiVersion": "joiner.sh/v1alpha1", "kind": "NodeTemplate",
@@ -288,6 +298,37 @@ fn a_daemonset_is_charged_what_its_running_pod_requests() {
     assert_eq!(snap.daemonsets.len(), 1);
     assert_eq!(snap.daemonsets[0].pod.requests.cpu, 300);
     assert_eq!(snap.daemonsets[0].pod.requests.memory, 1 << 30);
+}
+
+#[test]
+fn in_flight_nodes_are_sized_with_their_provisioners_kubelet_settings() {
+    // 500m system-reserved on m5.large (2000m, of which the catalog keeps 100m for the
+    // kubelet): 1400m allocatable, less the 100m logs daemon.
+    let claims = vec![claim(
+        "default-aaaaa",
+        json!({"status": {"instanceType": "m5.large", "zone": "us-east-1a"}}),
+    )];
+    let f = fixture_with_provisioner(
+        vec![],
+        vec![],
+        claims,
+        json!({"systemReserved": {"cpu": "500m"}}),
+    );
+    let (snap, warnings) = f.state.snapshot_with_catalog(&catalog());
+    assert!(
+        warnings.iter().all(|w| !w.contains("aaaaa")),
+        "{warnings:?}"
+    );
+    let a = snap
+        .nodes
+        .iter()
+        .find(|n| n.name == "default-aaaaa")
+        .expect("in flight");
+    assert_eq!(a.allocatable.cpu, 2000 - 100 - 500 - 100);
+    assert_eq!(
+        f.state.kubelet_settings("default").system_reserved.cpu,
+        Some(500)
+    );
 }
 
 fn offering(zone: &str, price: f64) -> Offering {

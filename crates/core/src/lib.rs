@@ -6,6 +6,7 @@
 pub mod cloud_provider;
 pub mod error;
 pub mod instance_type;
+pub mod kubelet;
 pub mod labels;
 pub mod pod;
 pub mod provisioner;

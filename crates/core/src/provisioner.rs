@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::kubelet::KubeletSettings;
 use crate::labels;
 use crate::requirements::{Requirement, Requirements};
 use crate::taints::Taint;
@@ -50,8 +51,9 @@ pub struct Provisioner {
     pub startup_taints: Vec<Taint>,
     /// Resource caps.
     pub limits: Limits,
-    /// kubelet maxPods override.
-    pub max_pods: Option<i64>,
+    /// The kubelet and volume settings that change its nodes' allocatable (maxPods,
+    /// podsPerCore, reservations, eviction thresholds, the ephemeral volume's size).
+    pub kubelet: KubeletSettings,
     /// NodeTemplate name (providerRef).
     pub node_template: Option<String>,
 }
@@ -69,7 +71,7 @@ impl Provisioner {
             taints: Vec::new(),
             startup_taints: Vec::new(),
             limits: Limits::default(),
-            max_pods: None,
+            kubelet: KubeletSettings::default(),
             node_template: None,
         }
     }

@@ -48,12 +48,17 @@ impl FieldError {
     }
 }
 
-/// A Provisioner launches only where its NodeTemplate has subnets: when the template's status
-/// lists resolved subnets, their zones become a zone requirement of the Provisioner, so the
-/// simulation (and the topology spread domains) use those zones only. Without a status (the
-/// usual offline case) the zones are those of the offerings. Shared by the manifest loader and
-/// the controller so both plan over the same zones.
-pub fn narrow_to_subnet_zones(
+/// What a Provisioner's NodeTemplate changes in the nodes the simulation plans for it, shared by
+/// the manifest loader and the controller so both plan alike:
+///
+/// - zones: a Provisioner launches only where its NodeTemplate has subnets. When the template's
+///   status lists resolved subnets, their zones become a zone requirement of the Provisioner,
+///   so the simulation (and the topology spread domains) use those zones only. Without a
+///   status (the usual offline case) the zones are those of the offerings.
+/// - ephemeral storage: the size of the volume pods' ephemeral storage lives on
+///   (`NodeTemplate::ephemeral_volume_bytes`), from which the nodes' ephemeral-storage
+///   allocatable is computed instead of the catalog's 20 GiB.
+pub fn apply_node_templates(
     provisioners: &mut [joiner_core::Provisioner],
     templates: &[crate::NodeTemplate],
 ) {
@@ -61,10 +66,12 @@ pub fn narrow_to_subnet_zones(
         let Some(name) = prov.node_template.as_deref() else {
             continue;
         };
-        let zones: Vec<String> = templates
+        let template = templates
             .iter()
-            .filter(|t| t.metadata.name.as_deref() == Some(name))
-            .filter_map(|t| t.status.as_ref())
+            .find(|t| t.metadata.name.as_deref() == Some(name));
+        let zones: Vec<String> = template
+            .and_then(|t| t.status.as_ref())
+            .into_iter()
             .flat_map(|s| s.subnets.iter().map(|sn| sn.zone.clone()))
             .filter(|z| !z.is_empty())
             .collect();
@@ -73,6 +80,9 @@ pub fn narrow_to_subnet_zones(
                 joiner_core::labels::ZONE,
                 joiner_core::Requirement::one_of(zones),
             );
+        }
+        if let Some(bytes) = template.and_then(crate::NodeTemplate::ephemeral_volume_bytes) {
+            prov.kubelet.ephemeral_volume = Some(bytes);
         }
     }
 }

@@ -99,7 +99,22 @@ fn parses_and_converts_a_full_provisioner() {
     assert_eq!(c.weight, 10);
     assert_eq!(c.limits.cpu, Some(1_000_000));
     assert_eq!(c.limits.memory, Some(1000 << 30));
-    assert_eq!(c.max_pods, Some(110));
+    assert_eq!(c.kubelet.max_pods, Some(110));
+    // The settings that change allocatable are carried to the simulation.
+    assert_eq!(c.kubelet.system_reserved.cpu, Some(100));
+    assert_eq!(c.kubelet.system_reserved.memory, Some(100 << 20));
+    assert_eq!(
+        c.kubelet.kube_reserved,
+        joiner_core::kubelet::Reserved::default()
+    );
+    assert_eq!(
+        c.kubelet.eviction_memory,
+        vec![joiner_core::kubelet::Threshold::Percent(5.0)]
+    );
+    assert_eq!(
+        c.kubelet.eviction_nodefs,
+        vec![joiner_core::kubelet::Threshold::Percent(15.0)]
+    );
     assert_eq!(c.node_template.as_deref(), Some("default"));
     assert!(
         c.requirements
@@ -128,7 +143,7 @@ fn minimal_provisioner_parses_with_defaults() {
     assert_eq!(c.weight, 0);
     assert!(c.requirements.is_empty());
     assert_eq!(c.limits, joiner_core::Limits::default());
-    assert_eq!(c.max_pods, None);
+    assert_eq!(c.kubelet.max_pods, None);
     assert!(!p.consolidation_enabled());
 }
 
@@ -548,4 +563,48 @@ fn crds_generate() {
         assert_eq!(crd.spec.versions[0].name, "v1alpha1");
     }
     assert_eq!(Provisioner::crd_name(), "provisioners.joiner.sh");
+}
+
+#[test]
+fn the_ephemeral_volume_is_the_family_root_or_the_marked_one() {
+    let mapping = |device: &str, size: &str, root: &str| {
+        format!("    - deviceName: {device}\n      ebs: {{volumeSize: {size}}}\n{root}")
+    };
+    let with = |family: &str, mappings: &[String]| {
+        with_template_spec(&format!(
+            "  amiFamily: {family}\n  blockDeviceMappings:\n{}",
+            mappings.concat()
+        ))
+        .ephemeral_volume_bytes()
+    };
+    const GIB: i64 = 1 << 30;
+    // No mappings of its own: the family default stays with the catalog.
+    assert_eq!(with_template_spec("").ephemeral_volume_bytes(), None);
+    assert_eq!(
+        with("AL2023", &[mapping("/dev/xvda", "100Gi", "")]),
+        Some(100 * GIB)
+    );
+    // Bottlerocket keeps pods' storage on its data volume; EC2 rounds 50G up to 47 GiB.
+    assert_eq!(
+        with(
+            "Bottlerocket",
+            &[
+                mapping("/dev/xvda", "4Gi", ""),
+                mapping("/dev/xvdb", "50G", "")
+            ]
+        ),
+        Some(47 * GIB)
+    );
+    assert_eq!(
+        with(
+            "AL2",
+            &[
+                mapping("/dev/xvda", "30Gi", ""),
+                mapping("/dev/xvdc", "200Gi", "      rootVolume: true\n")
+            ]
+        ),
+        Some(200 * GIB)
+    );
+    // Mappings that leave the root volume out, or unsized: nothing to change.
+    assert_eq!(with("AL2023", &[mapping("/dev/xvdb", "80Gi", "")]), None);
 }

@@ -75,7 +75,7 @@ fn finish(loaded: &mut Loaded) {
         &mut loaded.snapshot.daemonsets,
         &loaded.snapshot.pods,
     );
-    narrow_to_subnet_zones(loaded);
+    apply_node_templates(loaded);
     apply_volume_zones(loaded);
     warn_of_missing_nodes(loaded);
 }
@@ -145,10 +145,10 @@ pub(crate) fn claims_key(pod: &joiner_core::Pod) -> String {
     format!("{kind}:{}", pod.key())
 }
 
-/// Narrows each Provisioner to the zones of its NodeTemplate's resolved subnets (see
-/// `joiner_apis::convert::narrow_to_subnet_zones`).
-fn narrow_to_subnet_zones(loaded: &mut Loaded) {
-    joiner_apis::convert::narrow_to_subnet_zones(
+/// Applies each Provisioner's NodeTemplate: its subnets' zones and its ephemeral volume (see
+/// `joiner_apis::convert::apply_node_templates`).
+fn apply_node_templates(loaded: &mut Loaded) {
+    joiner_apis::convert::apply_node_templates(
         &mut loaded.snapshot.provisioners,
         &loaded.node_templates,
     );

@@ -202,8 +202,10 @@ async fn record_launch<P: CloudProvider>(
         status["pricePerHour"] = json!(p);
     }
     if let Some(t) = it {
-        status["capacity"] = json!(quantities(&t.capacity));
-        status["allocatable"] = json!(quantities(&t.allocatable));
+        // As the simulation sized it: the Provisioner's kubelet and volume settings applied.
+        let kubelet = ctx.state.kubelet_settings(&claim.spec.provisioner_name);
+        status["capacity"] = json!(quantities(&kubelet.capacity(t)));
+        status["allocatable"] = json!(quantities(&kubelet.allocatable(t)));
     }
     match patch_claim_status(&ctx.client, claim, status, Guard::None).await {
         Ok(_) => Ok(()),

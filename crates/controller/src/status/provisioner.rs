@@ -101,7 +101,7 @@ pub fn readiness(prov: &Provisioner, inputs: &Inputs<'_>) -> Option<(bool, &'sta
     // against each type's labels and offerings. Availability is ignored: a type without
     // capacity today is still one the Provisioner allows.
     let mut narrowed = [core];
-    convert::narrow_to_subnet_zones(&mut narrowed, inputs.node_templates);
+    convert::apply_node_templates(&mut narrowed, inputs.node_templates);
     let [core] = narrowed;
     let reqs = core.node_requirements();
     let catalog = inputs.catalog?;

@@ -28,6 +28,9 @@ pub struct ProvisionerView<'a> {
     pub types: Vec<usize>,
     /// Allocatable minus DaemonSet overhead, per local index.
     pub effective: Vec<Resources>,
+    /// Capacity with the Provisioner's kubelet and volume settings, per local index: what a
+    /// node counts against the limits.
+    pub capacity: Vec<Resources>,
     /// DaemonSet overhead, per local index.
     pub overhead: Vec<Resources>,
     /// Host ports the DaemonSets bind, per local index.
@@ -106,14 +109,13 @@ impl<'a> ProvisionerView<'a> {
             }
         }
         let mut effective = Vec::with_capacity(types.len());
+        let mut capacity = Vec::with_capacity(types.len());
         let mut overhead = Vec::with_capacity(types.len());
         let mut daemon_ports = Vec::with_capacity(types.len());
         for &ci in &types {
             let t = &catalog[ci];
-            let mut alloc = t.allocatable.clone();
-            if let Some(mp) = prov.max_pods {
-                alloc.pods = alloc.pods.min(mp.max(0));
-            }
+            let alloc = prov.kubelet.allocatable(t);
+            capacity.push(prov.kubelet.capacity(t));
             let daemons = daemon_overhead(daemonsets, &prov.taints, |pod| {
                 daemon_selects(pod, &node_reqs, t)
             });
@@ -132,6 +134,7 @@ impl<'a> ProvisionerView<'a> {
             node_req_id,
             types,
             effective,
+            capacity,
             overhead,
             daemon_ports,
             excluded_by_key,
@@ -210,13 +213,13 @@ impl<'a> ProvisionerView<'a> {
     }
 
     /// True when a node of local type `i` fits in what the limits leave.
-    pub fn within_limits(&self, catalog: &[InstanceType], i: usize) -> bool {
-        self.blocking_limit(catalog, i).is_none()
+    pub fn within_limits(&self, i: usize) -> bool {
+        self.blocking_limit(i).is_none()
     }
 
     /// The limit that blocks local type `i`, if any.
-    pub fn blocking_limit(&self, catalog: &[InstanceType], i: usize) -> Option<Reason> {
-        let cap = &catalog[self.types[i]].capacity;
+    pub fn blocking_limit(&self, i: usize) -> Option<Reason> {
+        let cap = &self.capacity[i];
         self.limits_left
             .iter()
             .find(|(name, _, left)| cap.get(name) > *left)
@@ -228,10 +231,10 @@ impl<'a> ProvisionerView<'a> {
 
     /// The most of every capped resource any of the local types `options` has: what a node
     /// that may be launched as any of them counts against the limits (the cloud picks one).
-    pub fn largest(&self, catalog: &[InstanceType], options: &[usize]) -> Resources {
+    pub fn largest(&self, options: &[usize]) -> Resources {
         let mut most = Resources::default();
         for &i in options {
-            let cap = &catalog[self.types[i]].capacity;
+            let cap = &self.capacity[i];
             for (name, _, _) in &self.limits_left {
                 if cap.get(name) > most.get(name) {
                     most.set(name, cap.get(name));

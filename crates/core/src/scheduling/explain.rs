@@ -300,10 +300,10 @@ fn filter(
                     short_resource(&pod.requests, &view.effective[i])
                 ),
             ))
-        } else if !view.within_limits(catalog, i) {
+        } else if !view.within_limits(i) {
             Some((
                 6,
-                view.blocking_limit(catalog, i)
+                view.blocking_limit(i)
                     .map_or("limit".to_string(), |r| r.to_string()),
             ))
         } else {

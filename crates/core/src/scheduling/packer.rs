@@ -211,9 +211,9 @@ impl<'p, 'v> Packer<'p, 'v> {
             if !members[seed].types.contains(t) {
                 continue;
             }
-            if !self.view.within_limits(catalog, t) {
+            if !self.view.within_limits(t) {
                 if limit_reason.is_none() {
-                    *limit_reason = self.view.blocking_limit(catalog, t);
+                    *limit_reason = self.view.blocking_limit(t);
                 }
                 continue;
             }
@@ -254,9 +254,9 @@ impl<'p, 'v> Packer<'p, 'v> {
         let catalog = self.catalog;
         let mut best: Option<(f64, f64, usize, Fill)> = None;
         for &(_, t) in ranked {
-            if !self.view.within_limits(catalog, t) {
+            if !self.view.within_limits(t) {
                 if limit_reason.is_none() {
-                    *limit_reason = self.view.blocking_limit(catalog, t);
+                    *limit_reason = self.view.blocking_limit(t);
                 }
                 continue;
             }
@@ -319,7 +319,7 @@ impl<'p, 'v> Packer<'p, 'v> {
         for t in allowed.iter() {
             if fill.used.fits(&self.view.effective[t])
                 && self.view.type_allows(catalog, self.table, fill.req, t)
-                && self.view.within_limits(catalog, t)
+                && self.view.within_limits(t)
             {
                 if let Some(p) = self.view.price(catalog, self.table, fill.req, t) {
                     options.push((p, t));
@@ -348,7 +348,7 @@ impl<'p, 'v> Packer<'p, 'v> {
             .unwrap_or(1)
             .max(1);
         // A node listing several types counts against the limits as the largest of them.
-        let counted = self.view.largest(self.catalog, &options);
+        let counted = self.view.largest(&options);
         copies = copies.min(self.view.copies_within_limits(&counted).max(1));
         let one_node: Vec<usize> = members
             .iter()

@@ -262,12 +262,15 @@ metadata: {name: default}
 spec:
   subnetSelector: {karpenter.sh/discovery: demo}
   securityGroupSelector: {karpenter.sh/discovery: demo}
+  blockDeviceMappings: [{deviceName: /dev/xvda, ebs: {volumeSize: 100Gi}}]
 "#,
     );
     let p = &l.snapshot.provisioners[0];
     assert_eq!((p.name.as_str(), p.weight), ("gpu", 50));
+    // The template's root volume sizes the Provisioner's nodes' ephemeral storage.
+    assert_eq!(p.kubelet.ephemeral_volume, Some(100 << 30));
     assert_eq!(p.limits.cpu, Some(100_000));
-    assert_eq!(p.max_pods, Some(58));
+    assert_eq!(p.kubelet.max_pods, Some(58));
     assert_eq!(p.node_template.as_deref(), Some("default"));
     assert_eq!(l.node_templates.len(), 1);
     assert_eq!(

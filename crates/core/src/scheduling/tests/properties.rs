@@ -484,7 +484,7 @@ fn build(spec: &Spec) -> Case {
                     cpu: p.cpu_limit.map(|c| c * 1000),
                     ..Limits::default()
                 },
-                max_pods: None,
+                kubelet: crate::kubelet::KubeletSettings::default(),
                 node_template: None,
             }
         })

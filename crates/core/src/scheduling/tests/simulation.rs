@@ -513,3 +513,42 @@ fn a_pod_whose_selector_and_affinity_disagree_is_told_so() {
          nodeSelector and required node affinity disagree)"
     );
 }
+
+#[test]
+fn ephemeral_storage_follows_the_provisioners_volume() {
+    // 50 GiB of scratch space: more than the catalog's 20 GiB volume leaves (17 GiB), less than
+    // a 100 GiB root volume does (100 − 1 GiB kube-reserved − 10 GiB eviction = 89 GiB).
+    let mut scratch = pod("scratch", 500, 512);
+    scratch.requests.ephemeral_storage = 50 << 30;
+    let plan_with = |volume: Option<i64>| {
+        let mut prov = Provisioner::default_provisioner();
+        prov.kubelet.ephemeral_volume = volume;
+        run(&Snapshot {
+            pods: vec![scratch.clone()],
+            provisioners: vec![prov],
+            ..Snapshot::default()
+        })
+    };
+    let small = plan_with(None);
+    assert_eq!(
+        small.unschedulable[0].reason,
+        "no instance type has 50 GiB ephemeral storage allocatable; the largest allowed has 17 \
+         GiB ephemeral storage"
+    );
+    let big = plan_with(Some(100 << 30));
+    assert!(big.unschedulable.is_empty(), "{:?}", big.unschedulable);
+    assert_eq!(big.new_nodes[0].instance_type, "c5.large");
+}
+
+#[test]
+fn system_reserved_leaves_less_room_on_each_node() {
+    // c5.large holds 1930m; 300m system-reserved leaves 1630m, so a 1700m pod needs c5.xlarge.
+    let mut prov = Provisioner::default_provisioner();
+    prov.kubelet.system_reserved.cpu = Some(300);
+    let p = run(&Snapshot {
+        pods: vec![pod("a", 1700, 512)],
+        provisioners: vec![prov],
+        ..Snapshot::default()
+    });
+    assert_eq!(p.new_nodes[0].instance_type, "c5.xlarge");
+}
