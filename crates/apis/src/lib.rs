@@ -19,6 +19,7 @@ pub mod object;
 pub mod provisioner;
 pub mod resolution;
 pub mod selector;
+pub mod syntax;
 pub mod taint;
 mod validation;
 

@@ -18,6 +18,7 @@ use crate::node_template::{AmiFamily, NodeTemplate};
 use crate::object::ObjectRef;
 use crate::provisioner::{KubeletConfiguration, Provisioner};
 use crate::selector::NodeSelectorRequirement;
+use crate::syntax;
 use crate::taint::Taint;
 
 /// Labels joiner sets itself on the nodes it launches: a Provisioner may neither require nor
@@ -135,6 +136,12 @@ impl Provisioner {
                     field,
                     format!("label {key} is set by joiner and cannot be set here"),
                 ));
+            }
+            let why = syntax::qualified_name(key)
+                .or_else(|| syntax::label_value(value))
+                .or_else(|| syntax::restricted_domain(key));
+            if let Some(why) = why {
+                return Err(check.invalid(field, why));
             }
             if let Some(req) = requirements.get(key) {
                 if !req.allows(value) {
@@ -266,6 +273,11 @@ fn convert_requirements(
                 format!("label {} is set by joiner and cannot be required", r.key),
             ));
         }
+        if let Some(why) =
+            syntax::qualified_name(&r.key).or_else(|| syntax::restricted_domain(&r.key))
+        {
+            return Err(check.invalid(at("key"), why));
+        }
         let op = Operator::parse(&r.operator).map_err(|e| check.requirement(at("operator"), e))?;
         let req =
             Requirement::new(op, &r.values).map_err(|e| check.requirement(at("values"), e))?;
@@ -296,6 +308,12 @@ fn convert_taints(
         .map(|(i, t)| {
             if t.key.is_empty() {
                 return Err(check.invalid(format!("{prefix}[{i}].key"), "taint key is empty"));
+            }
+            if let Some(why) = syntax::qualified_name(&t.key) {
+                return Err(check.invalid(format!("{prefix}[{i}].key"), why));
+            }
+            if let Some(why) = t.value.as_deref().and_then(syntax::label_value) {
+                return Err(check.invalid(format!("{prefix}[{i}].value"), why));
             }
             let effect = Effect::parse(&t.effect).ok_or_else(|| {
                 check.invalid(

@@ -34,6 +34,7 @@ pub fn node_constraints(
                 "label key is empty",
             ));
         }
+        super::check_label(&format!("{prefix}.nodeSelector"), k, v)?;
         selector.add(k, Requirement::single(v));
     }
 
@@ -211,6 +212,9 @@ fn affinity_term(
             format!("{at}.topologyKey"),
             "a topology key is required",
         ));
+    }
+    if let Some(why) = crate::syntax::qualified_name(&t.topology_key) {
+        return Err(FieldError::new(format!("{at}.topologyKey"), why));
     }
     let Some(sel) = &t.label_selector else {
         return Ok(None);

@@ -48,6 +48,16 @@ impl FieldError {
     }
 }
 
+/// Refuses a label (`key: value` of metadata.labels, a nodeSelector, a matchLabels) that
+/// breaks Kubernetes' syntax, naming the entry at `prefix`.
+pub(crate) fn check_label(prefix: &str, key: &str, value: &str) -> Result<(), FieldError> {
+    let why = crate::syntax::qualified_name(key).or_else(|| crate::syntax::label_value(value));
+    match why {
+        Some(why) => Err(FieldError::new(crate::map_field(prefix, key), why)),
+        None => Ok(()),
+    }
+}
+
 /// What a Provisioner's NodeTemplate changes in the nodes the simulation plans for it, shared by
 /// the manifest loader and the controller so both plan alike:
 ///

@@ -24,6 +24,20 @@ pub struct PodIdentity {
 /// Converts the pod spec found at field path `prefix` (`spec` for a Pod,
 /// `spec.template.spec` for a workload) into a simulation pod.
 pub fn convert(id: PodIdentity, spec: &PodSpec, prefix: &str) -> Result<Pod, FieldError> {
+    if spec.containers.is_empty() {
+        return Err(FieldError::new(
+            format!("{prefix}.containers"),
+            "a pod needs at least one container",
+        ));
+    }
+    for (k, v) in &id.labels {
+        // Workload templates carry theirs at spec.template.metadata.labels.
+        let at = match prefix.strip_suffix(".spec") {
+            Some(template) => format!("{template}.metadata.labels"),
+            None => "metadata.labels".to_string(),
+        };
+        super::check_label(&at, k, v)?;
+    }
     let node_name = spec.node_name.clone().filter(|n| !n.is_empty());
     let bound = node_name.is_some() || id.owner.as_ref().is_some_and(|o| o.kind == "DaemonSet");
     let requests = requests::effective_requests(spec, prefix)?;

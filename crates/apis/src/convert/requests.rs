@@ -13,6 +13,7 @@
 
 use std::collections::BTreeMap;
 
+use joiner_core::resources::is_extended;
 use joiner_core::Resources;
 use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -82,18 +83,57 @@ fn requirements_requests(
     let limits = res.limits.as_ref().unwrap_or(&empty);
     let mut out = Vec::new();
     for (name, q) in requests {
+        whole_if_extended(name, q, &format!("{prefix}.requests"))?;
         out.push((
             name.clone(),
             parse_one(name, q, &format!("{prefix}.requests"))?,
         ));
     }
     for (name, q) in limits {
+        whole_if_extended(name, q, &format!("{prefix}.limits"))?;
         let amount = parse_one(name, q, &format!("{prefix}.limits"))?;
-        if !requests.contains_key(name) {
-            out.push((name.clone(), amount));
+        match out.iter().find(|(n, _)| n == name) {
+            None => out.push((name.clone(), amount)),
+            // The API server's rules: no request above its limit, and an extended resource
+            // cannot be overcommitted, so its request equals its limit.
+            Some((_, request)) if *request > amount => {
+                return Err(FieldError::new(
+                    map_field(&format!("{prefix}.requests"), name),
+                    format!("request {} is above the limit {}", requests[name].0, q.0),
+                ))
+            }
+            Some((_, request)) if is_extended(name) && *request != amount => {
+                return Err(FieldError::new(
+                    map_field(&format!("{prefix}.requests"), name),
+                    format!(
+                        "request {} must equal the limit {} (extended resources cannot be \
+                         overcommitted)",
+                        requests[name].0, q.0
+                    ),
+                ))
+            }
+            Some(_) => {}
         }
     }
     Ok(out)
+}
+
+/// Refuses a fractional amount of an extended resource (`nvidia.com/gpu: 500m`), as the API
+/// server does: devices are counted whole.
+fn whole_if_extended(name: &str, q: &Quantity, prefix: &str) -> Result<(), FieldError> {
+    if !is_extended(name) {
+        return Ok(());
+    }
+    match joiner_core::quantity::parse_milli(&q.0) {
+        Ok(m) if m % 1000 != 0 => Err(FieldError::new(
+            map_field(prefix, name),
+            format!(
+                "{:?} is not a whole number (extended resources are counted whole)",
+                q.0
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// A whole resource map (`overhead`, node capacity) as a vector.

@@ -49,6 +49,7 @@ pub fn label_selector(
                 "label key is empty",
             ));
         }
+        super::check_label(&format!("{prefix}.matchLabels"), k, v)?;
         out.add(k, Requirement::single(v));
     }
     for (i, e) in sel.match_expressions.iter().flatten().enumerate() {
@@ -82,6 +83,9 @@ pub(super) fn add_expression(
 ) -> Result<(), FieldError> {
     if key.is_empty() {
         return Err(FieldError::new(format!("{at}.key"), "key is empty"));
+    }
+    if let Some(why) = crate::syntax::qualified_name(key) {
+        return Err(FieldError::new(format!("{at}.key"), why));
     }
     let operator = Operator::parse(op)
         .map_err(|e| FieldError::new(format!("{at}.operator"), e.to_string()))?;

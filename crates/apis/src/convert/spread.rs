@@ -24,6 +24,9 @@ pub fn topology_spread(
                 "a topology key is required",
             ));
         }
+        if let Some(why) = crate::syntax::qualified_name(&c.topology_key) {
+            return Err(FieldError::new(at("topologyKey"), why));
+        }
         if c.max_skew < 1 {
             return Err(FieldError::new(
                 at("maxSkew"),

@@ -23,6 +23,12 @@ pub fn tolerations(list: &[k8s::Toleration], prefix: &str) -> Result<Vec<Tolerat
                     ))
                 }
             };
+            if let Some(why) = Some(key.as_str())
+                .filter(|k| !k.is_empty())
+                .and_then(crate::syntax::qualified_name)
+            {
+                return Err(FieldError::new(at("key"), why));
+            }
             if key.is_empty() && !exists {
                 return Err(FieldError::new(
                     at("key"),

@@ -74,11 +74,22 @@ impl Object<'_> {
         }
     }
 
+    /// The object's name, checked as the API server checks names (a DNS-1123 subdomain; the
+    /// namespace a DNS-1123 label).
     fn name(&self) -> Result<&str, ManifestError> {
-        self.header
-            .name
-            .as_deref()
-            .ok_or_else(|| self.error(FieldError::new("metadata.name", "a name is required")))
+        let name =
+            self.header.name.as_deref().ok_or_else(|| {
+                self.error(FieldError::new("metadata.name", "a name is required"))
+            })?;
+        if let Some(why) = joiner_apis::syntax::subdomain(name) {
+            return Err(self.error(FieldError::new("metadata.name", why)));
+        }
+        if self.namespaced {
+            if let Some(why) = joiner_apis::syntax::dns_label(self.namespace()) {
+                return Err(self.error(FieldError::new("metadata.namespace", why)));
+            }
+        }
+        Ok(name)
     }
 
     /// Deserializes into the typed object, naming the failing field path on error; a field

@@ -195,3 +195,81 @@ fn fields_a_kind_does_not_have_are_refused_by_path() {
         "{e}"
     );
 }
+
+/// The message for a Pod named `p` with `spec`, which must be refused.
+fn pod_err(spec: &str) -> String {
+    load_err(&pod_yaml(spec))
+}
+
+#[test]
+fn pods_the_api_server_would_refuse_are_refused_naming_the_field() {
+    let at = "test.yaml: document 1 (Pod default/p): ";
+    for (spec, want) in [
+        (
+            "  containers: []\n",
+            "spec.containers: a pod needs at least one container",
+        ),
+        (
+            "  containers: [{name: a, resources: {limits: {nvidia.com/gpu: 500m}}}]\n",
+            r#"spec.containers[0].resources.limits["nvidia.com/gpu"]: "500m" is not a whole number (extended resources are counted whole)"#,
+        ),
+        (
+            "  containers: [{name: a, resources: {requests: {cpu: 2}, limits: {cpu: 1500m}}}]\n",
+            "spec.containers[0].resources.requests.cpu: request 2 is above the limit 1500m",
+        ),
+        (
+            "  containers: [{name: a, resources: {requests: {nvidia.com/gpu: 1}, limits: {nvidia.com/gpu: 2}}}]\n",
+            r#"spec.containers[0].resources.requests["nvidia.com/gpu"]: request 1 must equal the limit 2 (extended resources cannot be overcommitted)"#,
+        ),
+        (
+            "  nodeSelector: {\"example.com/rack name\": a}\n  containers: [{name: a}]\n",
+            r#"spec.nodeSelector["example.com/rack name"]: "example.com/rack name": must consist of alphanumerics, '-', '_' or '.', and start and end with an alphanumeric"#,
+        ),
+        (
+            "  nodeSelector: {rack: \"-a\"}\n  containers: [{name: a}]\n",
+            r#"spec.nodeSelector.rack: value "-a": must consist of alphanumerics, '-', '_' or '.', and start and end with an alphanumeric"#,
+        ),
+        (
+            "  tolerations: [{key: \"a/b/c\", operator: Exists}]\n  containers: [{name: a}]\n",
+            r#"spec.tolerations[0].key: "a/b/c": at most one '/' is allowed"#,
+        ),
+        (
+            "  topologySpreadConstraints: [{maxSkew: 1, topologyKey: \"Zone/x\", whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: web}}}]\n  containers: [{name: a}]\n",
+            r#"spec.topologySpreadConstraints[0].topologyKey: "Zone/x": prefix "Zone" must consist of lower case alphanumerics, '-' or '.', and start and end with an alphanumeric"#,
+        ),
+    ] {
+        assert_eq!(pod_err(spec), format!("{at}{want}"), "{spec}");
+    }
+    let e = load_err(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: Web_1}\nspec: {containers: [{name: a}]}\n",
+    );
+    assert_eq!(e, "test.yaml: document 1 (Pod default/Web_1): metadata.name: \"Web_1\" must consist of lower case alphanumerics, '-' or '.', and start and end with an alphanumeric");
+    let e = load_err("apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: my.team}\nspec: {containers: [{name: a}]}\n");
+    assert_eq!(e, "test.yaml: document 1 (Pod my.team/web): metadata.namespace: \"my.team\" must not contain '.'");
+    let e = load_err("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: \"web app\"}}\n    spec: {containers: [{name: a}]}\n");
+    assert_eq!(e, "test.yaml: document 1 (Deployment default/web): spec.template.metadata.labels.app: value \"web app\": must consist of alphanumerics, '-', '_' or '.', and start and end with an alphanumeric");
+}
+
+#[test]
+fn provisioners_may_not_use_restricted_or_malformed_labels_and_taints() {
+    let prov = |spec: &str| {
+        load_err(&format!(
+            "apiVersion: joiner.sh/v1alpha1\nkind: Provisioner\nmetadata: {{name: default}}\nspec:\n{spec}"
+        ))
+    };
+    let at = "test.yaml: document 1 (Provisioner default): ";
+    assert_eq!(
+        prov("  labels: {node-role.kubernetes.io/worker: \"\"}\n"),
+        format!("{at}spec.labels[\"node-role.kubernetes.io/worker\"]: label node-role.kubernetes.io/worker is in the restricted domain kubernetes.io (the kubelet cannot register a node with it; use a label of your own domain)")
+    );
+    assert_eq!(
+        prov("  requirements: [{key: karpenter.sh/nodepool, operator: Exists}]\n"),
+        format!("{at}spec.requirements[0].key: label karpenter.sh/nodepool is in the restricted domain karpenter.sh (the kubelet cannot register a node with it; use a label of your own domain)")
+    );
+    assert_eq!(
+        prov("  taints: [{key: dedicated, value: \"a b\", effect: NoSchedule}]\n"),
+        format!("{at}spec.taints[0].value: value \"a b\": must consist of alphanumerics, '-', '_' or '.', and start and end with an alphanumeric")
+    );
+    // Well-known keys and the node.kubernetes.io exception stay allowed.
+    load_ok("apiVersion: joiner.sh/v1alpha1\nkind: Provisioner\nmetadata: {name: default}\nspec:\n  labels: {node.kubernetes.io/lifecycle: spot, example.com/team: web}\n  requirements: [{key: kubernetes.io/arch, operator: In, values: [arm64]}]\n");
+}

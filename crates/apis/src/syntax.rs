@@ -1,0 +1,191 @@
+//! Kubernetes name syntax: label keys and values, taint keys, object names.
+//!
+//! The API server refuses an object whose labels, selectors or name break these rules, so a
+//! plan made from such input would describe a cluster that cannot exist. Each check returns
+//! the reason in the API server's words, for the caller to attach to the field.
+
+/// Longest name part of a qualified name, and longest label value.
+const NAME_MAX: usize = 63;
+/// Longest DNS-1123 subdomain (a qualified name's prefix, most object names).
+const SUBDOMAIN_MAX: usize = 253;
+
+/// Why `s` is not a qualified name (`[prefix/]name`: a label key, a taint key, a topology
+/// key), or `None`. The name is at most 63 alphanumerics, `-`, `_` or `.`, starting and ending
+/// with an alphanumeric; the prefix a DNS-1123 subdomain.
+pub fn qualified_name(s: &str) -> Option<String> {
+    let (prefix, name) = match s.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, s),
+    };
+    if let Some(p) = prefix {
+        if p.is_empty() {
+            return Some(format!("{s:?}: the prefix before '/' is empty"));
+        }
+        if let Some(why) = subdomain(p) {
+            return Some(format!("{s:?}: prefix {why}"));
+        }
+    }
+    if name.is_empty() {
+        return Some(format!("{s:?}: the name part is empty"));
+    }
+    if name.contains('/') {
+        return Some(format!("{s:?}: at most one '/' is allowed"));
+    }
+    name_part(name).map(|why| format!("{s:?}: {why}"))
+}
+
+/// Why `s` is not a label value (empty, or a name part of at most 63 characters), or `None`.
+pub fn label_value(s: &str) -> Option<String> {
+    if s.is_empty() {
+        return None;
+    }
+    name_part(s).map(|why| format!("value {s:?}: {why}"))
+}
+
+/// Why `s` is not a DNS-1123 subdomain (at most 253 lowercase alphanumerics, `-` or `.`,
+/// starting and ending with an alphanumeric): the rule for most object names.
+pub fn subdomain(s: &str) -> Option<String> {
+    if s.is_empty() {
+        return Some("must not be empty".into());
+    }
+    if s.len() > SUBDOMAIN_MAX {
+        return Some(format!("must be at most {SUBDOMAIN_MAX} characters"));
+    }
+    let ok = s
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.');
+    let ends = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    if !ok || !ends(s.chars().next()) || !ends(s.chars().last()) {
+        return Some(format!(
+            "{s:?} must consist of lower case alphanumerics, '-' or '.', and start and end \
+             with an alphanumeric"
+        ));
+    }
+    None
+}
+
+/// Why `s` is not a DNS-1123 label (at most 63 lowercase alphanumerics or `-`, starting and
+/// ending with an alphanumeric): the rule for namespaces.
+pub fn dns_label(s: &str) -> Option<String> {
+    if s.len() > NAME_MAX {
+        return Some(format!("{s:?} must be at most {NAME_MAX} characters"));
+    }
+    if s.contains('.') {
+        return Some(format!("{s:?} must not contain '.'"));
+    }
+    subdomain(s)
+}
+
+/// Label domains the kubelet may not set on its own node (the NodeRestriction admission
+/// plugin) or that Kubernetes, Karpenter and joiner reserve for themselves.
+const RESTRICTED_DOMAINS: &[&str] = &["kubernetes.io", "k8s.io", "karpenter.sh", "joiner.sh"];
+/// Subdomains of those that nodes may carry.
+const DOMAIN_EXCEPTIONS: &[&str] = &[
+    "node.kubernetes.io",
+    "node-restriction.kubernetes.io",
+    "kops.k8s.io",
+];
+
+/// Why a Provisioner may not set or require label `key` because of its domain
+/// (`node-role.kubernetes.io/worker`: the kubelet cannot register with it), or `None`. The
+/// well-known keys (zone, instance type, arch, capacity type, ...) are allowed.
+pub fn restricted_domain(key: &str) -> Option<String> {
+    let normalized = joiner_core::labels::normalize(key);
+    if joiner_core::labels::is_well_known(normalized) {
+        return None;
+    }
+    let (domain, _) = key.split_once('/')?;
+    let within = |d: &str| domain == d || domain.ends_with(&format!(".{d}"));
+    if DOMAIN_EXCEPTIONS.iter().any(|d| within(d)) {
+        return None;
+    }
+    RESTRICTED_DOMAINS.iter().find(|d| within(d)).map(|d| {
+        format!(
+            "label {key} is in the restricted domain {d} (the kubelet cannot register a node \
+             with it; use a label of your own domain)"
+        )
+    })
+}
+
+fn name_part(s: &str) -> Option<String> {
+    if s.len() > NAME_MAX {
+        return Some(format!("must be at most {NAME_MAX} characters"));
+    }
+    let ok = s
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    let ends = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    if !ok || !ends(s.chars().next()) || !ends(s.chars().last()) {
+        return Some(
+            "must consist of alphanumerics, '-', '_' or '.', and start and end with an \
+             alphanumeric"
+                .into(),
+        );
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qualified_names() {
+        for ok in [
+            "app",
+            "kubernetes.io/arch",
+            "example.com/My_Key-1.x",
+            "a",
+            &"k".repeat(63),
+        ] {
+            assert_eq!(qualified_name(ok), None, "{ok}");
+        }
+        for bad in [
+            "",
+            "bad key",
+            "/x",
+            "a/b/c",
+            "Example.com/x",
+            "x/",
+            "-x",
+            "x_",
+            &"k".repeat(64),
+        ] {
+            assert!(qualified_name(bad).is_some(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn restricted_domains() {
+        assert!(restricted_domain("node-role.kubernetes.io/worker").is_some());
+        assert!(restricted_domain("kubernetes.io/role").is_some());
+        assert!(restricted_domain("karpenter.sh/nodepool").is_some());
+        assert!(restricted_domain("example.k8s.io/x").is_some());
+        for ok in [
+            "node.kubernetes.io/instance-type",
+            "beta.kubernetes.io/arch",
+            "topology.kubernetes.io/zone",
+            "karpenter.sh/capacity-type",
+            "node.kubernetes.io/lifecycle",
+            "kops.k8s.io/instancegroup",
+            "karpenter.k8s.aws/instance-family",
+            "example.com/team",
+            "team",
+        ] {
+            assert_eq!(restricted_domain(ok), None, "{ok}");
+        }
+    }
+
+    #[test]
+    fn values_and_object_names() {
+        assert_eq!(label_value(""), None);
+        assert_eq!(label_value("us-east-1a"), None);
+        assert!(label_value("with space").is_some());
+        assert!(label_value(&"v".repeat(64)).is_some());
+        assert_eq!(subdomain("web-1.shop"), None);
+        assert!(subdomain("Bad_Name").is_some());
+        assert!(subdomain("web-").is_some());
+        assert_eq!(dns_label("kube-system"), None);
+        assert!(dns_label("a.b").is_some());
+    }
+}
