@@ -90,15 +90,19 @@ impl AmiFamily {
 pub struct MetadataOptions {
     /// `enabled` or `disabled`.
     #[serde(default = "enabled")]
+    #[schemars(regex(pattern = r"^(enabled|disabled)$"))]
     pub http_endpoint: String,
     /// `enabled` or `disabled`.
     #[serde(default = "disabled", rename = "httpProtocolIPv6")]
+    #[schemars(regex(pattern = r"^(enabled|disabled)$"))]
     pub http_protocol_ipv6: String,
     /// 1–64.
     #[serde(default = "one")]
+    #[schemars(range(min = 1, max = 64))]
     pub http_put_response_hop_limit: i64,
     /// `required` (IMDSv2) or `optional`.
     #[serde(default = "required")]
+    #[schemars(regex(pattern = r"^(required|optional)$"))]
     pub http_tokens: String,
 }
 
@@ -150,6 +154,7 @@ pub struct BlockDevice {
     pub volume_size: Option<Quantity>,
     /// standard, io1, io2, gp2, gp3, sc1 or st1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(standard|io1|io2|gp2|gp3|sc1|st1)$"))]
     pub volume_type: Option<String>,
     /// Provisioned IOPS (io1, io2, gp3).
     #[serde(default, skip_serializing_if = "Option::is_none")]

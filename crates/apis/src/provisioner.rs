@@ -49,6 +49,7 @@ pub struct ProvisionerSpec {
     pub limits: Option<Limits>,
     /// Priority among Provisioners (0–100); higher is tried first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
     pub weight: Option<i32>,
     /// The NodeTemplate with the AWS settings (subnets, security groups, AMI, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -58,9 +59,11 @@ pub struct ProvisionerSpec {
     pub consolidation: Option<Consolidation>,
     /// Delete a node this long after its last non-daemon pod left; unset disables emptiness.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
     pub ttl_seconds_after_empty: Option<i64>,
     /// Replace a node this long after it launched; unset means nodes never expire.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
     pub ttl_seconds_until_expired: Option<i64>,
     /// kubelet settings for the nodes launched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -115,9 +118,11 @@ pub struct KubeletConfiguration {
     pub cluster_dns: Vec<String>,
     /// Most pods per node; replaces the ENI-derived value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub max_pods: Option<i32>,
     /// Most pods per core; the node's max-pods is the smaller of this times cores and maxPods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub pods_per_core: Option<i32>,
     /// Resources reserved for the operating system.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -166,6 +171,7 @@ pub struct KubeletConfiguration {
 pub struct WarmPool {
     /// Instances kept warm at all times.
     #[serde(default)]
+    #[schemars(range(min = 0))]
     pub min_size: i32,
     /// Most instances kept warm; unset means `minSize`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -10,8 +10,10 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "camelCase")]
 pub struct NodeSelectorRequirement {
     /// Label key.
+    #[schemars(regex(pattern = crate::syntax::QUALIFIED_NAME_PATTERN), length(max = 316))]
     pub key: String,
     /// In, NotIn, Exists, DoesNotExist, Gt or Lt.
+    #[schemars(regex(pattern = r"^(In|NotIn|Exists|DoesNotExist|Gt|Lt)$"))]
     pub operator: String,
     /// Values; In/NotIn need at least one, Gt/Lt exactly one integer, Exists/DoesNotExist none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -4,6 +4,12 @@
 //! plan made from such input would describe a cluster that cannot exist. Each check returns
 //! the reason in the API server's words, for the caller to attach to the field.
 
+/// A qualified name as a JSON-schema pattern, for the CRDs: the API server then refuses what
+/// [`qualified_name`] refuses (save the 253-character prefix limit).
+pub const QUALIFIED_NAME_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$";
+/// A label value as a JSON-schema pattern (see [`label_value`]).
+pub const LABEL_VALUE_PATTERN: &str = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$";
+
 /// Longest name part of a qualified name, and longest label value.
 const NAME_MAX: usize = 63;
 /// Longest DNS-1123 subdomain (a qualified name's prefix, most object names).
@@ -187,5 +193,40 @@ mod tests {
         assert!(subdomain("web-").is_some());
         assert_eq!(dns_label("kube-system"), None);
         assert!(dns_label("a.b").is_some());
+    }
+}
+
+#[cfg(test)]
+mod pattern_tests {
+    use super::*;
+
+    /// The CRD patterns refuse what the loader's checks refuse, so `kubectl apply` and
+    /// `joiner plan` agree.
+    #[test]
+    fn crd_patterns_agree_with_the_checks() {
+        let key = regex::Regex::new(QUALIFIED_NAME_PATTERN).expect("pattern compiles");
+        let value = regex::Regex::new(LABEL_VALUE_PATTERN).expect("pattern compiles");
+        let long = "k".repeat(64);
+        let max = "k".repeat(63);
+        for s in [
+            "app",
+            "kubernetes.io/arch",
+            "example.com/My_Key-1.x",
+            "a",
+            "",
+            "bad key",
+            "/x",
+            "a/b/c",
+            "Example.com/x",
+            "x/",
+            "-x",
+            "x_",
+            "v1.2",
+            long.as_str(),
+            max.as_str(),
+        ] {
+            assert_eq!(key.is_match(s), qualified_name(s).is_none(), "key {s:?}");
+            assert_eq!(value.is_match(s), label_value(s).is_none(), "value {s:?}");
+        }
     }
 }

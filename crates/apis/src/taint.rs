@@ -9,10 +9,13 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "camelCase")]
 pub struct Taint {
     /// Taint key.
+    #[schemars(regex(pattern = crate::syntax::QUALIFIED_NAME_PATTERN), length(max = 316))]
     pub key: String,
     /// Taint value; may be omitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = crate::syntax::LABEL_VALUE_PATTERN), length(max = 63))]
     pub value: Option<String>,
     /// NoSchedule, PreferNoSchedule or NoExecute.
+    #[schemars(regex(pattern = r"^(NoSchedule|PreferNoSchedule|NoExecute)$"))]
     pub effect: String,
 }
