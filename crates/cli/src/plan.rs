@@ -131,17 +131,6 @@ pub fn run(args: &PlanArgs) -> Result<String, CliError> {
     }
     let plan = simulate(&loaded.snapshot, &catalog.types, &Options::default());
     let mut warnings = loaded.warnings;
-    let unsupported = joiner_core::scheduling::topology::unsupported_terms(&loaded.snapshot.pods);
-    if unsupported > 0 {
-        // Say so rather than plan silently as if they were unconstrained.
-        warnings.push(format!(
-            "{unsupported} pending pod(s) use topology keys other than {}, {} and {}; \
-             the simulation does not honor those, so their placement may differ",
-            joiner_core::labels::ZONE,
-            joiner_core::labels::HOSTNAME,
-            joiner_core::labels::CAPACITY_TYPE,
-        ));
-    }
     warnings.extend(catalog.warnings);
     let mut explanations: Vec<Explanation> = Vec::new();
     for key in &args.explain {

@@ -64,6 +64,9 @@ pub struct PodClass {
     /// Extra node requirements the topology pass pinned this group to (a zone, a capacity
     /// type); empty for an unconstrained class.
     pub pinned: Requirements,
+    /// The class it was split from by topology pinning (its own index before pinning): the
+    /// sub-classes of one origin are one workload spread over domains.
+    pub origin: usize,
 }
 
 impl PodClass {
@@ -121,6 +124,7 @@ pub fn build(pods: &[Pod], pending: &[usize]) -> Vec<PodClass> {
                     template: i,
                     requests: p.requests.clone(),
                     pinned: Requirements::new(),
+                    origin: 0,
                 });
             }
         }
@@ -135,6 +139,9 @@ pub fn build(pods: &[Pod], pending: &[usize]) -> Vec<PodClass> {
                 (&pa.namespace, &pa.name).cmp(&(&pb.namespace, &pb.name))
             })
     });
+    for (i, c) in classes.iter_mut().enumerate() {
+        c.origin = i;
+    }
     classes
 }
 

@@ -51,9 +51,65 @@ pub fn simulate(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -
     preferences::solve(snapshot, |s| place(s, catalog, opts))
 }
 
-/// One pass with every constraint of the snapshot's pods taken as hard.
+/// One pass with every constraint of the snapshot's pods taken as hard; run again while pods
+/// pinned to a topology domain were placed nowhere there but their workload was placed
+/// elsewhere (see [`topology::Closed`]).
 fn place(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -> Plan {
-    Pass::new(snapshot, catalog, opts).run()
+    let mut closed = topology::Closed::default();
+    loop {
+        let pass = Pass::with_closed(snapshot, catalog, opts, &closed);
+        let pinned: Vec<classes::PodClass> = pass
+            .classes()
+            .iter()
+            .filter(|c| !c.pinned.is_empty())
+            .cloned()
+            .collect();
+        let plan = pass.run();
+        if plan.unschedulable.is_empty()
+            || pinned.is_empty()
+            || !close_empty_domains(snapshot, &plan, &pinned, &mut closed)
+        {
+            return plan;
+        }
+    }
+}
+
+/// Closes, to the pods pinned there, each domain where a workload had pods pinned and none
+/// placed while some of its pods were placed elsewhere. True when something new was closed.
+fn close_empty_domains(
+    snapshot: &Snapshot,
+    plan: &Plan,
+    pinned: &[classes::PodClass],
+    closed: &mut topology::Closed,
+) -> bool {
+    use std::collections::HashSet;
+    let refused: HashSet<&str> = plan.unschedulable.iter().map(|u| u.pod.as_str()).collect();
+    let placed = |c: &classes::PodClass| {
+        c.pods
+            .iter()
+            .filter(|&&i| !refused.contains(snapshot.pods[i].key().as_str()))
+            .count()
+    };
+    let counts: Vec<usize> = pinned.iter().map(placed).collect();
+    let mut grew = false;
+    for (c, &n) in pinned.iter().zip(&counts) {
+        let elsewhere = pinned
+            .iter()
+            .zip(&counts)
+            .any(|(o, &m)| o.origin == c.origin && m > 0);
+        if n > 0 || !elsewhere {
+            continue;
+        }
+        for (key, r) in c.pinned.iter() {
+            let Some(value) = r.single_value() else {
+                continue;
+            };
+            for &pod in &c.pods {
+                grew |= closed.close(pod, key, value);
+            }
+        }
+    }
+    grew
 }
 
 #[cfg(test)]

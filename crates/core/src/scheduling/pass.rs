@@ -76,6 +76,16 @@ impl<'a> Pass<'a> {
     /// Derives what every stage shares. Zone and capacity-type terms pin groups of pods to a
     /// domain here, before anything is placed.
     pub fn new(snapshot: &'a Snapshot, catalog: &'a [InstanceType], opts: &Options) -> Self {
+        Self::with_closed(snapshot, catalog, opts, &topology::Closed::default())
+    }
+
+    /// [`Pass::new`] with the topology domains an earlier pass found closed to some pods.
+    pub fn with_closed(
+        snapshot: &'a Snapshot,
+        catalog: &'a [InstanceType],
+        opts: &Options,
+        closed: &topology::Closed,
+    ) -> Self {
         let pods = &snapshot.pods;
         // A pod its volumes hold is reported, never placed: the kube-scheduler would not run it.
         let (held, pending): (Vec<usize>, Vec<usize>) = pods
@@ -93,6 +103,7 @@ impl<'a> Pass<'a> {
                 classes::build(pods, &pending),
                 &order,
                 catalog,
+                closed,
             )
         };
         let classes = pinned.classes;

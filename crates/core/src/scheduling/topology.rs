@@ -1,29 +1,64 @@
-//! Zone and capacity-type constraints: topology spread, pod affinity and anti-affinity on
-//! `topology.kubernetes.io/zone` and `karpenter.sh/capacity-type`.
+//! Topology domains: topology spread, pod affinity and anti-affinity on every node label but
+//! the hostname — the zone and capacity type most often, but also `kubernetes.io/arch`, the
+//! instance type or a Provisioner's own label, as the kube-scheduler allows.
 //!
 //! These domains are few, so they are decided up front, pod by pod, with counts per (term,
 //! domain): each pod of a constrained class goes to the allowed domain with the fewest matching
 //! pods (water-filling against what already runs there, which is what the kube-scheduler's skew
 //! rule accepts), to a domain holding its affinity partners, and away from domains holding pods
-//! its anti-affinity (or theirs) rejects. Pods with the same choice form a sub-class pinned to
-//! that domain by a requirement (`zone In [z]`), which the packer and the existing-node pass
-//! honor like any node selector. Spot or on-demand among several allowed capacity types is still
-//! the offering's choice, unless a spread pins it.
+//! its anti-affinity (or theirs) rejects. A pod's domains are those it could be placed in: an
+//! existing node it tolerates, selects and fits on, or a Provisioner it tolerates that can
+//! launch a node holding it there; a full node in a zone no Provisioner covers is no domain.
+//! Pods with the same choice form a sub-class pinned to that domain by a requirement
+//! (`zone In [z]`), which the packer and the existing-node pass honor like any node selector.
+//! Spot or on-demand among several allowed capacity types is still the offering's choice,
+//! unless a spread pins it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::instance_type::InstanceType;
+use crate::instance_type::{offering_allowed, InstanceType};
 use crate::labels;
 use crate::pod::{Node, Pod};
 use crate::provisioner::Provisioner;
 use crate::requirements::{Requirement, Requirements};
+use crate::resources::Resources;
+use crate::taints::first_untolerated;
 
 use super::affinity::Scope;
 use super::classes::PodClass;
 use super::node_rules::describe_selector;
 
-/// Topology keys decided here.
-pub const KEYS: [&str; 2] = [labels::ZONE, labels::CAPACITY_TYPE];
+/// Domains an earlier pass pinned pods to and then placed none of them in, while it placed
+/// pods of the same workload elsewhere (a Provisioner's limit, no type with room there): the
+/// next pass treats them as unreachable for those pods' classes, so the counts follow where
+/// pods really go and the other domains take their share.
+#[derive(Clone, Debug, Default)]
+pub struct Closed {
+    by_pod: HashMap<usize, BTreeSet<(String, String)>>,
+}
+
+impl Closed {
+    /// Closes domain `value` of topology key `key` to pod `pod` (a snapshot index); false when
+    /// it already was.
+    pub fn close(&mut self, pod: usize, key: &str, value: &str) -> bool {
+        self.by_pod
+            .entry(pod)
+            .or_default()
+            .insert((key.to_string(), value.to_string()))
+    }
+
+    /// The domains closed to any of `pods`.
+    fn for_pods(&self, pods: &[usize]) -> BTreeSet<(String, String)> {
+        if self.by_pod.is_empty() {
+            return BTreeSet::new();
+        }
+        pods.iter()
+            .filter_map(|p| self.by_pod.get(p))
+            .flatten()
+            .cloned()
+            .collect()
+    }
+}
 
 /// The classes after pinning, and the pods no domain admits.
 pub struct Pinned {
@@ -35,7 +70,8 @@ pub struct Pinned {
 
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 struct Group {
-    key: &'static str,
+    /// Index into the keys.
+    key: usize,
     scope: Scope,
 }
 
@@ -66,36 +102,74 @@ impl Terms {
     }
 }
 
-/// The domains a topology key can take for new and existing nodes: the zones (or capacity
-/// types) some provisioner allows and some offering (or existing node) has.
-pub fn base_domains(
+/// Where the values of one topology key can come from: existing nodes carrying the label, and
+/// per Provisioner the values its nodes can take, each with the most any of its instance types
+/// offering that value holds (a pod larger than that cannot land there).
+struct KeyDomains {
+    /// Per Provisioner (in the order given): value → component-wise largest allocatable.
+    by_provisioner: Vec<BTreeMap<String, Resources>>,
+    /// (node index, value) of the existing nodes carrying the key.
+    nodes: Vec<(usize, String)>,
+}
+
+impl KeyDomains {
+    fn new(key: &str, provs: &[&Provisioner], catalog: &[InstanceType], nodes: &[Node]) -> Self {
+        let by_provisioner = provs
+            .iter()
+            .map(|p| provisioner_values(key, p, catalog))
+            .collect();
+        let nodes = nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| n.labels.get(key).map(|v| (i, v.clone())))
+            .collect();
+        KeyDomains {
+            by_provisioner,
+            nodes,
+        }
+    }
+}
+
+/// The values of `key` a Provisioner's nodes can take, with the largest allocatable among its
+/// types offering each: a zone or capacity type from the offerings, a label the Provisioner
+/// sets or requires from its requirements, an instance label from its types.
+fn provisioner_values(
     key: &str,
-    provs: &[&Provisioner],
+    prov: &Provisioner,
     catalog: &[InstanceType],
-    nodes: &[Node],
-) -> BTreeSet<String> {
-    let mut offered: BTreeSet<String> = BTreeSet::new();
+) -> BTreeMap<String, Resources> {
+    let reqs = prov.node_requirements();
+    let mut out: BTreeMap<String, Resources> = BTreeMap::new();
+    let mut add = |v: &str, r: &Resources| {
+        out.entry(v.to_string())
+            .and_modify(|m| m.max_with(r))
+            .or_insert_with(|| r.clone());
+    };
+    let fixed = reqs.get(key).and_then(|r| r.in_values());
     for t in catalog {
-        for o in t.offerings.iter().filter(|o| o.available) {
-            offered.insert(if key == labels::ZONE {
-                o.zone.clone()
-            } else {
-                o.capacity_type.as_str().to_string()
-            });
+        if t.first_label_conflict(&reqs).is_some() {
+            continue;
         }
-    }
-    let mut out = BTreeSet::new();
-    for p in provs {
-        let reqs = p.node_requirements();
-        for d in &offered {
-            if reqs.get(key).is_none_or(|r| r.allows(d)) {
-                out.insert(d.clone());
+        let offered = t
+            .offerings
+            .iter()
+            .filter(|o| o.available && offering_allowed(o, &reqs));
+        match key {
+            labels::ZONE => offered.for_each(|o| add(&o.zone, &t.allocatable)),
+            labels::CAPACITY_TYPE => {
+                offered.for_each(|o| add(o.capacity_type.as_str(), &t.allocatable))
             }
-        }
-    }
-    for n in nodes {
-        if let Some(v) = n.labels.get(key) {
-            out.insert(v.clone());
+            _ => {
+                if offered.count() == 0 {
+                    continue;
+                }
+                match (fixed, t.labels.get(key)) {
+                    // The Provisioner's own label or requirement decides.
+                    (Some(values), _) => values.iter().for_each(|v| add(v, &t.allocatable)),
+                    (None, Some(v)) => add(v, &t.allocatable),
+                    (None, None) => {}
+                }
+            }
         }
     }
     out
@@ -109,39 +183,122 @@ fn terms_allow(terms: &[Requirements], key: &str, value: &str) -> bool {
             .any(|t| t.get(key).is_none_or(|r| r.allows(value)))
 }
 
-/// Splits the classes that take part in zone or capacity-type terms into pinned sub-classes.
+/// The domains of `key` the pod could be placed in, as its spreads count them: values of the
+/// existing nodes it tolerates, selects (by its own node terms) and fits on, and values a
+/// Provisioner whose taints it tolerates and whose requirements its terms agree with can
+/// launch a node holding it in. A full node, or a zone only a tainted node group reaches,
+/// is no domain of the pod's.
+fn reachable(
+    key: &str,
+    pod: &Pod,
+    domains: &KeyDomains,
+    nodes: &[Node],
+    free: &[Resources],
+    provs: &[&Provisioner],
+) -> BTreeSet<String> {
+    let terms = pod.spread_node_terms();
+    let mut out = BTreeSet::new();
+    for (i, v) in &domains.nodes {
+        let node = &nodes[*i];
+        let selects = terms.is_empty() || terms.iter().any(|t| t.matches_labels(&node.labels));
+        if !node.unschedulable
+            && selects
+            && first_untolerated(&node.taints, &pod.tolerations).is_none()
+            && pod.requests.fits(&free[*i])
+        {
+            out.insert(v.clone());
+        }
+    }
+    for (p, values) in provs.iter().zip(&domains.by_provisioner) {
+        if first_untolerated(&p.taints, &pod.tolerations).is_some() {
+            continue;
+        }
+        let reqs = p.node_requirements();
+        let agree = |v: &str| {
+            terms.is_empty()
+                || terms.iter().any(|t| {
+                    t.get(key).is_none_or(|r| r.allows(v))
+                        && t.iter()
+                            .all(|(k, r)| k == key || reqs.get(k).is_none_or(|m| m.compatible(r)))
+                })
+        };
+        for (v, most) in values {
+            if !out.contains(v) && pod.requests.fits(most) && agree(v) {
+                out.insert(v.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Free room on each node: allocatable less what the pods bound there request.
+fn free_room(nodes: &[Node], pods: &[Pod]) -> Vec<Resources> {
+    let index: HashMap<&str, usize> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name.as_str(), i))
+        .collect();
+    let mut free: Vec<Resources> = nodes.iter().map(|n| n.allocatable.clone()).collect();
+    for p in pods {
+        if let Some(&i) = p.node_name.as_deref().and_then(|n| index.get(n)) {
+            free[i].sub(&p.requests);
+        }
+    }
+    free
+}
+
+/// True for topology keys decided here: every key but the hostname, whose domains are the
+/// nodes themselves (see `node_rules` and `colocation`).
+fn is_domain_key(key: &str) -> bool {
+    key != labels::HOSTNAME
+}
+
+/// Splits the classes that take part in topology terms on any node label but the hostname
+/// (zone, capacity type, architecture, instance type, a Provisioner's own label, ...) into
+/// pinned sub-classes.
 pub fn pin(
     pods: &[Pod],
     nodes: &[Node],
     classes: Vec<PodClass>,
     provs: &[&Provisioner],
     catalog: &[InstanceType],
+    closed: &Closed,
 ) -> Pinned {
+    let mut keys: Vec<String> = Vec::new();
+    let mut key_index: HashMap<String, usize> = HashMap::new();
     let mut groups: Vec<Group> = Vec::new();
     let mut gid: HashMap<Group, usize> = HashMap::new();
-    let mut intern = |g: Group| -> usize {
-        *gid.entry(g.clone()).or_insert_with(|| {
+    let mut intern = |key: &str, scope: Scope| -> (usize, usize) {
+        let k = *key_index.entry(key.to_string()).or_insert_with(|| {
+            keys.push(key.to_string());
+            keys.len() - 1
+        });
+        let g = Group { key: k, scope };
+        let id = *gid.entry(g.clone()).or_insert_with(|| {
             groups.push(g);
             groups.len() - 1
-        })
+        });
+        (k, id)
     };
-    let is_key = |k: &str| KEYS.contains(&k);
-    // Terms of each class, per key.
-    let mut terms: Vec<[Terms; 2]> = Vec::with_capacity(classes.len());
+    // Terms of each class, per key (grown as keys appear).
+    let mut terms: Vec<Vec<Terms>> = Vec::with_capacity(classes.len());
     for c in &classes {
         let p = &pods[c.template];
-        let mut t: [Terms; 2] = Default::default();
+        let mut t: Vec<Terms> = Vec::new();
+        let at = |t: &mut Vec<Terms>, k: usize| -> usize {
+            if t.len() <= k {
+                t.resize(k + 1, Terms::default());
+            }
+            k
+        };
         for s in p
             .topology_spread
             .iter()
-            .filter(|s| s.hard && is_key(&s.topology_key))
+            .filter(|s| s.hard && is_domain_key(&s.topology_key))
         {
-            let ki = key_index(&s.topology_key);
-            let g = intern(Group {
-                key: KEYS[ki],
-                scope: Scope::of_spread(p, s),
-            });
-            t[ki].spreads.push(Spread {
+            let (k, g) = intern(&s.topology_key, Scope::of_spread(p, s));
+            let k = at(&mut t, k);
+            t[k].spreads.push(Spread {
                 group: g,
                 max_skew: i64::from(s.max_skew.max(1)),
                 min_domains: i64::from(s.min_domains.unwrap_or(1).max(1)),
@@ -149,19 +306,16 @@ pub fn pin(
         }
         // Every term a pending pod still carries is in force for it; only required anti terms
         // also repel other pods.
-        for a in p.affinity.iter().filter(|a| is_key(&a.topology_key)) {
-            let ki = key_index(&a.topology_key);
-            let g = intern(Group {
-                key: KEYS[ki],
-                scope: Scope::of_term(p, a),
-            });
+        for a in p.affinity.iter().filter(|a| is_domain_key(&a.topology_key)) {
+            let (k, g) = intern(&a.topology_key, Scope::of_term(p, a));
+            let k = at(&mut t, k);
             if a.anti {
-                t[ki].anti.push(g);
+                t[k].anti.push(g);
                 if a.weight.is_none() {
-                    t[ki].anti_required.push(g);
+                    t[k].anti_required.push(g);
                 }
             } else {
-                t[ki].affinity.push(g);
+                t[k].affinity.push(g);
             }
         }
         terms.push(t);
@@ -174,11 +328,8 @@ pub fn pin(
         .filter(|(_, p)| p.node_name.is_some())
     {
         for a in p.affinity.iter().filter(|a| a.anti && a.weight.is_none()) {
-            if is_key(&a.topology_key) {
-                let g = intern(Group {
-                    key: KEYS[key_index(&a.topology_key)],
-                    scope: Scope::of_term(p, a),
-                });
+            if is_domain_key(&a.topology_key) {
+                let (_, g) = intern(&a.topology_key, Scope::of_term(p, a));
                 running_anti.push((i, g));
             }
         }
@@ -189,6 +340,9 @@ pub fn pin(
             refused: Vec::new(),
         };
     }
+    for t in &mut terms {
+        t.resize(keys.len(), Terms::default());
+    }
     let anti_groups: BTreeSet<usize> = terms
         .iter()
         .flat_map(|t| t.iter().flat_map(|k| k.anti_required.iter().copied()))
@@ -198,10 +352,9 @@ pub fn pin(
         let p = &pods[c.template];
         for (g, group) in groups.iter().enumerate() {
             if group.scope.matches(p) {
-                let ki = key_index(group.key);
-                terms[ci][ki].matches.push(g);
+                terms[ci][group.key].matches.push(g);
                 if anti_groups.contains(&g) {
-                    terms[ci][ki].repelled_by.push(g);
+                    terms[ci][group.key].repelled_by.push(g);
                 }
             }
         }
@@ -215,7 +368,7 @@ pub fn pin(
             continue;
         };
         for (g, group) in groups.iter().enumerate() {
-            if let Some(d) = node.labels.get(group.key) {
+            if let Some(d) = node.labels.get(&keys[group.key]) {
                 if group.scope.matches(p) {
                     *count[g].entry(d.clone()).or_default() += 1;
                 }
@@ -224,46 +377,62 @@ pub fn pin(
     }
     for &(i, g) in &running_anti {
         let node = pods[i].node_name.as_deref().and_then(|n| by_name.get(n));
-        if let Some(d) = node.and_then(|n| n.labels.get(groups[g].key)) {
+        if let Some(d) = node.and_then(|n| n.labels.get(&keys[groups[g].key])) {
             *repel[g].entry(d.clone()).or_default() += 1;
         }
     }
-    let base: [BTreeSet<String>; 2] = KEYS.map(|k| base_domains(k, provs, catalog, nodes));
+    let key_domains: Vec<KeyDomains> = keys
+        .iter()
+        .map(|k| KeyDomains::new(k, provs, catalog, nodes))
+        .collect();
+    let free = free_room(nodes, pods);
 
     let mut out = Vec::with_capacity(classes.len());
     let mut refused = Vec::new();
     for (ci, class) in classes.into_iter().enumerate() {
         let t = &terms[ci];
         let takes_part = |k: usize| t[k].is_constrained() || !t[k].matches.is_empty();
-        if !takes_part(0) && !takes_part(1) {
+        let involved: Vec<usize> = (0..keys.len()).filter(|&k| takes_part(k)).collect();
+        if involved.is_empty() {
             out.push(class);
             continue;
         }
         let p = &pods[class.template];
-        // Spread domains follow the pod's own node affinity (the kube-scheduler's
-        // nodeAffinityPolicy Honor); where the pod may go also follows its volumes' zones.
-        let domains: [Domains; 2] = [0, 1].map(|k| {
-            let all: Vec<String> = base[k]
-                .iter()
-                .filter(|d| terms_allow(p.spread_node_terms(), KEYS[k], d))
-                .cloned()
-                .collect();
-            let allowed = all
-                .iter()
-                .filter(|d| terms_allow(&p.node_terms, KEYS[k], d))
-                .cloned()
-                .collect();
-            Domains { all, allowed }
-        });
-        let mut split: BTreeMap<[Option<String>; 2], Vec<usize>> = BTreeMap::new();
-        for &pi in &class.pods {
-            let mut choice: [Option<String>; 2] = [None, None];
-            let mut why = None;
-            for k in 0..2 {
+        let shut = closed.for_pods(&class.pods);
+        // Spread domains are those the pod could be placed in, by its own node affinity (the
+        // kube-scheduler's nodeAffinityPolicy Honor); where it may go also follows its volumes.
+        let domains: Vec<Domains> = (0..keys.len())
+            .map(|k| {
                 if !takes_part(k) {
-                    continue;
+                    return Domains::default();
                 }
-                match choose(&t[k], &domains[k], &count, &repel, &groups, p) {
+                let all: Vec<String> = reachable(&keys[k], p, &key_domains[k], nodes, &free, provs)
+                    .into_iter()
+                    .filter(|v| !shut.contains(&(keys[k].clone(), v.clone())))
+                    .collect();
+                let allowed = all
+                    .iter()
+                    .filter(|d| terms_allow(&p.node_terms, &keys[k], d))
+                    .cloned()
+                    .collect();
+                Domains { all, allowed }
+            })
+            .collect();
+        // A key no node or Provisioner of the pod's carries: required anti-affinity holds
+        // anywhere (no node shares a domain with another, as the kube-scheduler reads it), and
+        // being counted there means nothing; spreads and affinity cannot hold (see `choose`).
+        let involved: Vec<usize> = involved
+            .into_iter()
+            .filter(|&k| {
+                !domains[k].all.is_empty() || !t[k].spreads.is_empty() || !t[k].affinity.is_empty()
+            })
+            .collect();
+        let mut split: BTreeMap<Vec<Option<String>>, Vec<usize>> = BTreeMap::new();
+        for &pi in &class.pods {
+            let mut choice: Vec<Option<String>> = vec![None; keys.len()];
+            let mut why = None;
+            for &k in &involved {
+                match choose(&t[k], &keys[k], &domains[k], &count, &repel, &groups, p) {
                     Ok(d) => choice[k] = Some(d),
                     Err(e) => {
                         why = Some(e);
@@ -275,7 +444,7 @@ pub fn pin(
                 refused.push((pi, e));
                 continue;
             }
-            for k in 0..2 {
+            for &k in &involved {
                 let Some(d) = &choice[k] else { continue };
                 for &g in &t[k].matches {
                     *count[g].entry(d.clone()).or_default() += 1;
@@ -290,7 +459,7 @@ pub fn pin(
             let mut pinned = Requirements::new();
             for (k, d) in choice.iter().enumerate() {
                 if let Some(d) = d {
-                    pinned.add(KEYS[k], Requirement::single(d));
+                    pinned.add(&keys[k], Requirement::single(d));
                 }
             }
             out.push(PodClass {
@@ -298,6 +467,7 @@ pub fn pin(
                 pods: members,
                 requests: class.requests.clone(),
                 pinned,
+                origin: class.origin,
             });
         }
     }
@@ -307,12 +477,9 @@ pub fn pin(
     }
 }
 
-fn key_index(key: &str) -> usize {
-    usize::from(key != labels::ZONE)
-}
-
-/// A key's domains for one class: those its spreads count (the pod's own node affinity
-/// allows them), and those it may be placed in (its volumes allow them too).
+/// A key's domains for one class: those its spreads count (the pod could be placed there by
+/// its own node affinity), and those it may be placed in (its volumes allow them too).
+#[derive(Default)]
 struct Domains {
     all: Vec<String>,
     allowed: Vec<String>,
@@ -321,6 +488,7 @@ struct Domains {
 /// The domain for the next pod of a class, or why there is none.
 fn choose(
     t: &Terms,
+    key: &str,
     domains: &Domains,
     count: &[BTreeMap<String, i64>],
     repel: &[BTreeMap<String, i64>],
@@ -328,17 +496,12 @@ fn choose(
     pod: &Pod,
 ) -> Result<String, String> {
     let get = |m: &BTreeMap<String, i64>, d: &str| m.get(d).copied().unwrap_or(0);
-    let key = groups
-        .get(
-            t.spreads
-                .first()
-                .map(|s| s.group)
-                .or(t.affinity.first().copied())
-                .or(t.anti.first().copied())
-                .or(t.matches.first().copied())
-                .unwrap_or(0),
-        )
-        .map_or(labels::ZONE, |g| g.key);
+    if domains.all.is_empty() {
+        return Err(format!(
+            "topology key {key}: no node the pod could use and no Provisioner that could \
+             launch one for it carries this label"
+        ));
+    }
     if domains.allowed.is_empty() {
         return Err(format!("no {key} is allowed for the pod"));
     }
@@ -415,17 +578,4 @@ fn choose(
         .min_by(|a, b| score(a).cmp(&score(b)).then(a.cmp(b)))
         .cloned()
         .ok_or_else(|| format!("no {key} is allowed for the pod"))
-}
-
-/// How many pending pods carry a term the simulation does not model: a topology key other than
-/// zone, hostname and capacity type. Callers warn about them rather than let a plan look exact.
-pub fn unsupported_terms(pods: &[Pod]) -> usize {
-    let known = |k: &str| KEYS.contains(&k) || k == labels::HOSTNAME;
-    pods.iter()
-        .filter(|p| p.node_name.is_none() && !p.is_daemon())
-        .filter(|p| {
-            p.topology_spread.iter().any(|s| !known(&s.topology_key))
-                || p.affinity.iter().any(|a| !known(&a.topology_key))
-        })
-        .count()
 }

@@ -902,3 +902,192 @@ fn a_pod_held_by_its_volume_is_reported_and_never_bought_for() {
     let placed: usize = p.new_nodes.iter().map(|n| n.pods.len()).sum();
     assert_eq!(placed, 1, "only the other pod gets capacity");
 }
+
+fn spread_pods(n: usize, key: &str) -> Vec<Pod> {
+    let mut pods = deployment("web", n, 500, 512);
+    for p in &mut pods {
+        p.topology_spread.push(spread(key, 1, app("web")));
+    }
+    pods
+}
+
+/// Pods (by key) per value of `label` among the new nodes' requirements.
+fn counts_by(p: &Plan, label: &str) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for n in &p.new_nodes {
+        let v = n
+            .requirements
+            .get(label)
+            .and_then(|r| r.single_value())
+            .unwrap_or("?")
+            .to_string();
+        *m.entry(v).or_default() += n.pods.len();
+    }
+    m
+}
+
+#[test]
+fn spread_on_the_architecture_splits_pods_between_amd64_and_arm64() {
+    // As the kube-scheduler spreads on any node label: maxSkew 1 over kubernetes.io/arch.
+    let mut cat = catalog();
+    let mut graviton = crate::testing::catalog::family("m6g", 0.0385, 4, &[("xlarge", 4, 58)]);
+    for t in &mut graviton {
+        t.labels.insert(labels::ARCH.into(), "arm64".into());
+    }
+    cat.extend(graviton);
+    let p = simulate(
+        &Snapshot {
+            pods: spread_pods(4, labels::ARCH),
+            ..Snapshot::default()
+        },
+        &cat,
+        &crate::scheduling::Options::default(),
+    );
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    let by_arch: BTreeMap<String, usize> = p.new_nodes.iter().fold(BTreeMap::new(), |mut m, n| {
+        let arm = n.instance_type.starts_with("m6g");
+        *m.entry(if arm { "arm64" } else { "amd64" }.to_string())
+            .or_default() += n.pods.len();
+        m
+    });
+    assert_eq!(by_arch.get("amd64"), Some(&2), "{by_arch:?}");
+    assert_eq!(by_arch.get("arm64"), Some(&2), "{by_arch:?}");
+}
+
+#[test]
+fn spread_on_a_provisioner_label_uses_each_provisioners_value() {
+    let pool = |name: &str| {
+        let mut p = Provisioner::default_provisioner();
+        p.name = name.into();
+        p.labels.insert("example.com/pool".into(), name.into());
+        p
+    };
+    let p = run(&Snapshot {
+        pods: spread_pods(4, "example.com/pool"),
+        provisioners: vec![pool("blue"), pool("green")],
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    let mut by_prov: BTreeMap<&str, usize> = BTreeMap::new();
+    for n in &p.new_nodes {
+        *by_prov.entry(n.provisioner.as_str()).or_default() += n.pods.len();
+    }
+    assert_eq!(by_prov, BTreeMap::from([("blue", 2), ("green", 2)]));
+    assert_eq!(counts_by(&p, "example.com/pool").len(), 2);
+}
+
+#[test]
+fn a_key_no_node_or_provisioner_carries_refuses_spreads_and_affinity_not_anti_affinity() {
+    // The kube-scheduler filters out nodes without a spread's key and needs the key for
+    // affinity; required anti-affinity holds on nodes without it.
+    let spread_plan = run(&Snapshot {
+        pods: spread_pods(2, "example.com/rack"),
+        ..Snapshot::default()
+    });
+    assert_eq!(spread_plan.unschedulable.len(), 2);
+    assert_eq!(
+        spread_plan.unschedulable[0].reason,
+        "topology key example.com/rack: no node the pod could use and no Provisioner that could \
+         launch one for it carries this label"
+    );
+    let mut anti = deployment("web", 2, 500, 512);
+    for p in &mut anti {
+        p.affinity.push(term("example.com/rack", true, app("web")));
+    }
+    let anti_plan = run(&Snapshot {
+        pods: anti,
+        ..Snapshot::default()
+    });
+    assert!(
+        anti_plan.unschedulable.is_empty(),
+        "{:?}",
+        anti_plan.unschedulable
+    );
+}
+
+#[test]
+fn a_full_node_in_a_zone_no_provisioner_covers_is_no_spread_domain() {
+    // A node group in z-c with no room, which joiner cannot add to: the pods spread over the
+    // zones they can reach, z-a and z-b, two each, rather than being held to one each.
+    let mut prov = Provisioner::default_provisioner();
+    prov.requirements
+        .add(labels::ZONE, Requirement::one_of(["z-a", "z-b"]));
+    let mut pods = spread_pods(4, labels::ZONE);
+    pods.extend(running_web(0, "full"));
+    let mut hog = pod("hog", 2000, 512);
+    hog.node_name = Some("full".into());
+    pods.push(hog);
+    let p = run(&Snapshot {
+        pods,
+        nodes: vec![node_in("z-c", "full", 2)],
+        provisioners: vec![prov],
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    let counts = zone_counts(&p);
+    assert_eq!(counts.get("z-a"), Some(&2), "{counts:?}");
+    assert_eq!(counts.get("z-b"), Some(&2), "{counts:?}");
+}
+
+#[test]
+fn a_node_with_room_the_pod_tolerates_is_a_spread_domain_and_a_tainted_one_is_not() {
+    let mut prov = Provisioner::default_provisioner();
+    prov.requirements
+        .add(labels::ZONE, Requirement::one_of(["z-a", "z-b"]));
+    let tainted = {
+        let mut n = node_in("z-c", "tainted", 8);
+        n.taints.push(crate::taints::Taint {
+            key: "dedicated".into(),
+            value: "db".into(),
+            effect: crate::taints::Effect::NoSchedule,
+        });
+        n
+    };
+    // The tolerated node in z-c takes its share: two pods per zone.
+    let p = run(&Snapshot {
+        pods: spread_pods(6, labels::ZONE),
+        nodes: vec![node_in("z-c", "roomy", 8)],
+        provisioners: vec![prov.clone()],
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    assert_eq!(
+        p.existing_nodes.iter().map(|n| n.pods.len()).sum::<usize>(),
+        2
+    );
+    // The tainted one is no domain: three per reachable zone.
+    let p = run(&Snapshot {
+        pods: spread_pods(6, labels::ZONE),
+        nodes: vec![tainted],
+        provisioners: vec![prov],
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    let counts = zone_counts(&p);
+    assert_eq!(counts.get("z-a"), Some(&3), "{counts:?}");
+    assert_eq!(counts.get("z-b"), Some(&3), "{counts:?}");
+}
+
+#[test]
+fn a_zone_a_provisioner_limit_closes_gives_its_share_to_the_others() {
+    // z-c is reached only through a Provisioner whose cpu limit is spent: the pods first pinned
+    // there go to z-a and z-b, and the counts stay within maxSkew where the pods really run.
+    let mut ab = Provisioner::default_provisioner();
+    ab.name = "ab".into();
+    ab.requirements
+        .add(labels::ZONE, Requirement::one_of(["z-a", "z-b"]));
+    let mut c = Provisioner::default_provisioner();
+    c.name = "c".into();
+    c.weight = 10;
+    c.requirements.add(labels::ZONE, Requirement::single("z-c"));
+    c.limits.cpu = Some(0);
+    let p = run(&Snapshot {
+        pods: spread_pods(6, labels::ZONE),
+        provisioners: vec![ab, c],
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    let counts = zone_counts(&p);
+    assert_eq!(counts.get("z-a"), Some(&3), "{counts:?}");
+    assert_eq!(counts.get("z-b"), Some(&3), "{counts:?}");
+}
