@@ -136,6 +136,7 @@ pub fn karpenter_mix(seed: u64, pods: usize) -> Vec<Pod> {
                         },
                         selector: sel.clone(),
                         namespaces: Vec::new(),
+                        namespace_selector: None,
                         anti: *kind == "host-anti",
                         weight: None,
                     }),
@@ -175,6 +176,7 @@ pub fn mutually_anti_affine(seed: u64, pods: usize) -> Vec<Pod> {
                 topology_key: labels::HOSTNAME.into(),
                 selector: sel.clone(),
                 namespaces: Vec::new(),
+                namespace_selector: None,
                 anti: true,
                 weight: None,
             });

@@ -337,6 +337,9 @@ impl ClusterState {
         snap.daemonsets
             .sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         snap.provisioners.sort_by(|a, b| a.name.cmp(&b.name));
+        // Namespaces are not watched: a selector reads the kubernetes.io/metadata.name label
+        // every namespace carries.
+        snap.resolve_namespace_selectors();
         warnings.sort();
         (snap, warnings)
     }

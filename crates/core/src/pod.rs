@@ -34,8 +34,13 @@ pub struct PodAffinityTerm {
     pub topology_key: String,
     /// Which pods the term is about.
     pub selector: LabelSelector,
-    /// Namespaces the selector looks in; empty means the pod's own namespace.
+    /// Namespaces the selector looks in; empty (with no `namespace_selector`) means the pod's
+    /// own namespace.
     pub namespaces: Vec<String>,
+    /// `namespaceSelector`: namespaces by their labels, added to `namespaces` (`{}`, an empty
+    /// selector, is every namespace). [`crate::Snapshot::resolve_namespace_selectors`] turns it
+    /// into names before the simulation runs.
+    pub namespace_selector: Option<Requirements>,
     /// True for anti-affinity.
     pub anti: bool,
     /// `None` for a required term, the weight for a preferred one.

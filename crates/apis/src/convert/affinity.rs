@@ -222,10 +222,18 @@ fn affinity_term(
     let keys = t.match_label_keys.as_deref().unwrap_or_default();
     let selector =
         selectors::label_selector(sel, &format!("{at}.labelSelector"), own_labels, keys)?;
+    let namespace_selector = t
+        .namespace_selector
+        .as_ref()
+        .map(|s| {
+            selectors::label_selector(s, &format!("{at}.namespaceSelector"), &BTreeMap::new(), &[])
+        })
+        .transpose()?;
     Ok(Some(PodAffinityTerm {
         topology_key: t.topology_key.clone(),
         selector,
         namespaces: t.namespaces.clone().unwrap_or_default(),
+        namespace_selector,
         anti,
         weight,
     }))

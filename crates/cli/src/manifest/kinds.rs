@@ -120,7 +120,7 @@ fn known(api_version: &str, kind: &str) -> Option<bool> {
         ("v1", "Pod") => Some(true),
         ("apps/v1", "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet") => Some(true),
         ("batch/v1", "Job") => Some(true),
-        ("v1", "Node" | "PersistentVolume") => Some(false),
+        ("v1", "Node" | "PersistentVolume" | "Namespace") => Some(false),
         ("v1", "PersistentVolumeClaim") => Some(true),
         ("storage.k8s.io/v1", "StorageClass") => Some(false),
         (v, "Provisioner" | "NodeTemplate") if v == joiner_apis::API_VERSION => Some(false),
@@ -208,6 +208,15 @@ pub(crate) fn read(
         "PersistentVolumeClaim" => loaded.claims.push(obj.parse(doc.value)?),
         "PersistentVolume" => loaded.volumes.push(obj.parse(doc.value)?),
         "StorageClass" => loaded.classes.push(obj.parse(doc.value)?),
+        "Namespace" => {
+            // Its labels are what pod affinity namespaceSelectors select.
+            let n: k8s::Namespace = obj.parse(doc.value)?;
+            let labels = n.metadata.labels.unwrap_or_default();
+            loaded
+                .snapshot
+                .namespace_labels
+                .insert(name.clone(), labels);
+        }
         "Deployment" => {
             let d: apps::Deployment = obj.parse(doc.value)?;
             let pods = workloads::deployment(&d, &namespace, &name).map_err(e)?;
@@ -395,6 +404,7 @@ fn known_kind(kind: &str) -> bool {
             | "DaemonSet"
             | "Job"
             | "Node"
+            | "Namespace"
             | "Provisioner"
             | "NodeTemplate"
     )

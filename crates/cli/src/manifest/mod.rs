@@ -78,6 +78,7 @@ fn finish(loaded: &mut Loaded) {
     apply_node_templates(loaded);
     apply_volume_zones(loaded);
     warn_of_missing_nodes(loaded);
+    loaded.snapshot.resolve_namespace_selectors();
 }
 
 /// Names, in one warning, the nodes pods are bound to that the input does not hold: those pods

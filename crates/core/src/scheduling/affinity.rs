@@ -64,6 +64,7 @@ mod tests {
             topology_key: crate::labels::HOSTNAME.into(),
             selector: sel,
             namespaces: Vec::new(),
+            namespace_selector: None,
             anti: true,
             weight: None,
         };

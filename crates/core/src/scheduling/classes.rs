@@ -186,6 +186,7 @@ mod tests {
             topology_key: crate::labels::HOSTNAME.into(),
             selector,
             namespaces: Vec::new(),
+            namespace_selector: None,
             anti: true,
             weight: None,
         });

@@ -239,6 +239,7 @@ mod tests {
             topology_key: crate::labels::HOSTNAME.into(),
             selector: Requirements::new(),
             namespaces: Vec::new(),
+            namespace_selector: None,
             anti: true,
             weight: Some(10),
         });

@@ -184,3 +184,51 @@ fn host_ports() {
         "hostNetwork makes container ports host ports"
     );
 }
+
+#[test]
+fn namespace_selectors_select_the_namespaces_the_input_labels() {
+    let l = super::load_ok(
+        r#"apiVersion: v1
+kind: Namespace
+metadata: {name: shop, labels: {team: web}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: ops}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: cart, namespace: shop, labels: {app: cart}}
+spec:
+  containers: [{name: a}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: agent, namespace: ops, labels: {app: agent}}
+spec:
+  affinity:
+    podAntiAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        - topologyKey: kubernetes.io/hostname
+          labelSelector: {matchLabels: {app: cart}}
+          namespaceSelector: {matchLabels: {team: web}}
+        - topologyKey: topology.kubernetes.io/zone
+          labelSelector: {matchLabels: {app: cart}}
+          namespaceSelector: {}
+  containers: [{name: a}]
+"#,
+    );
+    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+    let agent = l
+        .snapshot
+        .pods
+        .iter()
+        .find(|p| p.name == "agent")
+        .expect("agent");
+    assert_eq!(agent.affinity[0].namespaces, ["shop"]);
+    assert_eq!(agent.affinity[1].namespaces, ["ops", "shop"]);
+    assert!(agent
+        .affinity
+        .iter()
+        .all(|a| a.namespace_selector.is_none()));
+}

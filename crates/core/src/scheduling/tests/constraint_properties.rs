@@ -116,6 +116,7 @@ fn anti(key: &str, app: usize) -> PodAffinityTerm {
         topology_key: key.into(),
         selector: app_selector(app),
         namespaces: Vec::new(),
+        namespace_selector: None,
         anti: true,
         weight: None,
     }

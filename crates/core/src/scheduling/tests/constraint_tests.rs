@@ -41,6 +41,7 @@ fn term(key: &str, anti: bool, selector: Requirements) -> PodAffinityTerm {
         topology_key: key.into(),
         selector,
         namespaces: Vec::new(),
+        namespace_selector: None,
         anti,
         weight: None,
     }
@@ -1090,4 +1091,47 @@ fn a_zone_a_provisioner_limit_closes_gives_its_share_to_the_others() {
     let counts = zone_counts(&p);
     assert_eq!(counts.get("z-a"), Some(&3), "{counts:?}");
     assert_eq!(counts.get("z-b"), Some(&3), "{counts:?}");
+}
+
+#[test]
+fn namespace_selectors_widen_anti_affinity_to_other_namespaces() {
+    // A database pod runs in namespace data, zone z-a. A web pod's required zone anti-affinity
+    // to app=db looks only in its own namespace unless a namespaceSelector widens it: `{}` is
+    // every namespace (as the Kubernetes docs define it).
+    let mut db = pod("db-0", 500, 512);
+    db.namespace = "data".into();
+    db.labels.insert("app".into(), "db".into());
+    db.node_name = Some("n-a".into());
+    let web = |selector: Option<Requirements>| {
+        let mut w = pod("web", 500, 512);
+        let mut t = term(labels::ZONE, true, app("db"));
+        t.namespace_selector = selector;
+        w.affinity.push(t);
+        w
+    };
+    let plan_for = |selector: Option<Requirements>| {
+        let mut s = Snapshot {
+            pods: vec![db.clone(), web(selector)],
+            nodes: vec![node_in("z-a", "n-a", 1)],
+            ..Snapshot::default()
+        };
+        s.resolve_namespace_selectors();
+        run(&s)
+    };
+    // Own namespace only: z-a is allowed, the cheapest rotation starts there.
+    let own = plan_for(None);
+    assert!(own.unschedulable.is_empty(), "{:?}", own.unschedulable);
+    // Every namespace: z-a holds the db, so never z-a.
+    for _ in 0..3 {
+        let all = plan_for(Some(Requirements::new()));
+        assert!(all.unschedulable.is_empty(), "{:?}", all.unschedulable);
+        assert_ne!(all.new_nodes[0].zone, "z-a");
+    }
+    let mut data = Requirements::new();
+    data.add(
+        crate::snapshot::NAMESPACE_NAME_LABEL,
+        Requirement::single("data"),
+    );
+    let named = plan_for(Some(data));
+    assert_ne!(named.new_nodes[0].zone, "z-a");
 }

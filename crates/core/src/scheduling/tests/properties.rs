@@ -563,6 +563,7 @@ fn build(spec: &Spec) -> Case {
             nodes,
             daemonsets,
             provisioners,
+            ..Snapshot::default()
         },
         catalog,
     }

@@ -459,6 +459,7 @@ fn a_self_affine_group_gets_a_type_that_holds_it_all_rather_than_the_cheapest_pe
                 r
             },
             namespaces: Vec::new(),
+            namespace_selector: None,
             anti: false,
             weight: None,
         });
