@@ -78,6 +78,26 @@ pub fn mixed_fleet(seed: u64, pods: usize) -> Vec<Pod> {
     out
 }
 
+/// `pods` pending pods in Deployments of `replicas` each, every Deployment with a shape of its
+/// own (cpu 100m–4 in 10m steps, 0.5–8 GiB per cpu, plus a MiB per Deployment), so there are
+/// as many pod classes as Deployments: the scaling case of a cluster with thousands of
+/// workloads.
+pub fn many_workloads(seed: u64, pods: usize, replicas: usize) -> Vec<Pod> {
+    let mut rng = Rng::new(seed);
+    let gib_per_cpu_x4 = [2, 4, 8, 16, 32];
+    let replicas = replicas.max(1);
+    let mut out = Vec::with_capacity(pods);
+    let mut d: i64 = 0;
+    while out.len() < pods {
+        let cpu = 100 + 10 * rng.below(391) as i64;
+        let memory = cpu * (1 << 30) / 1000 * rng.pick(&gib_per_cpu_x4) / 4 + (d << 20);
+        let n = replicas.min(pods - out.len());
+        out.extend(deployment_pods(&format!("app{d}"), n, cpu, memory));
+        d += 1;
+    }
+    out
+}
+
 /// `pods` pending pods in Karpenter's benchmark mix: a fifth each of generic pods, zonal
 /// topology spread (maxSkew 1, DoNotSchedule), hostname spread, zonal self-affinity and hostname
 /// anti-affinity (all mutually anti-affine). Requests from the same value sets as Karpenter's.

@@ -41,6 +41,10 @@ pub struct BenchArgs {
     /// count of pods and this many nodes fed through its reflector stores.
     #[arg(long)]
     stores: Option<usize>,
+
+    /// Pods per Deployment of the `many` workload (50,000 pods at 10 are 5,000 workloads).
+    #[arg(long, default_value_t = 10)]
+    replicas: usize,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -52,6 +56,8 @@ enum Workload {
     Karpenter,
     /// N mutually hostname-anti-affine pods: one per node, the worst case for pairwise checks.
     Antiaffine,
+    /// Deployments of `--replicas` pods, each of its own shape: as many classes as workloads.
+    Many,
 }
 
 /// Runs the benchmark and returns a Markdown table.
@@ -76,6 +82,7 @@ pub fn run(args: &BenchArgs) -> Result<String, CliError> {
             Workload::Mixed => workload::mixed_fleet(args.seed, n),
             Workload::Karpenter => workload::karpenter_mix(args.seed, n),
             Workload::Antiaffine => workload::mutually_anti_affine(args.seed, n),
+            Workload::Many => workload::many_workloads(args.seed, n, args.replicas),
         };
         let snapshot = Snapshot {
             pods,
@@ -134,6 +141,7 @@ pub fn run(args: &BenchArgs) -> Result<String, CliError> {
                 Workload::Mixed => "mixed",
                 Workload::Karpenter => "karpenter-mix",
                 Workload::Antiaffine => "anti-affine",
+                Workload::Many => "many-workloads",
             },
             n,
             cls.len(),

@@ -92,6 +92,12 @@ pub struct Packer<'p, 'v> {
     /// Member index of each class, for the classes that are members.
     member_of: Vec<Option<usize>>,
     refused: Vec<(usize, Reason)>,
+    /// The members a fill may take (pods left, not blocked), in member order; refreshed for
+    /// every node opened, so fills do not walk the members already placed.
+    live: Vec<usize>,
+    /// True when the members come in non-increasing cpu request (the class order): a fill
+    /// then skips at once the members whose cpu no longer fits.
+    cpu_sorted: bool,
 }
 
 impl<'p, 'v> Packer<'p, 'v> {
@@ -123,6 +129,10 @@ impl<'p, 'v> Packer<'p, 'v> {
             blocked: vec![false; members.len()],
             member_of,
             refused: Vec::new(),
+            live: Vec::new(),
+            cpu_sorted: members
+                .windows(2)
+                .all(|w| classes[w[0].class].requests.cpu >= classes[w[1].class].requests.cpu),
         };
         packer.value_of = (0..members.len())
             .map(|m| packer.homogeneous_pod_cost(m))
@@ -160,6 +170,9 @@ impl<'p, 'v> Packer<'p, 'v> {
     /// Opens the best node (or batch of identical nodes) for `seed`, or refuses the seed.
     fn open_for(&mut self, remaining: &mut [i64], seed: usize) -> Option<Draft> {
         let smallest = self.smallest_request(remaining);
+        self.live = (0..self.members.len())
+            .filter(|&m| !self.blocked[m] && remaining[self.members[m].class] > 0)
+            .collect();
         let mut limit_reason = None;
         let ranked = self.ranked_types(remaining, seed, &mut limit_reason);
         let Some(fill) = self.best_fill(remaining, seed, &ranked, smallest, &mut limit_reason)
@@ -411,13 +424,37 @@ impl<'p, 'v> Packer<'p, 'v> {
         let mut in_fill = vec![false; classes.len()];
         // Most pods a follower may take in this fill (set by a cycle's leader).
         let mut caps: Vec<(usize, i64)> = Vec::new();
-        let mut queue: VecDeque<usize> = std::iter::once(seed)
-            .chain((0..members.len()).filter(|&m| m != seed))
-            .collect();
-        while let Some(m) = queue.pop_front() {
+        // The seed, then the live members in order; followers of a class that joins are tried
+        // right after it (pushed to the front).
+        let live = std::mem::take(&mut self.live);
+        let mut queue: VecDeque<usize> = VecDeque::from([seed]);
+        let mut pos = 0;
+        loop {
+            let m = match queue.pop_front() {
+                Some(m) => m,
+                None if pos < live.len() => {
+                    let cpu = |x: usize| classes[members[x].class].requests.cpu;
+                    if self.cpu_sorted && cpu(live[pos]) > free.cpu {
+                        // Those that follow until the cpu fits cannot fit either.
+                        pos += live[pos..].partition_point(|&x| cpu(x) > free.cpu);
+                        continue;
+                    }
+                    pos += 1;
+                    if live[pos - 1] == seed {
+                        continue;
+                    }
+                    live[pos - 1]
+                }
+                None => break,
+            };
             let member = &members[m];
             let c = member.class;
             if in_fill[c] || self.blocked[m] || remaining[c] == 0 || !member.types.contains(t) {
+                continue;
+            }
+            // Not one pod fits what is left (checked before the costlier requirement merge).
+            let one = &classes[c].requests;
+            if one.cpu > free.cpu || one.memory > free.memory {
                 continue;
             }
             let leader = member.follow.as_ref().is_some_and(|f| f.leader);
@@ -502,6 +539,7 @@ impl<'p, 'v> Packer<'p, 'v> {
                 break;
             }
         }
+        self.live = live;
         self.drop_unpartnered(&mut counts, &mut in_fill);
         self.valued(counts, cur)
     }
