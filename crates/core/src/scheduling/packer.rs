@@ -92,8 +92,8 @@ pub struct Packer<'p, 'v> {
     /// Member index of each class, for the classes that are members.
     member_of: Vec<Option<usize>>,
     refused: Vec<(usize, Reason)>,
-    /// The members a fill may take (pods left, not blocked), in member order; refreshed for
-    /// every node opened, so fills do not walk the members already placed.
+    /// The members a fill may take (pods left, not blocked), in member order; pruned before
+    /// every node opened ([`Packer::next_seed`]), so no step walks the members already placed.
     live: Vec<usize>,
     /// True when the members come in non-increasing cpu request (the class order): a fill
     /// then skips at once the members whose cpu no longer fits.
@@ -129,7 +129,7 @@ impl<'p, 'v> Packer<'p, 'v> {
             blocked: vec![false; members.len()],
             member_of,
             refused: Vec::new(),
-            live: Vec::new(),
+            live: (0..members.len()).collect(),
             cpu_sorted: members
                 .windows(2)
                 .all(|w| classes[w[0].class].requests.cpu >= classes[w[1].class].requests.cpu),
@@ -160,19 +160,19 @@ impl<'p, 'v> Packer<'p, 'v> {
 
     /// The first member that still has pods and may open a node. A follower never opens a
     /// node: it rides in the fills of its targets.
-    fn next_seed(&self, remaining: &[i64]) -> Option<usize> {
+    /// Drops from `live` the members placed or blocked since (it only shrinks).
+    fn next_seed(&mut self, remaining: &[i64]) -> Option<usize> {
         let members = self.members;
+        let blocked = &self.blocked;
+        self.live
+            .retain(|&m| !blocked[m] && remaining[members[m].class] > 0);
         let opens = |m: &Member| m.follow.as_ref().is_none_or(|f| f.leader);
-        (0..members.len())
-            .find(|&m| !self.blocked[m] && remaining[members[m].class] > 0 && opens(&members[m]))
+        self.live.iter().copied().find(|&m| opens(&members[m]))
     }
 
     /// Opens the best node (or batch of identical nodes) for `seed`, or refuses the seed.
     fn open_for(&mut self, remaining: &mut [i64], seed: usize) -> Option<Draft> {
-        let smallest = self.smallest_request(remaining);
-        self.live = (0..self.members.len())
-            .filter(|&m| !self.blocked[m] && remaining[self.members[m].class] > 0)
-            .collect();
+        let smallest = self.smallest_request();
         let mut limit_reason = None;
         let ranked = self.ranked_types(remaining, seed, &mut limit_reason);
         let Some(fill) = self.best_fill(remaining, seed, &ranked, smallest, &mut limit_reason)
@@ -196,15 +196,11 @@ impl<'p, 'v> Packer<'p, 'v> {
 
     /// The smallest cpu and memory request among the members still to place: a fill stops
     /// once its node has less left than that.
-    fn smallest_request(&self, remaining: &[i64]) -> (i64, i64) {
-        self.members
-            .iter()
-            .enumerate()
-            .filter(|(i, m)| !self.blocked[*i] && remaining[m.class] > 0)
-            .fold((i64::MAX, i64::MAX), |(c, mm), (_, m)| {
-                let r = &self.classes[m.class].requests;
-                (c.min(r.cpu), mm.min(r.memory))
-            })
+    fn smallest_request(&self) -> (i64, i64) {
+        self.live.iter().fold((i64::MAX, i64::MAX), |(c, mm), &m| {
+            let r = &self.classes[self.members[m].class].requests;
+            (c.min(r.cpu), mm.min(r.memory))
+        })
     }
 
     /// The node types worth trying for `seed`: those that are cheap per pod for the seed
