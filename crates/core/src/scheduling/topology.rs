@@ -387,9 +387,18 @@ pub fn pin(
         .collect();
     let free = free_room(nodes, pods);
 
-    let mut out = Vec::with_capacity(classes.len());
+    // Classes are decided targets first: one with affinity to other pending classes waits for
+    // them, whatever their sizes, so their domains are known when it chooses. The sub-classes
+    // come out in the classes' own order.
+    let order = affinity_order(&terms, groups.len());
+    let mut slots: Vec<Vec<PodClass>> = vec![Vec::new(); classes.len()];
+    let mut taken: Vec<Option<PodClass>> = classes.into_iter().map(Some).collect();
     let mut refused = Vec::new();
-    for (ci, class) in classes.into_iter().enumerate() {
+    for ci in order {
+        let Some(class) = taken[ci].take() else {
+            continue;
+        };
+        let out = &mut slots[ci];
         let t = &terms[ci];
         let takes_part = |k: usize| t[k].is_constrained() || !t[k].matches.is_empty();
         let involved: Vec<usize> = (0..keys.len()).filter(|&k| takes_part(k)).collect();
@@ -472,9 +481,72 @@ pub fn pin(
         }
     }
     Pinned {
-        classes: out,
+        classes: slots.into_iter().flatten().collect(),
         refused,
     }
+}
+
+/// The order in which classes choose their domains: each after the other classes its pod
+/// affinity terms select (their pods count in a group it needs), otherwise in class order; a
+/// cycle is broken in class order.
+fn affinity_order(terms: &[Vec<Terms>], groups: usize) -> Vec<usize> {
+    let n = terms.len();
+    let mut counted_in: Vec<Vec<usize>> = vec![Vec::new(); groups];
+    for (ci, t) in terms.iter().enumerate() {
+        for g in t.iter().flat_map(|k| k.matches.iter()) {
+            counted_in[*g].push(ci);
+        }
+    }
+    let waits_for: Vec<BTreeSet<usize>> = terms
+        .iter()
+        .enumerate()
+        .map(|(ci, t)| {
+            t.iter()
+                .flat_map(|k| k.affinity.iter())
+                .flat_map(|&g| counted_in[g].iter().copied())
+                .filter(|&cj| cj != ci)
+                .collect()
+        })
+        .collect();
+    if waits_for.iter().all(BTreeSet::is_empty) {
+        return (0..n).collect();
+    }
+    // Kahn's order, lowest class first among the ready ones.
+    let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut left: Vec<usize> = waits_for.iter().map(BTreeSet::len).collect();
+    for (c, w) in waits_for.iter().enumerate() {
+        for &d in w {
+            dependents[d].push(c);
+        }
+    }
+    let mut ready: BTreeSet<usize> = (0..n).filter(|&c| left[c] == 0).collect();
+    let mut done = vec![false; n];
+    let mut first_left = 0;
+    let mut order = Vec::with_capacity(n);
+    while order.len() < n {
+        let c = match ready.pop_first() {
+            Some(c) => c,
+            None => {
+                // A cycle: the first class left goes.
+                while done[first_left] {
+                    first_left += 1;
+                }
+                first_left
+            }
+        };
+        if done[c] {
+            continue;
+        }
+        done[c] = true;
+        order.push(c);
+        for &d in &dependents[c] {
+            left[d] = left[d].saturating_sub(1);
+            if left[d] == 0 && !done[d] {
+                ready.insert(d);
+            }
+        }
+    }
+    order
 }
 
 /// A key's domains for one class: those its spreads count (the pod could be placed there by

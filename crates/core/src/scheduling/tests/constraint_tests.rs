@@ -1135,3 +1135,56 @@ fn namespace_selectors_widen_anti_affinity_to_other_namespaces() {
     let named = plan_for(Some(data));
     assert_ne!(named.new_nodes[0].zone, "z-a");
 }
+
+#[test]
+fn zone_affinity_to_smaller_pending_pods_holds_whatever_the_class_order() {
+    // The pods with the affinity are larger than their targets, so their class comes first:
+    // the targets are still placed first, and every zone with a web pod has a cache.
+    let mut pods = with_affinity(deployment("web", 4, 2000, 2048), labels::ZONE, app("cache"));
+    pods.extend(deployment("cache", 2, 250, 256));
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    for n in p
+        .new_nodes
+        .iter()
+        .filter(|n| n.pods.iter().any(|k| k.contains("/web-")))
+    {
+        assert!(
+            p.new_nodes
+                .iter()
+                .any(|m| m.zone == n.zone && m.pods.iter().any(|k| k.contains("/cache-"))),
+            "{} has web pods and no cache",
+            n.zone
+        );
+    }
+}
+
+#[test]
+fn hostname_affinity_to_smaller_pending_pods_holds_whatever_the_class_order() {
+    // The followers (1.5 cpu) are larger than their targets (250m): every web pod still shares
+    // a node with a cache.
+    let mut pods = with_affinity(
+        deployment("web", 4, 1500, 1024),
+        labels::HOSTNAME,
+        app("cache"),
+    );
+    pods.extend(deployment("cache", 2, 250, 256));
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    for n in &p.new_nodes {
+        if n.pods.iter().any(|k| k.contains("/web-")) {
+            assert!(
+                n.pods.iter().any(|k| k.contains("/cache-")),
+                "{} has web pods and no cache: {:?}",
+                n.name,
+                n.pods
+            );
+        }
+    }
+}
