@@ -135,28 +135,33 @@ fn name_part(s: &str) -> Option<String> {
 mod tests {
     use super::*;
 
+    /// Qualified names the API server takes, and some it refuses.
+    pub(super) const GOOD_KEYS: &[&str] = &[
+        "app",
+        "kubernetes.io/arch",
+        "example.com/My_Key-1.x",
+        "a",
+        "v1.2",
+    ];
+    pub(super) const BAD_KEYS: &[&str] = &[
+        "",
+        "bad key",
+        "/x",
+        "a/b/c",
+        "Example.com/x",
+        "x/",
+        "-x",
+        "x_",
+    ];
+
     #[test]
     fn qualified_names() {
-        for ok in [
-            "app",
-            "kubernetes.io/arch",
-            "example.com/My_Key-1.x",
-            "a",
-            &"k".repeat(63),
-        ] {
+        let max = "k".repeat(63);
+        for ok in GOOD_KEYS.iter().copied().chain([max.as_str()]) {
             assert_eq!(qualified_name(ok), None, "{ok}");
         }
-        for bad in [
-            "",
-            "bad key",
-            "/x",
-            "a/b/c",
-            "Example.com/x",
-            "x/",
-            "-x",
-            "x_",
-            &"k".repeat(64),
-        ] {
+        let long = "k".repeat(64);
+        for bad in BAD_KEYS.iter().copied().chain([long.as_str()]) {
             assert!(qualified_name(bad).is_some(), "{bad}");
         }
     }
@@ -208,23 +213,12 @@ mod pattern_tests {
         let value = regex::Regex::new(LABEL_VALUE_PATTERN).expect("pattern compiles");
         let long = "k".repeat(64);
         let max = "k".repeat(63);
-        for s in [
-            "app",
-            "kubernetes.io/arch",
-            "example.com/My_Key-1.x",
-            "a",
-            "",
-            "bad key",
-            "/x",
-            "a/b/c",
-            "Example.com/x",
-            "x/",
-            "-x",
-            "x_",
-            "v1.2",
-            long.as_str(),
-            max.as_str(),
-        ] {
+        let samples = super::tests::GOOD_KEYS
+            .iter()
+            .chain(super::tests::BAD_KEYS)
+            .copied()
+            .chain([long.as_str(), max.as_str()]);
+        for s in samples {
             assert_eq!(key.is_match(s), qualified_name(s).is_none(), "key {s:?}");
             assert_eq!(value.is_match(s), label_value(s).is_none(), "value {s:?}");
         }

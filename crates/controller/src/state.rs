@@ -202,6 +202,15 @@ impl ClusterState {
         self.created.merged(self.node_claims.state())
     }
 
+    /// The NodeTemplates the store holds, as `convert::apply_node_templates` reads them.
+    fn node_templates(&self) -> Vec<NodeTemplate> {
+        self.node_templates
+            .state()
+            .iter()
+            .map(|t| NodeTemplate::clone(t))
+            .collect()
+    }
+
     /// The kubelet and volume settings of Provisioner `name` (its `kubeletConfiguration` and
     /// its NodeTemplate's ephemeral volume), as the simulation sizes its nodes; the defaults
     /// when it is gone or invalid (its status says why).
@@ -215,12 +224,7 @@ impl ClusterState {
         else {
             return KubeletSettings::default();
         };
-        let templates: Vec<NodeTemplate> = self
-            .node_templates
-            .state()
-            .iter()
-            .map(|t| NodeTemplate::clone(t))
-            .collect();
+        let templates = self.node_templates();
         convert::apply_node_templates(std::slice::from_mut(&mut prov), &templates);
         prov.kubelet
     }
@@ -300,12 +304,7 @@ impl ClusterState {
             }
         }
 
-        let templates: Vec<NodeTemplate> = self
-            .node_templates
-            .state()
-            .iter()
-            .map(|t| NodeTemplate::clone(t))
-            .collect();
+        let templates = self.node_templates();
         convert::apply_node_templates(&mut snap.provisioners, &templates);
 
         if let Some(catalog) = catalog {

@@ -824,6 +824,11 @@ fn zone_affinity_to_pending_pods_shares_their_zone() {
     });
     assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
     // Every zone holding a web pod holds a cache (the caches themselves are free to spread).
+    assert_web_zones_hold_a_cache(&p);
+}
+
+/// Every zone of a new node with a web pod has a new node with a cache pod.
+fn assert_web_zones_hold_a_cache(p: &Plan) {
     for n in p
         .new_nodes
         .iter()
@@ -902,6 +907,22 @@ fn a_pod_held_by_its_volume_is_reported_and_never_bought_for() {
         .contains("default/data does not exist"));
     let placed: usize = p.new_nodes.iter().map(|n| n.pods.len()).sum();
     assert_eq!(placed, 1, "only the other pod gets capacity");
+}
+
+/// Every pod placed, the new nodes holding exactly `want` pods per zone.
+fn assert_all_placed_with_zone_counts(p: &Plan, want: &[(&str, usize)]) {
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    let counts = zone_counts(p);
+    let want: BTreeMap<String, usize> = want.iter().map(|(z, n)| (z.to_string(), *n)).collect();
+    assert_eq!(counts, want);
+}
+
+/// The default Provisioner limited to `zones`.
+fn provisioner_in(zones: &[&str]) -> Provisioner {
+    let mut prov = Provisioner::default_provisioner();
+    prov.requirements
+        .add(labels::ZONE, Requirement::one_of(zones.iter().copied()));
+    prov
 }
 
 fn spread_pods(n: usize, key: &str) -> Vec<Pod> {
@@ -1010,9 +1031,7 @@ fn a_key_no_node_or_provisioner_carries_refuses_spreads_and_affinity_not_anti_af
 fn a_full_node_in_a_zone_no_provisioner_covers_is_no_spread_domain() {
     // A node group in z-c with no room, which joiner cannot add to: the pods spread over the
     // zones they can reach, z-a and z-b, two each, rather than being held to one each.
-    let mut prov = Provisioner::default_provisioner();
-    prov.requirements
-        .add(labels::ZONE, Requirement::one_of(["z-a", "z-b"]));
+    let prov = provisioner_in(&["z-a", "z-b"]);
     let mut pods = spread_pods(4, labels::ZONE);
     pods.extend(running_web(0, "full"));
     let mut hog = pod("hog", 2000, 512);
@@ -1024,17 +1043,12 @@ fn a_full_node_in_a_zone_no_provisioner_covers_is_no_spread_domain() {
         provisioners: vec![prov],
         ..Snapshot::default()
     });
-    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
-    let counts = zone_counts(&p);
-    assert_eq!(counts.get("z-a"), Some(&2), "{counts:?}");
-    assert_eq!(counts.get("z-b"), Some(&2), "{counts:?}");
+    assert_all_placed_with_zone_counts(&p, &[("z-a", 2), ("z-b", 2)]);
 }
 
 #[test]
 fn a_node_with_room_the_pod_tolerates_is_a_spread_domain_and_a_tainted_one_is_not() {
-    let mut prov = Provisioner::default_provisioner();
-    prov.requirements
-        .add(labels::ZONE, Requirement::one_of(["z-a", "z-b"]));
+    let prov = provisioner_in(&["z-a", "z-b"]);
     let tainted = {
         let mut n = node_in("z-c", "tainted", 8);
         n.taints.push(crate::taints::Taint {
@@ -1063,34 +1077,25 @@ fn a_node_with_room_the_pod_tolerates_is_a_spread_domain_and_a_tainted_one_is_no
         provisioners: vec![prov],
         ..Snapshot::default()
     });
-    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
-    let counts = zone_counts(&p);
-    assert_eq!(counts.get("z-a"), Some(&3), "{counts:?}");
-    assert_eq!(counts.get("z-b"), Some(&3), "{counts:?}");
+    assert_all_placed_with_zone_counts(&p, &[("z-a", 3), ("z-b", 3)]);
 }
 
 #[test]
 fn a_zone_a_provisioner_limit_closes_gives_its_share_to_the_others() {
     // z-c is reached only through a Provisioner whose cpu limit is spent: the pods first pinned
     // there go to z-a and z-b, and the counts stay within maxSkew where the pods really run.
-    let mut ab = Provisioner::default_provisioner();
+    let mut ab = provisioner_in(&["z-a", "z-b"]);
     ab.name = "ab".into();
-    ab.requirements
-        .add(labels::ZONE, Requirement::one_of(["z-a", "z-b"]));
-    let mut c = Provisioner::default_provisioner();
+    let mut c = provisioner_in(&["z-c"]);
     c.name = "c".into();
     c.weight = 10;
-    c.requirements.add(labels::ZONE, Requirement::single("z-c"));
     c.limits.cpu = Some(0);
     let p = run(&Snapshot {
         pods: spread_pods(6, labels::ZONE),
         provisioners: vec![ab, c],
         ..Snapshot::default()
     });
-    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
-    let counts = zone_counts(&p);
-    assert_eq!(counts.get("z-a"), Some(&3), "{counts:?}");
-    assert_eq!(counts.get("z-b"), Some(&3), "{counts:?}");
+    assert_all_placed_with_zone_counts(&p, &[("z-a", 3), ("z-b", 3)]);
 }
 
 #[test]
@@ -1147,19 +1152,7 @@ fn zone_affinity_to_smaller_pending_pods_holds_whatever_the_class_order() {
         ..Snapshot::default()
     });
     assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
-    for n in p
-        .new_nodes
-        .iter()
-        .filter(|n| n.pods.iter().any(|k| k.contains("/web-")))
-    {
-        assert!(
-            p.new_nodes
-                .iter()
-                .any(|m| m.zone == n.zone && m.pods.iter().any(|k| k.contains("/cache-"))),
-            "{} has web pods and no cache",
-            n.zone
-        );
-    }
+    assert_web_zones_hold_a_cache(&p);
 }
 
 #[test]
