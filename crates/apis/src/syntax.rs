@@ -61,7 +61,11 @@ pub fn subdomain(s: &str) -> Option<String> {
         .chars()
         .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.');
     let ends = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
-    if !ok || !ends(s.chars().next()) || !ends(s.chars().last()) {
+    // Each dot-separated part starts and ends with an alphanumeric ("a..b", "a.-b" are not).
+    let parts_ok = s
+        .split('.')
+        .all(|p| ends(p.chars().next()) && ends(p.chars().last()));
+    if !ok || !parts_ok {
         return Some(format!(
             "{s:?} must consist of lower case alphanumerics, '-' or '.', and start and end \
              with an alphanumeric"
@@ -152,6 +156,8 @@ mod tests {
         "x/",
         "-x",
         "x_",
+        "a..b/x",
+        "a.-b.com/x",
     ];
 
     #[test]
@@ -196,6 +202,8 @@ mod tests {
         assert_eq!(subdomain("web-1.shop"), None);
         assert!(subdomain("Bad_Name").is_some());
         assert!(subdomain("web-").is_some());
+        assert!(subdomain("a..b").is_some());
+        assert!(subdomain("a.-b.com").is_some());
         assert_eq!(dns_label("kube-system"), None);
         assert!(dns_label("a.b").is_some());
     }

@@ -105,7 +105,7 @@ impl KubeletSettings {
         let pods = self.pods(t);
         let catalog_cpu = cap.cpu - t.allocatable.cpu;
         let catalog_memory = cap.memory - t.allocatable.memory - DEFAULT_EVICTION_MEMORY
-            + KUBE_RESERVED_MEMORY_PER_POD * (pods - t.allocatable.pods);
+            + KUBE_RESERVED_MEMORY_PER_POD.saturating_mul(pods - t.allocatable.pods);
         let catalog_ephemeral = cap.ephemeral_storage
             - t.allocatable.ephemeral_storage
             - catalog_nodefs.bytes(cap.ephemeral_storage);
@@ -114,15 +114,29 @@ impl KubeletSettings {
         let system = &self.system_reserved;
         let volume = self.ephemeral_volume.unwrap_or(cap.ephemeral_storage);
         a.pods = pods;
-        a.cpu = cap.cpu - kube.cpu.unwrap_or(catalog_cpu) - system.cpu.unwrap_or(0);
-        a.memory = cap.memory
-            - kube.memory.unwrap_or(catalog_memory)
-            - system.memory.unwrap_or(0)
-            - largest(&self.eviction_memory, cap.memory).unwrap_or(DEFAULT_EVICTION_MEMORY);
-        a.ephemeral_storage = volume
-            - kube.ephemeral_storage.unwrap_or(catalog_ephemeral)
-            - system.ephemeral_storage.unwrap_or(0)
-            - largest(&self.eviction_nodefs, volume).unwrap_or(catalog_nodefs.bytes(volume));
+        // Saturating: reservations as large as a quantity can be must not wrap around.
+        let less =
+            |from: i64, parts: [i64; 3]| parts.iter().fold(from, |a, p| a.saturating_sub(*p));
+        a.cpu = less(
+            cap.cpu,
+            [kube.cpu.unwrap_or(catalog_cpu), system.cpu.unwrap_or(0), 0],
+        );
+        a.memory = less(
+            cap.memory,
+            [
+                kube.memory.unwrap_or(catalog_memory),
+                system.memory.unwrap_or(0),
+                largest(&self.eviction_memory, cap.memory).unwrap_or(DEFAULT_EVICTION_MEMORY),
+            ],
+        );
+        a.ephemeral_storage = less(
+            volume,
+            [
+                kube.ephemeral_storage.unwrap_or(catalog_ephemeral),
+                system.ephemeral_storage.unwrap_or(0),
+                largest(&self.eviction_nodefs, volume).unwrap_or(catalog_nodefs.bytes(volume)),
+            ],
+        );
         a.cpu = a.cpu.max(0);
         a.memory = a.memory.max(0);
         a.ephemeral_storage = a.ephemeral_storage.max(0);
@@ -205,6 +219,24 @@ mod tests {
         assert_eq!(a.memory, 16 * GI - GI - 256 * MI - 500 * MI);
         // 20 GiB − 1 GiB (catalog kube-reserved) − 1 GiB system − 3 GiB (15 %).
         assert_eq!(a.ephemeral_storage, 15 * GI);
+    }
+
+    #[test]
+    fn reservations_beyond_the_node_leave_nothing_rather_than_wrap() {
+        let t = m5_xlarge();
+        let huge = Reserved {
+            cpu: Some(i64::MAX),
+            memory: Some(i64::MAX),
+            ephemeral_storage: Some(i64::MAX),
+        };
+        let s = KubeletSettings {
+            kube_reserved: huge.clone(),
+            system_reserved: huge,
+            eviction_memory: vec![Threshold::Bytes(i64::MAX)],
+            ..KubeletSettings::default()
+        };
+        let a = s.allocatable(&t);
+        assert_eq!((a.cpu, a.memory, a.ephemeral_storage), (0, 0, 0));
     }
 
     #[test]

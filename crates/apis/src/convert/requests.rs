@@ -13,7 +13,6 @@
 
 use std::collections::BTreeMap;
 
-use joiner_core::resources::is_extended;
 use joiner_core::Resources;
 use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -84,6 +83,12 @@ fn requirements_requests(
     let mut out = Vec::new();
     for (name, q) in requests {
         whole_if_extended(name, q, &format!("{prefix}.requests"))?;
+        if !overcommit_allowed(name) && !limits.contains_key(name) {
+            return Err(FieldError::new(
+                map_field(&format!("{prefix}.limits"), name),
+                format!("a limit is required for {name} (it cannot be overcommitted)"),
+            ));
+        }
         out.push((
             name.clone(),
             parse_one(name, q, &format!("{prefix}.requests"))?,
@@ -102,12 +107,11 @@ fn requirements_requests(
                     format!("request {} is above the limit {}", requests[name].0, q.0),
                 ))
             }
-            Some((_, request)) if is_extended(name) && *request != amount => {
+            Some((_, request)) if !overcommit_allowed(name) && *request != amount => {
                 return Err(FieldError::new(
                     map_field(&format!("{prefix}.requests"), name),
                     format!(
-                        "request {} must equal the limit {} (extended resources cannot be \
-                         overcommitted)",
+                        "request {} must equal the limit {} ({name} cannot be overcommitted)",
                         requests[name].0, q.0
                     ),
                 ))
@@ -118,10 +122,25 @@ fn requirements_requests(
     Ok(out)
 }
 
+/// True for the resources Kubernetes defines (no domain, or a `kubernetes.io` one); the
+/// others are extended resources (devices, `example.com/widget`).
+fn is_native(name: &str) -> bool {
+    match name.split_once('/') {
+        None => true,
+        Some((domain, _)) => domain == "kubernetes.io" || domain.ends_with(".kubernetes.io"),
+    }
+}
+
+/// The API server's rule: native resources other than huge pages may be requested below
+/// their limit; extended resources and huge pages are requested exactly at it.
+fn overcommit_allowed(name: &str) -> bool {
+    is_native(name) && !name.starts_with("hugepages-")
+}
+
 /// Refuses a fractional amount of an extended resource (`nvidia.com/gpu: 500m`), as the API
 /// server does: devices are counted whole.
 fn whole_if_extended(name: &str, q: &Quantity, prefix: &str) -> Result<(), FieldError> {
-    if !is_extended(name) {
+    if is_native(name) {
         return Ok(());
     }
     match joiner_core::quantity::parse_milli(&q.0) {

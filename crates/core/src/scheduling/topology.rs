@@ -150,23 +150,24 @@ fn provisioner_values(
         if t.first_label_conflict(&reqs).is_some() {
             continue;
         }
+        // What the Provisioner's nodes of this type hold (its kubelet and volume settings).
+        let room = prov.kubelet.allocatable(t);
         let offered = t
             .offerings
             .iter()
             .filter(|o| o.available && offering_allowed(o, &reqs));
         match key {
-            labels::ZONE => offered.for_each(|o| add(&o.zone, &t.allocatable)),
-            labels::CAPACITY_TYPE => {
-                offered.for_each(|o| add(o.capacity_type.as_str(), &t.allocatable))
-            }
+            labels::ZONE => offered.for_each(|o| add(&o.zone, &room)),
+            labels::CAPACITY_TYPE => offered.for_each(|o| add(o.capacity_type.as_str(), &room)),
             _ => {
                 if offered.count() == 0 {
                     continue;
                 }
-                match (fixed, t.labels.get(key)) {
-                    // The Provisioner's own label or requirement decides.
-                    (Some(values), _) => values.iter().for_each(|v| add(v, &t.allocatable)),
-                    (None, Some(v)) => add(v, &t.allocatable),
+                match (t.labels.get(key), fixed) {
+                    // The type's own label (the Provisioner allows it: no conflict above).
+                    (Some(v), _) => add(v, &room),
+                    // A label the Provisioner sets or requires on every node.
+                    (None, Some(values)) => values.iter().for_each(|v| add(v, &room)),
                     (None, None) => {}
                 }
             }

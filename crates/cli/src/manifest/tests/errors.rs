@@ -219,7 +219,7 @@ fn pods_the_api_server_would_refuse_are_refused_naming_the_field() {
         ),
         (
             "  containers: [{name: a, resources: {requests: {nvidia.com/gpu: 1}, limits: {nvidia.com/gpu: 2}}}]\n",
-            r#"spec.containers[0].resources.requests["nvidia.com/gpu"]: request 1 must equal the limit 2 (extended resources cannot be overcommitted)"#,
+            r#"spec.containers[0].resources.requests["nvidia.com/gpu"]: request 1 must equal the limit 2 (nvidia.com/gpu cannot be overcommitted)"#,
         ),
         (
             "  nodeSelector: {\"example.com/rack name\": a}\n  containers: [{name: a}]\n",
@@ -272,4 +272,25 @@ fn provisioners_may_not_use_restricted_or_malformed_labels_and_taints() {
     );
     // Well-known keys and the node.kubernetes.io exception stay allowed.
     load_ok("apiVersion: joiner.sh/v1alpha1\nkind: Provisioner\nmetadata: {name: default}\nspec:\n  labels: {node.kubernetes.io/lifecycle: spot, example.com/team: web}\n  requirements: [{key: kubernetes.io/arch, operator: In, values: [arm64]}]\n");
+}
+
+#[test]
+fn only_extended_resources_and_huge_pages_must_be_requested_at_their_limit() {
+    let at = "test.yaml: document 1 (Pod default/p): ";
+    assert_eq!(
+        pod_err("  containers: [{name: a, resources: {requests: {nvidia.com/gpu: 1}}}]\n"),
+        format!(
+            r#"{at}spec.containers[0].resources.limits["nvidia.com/gpu"]: a limit is required for nvidia.com/gpu (it cannot be overcommitted)"#
+        )
+    );
+    assert_eq!(
+        pod_err("  containers: [{name: a, resources: {requests: {hugepages-2Mi: 2Mi}, limits: {hugepages-2Mi: 4Mi}}}]\n"),
+        format!(
+            r#"{at}spec.containers[0].resources.requests.hugepages-2Mi: request 2Mi must equal the limit 4Mi (hugepages-2Mi cannot be overcommitted)"#
+        )
+    );
+    // Kubernetes' own resources may be overcommitted and fractional.
+    load_ok(&pod_yaml(
+        "  containers: [{name: a, resources: {requests: {example.kubernetes.io/x: 500m, memory: 1Gi}, limits: {example.kubernetes.io/x: 2, memory: 2Gi}}}]\n",
+    ));
 }

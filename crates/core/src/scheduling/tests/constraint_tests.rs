@@ -1181,3 +1181,21 @@ fn hostname_affinity_to_smaller_pending_pods_holds_whatever_the_class_order() {
         }
     }
 }
+
+#[test]
+fn spread_domains_count_what_the_provisioners_nodes_hold_with_its_volume() {
+    // 30 GiB of scratch fits only nodes with the Provisioner's 100 GiB root volume (89 GiB for
+    // pods), not the catalog's 20 GiB: each zone is still a domain for the pods.
+    let mut prov = Provisioner::default_provisioner();
+    prov.kubelet.ephemeral_volume = Some(100 * GI);
+    let mut pods = spread_pods(3, labels::ZONE);
+    for p in &mut pods {
+        p.requests.ephemeral_storage = 30 * GI;
+    }
+    let p = run(&Snapshot {
+        pods,
+        provisioners: vec![prov],
+        ..Snapshot::default()
+    });
+    assert_all_placed_with_zone_counts(&p, &[("z-a", 1), ("z-b", 1), ("z-c", 1)]);
+}
