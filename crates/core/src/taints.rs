@@ -89,10 +89,7 @@ impl Toleration {
 /// The first taint that blocks scheduling (NoSchedule / NoExecute) and is not tolerated.
 /// PreferNoSchedule never blocks.
 pub fn first_untolerated<'a>(taints: &'a [Taint], tolerations: &[Toleration]) -> Option<&'a Taint> {
-    taints
-        .iter()
-        .filter(|t| t.effect != Effect::PreferNoSchedule)
-        .find(|t| !tolerations.iter().any(|tol| tol.tolerates(t)))
+    first_untolerated_where(taints, tolerations, |e| e != Effect::PreferNoSchedule)
 }
 
 /// The first `PreferNoSchedule` taint not tolerated: what a pod avoids while it can.
@@ -100,9 +97,18 @@ pub fn first_untolerated_soft<'a>(
     taints: &'a [Taint],
     tolerations: &[Toleration],
 ) -> Option<&'a Taint> {
+    first_untolerated_where(taints, tolerations, |e| e == Effect::PreferNoSchedule)
+}
+
+/// The first taint whose effect `effect` picks that no toleration covers.
+fn first_untolerated_where<'a>(
+    taints: &'a [Taint],
+    tolerations: &[Toleration],
+    effect: impl Fn(Effect) -> bool,
+) -> Option<&'a Taint> {
     taints
         .iter()
-        .filter(|t| t.effect == Effect::PreferNoSchedule)
+        .filter(|t| effect(t.effect))
         .find(|t| !tolerations.iter().any(|tol| tol.tolerates(t)))
 }
 

@@ -91,13 +91,16 @@ fn close_empty_domains(
             .count()
     };
     let counts: Vec<usize> = pinned.iter().map(placed).collect();
+    // The workloads (origins) with pods placed somewhere.
+    let placed_somewhere: HashSet<usize> = pinned
+        .iter()
+        .zip(&counts)
+        .filter(|(_, &n)| n > 0)
+        .map(|(c, _)| c.origin)
+        .collect();
     let mut grew = false;
     for (c, &n) in pinned.iter().zip(&counts) {
-        let elsewhere = pinned
-            .iter()
-            .zip(&counts)
-            .any(|(o, &m)| o.origin == c.origin && m > 0);
-        if n > 0 || !elsewhere {
+        if n > 0 || !placed_somewhere.contains(&c.origin) {
             continue;
         }
         for (key, r) in c.pinned.iter() {

@@ -113,10 +113,17 @@ struct KeyDomains {
 }
 
 impl KeyDomains {
-    fn new(key: &str, provs: &[&Provisioner], catalog: &[InstanceType], nodes: &[Node]) -> Self {
+    fn new(
+        key: &str,
+        provs: &[&Provisioner],
+        prov_reqs: &[Requirements],
+        catalog: &[InstanceType],
+        nodes: &[Node],
+    ) -> Self {
         let by_provisioner = provs
             .iter()
-            .map(|p| provisioner_values(key, p, catalog))
+            .zip(prov_reqs)
+            .map(|(p, reqs)| provisioner_values(key, p, reqs, catalog))
             .collect();
         let nodes = nodes
             .iter()
@@ -136,9 +143,9 @@ impl KeyDomains {
 fn provisioner_values(
     key: &str,
     prov: &Provisioner,
+    reqs: &Requirements,
     catalog: &[InstanceType],
 ) -> BTreeMap<String, Resources> {
-    let reqs = prov.node_requirements();
     let mut out: BTreeMap<String, Resources> = BTreeMap::new();
     let mut add = |v: &str, r: &Resources| {
         out.entry(v.to_string())
@@ -147,7 +154,7 @@ fn provisioner_values(
     };
     let fixed = reqs.get(key).and_then(|r| r.in_values());
     for t in catalog {
-        if t.first_label_conflict(&reqs).is_some() {
+        if t.first_label_conflict(reqs).is_some() {
             continue;
         }
         // What the Provisioner's nodes of this type hold (its kubelet and volume settings).
@@ -155,7 +162,7 @@ fn provisioner_values(
         let offered = t
             .offerings
             .iter()
-            .filter(|o| o.available && offering_allowed(o, &reqs));
+            .filter(|o| o.available && offering_allowed(o, reqs));
         match key {
             labels::ZONE => offered.for_each(|o| add(&o.zone, &room)),
             labels::CAPACITY_TYPE => offered.for_each(|o| add(o.capacity_type.as_str(), &room)),
@@ -196,6 +203,7 @@ fn reachable(
     nodes: &[Node],
     free: &[Resources],
     provs: &[&Provisioner],
+    prov_reqs: &[Requirements],
 ) -> BTreeSet<String> {
     let terms = pod.spread_node_terms();
     let mut out = BTreeSet::new();
@@ -210,11 +218,10 @@ fn reachable(
             out.insert(v.clone());
         }
     }
-    for (p, values) in provs.iter().zip(&domains.by_provisioner) {
+    for ((p, reqs), values) in provs.iter().zip(prov_reqs).zip(&domains.by_provisioner) {
         if first_untolerated(&p.taints, &pod.tolerations).is_some() {
             continue;
         }
-        let reqs = p.node_requirements();
         let agree = |v: &str| {
             terms.is_empty()
                 || terms.iter().any(|t| {
@@ -382,9 +389,11 @@ pub fn pin(
             *repel[g].entry(d.clone()).or_default() += 1;
         }
     }
+    // Each Provisioner's node requirements, worked out once for every key and class.
+    let prov_reqs: Vec<Requirements> = provs.iter().map(|p| p.node_requirements()).collect();
     let key_domains: Vec<KeyDomains> = keys
         .iter()
-        .map(|k| KeyDomains::new(k, provs, catalog, nodes))
+        .map(|k| KeyDomains::new(k, provs, &prov_reqs, catalog, nodes))
         .collect();
     let free = free_room(nodes, pods);
 
@@ -416,10 +425,18 @@ pub fn pin(
                 if !takes_part(k) {
                     return Domains::default();
                 }
-                let all: Vec<String> = reachable(&keys[k], p, &key_domains[k], nodes, &free, provs)
-                    .into_iter()
-                    .filter(|v| !shut.contains(&(keys[k].clone(), v.clone())))
-                    .collect();
+                let all: Vec<String> = reachable(
+                    &keys[k],
+                    p,
+                    &key_domains[k],
+                    nodes,
+                    &free,
+                    provs,
+                    &prov_reqs,
+                )
+                .into_iter()
+                .filter(|v| !shut.contains(&(keys[k].clone(), v.clone())))
+                .collect();
                 let allowed = all
                     .iter()
                     .filter(|d| terms_allow(&p.node_terms, &keys[k], d))
