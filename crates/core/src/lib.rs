@@ -9,6 +9,7 @@ pub mod instance_type;
 pub mod kubelet;
 pub mod labels;
 pub mod pod;
+pub mod pod_labels;
 pub mod provisioner;
 pub mod quantity;
 pub mod requirements;
@@ -23,6 +24,7 @@ pub use cloud_provider::{CloudError, CloudErrorKind, CloudProvider, LaunchReques
 pub use error::{QuantityError, RequirementError};
 pub use instance_type::{CapacityType, InstanceType, Offering};
 pub use pod::{DaemonSet, HostPort, Node, Owner, Pod, PodAffinityTerm, TopologySpread, VolumeZone};
+pub use pod_labels::PodLabels;
 pub use provisioner::{Limits, Provisioner};
 pub use requirements::{Operator, Requirement, Requirements};
 pub use resources::Resources;

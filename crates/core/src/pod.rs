@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::pod_labels::PodLabels;
 use crate::requirements::{Requirement, Requirements};
 use crate::resources::Resources;
 use crate::taints::{Taint, Toleration};
@@ -75,7 +76,7 @@ pub struct Pod {
     /// Name.
     pub name: String,
     /// Labels (for selectors of other pods' spread and affinity terms).
-    pub labels: BTreeMap<String, String>,
+    pub labels: PodLabels,
     /// Effective requests: max(init containers, sum of containers) plus overhead, plus one pod slot.
     pub requests: Resources,
     /// Required node constraints: nodeSelector merged into each required node-affinity term.

@@ -58,7 +58,7 @@ pub fn convert(id: PodIdentity, spec: &PodSpec, prefix: &str) -> Result<Pod, Fie
     Ok(Pod {
         namespace: id.namespace,
         name: id.name,
-        labels: id.labels,
+        labels: id.labels.into(),
         requests,
         node_terms: nodes.required,
         preferred_node_terms: nodes.preferred,

@@ -532,7 +532,7 @@ fn build(spec: &Spec) -> Case {
             pods.push(Pod {
                 namespace: "default".into(),
                 name: format!("c{ci}-{j}"),
-                labels: pod_labels,
+                labels: pod_labels.into(),
                 requests: requests.clone(),
                 node_terms: node_terms.clone(),
                 tolerations: c.toleration.map(toleration).into_iter().collect(),
