@@ -15,7 +15,7 @@ fn karpenter_mix_placement_satisfies_every_hard_constraint() {
     };
     let plan = simulate(&s, &catalog(), &Options::default());
     assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
-    if let Err(e) = check(&s, &plan) {
+    if let Err(e) = check(&s, &catalog(), &plan) {
         panic!("{e}");
     }
     let mutual = joiner_bench::workload::mutually_anti_affine(3, 300);
@@ -29,7 +29,7 @@ fn karpenter_mix_placement_satisfies_every_hard_constraint() {
         300,
         "one node per mutually anti-affine pod"
     );
-    if let Err(e) = check(&s, &plan) {
+    if let Err(e) = check(&s, &catalog(), &plan) {
         panic!("{e}");
     }
 }

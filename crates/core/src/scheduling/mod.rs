@@ -53,7 +53,8 @@ pub fn simulate(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -
 
 /// One pass with every constraint of the snapshot's pods taken as hard; run again while pods
 /// pinned to a topology domain were placed nowhere there but their workload was placed
-/// elsewhere (see [`topology::Closed`]).
+/// elsewhere, or were placed in a domain for their pod affinity where none of the pods it
+/// selects was placed after all (see [`topology::Closed`]).
 fn place(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -> Plan {
     let mut closed = topology::Closed::default();
     loop {
@@ -65,10 +66,12 @@ fn place(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -> Plan 
             .cloned()
             .collect();
         let plan = pass.run();
-        if plan.unschedulable.is_empty()
-            || pinned.is_empty()
-            || !close_empty_domains(snapshot, &plan, &pinned, &mut closed)
-        {
+        if plan.unschedulable.is_empty() || pinned.is_empty() {
+            return plan;
+        }
+        let emptied = close_empty_domains(snapshot, &plan, &pinned, &mut closed);
+        let unmet = close_unmet_affinity(snapshot, &plan, &pinned, &mut closed);
+        if !emptied && !unmet {
             return plan;
         }
     }
@@ -109,6 +112,74 @@ fn close_empty_domains(
             };
             for &pod in &c.pods {
                 grew |= closed.close(pod, key, value);
+            }
+        }
+    }
+    grew
+}
+
+/// Closes, to a pinned class's pods, each domain its required pod affinity chose because pods
+/// it selects were pinned there, when the pass then placed none of them there (refused for
+/// another rule) and no running pod it selects is there: the kube-scheduler would keep such a
+/// pod pending, so no node is bought for it. Its own placed pods count when it selects itself
+/// (a self-affine group bootstraps a domain). True when something new was closed.
+fn close_unmet_affinity(
+    snapshot: &Snapshot,
+    plan: &Plan,
+    pinned: &[classes::PodClass],
+    closed: &mut topology::Closed,
+) -> bool {
+    use std::collections::HashSet;
+
+    use affinity::Scope;
+    let refused: HashSet<&str> = plan.unschedulable.iter().map(|u| u.pod.as_str()).collect();
+    let placed = |c: &classes::PodClass| {
+        c.pods
+            .iter()
+            .any(|&i| !refused.contains(snapshot.pods[i].key().as_str()))
+    };
+    let node_value = |node: &str, key: &str| {
+        snapshot
+            .nodes
+            .iter()
+            .find(|n| n.name == node)
+            .and_then(|n| n.labels.get(key).cloned())
+    };
+    let mut grew = false;
+    for c in pinned.iter().filter(|c| placed(c)) {
+        let pod = &snapshot.pods[c.template];
+        for term in pod
+            .affinity
+            .iter()
+            .filter(|a| !a.anti && a.weight.is_none())
+        {
+            let Some(value) = c
+                .pinned
+                .get(&term.topology_key)
+                .and_then(|r| r.single_value())
+            else {
+                continue;
+            };
+            let scope = Scope::of_term(pod, term);
+            let key = term.topology_key.as_str();
+            let in_domain = |d: &classes::PodClass| {
+                d.pinned
+                    .get(key)
+                    .and_then(|r| r.single_value())
+                    .is_some_and(|v| v == value)
+            };
+            let met = pinned
+                .iter()
+                .any(|d| in_domain(d) && scope.matches(&snapshot.pods[d.template]) && placed(d))
+                || snapshot.pods.iter().any(|p| {
+                    p.node_name.as_deref().is_some_and(|n| {
+                        scope.matches(p) && node_value(n, key).as_deref() == Some(value)
+                    })
+                });
+            if !met {
+                for &i in &c.pods {
+                    grew |= closed.close(i, key, value);
+                }
             }
         }
     }

@@ -1,11 +1,13 @@
 //! Property tests: every placement of a generated constrained workload satisfies every hard
 //! constraint.
 //!
-//! Workloads mix zone and hostname topology spread (DoNotSchedule), hostname and zone pod
-//! anti-affinity, zone pod affinity, host ports, pods requiring on-demand, and existing nodes
-//! running labeled pods (some of them anti-affine). The checks rebuild every node's and every
-//! zone's final population from the snapshot and the plan, and test each rule with the model's
-//! label matching, not with the simulation's own counters.
+//! Workloads mix topology spread (DoNotSchedule) on the zone, the capacity type, a Provisioner
+//! label and the hostname; pod anti-affinity and affinity on the same keys; host ports; pods
+//! requiring on-demand; pods in two namespaces whose terms look in their own namespace, in
+//! named ones, or in those a namespaceSelector picks (`{}` = all); and existing nodes running
+//! labeled pods, some of them anti-affine by hostname or zone. The checks rebuild every node's
+//! and every domain's final population from the snapshot and the plan, and test each rule with
+//! their own reading of the terms, not with the simulation's own counters.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -25,12 +27,26 @@ use crate::testing::plan_check::check;
 const GI: i64 = 1 << 30;
 const APPS: [&str; 3] = ["a", "b", "c"];
 const ZONES: [&str; 3] = ["z-a", "z-b", "z-c"];
+/// A label of the two Provisioners (`x` and `y`) and of existing nodes.
+const POOL: &str = "example.com/pool";
+const POOLS: [&str; 2] = ["x", "y"];
+/// The keys spreads and (anti-)affinity use besides the hostname.
+const KEYS: [&str; 3] = [labels::ZONE, POOL, labels::CAPACITY_TYPE];
+const NAMESPACES: [&str; 2] = ["default", "team"];
 
 #[derive(Clone, Debug)]
 struct ClassSpec {
     count: usize,
     cpu: i64,
     app: usize,
+    /// Namespace (index into NAMESPACES).
+    ns: usize,
+    /// Where the class's terms look: 0 own namespace, 1 every namespace (`{}`), 2 both named,
+    /// 3 the namespaces labeled `tier: front` (only `team`).
+    ns_mode: usize,
+    /// The key (index into KEYS) of its spread and of its key (anti-)affinity.
+    spread_key: usize,
+    term_key: usize,
     zone_spread: Option<i32>,
     host_spread: Option<i32>,
     host_anti: Option<usize>,
@@ -46,14 +62,18 @@ struct ClassSpec {
 #[derive(Clone, Debug)]
 struct NodeSpec {
     zone: usize,
-    running: Vec<(usize, bool)>,
+    pool: usize,
+    /// (app, namespace, repels another app by hostname (false) or zone (true)).
+    running: Vec<(usize, usize, Option<bool>)>,
 }
 
 fn class_spec() -> impl Strategy<Value = ClassSpec> {
     (
-        1usize..=12,
-        prop::sample::select(vec![100i64, 250, 500, 1000, 2500]),
-        0usize..APPS.len(),
+        (
+            1usize..=12,
+            prop::sample::select(vec![100i64, 250, 500, 1000, 2500]),
+            0usize..APPS.len(),
+        ),
         prop::option::weighted(0.4, 1i32..=2),
         prop::option::weighted(0.3, 1i32..=3),
         prop::option::weighted(0.3, 0usize..APPS.len()),
@@ -63,12 +83,16 @@ fn class_spec() -> impl Strategy<Value = ClassSpec> {
         prop::bool::weighted(0.3),
         prop::bool::weighted(0.1),
         prop::option::weighted(0.2, 0usize..APPS.len()),
+        (
+            0usize..NAMESPACES.len(),
+            0usize..4,
+            0usize..KEYS.len(),
+            0usize..KEYS.len(),
+        ),
     )
         .prop_map(
             |(
-                count,
-                cpu,
-                app,
+                (count, cpu, app),
                 zone_spread,
                 host_spread,
                 host_anti,
@@ -78,11 +102,16 @@ fn class_spec() -> impl Strategy<Value = ClassSpec> {
                 on_demand,
                 host_affinity,
                 affine_to,
+                (ns, ns_mode, spread_key, term_key),
             )| {
                 ClassSpec {
                     count,
                     cpu,
                     app,
+                    ns,
+                    ns_mode,
+                    spread_key,
+                    term_key,
                     zone_spread,
                     host_spread,
                     host_anti,
@@ -100,9 +129,21 @@ fn class_spec() -> impl Strategy<Value = ClassSpec> {
 fn node_spec() -> impl Strategy<Value = NodeSpec> {
     (
         0usize..ZONES.len(),
-        prop::collection::vec((0usize..APPS.len(), prop::bool::weighted(0.2)), 0..3),
+        0usize..POOLS.len(),
+        prop::collection::vec(
+            (
+                0usize..APPS.len(),
+                0usize..NAMESPACES.len(),
+                prop::option::weighted(0.2, prop::bool::weighted(0.3)),
+            ),
+            0..3,
+        ),
     )
-        .prop_map(|(zone, running)| NodeSpec { zone, running })
+        .prop_map(|(zone, pool, running)| NodeSpec {
+            zone,
+            pool,
+            running,
+        })
 }
 
 fn app_selector(app: usize) -> Requirements {
@@ -122,21 +163,44 @@ fn anti(key: &str, app: usize) -> PodAffinityTerm {
     }
 }
 
+/// Points a term at the namespaces its class's mode names.
+fn scoped(mut t: PodAffinityTerm, mode: usize) -> PodAffinityTerm {
+    match mode {
+        1 => t.namespace_selector = Some(Requirements::new()),
+        2 => t.namespaces = NAMESPACES.map(String::from).to_vec(),
+        3 => {
+            let mut r = Requirements::new();
+            r.add("tier", Requirement::single("front"));
+            t.namespace_selector = Some(r);
+        }
+        _ => {}
+    }
+    t
+}
+
 fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
-    // Like Deployments: every class of an app spread across zones carries the same spread, and
-    // zone (anti-)affinity is only used by apps that are not spread (so every counted pod is a
-    // constrained one and the final skew is what the scheduler checked).
-    let mut app_spread: [Option<i32>; APPS.len()] = [None; APPS.len()];
+    // Like Deployments: every class of an app spread carries the same spread (key and skew),
+    // and key (anti-)affinity is only used by apps that are not spread (so every counted pod is
+    // a constrained one and the final skew is what the scheduler checked).
+    let mut app_spread: [Option<(usize, i32)>; APPS.len()] = [None; APPS.len()];
     for c in classes {
         if app_spread[c.app].is_none() {
-            app_spread[c.app] = c.zone_spread;
+            app_spread[c.app] = c.zone_spread.map(|s| (c.spread_key, s));
         }
     }
     let classes: Vec<ClassSpec> = classes
         .iter()
         .map(|c| {
             let mut c = c.clone();
-            c.zone_spread = app_spread[c.app];
+            c.zone_spread = app_spread[c.app].map(|(_, s)| s);
+            if let Some((key, _)) = app_spread[c.app] {
+                c.spread_key = key;
+                if KEYS[key] == labels::CAPACITY_TYPE {
+                    // An on-demand class counts only the on-demand domain; its siblings would
+                    // be judged against pods the scheduler let them ignore.
+                    c.on_demand = false;
+                }
+            }
             if c.host_affinity {
                 // A self-affine term next to a term on running pods is decided by the running
                 // pods alone (a known limit: the self term is not counted per node).
@@ -157,7 +221,7 @@ fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
     let mut pods = Vec::new();
     for (ci, c) in classes.iter().enumerate() {
         let mut t = Pod {
-            namespace: "default".into(),
+            namespace: NAMESPACES[c.ns].into(),
             requests: Resources::new(c.cpu, 512 << 20, 0, 1),
             owner: Some(Owner {
                 kind: "Deployment".into(),
@@ -168,7 +232,7 @@ fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
         t.labels.insert("app".into(), APPS[c.app].into());
         if let Some(s) = c.zone_spread {
             t.topology_spread.push(TopologySpread {
-                topology_key: labels::ZONE.into(),
+                topology_key: KEYS[c.spread_key].into(),
                 max_skew: s,
                 min_domains: None,
                 hard: true,
@@ -188,10 +252,10 @@ fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
             t.affinity.push(anti(labels::HOSTNAME, a));
         }
         if c.zone_anti {
-            t.affinity.push(anti(labels::ZONE, c.app));
+            t.affinity.push(anti(KEYS[c.term_key], c.app));
         }
         if c.zone_affinity {
-            let mut a = anti(labels::ZONE, c.app);
+            let mut a = anti(KEYS[c.term_key], c.app);
             a.anti = false;
             t.affinity.push(a);
         }
@@ -217,6 +281,11 @@ fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
             r.add(labels::CAPACITY_TYPE, Requirement::single("on-demand"));
             t.node_terms.push(r);
         }
+        t.affinity = t
+            .affinity
+            .into_iter()
+            .map(|a| scoped(a, c.ns_mode))
+            .collect();
         for i in 0..c.count {
             let mut p = t.clone();
             p.name = format!("d{ci}-{i}");
@@ -230,6 +299,7 @@ fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
         l.insert(labels::ZONE.to_string(), ZONES[n.zone].to_string());
         l.insert(labels::HOSTNAME.to_string(), name.clone());
         l.insert(labels::CAPACITY_TYPE.to_string(), "on-demand".to_string());
+        l.insert(POOL.to_string(), POOLS[n.pool].to_string());
         snap_nodes.push(Node {
             name: name.clone(),
             labels: l,
@@ -237,33 +307,56 @@ fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
             capacity: Resources::new(4000, 16 * GI, 20 * GI, 30),
             ..Node::default()
         });
-        for (ri, (app, repels)) in n.running.iter().enumerate() {
+        for (ri, (app, ns, repels)) in n.running.iter().enumerate() {
             let mut p = Pod {
-                namespace: "default".into(),
+                namespace: NAMESPACES[*ns].into(),
                 name: format!("run-{ni}-{ri}"),
                 requests: Resources::new(500, 512 << 20, 0, 1),
                 node_name: Some(name.clone()),
                 ..Pod::default()
             };
             p.labels.insert("app".into(), APPS[*app].into());
-            if *repels {
-                p.affinity
-                    .push(anti(labels::HOSTNAME, (app + 1) % APPS.len()));
+            if let Some(by_zone) = repels {
+                let key = if *by_zone {
+                    labels::ZONE
+                } else {
+                    labels::HOSTNAME
+                };
+                p.affinity.push(anti(key, (app + 1) % APPS.len()));
             }
             pods.push(p);
         }
     }
-    let mut prov = Provisioner::default_provisioner();
-    prov.requirements.add(
-        labels::CAPACITY_TYPE,
-        Requirement::one_of(["spot", "on-demand"]),
-    );
+    let provisioners = POOLS
+        .iter()
+        .map(|pool| {
+            let mut prov = Provisioner::default_provisioner();
+            prov.name = format!("p{pool}");
+            prov.requirements.add(
+                labels::CAPACITY_TYPE,
+                Requirement::one_of(["spot", "on-demand"]),
+            );
+            prov.labels.insert(POOL.into(), pool.to_string());
+            prov
+        })
+        .collect();
     Snapshot {
         pods,
         nodes: snap_nodes,
-        provisioners: vec![prov],
+        provisioners,
+        namespace_labels: BTreeMap::from([(
+            "team".to_string(),
+            BTreeMap::from([("tier".to_string(), "front".to_string())]),
+        )]),
         ..Snapshot::default()
     }
+}
+
+/// Plans `s` as the loader hands it over (namespace selectors resolved to names).
+fn plan_of(s: &Snapshot) -> crate::scheduling::Plan {
+    let mut resolved = s.clone();
+    resolved.resolve_namespace_selectors();
+    simulate(&resolved, &catalog(), &Options::default())
 }
 
 fn config() -> ProptestConfig {
@@ -287,8 +380,8 @@ proptest! {
         nodes in prop::collection::vec(node_spec(), 0..4),
     ) {
         let s = build(&classes, &nodes);
-        let plan = simulate(&s, &catalog(), &Options::default());
-        check(&s, &plan).map_err(TestCaseError::fail)?;
+        let plan = plan_of(&s);
+        check(&s, &catalog(), &plan).map_err(TestCaseError::fail)?;
     }
 }
 
@@ -365,7 +458,7 @@ proptest! {
         let s = preference_workload(&classes);
         let plan = simulate(&s, &catalog(), &Options::default());
         prop_assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
-        check(&s, &plan).map_err(TestCaseError::fail)?;
+        check(&s, &catalog(), &plan).map_err(TestCaseError::fail)?;
         let relaxed: HashMap<&str, &Vec<String>> =
             plan.relaxed.iter().map(|r| (r.pod.as_str(), &r.preferences)).collect();
         for n in &plan.new_nodes {
@@ -401,6 +494,10 @@ fn a_hostname_affine_pod_stands_alone_when_the_pod_it_selects_is_unschedulable()
         count: 1,
         cpu,
         app: 0,
+        ns: 0,
+        ns_mode: 0,
+        spread_key: 0,
+        term_key: 0,
         zone_spread: None,
         host_spread: None,
         host_anti: None,
@@ -413,8 +510,8 @@ fn a_hostname_affine_pod_stands_alone_when_the_pod_it_selects_is_unschedulable()
     };
     let classes = vec![spec(100, false, true, false), spec(250, true, false, true)];
     let s = build(&classes, &[]);
-    let plan = simulate(&s, &catalog(), &Options::default());
-    if let Err(e) = check(&s, &plan) {
+    let plan = plan_of(&s);
+    if let Err(e) = check(&s, &catalog(), &plan) {
         panic!("{e}\n{plan:#?}");
     }
 }
