@@ -12,6 +12,7 @@ pub mod crds;
 pub mod disruption;
 pub mod duration;
 pub mod error;
+pub mod label_rules;
 pub mod lookup;
 pub mod node_claim;
 pub mod node_template;

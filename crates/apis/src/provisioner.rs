@@ -30,9 +30,14 @@ pub struct ProvisionerSpec {
     /// Constraints on the nodes launched (instance types, zones, capacity types, custom labels).
     /// Without a `karpenter.sh/capacity-type` requirement only on-demand capacity is used.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend(
+        "maxItems" = crate::label_rules::MAX_LABELS,
+        "x-kubernetes-validations" = crate::label_rules::requirement_list_rules()
+    ))]
     pub requirements: Vec<NodeSelectorRequirement>,
     /// Labels put on every node launched; they also count as requirements.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "crate::label_rules::label_map_schema")]
     pub labels: BTreeMap<String, String>,
     /// Annotations put on every node launched.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

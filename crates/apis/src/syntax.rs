@@ -86,35 +86,54 @@ pub fn dns_label(s: &str) -> Option<String> {
     subdomain(s)
 }
 
+/// Labels joiner sets itself on the nodes it launches: a Provisioner may neither require nor
+/// set them, or its nodes would claim an identity they do not have.
+pub(crate) const JOINER_SET_LABELS: &[&str] = &[
+    joiner_core::labels::HOSTNAME,
+    joiner_core::labels::PROVISIONER_NAME,
+    joiner_core::labels::NODECLAIM,
+    joiner_core::labels::KARPENTER_PROVISIONER_NAME,
+];
+
 /// Label domains the kubelet may not set on its own node (the NodeRestriction admission
 /// plugin) or that Kubernetes, Karpenter and joiner reserve for themselves.
-const RESTRICTED_DOMAINS: &[&str] = &["kubernetes.io", "k8s.io", "karpenter.sh", "joiner.sh"];
+pub(crate) const RESTRICTED_DOMAINS: &[&str] =
+    &["kubernetes.io", "k8s.io", "karpenter.sh", "joiner.sh"];
 /// Subdomains of those that nodes may carry.
-const DOMAIN_EXCEPTIONS: &[&str] = &[
+pub(crate) const DOMAIN_EXCEPTIONS: &[&str] = &[
     "node.kubernetes.io",
     "node-restriction.kubernetes.io",
     "kops.k8s.io",
 ];
 
+/// The domain part of a label key: what precedes the first `/`, the whole key without one.
+/// Domains are compared by suffix ("…kubernetes.io"), as the CRDs' validation rules compare
+/// them, so `kubectl apply` and the controller draw the line in the same place.
+pub(crate) fn domain_of(key: &str) -> &str {
+    key.split('/').next().unwrap_or(key)
+}
+
 /// Why a Provisioner may not set or require label `key` because of its domain
 /// (`node-role.kubernetes.io/worker`: the kubelet cannot register with it), or `None`. The
-/// well-known keys (zone, instance type, arch, capacity type, ...) are allowed.
+/// well-known keys (zone, instance type, arch, capacity type, ...) and their deprecated
+/// spellings are allowed.
 pub fn restricted_domain(key: &str) -> Option<String> {
-    let normalized = joiner_core::labels::normalize(key);
-    if joiner_core::labels::is_well_known(normalized) {
+    if joiner_core::labels::is_well_known(joiner_core::labels::normalize(key)) {
         return None;
     }
-    let (domain, _) = key.split_once('/')?;
-    let within = |d: &str| domain == d || domain.ends_with(&format!(".{d}"));
-    if DOMAIN_EXCEPTIONS.iter().any(|d| within(d)) {
+    let domain = domain_of(key);
+    if DOMAIN_EXCEPTIONS.iter().any(|d| domain.ends_with(d)) {
         return None;
     }
-    RESTRICTED_DOMAINS.iter().find(|d| within(d)).map(|d| {
-        format!(
-            "label {key} is in the restricted domain {d} (the kubelet cannot register a node \
-             with it; use a label of your own domain)"
-        )
-    })
+    RESTRICTED_DOMAINS
+        .iter()
+        .find(|d| domain.ends_with(*d))
+        .map(|d| {
+            format!(
+                "label {key} is in the restricted domain {d} (the kubelet cannot register a node \
+                 with it; use a label of your own domain)"
+            )
+        })
 }
 
 fn name_part(s: &str) -> Option<String> {

@@ -21,14 +21,7 @@ use crate::selector::NodeSelectorRequirement;
 use crate::syntax;
 use crate::taint::Taint;
 
-/// Labels joiner sets itself on the nodes it launches: a Provisioner may neither require nor
-/// set them, or its nodes would claim an identity they do not have.
-const RESTRICTED_LABELS: &[&str] = &[
-    labels::HOSTNAME,
-    labels::PROVISIONER_NAME,
-    labels::NODECLAIM,
-    labels::KARPENTER_PROVISIONER_NAME,
-];
+use crate::syntax::JOINER_SET_LABELS as RESTRICTED_LABELS;
 
 /// Eviction signals the kubelet knows.
 const EVICTION_SIGNALS: &[&str] = &[
@@ -124,6 +117,22 @@ impl Provisioner {
             return Err(check.invalid("spec.weight", format!("weight {weight} is outside 0–100")));
         }
 
+        let max = crate::label_rules::MAX_LABELS;
+        if spec.requirements.len() > max {
+            return Err(check.invalid(
+                "spec.requirements",
+                format!(
+                    "{} requirements; at most {max} are allowed",
+                    spec.requirements.len()
+                ),
+            ));
+        }
+        if spec.labels.len() > max {
+            return Err(check.invalid(
+                "spec.labels",
+                format!("{} labels; at most {max} are allowed", spec.labels.len()),
+            ));
+        }
         let requirements = convert_requirements(&check, "spec.requirements", &spec.requirements)?;
 
         for (key, value) in &spec.labels {

@@ -62,18 +62,23 @@ pub fn is_well_known(key: &str) -> bool {
     WELL_KNOWN.contains(&key)
 }
 
+/// Deprecated label keys and the keys that replaced them.
+pub const DEPRECATED: &[(&str, &str)] = &[
+    ("failure-domain.beta.kubernetes.io/zone", ZONE),
+    ("failure-domain.beta.kubernetes.io/region", REGION),
+    ("beta.kubernetes.io/arch", ARCH),
+    ("beta.kubernetes.io/os", OS),
+    ("beta.kubernetes.io/instance-type", INSTANCE_TYPE),
+    // Karpenter's provisioner label means the same thing on joiner nodes.
+    (KARPENTER_PROVISIONER_NAME, PROVISIONER_NAME),
+];
+
 /// Rewrites deprecated beta label keys to their GA names.
 pub fn normalize(key: &str) -> &str {
-    match key {
-        "failure-domain.beta.kubernetes.io/zone" => ZONE,
-        "failure-domain.beta.kubernetes.io/region" => REGION,
-        "beta.kubernetes.io/arch" => ARCH,
-        "beta.kubernetes.io/os" => OS,
-        "beta.kubernetes.io/instance-type" => INSTANCE_TYPE,
-        // Karpenter's provisioner label means the same thing on joiner nodes.
-        KARPENTER_PROVISIONER_NAME => PROVISIONER_NAME,
-        other => other,
-    }
+    DEPRECATED
+        .iter()
+        .find(|(old, _)| *old == key)
+        .map_or(key, |(_, new)| *new)
 }
 
 #[cfg(test)]

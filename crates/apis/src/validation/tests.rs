@@ -230,6 +230,26 @@ fn restricted_and_capacity_type_requirements() {
 }
 
 #[test]
+fn at_most_a_hundred_labels_and_requirements() {
+    let labels: String = (0..101).map(|i| format!("    l{i}: v\n")).collect();
+    let e = err(&with_spec(&format!("  labels:\n{labels}")));
+    assert_eq!(e.field(), "spec.labels");
+    assert!(e.reason().contains("at most 100"), "{e}");
+    let reqs: String = (0..101)
+        .map(|i| format!("    - {{key: r{i}, operator: Exists}}\n"))
+        .collect();
+    let e = err(&with_spec(&format!("  requirements:\n{reqs}")));
+    assert_eq!(e.field(), "spec.requirements");
+    let e = err(&with_spec(
+        "  labels:\n    node-role.kubernetes.io/worker: \"\"\n",
+    ));
+    assert!(
+        e.reason().contains("restricted domain kubernetes.io"),
+        "{e}"
+    );
+}
+
+#[test]
 fn weight_out_of_range() {
     for w in ["-1", "101"] {
         let e = err(&with_spec(&format!("  weight: {w}\n")));
