@@ -53,66 +53,14 @@ fn default_budget_nodes() -> String {
     "10%".to_string()
 }
 
-/// A parsed `nodes` value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BudgetNodes {
-    /// A fixed number of nodes.
-    Count(u32),
-    /// A percentage (0–100) of the Provisioner's nodes, rounded up.
-    Percent(u8),
-}
+pub use joiner_core::disruption::BudgetNodes;
 
-impl BudgetNodes {
-    /// Parses "3" or "10%"; `None` when it is neither.
-    pub fn parse(s: &str) -> Option<BudgetNodes> {
-        let s = s.trim();
-        if let Some(p) = s.strip_suffix('%') {
-            if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
-                return None;
-            }
-            let v: u8 = p.parse().ok()?;
-            (v <= 100).then_some(BudgetNodes::Percent(v))
-        } else if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
-            s.parse().ok().map(BudgetNodes::Count)
-        } else {
-            None
-        }
-    }
-
-    /// How many of `total` nodes the budget allows to be disrupted at once. Percentages round
-    /// up, so a non-zero percentage of a small Provisioner still lets one node move.
-    pub fn allowed(self, total: u32) -> u32 {
-        match self {
-            BudgetNodes::Count(n) => n,
-            BudgetNodes::Percent(p) => {
-                let scaled = u64::from(total) * u64::from(p);
-                u32::try_from(scaled.div_ceil(100)).unwrap_or(u32::MAX)
-            }
-        }
-    }
-}
-
-/// True for a cron schedule joiner can read: five space-separated fields, or a macro.
-pub fn is_valid_schedule(s: &str) -> bool {
-    const MACROS: &[&str] = &[
-        "@yearly",
-        "@annually",
-        "@monthly",
-        "@weekly",
-        "@daily",
-        "@midnight",
-        "@hourly",
-    ];
-    let s = s.trim();
-    if MACROS.contains(&s) {
-        return true;
-    }
-    let fields: Vec<&str> = s.split_whitespace().collect();
-    fields.len() == 5
-        && fields.iter().all(|f| {
-            f.chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '*' | ',' | '-' | '/' | '?'))
-        })
+/// Why a budget's cron schedule cannot be read, or `None` (five fields — names like `mon-fri`
+/// and `jan`, lists, ranges, steps — or a macro such as `@daily`).
+pub fn schedule_error(s: &str) -> Option<String> {
+    joiner_core::disruption::cron::Schedule::parse(s)
+        .err()
+        .map(|e| e.why)
 }
 
 #[cfg(test)]
@@ -120,22 +68,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn budget_nodes() {
-        assert_eq!(BudgetNodes::parse("10%"), Some(BudgetNodes::Percent(10)));
-        assert_eq!(BudgetNodes::parse("3"), Some(BudgetNodes::Count(3)));
-        for bad in ["", "%", "101%", "-1", "1.5", "ten"] {
-            assert_eq!(BudgetNodes::parse(bad), None, "{bad}");
-        }
-        assert_eq!(BudgetNodes::Percent(10).allowed(19), 2);
-        assert_eq!(BudgetNodes::Percent(0).allowed(19), 0);
-        assert_eq!(BudgetNodes::Count(3).allowed(1), 3);
-    }
-
-    #[test]
     fn schedules() {
-        assert!(is_valid_schedule("0 9 * * mon-fri"));
-        assert!(is_valid_schedule("@daily"));
-        assert!(!is_valid_schedule("0 9 * *"));
-        assert!(!is_valid_schedule("every day"));
+        assert_eq!(schedule_error("0 9 * * mon-fri"), None);
+        assert_eq!(schedule_error("@daily"), None);
+        assert!(schedule_error("0 9 * *").is_some_and(|w| w.contains("five fields")));
+        assert!(schedule_error("every day").is_some());
+        assert!(schedule_error("0 25 * * *").is_some_and(|w| w.contains("hour")));
     }
 }

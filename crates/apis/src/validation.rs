@@ -524,12 +524,10 @@ fn validate_budgets(check: &Check, budgets: &[crate::disruption::Budget]) -> Res
                 return Err(check.invalid(at("schedule"), "a duration needs a schedule"))
             }
             (Some(s), Some(d)) => {
-                if !disruption::is_valid_schedule(s) {
+                if let Some(why) = disruption::schedule_error(s) {
                     return Err(check.invalid(
                         at("schedule"),
-                        format!(
-                            "invalid cron schedule {s:?} (expected five fields or @daily etc.)"
-                        ),
+                        format!("invalid cron schedule {s:?}: {why}"),
                     ));
                 }
                 if duration::parse_seconds(d).is_none() {

@@ -4,6 +4,7 @@
 //! and carry out what it decides. That keeps every decision testable from plain data.
 
 pub mod cloud_provider;
+pub mod disruption;
 pub mod error;
 pub mod instance_type;
 pub mod kubelet;
