@@ -13,16 +13,21 @@ use schemars::{json_schema, Schema, SchemaGenerator};
 use serde_json::{json, Value};
 
 use crate::syntax::{
-    DOMAIN_EXCEPTIONS, JOINER_SET_LABELS, LABEL_VALUE_PATTERN, RESTRICTED_DOMAINS,
+    allowed_keys, domain_of, within as syntax_within, DOMAIN_EXCEPTIONS, JOINER_SET_LABELS,
+    LABEL_VALUE_PATTERN, RESTRICTED_DOMAINS,
 };
-use joiner_core::labels;
 
 /// Most labels (and requirements) a Provisioner may carry: bounds the rules' cost.
 pub const MAX_LABELS: usize = 100;
 
-/// The domain part of the key named `var`: everything before the first `/`.
+/// The domain of the key named `var` with a dot before and a slash after (`.kubernetes.io/`;
+/// `.` for a key without a domain), so one `endsWith` tests "this domain or a subdomain".
 fn domain(var: &str) -> String {
-    format!(r#"{var}.find("^([^/]+)")"#)
+    format!(r#"("." + {var}.find("^[^/]+/"))"#)
+}
+
+fn within(var: &str, d: &str) -> String {
+    format!("{}.endsWith({:?})", domain(var), format!(".{d}/"))
 }
 
 fn quoted(items: &[&str]) -> String {
@@ -30,31 +35,23 @@ fn quoted(items: &[&str]) -> String {
     format!("[{}]", q.join(", "))
 }
 
-/// The keys of `domain` a node may carry anyway: the well-known keys and their deprecated
-/// spellings that lie in it.
-fn allowed_in(d: &str) -> Vec<&'static str> {
-    labels::WELL_KNOWN
-        .iter()
-        .copied()
-        .chain(labels::DEPRECATED.iter().map(|(old, _)| *old))
-        .filter(|k| crate::syntax::domain_of(k).ends_with(d))
-        .collect()
-}
-
-/// One condition per restricted domain on the key named `var`, with its message.
+/// One condition per restricted domain on the key named `var`, with its message: the key
+/// is outside the domain, one of the keys nodes carry anyway, or under an exception.
 fn domain_conditions(var: &str) -> Vec<(String, String)> {
     RESTRICTED_DOMAINS
         .iter()
         .map(|d| {
             let mut alternatives = Vec::new();
-            let allowed = allowed_in(d);
+            let allowed: Vec<&str> = allowed_keys()
+                .filter(|k| domain_of(k).is_some_and(|kd| syntax_within(kd, d)))
+                .collect();
             if !allowed.is_empty() {
                 alternatives.push(format!("{var} in {}", quoted(&allowed)));
             }
-            for e in DOMAIN_EXCEPTIONS.iter().filter(|e| e.ends_with(d)) {
-                alternatives.push(format!("{}.endsWith({e:?})", domain(var)));
+            for e in DOMAIN_EXCEPTIONS.iter().filter(|e| syntax_within(e, d)) {
+                alternatives.push(within(var, e));
             }
-            alternatives.push(format!("!{}.endsWith({d:?})", domain(var)));
+            alternatives.push(format!("!{}", within(var, d)));
             (
                 alternatives.join(" || "),
                 format!("label domain {d:?} is restricted: use a label of your own domain"),
@@ -146,7 +143,10 @@ mod tests {
         "node.kubernetes.io/instance-type",
         "node.kubernetes.io/lifecycle",
         "pool.node.kubernetes.io/x",
+        "kubelet.kubernetes.io/x",
         "node-restriction.kubernetes.io/team",
+        "examplek8s.io/x",
+        "myjoiner.sh",
         "kops.k8s.io/instancegroup",
         "karpenter.sh/capacity-type",
         "node-role.kubernetes.io/worker",

@@ -95,45 +95,80 @@ pub(crate) const JOINER_SET_LABELS: &[&str] = &[
     joiner_core::labels::KARPENTER_PROVISIONER_NAME,
 ];
 
-/// Label domains the kubelet may not set on its own node (the NodeRestriction admission
-/// plugin) or that Kubernetes, Karpenter and joiner reserve for themselves.
+/// Label domains a node launched by joiner may not carry: those the kubelet refuses in
+/// `--node-labels` (the NodeRestriction rule: `kubernetes.io` and `k8s.io`) and those
+/// Karpenter and joiner reserve for themselves.
 pub(crate) const RESTRICTED_DOMAINS: &[&str] =
     &["kubernetes.io", "k8s.io", "karpenter.sh", "joiner.sh"];
-/// Subdomains of those that nodes may carry.
-pub(crate) const DOMAIN_EXCEPTIONS: &[&str] = &[
-    "node.kubernetes.io",
-    "node-restriction.kubernetes.io",
-    "kops.k8s.io",
+/// Subdomains of those that the kubelet may set.
+pub(crate) const DOMAIN_EXCEPTIONS: &[&str] = &["node.kubernetes.io", "kubelet.kubernetes.io"];
+/// Keys in the restricted domains that nodes carry anyway: the kubelet's own labels and the
+/// capacity type (their deprecated spellings are allowed through [`allowed_keys`]).
+const ALLOWED_KEYS: &[&str] = &[
+    "kubernetes.io/hostname",
+    "kubernetes.io/arch",
+    "kubernetes.io/os",
+    "node.kubernetes.io/instance-type",
+    "topology.kubernetes.io/region",
+    "topology.kubernetes.io/zone",
+    "karpenter.sh/capacity-type",
+    "joiner.sh/provisioner-name",
 ];
 
-/// The domain part of a label key: what precedes the first `/`, the whole key without one.
-/// Domains are compared by suffix ("…kubernetes.io"), as the CRDs' validation rules compare
-/// them, so `kubectl apply` and the controller draw the line in the same place.
-pub(crate) fn domain_of(key: &str) -> &str {
-    key.split('/').next().unwrap_or(key)
+/// The keys in restricted domains a node may carry: [`ALLOWED_KEYS`] and the deprecated
+/// spellings of well-known keys.
+pub(crate) fn allowed_keys() -> impl Iterator<Item = &'static str> {
+    ALLOWED_KEYS
+        .iter()
+        .copied()
+        .chain(joiner_core::labels::DEPRECATED.iter().map(|(old, _)| *old))
 }
 
-/// Why a Provisioner may not set or require label `key` because of its domain
-/// (`node-role.kubernetes.io/worker`: the kubelet cannot register with it), or `None`. The
-/// well-known keys (zone, instance type, arch, capacity type, ...) and their deprecated
-/// spellings are allowed.
-pub fn restricted_domain(key: &str) -> Option<String> {
-    if joiner_core::labels::is_well_known(joiner_core::labels::normalize(key)) {
-        return None;
-    }
-    let domain = domain_of(key);
-    if DOMAIN_EXCEPTIONS.iter().any(|d| domain.ends_with(d)) {
+/// The domain of a label key (what precedes its `/`), `None` for a key without one.
+pub(crate) fn domain_of(key: &str) -> Option<&str> {
+    key.split_once('/').map(|(d, _)| d)
+}
+
+/// True when `domain` is `d` or one of its subdomains (`node-role.kubernetes.io` is within
+/// `kubernetes.io`; `mykubernetes.io` is not).
+pub(crate) fn within(domain: &str, d: &str) -> bool {
+    domain == d
+        || domain
+            .strip_suffix(d)
+            .is_some_and(|rest| rest.ends_with('.'))
+}
+
+/// Why `key` is in one of `domains` and not allowed there, or `None`.
+fn refused_in(key: &str, domains: &[&str]) -> Option<&'static str> {
+    let domain = domain_of(key)?;
+    if allowed_keys().any(|k| k == key) || DOMAIN_EXCEPTIONS.iter().any(|e| within(domain, e)) {
         return None;
     }
     RESTRICTED_DOMAINS
         .iter()
-        .find(|d| domain.ends_with(*d))
-        .map(|d| {
-            format!(
-                "label {key} is in the restricted domain {d} (the kubelet cannot register a node \
-                 with it; use a label of your own domain)"
-            )
-        })
+        .copied()
+        .filter(|d| domains.contains(d))
+        .find(|d| within(domain, d))
+}
+
+/// True when the kubelet accepts `key` in `--node-labels`: outside `kubernetes.io` and
+/// `k8s.io`, or one of the kubelet's own keys, or under `node.kubernetes.io` or
+/// `kubelet.kubernetes.io`.
+pub fn kubelet_may_set(key: &str) -> bool {
+    refused_in(key, &["kubernetes.io", "k8s.io"]).is_none()
+}
+
+/// Why a Provisioner may not set or require label `key` because of its domain
+/// (`node-role.kubernetes.io/worker`: the kubelet cannot register with it; `karpenter.sh` and
+/// `joiner.sh` are reserved), or `None`. The well-known keys (zone, instance type, arch,
+/// capacity type, ...) and their deprecated spellings are allowed.
+pub fn restricted_domain(key: &str) -> Option<String> {
+    refused_in(key, RESTRICTED_DOMAINS).map(|d| {
+        format!(
+            "label {key} is in the restricted domain {d} (the kubelet cannot register a node \
+             with it; use a label of your own domain)"
+        )
+    })
 }
 
 fn name_part(s: &str) -> Option<String> {
@@ -197,19 +232,30 @@ mod tests {
         assert!(restricted_domain("kubernetes.io/role").is_some());
         assert!(restricted_domain("karpenter.sh/nodepool").is_some());
         assert!(restricted_domain("example.k8s.io/x").is_some());
+        assert!(restricted_domain("kops.k8s.io/instancegroup").is_some());
+        assert!(restricted_domain("node-restriction.kubernetes.io/team").is_some());
         for ok in [
             "node.kubernetes.io/instance-type",
             "beta.kubernetes.io/arch",
             "topology.kubernetes.io/zone",
             "karpenter.sh/capacity-type",
             "node.kubernetes.io/lifecycle",
-            "kops.k8s.io/instancegroup",
+            "pool.node.kubernetes.io/x",
+            "kubelet.kubernetes.io/x",
             "karpenter.k8s.aws/instance-family",
             "example.com/team",
+            "mykubernetes.io/x",
+            "kubernetes.io",
             "team",
         ] {
             assert_eq!(restricted_domain(ok), None, "{ok}");
         }
+        assert!(
+            kubelet_may_set("karpenter.sh/nodepool"),
+            "not the kubelet's business"
+        );
+        assert!(kubelet_may_set("kubernetes.io/hostname"));
+        assert!(!kubelet_may_set("node-role.kubernetes.io/worker"));
     }
 
     #[test]

@@ -253,41 +253,19 @@ pub fn render(
 }
 
 /// Rejects labels the kubelet refuses in `--node-labels` (the NodeRestriction rule): keys in
-/// the `kubernetes.io` or `k8s.io` namespaces, other than the kubelet's own allowed ones.
+/// the `kubernetes.io` or `k8s.io` namespaces, other than the kubelet's own allowed ones
+/// (the same rule the Provisioner CRD and validation apply, `joiner_apis::syntax`).
 fn check_labels(provisioner: &str, labels: &BTreeMap<String, String>) -> Result<(), UserDataError> {
-    const ALLOWED: &[&str] = &[
-        "kubernetes.io/hostname",
-        "kubernetes.io/arch",
-        "kubernetes.io/os",
-        "beta.kubernetes.io/arch",
-        "beta.kubernetes.io/os",
-        "beta.kubernetes.io/instance-type",
-        "node.kubernetes.io/instance-type",
-        "failure-domain.beta.kubernetes.io/region",
-        "failure-domain.beta.kubernetes.io/zone",
-        "topology.kubernetes.io/region",
-        "topology.kubernetes.io/zone",
-    ];
-    for key in labels.keys() {
-        let Some((namespace, _)) = key.split_once('/') else {
-            continue;
-        };
-        let restricted = ["kubernetes.io", "k8s.io"]
-            .iter()
-            .any(|d| namespace == *d || namespace.ends_with(&format!(".{d}")));
-        let allowed = ALLOWED.contains(&key.as_str())
-            || namespace == "kubelet.kubernetes.io"
-            || namespace.ends_with(".kubelet.kubernetes.io")
-            || namespace == "node.kubernetes.io"
-            || namespace.ends_with(".node.kubernetes.io");
-        if restricted && !allowed {
-            return Err(UserDataError::RestrictedLabel {
-                provisioner: provisioner.to_string(),
-                key: key.clone(),
-            });
-        }
+    match labels
+        .keys()
+        .find(|k| !joiner_apis::syntax::kubelet_may_set(k))
+    {
+        Some(key) => Err(UserDataError::RestrictedLabel {
+            provisioner: provisioner.to_string(),
+            key: key.clone(),
+        }),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// `'text'` for a POSIX shell: single quotes, each inner `'` written as `'\''`.

@@ -417,15 +417,14 @@ pub fn pin(
             continue;
         }
         let p = &pods[class.template];
-        let shut = closed.for_pods(&class.pods);
         // Spread domains are those the pod could be placed in, by its own node affinity (the
         // kube-scheduler's nodeAffinityPolicy Honor); where it may go also follows its volumes.
-        let domains: Vec<Domains> = (0..keys.len())
+        let reach: Vec<Vec<String>> = (0..keys.len())
             .map(|k| {
                 if !takes_part(k) {
-                    return Domains::default();
+                    return Vec::new();
                 }
-                let all: Vec<String> = reachable(
+                reachable(
                     &keys[k],
                     p,
                     &key_domains[k],
@@ -435,27 +434,48 @@ pub fn pin(
                     &prov_reqs,
                 )
                 .into_iter()
-                .filter(|v| !shut.contains(&(keys[k].clone(), v.clone())))
-                .collect();
-                let allowed = all
-                    .iter()
-                    .filter(|d| terms_allow(&p.node_terms, &keys[k], d))
-                    .cloned()
-                    .collect();
-                Domains { all, allowed }
+                .collect()
             })
             .collect();
+        // The domains left to a pod once those closed to it are taken out (per pod: a domain
+        // closed to one pod of a class stays open to the others).
+        let domains_for = |shut: &BTreeSet<(String, String)>| -> Vec<Domains> {
+            (0..keys.len())
+                .map(|k| {
+                    let all: Vec<String> = reach[k]
+                        .iter()
+                        .filter(|v| !shut.contains(&(keys[k].clone(), (*v).clone())))
+                        .cloned()
+                        .collect();
+                    let allowed = all
+                        .iter()
+                        .filter(|d| terms_allow(&p.node_terms, &keys[k], d))
+                        .cloned()
+                        .collect();
+                    Domains { all, allowed }
+                })
+                .collect()
+        };
+        let open = domains_for(&BTreeSet::new());
+        let mut by_shut: HashMap<BTreeSet<(String, String)>, Vec<Domains>> = HashMap::new();
         // A key no node or Provisioner of the pod's carries: required anti-affinity holds
         // anywhere (no node shares a domain with another, as the kube-scheduler reads it), and
         // being counted there means nothing; spreads and affinity cannot hold (see `choose`).
+        // A key whose domains were all closed to a pod is not such a key: the pod is refused.
         let involved: Vec<usize> = involved
             .into_iter()
             .filter(|&k| {
-                !domains[k].all.is_empty() || !t[k].spreads.is_empty() || !t[k].affinity.is_empty()
+                !reach[k].is_empty() || !t[k].spreads.is_empty() || !t[k].affinity.is_empty()
             })
             .collect();
         let mut split: BTreeMap<Vec<Option<String>>, Vec<usize>> = BTreeMap::new();
         for &pi in &class.pods {
+            let shut = closed.for_pods(&[pi]);
+            let domains = if shut.is_empty() {
+                &open
+            } else {
+                by_shut.entry(shut).or_insert_with_key(|s| domains_for(s))
+            };
             let mut choice: Vec<Option<String>> = vec![None; keys.len()];
             let mut why = None;
             for &k in &involved {

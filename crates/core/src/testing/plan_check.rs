@@ -81,6 +81,12 @@ impl<'a> Cluster<'a> {
             if let Some(p) = provisioners.iter().find(|p| p.name == n.provisioner) {
                 l.extend(p.labels.clone());
             }
+            // Single-value requirements become labels (the claim sets them on its node).
+            for (k, r) in n.requirements.iter() {
+                if let Some(v) = r.single_value() {
+                    l.insert(k.clone(), v.to_string());
+                }
+            }
             l.insert(labels::ZONE.into(), n.zone.clone());
             l.insert(
                 labels::CAPACITY_TYPE.into(),
@@ -338,6 +344,12 @@ fn check_terms(c: &Cluster, p: &Pod, node: &str) -> Result<(), String> {
 /// most maxSkew matching pods (a new node can always be made, so the minimum is zero).
 fn check_spread(c: &Cluster, p: &Pod, node: &str, t: &TopologySpread) -> Result<(), String> {
     let counts = |q: &Pod| q.namespace == p.namespace && t.selector.matches_labels(&q.labels);
+    // Only pods on nodes the pod's own node terms select count (nodeAffinityPolicy: Honor).
+    let terms = p.own_node_terms.as_ref().unwrap_or(&p.node_terms);
+    let eligible = |n: &str| {
+        let l = &c.node_labels[n];
+        terms.is_empty() || terms.iter().any(|t| t.matches_labels(l))
+    };
     let Some(d) = c.value(node, &t.topology_key) else {
         ensure!(
             false,
@@ -348,8 +360,9 @@ fn check_spread(c: &Cluster, p: &Pod, node: &str, t: &TopologySpread) -> Result<
         return Ok(());
     };
     let count = |v: &str| {
-        c.in_domain(&t.topology_key, v)
-            .filter(|q| counts(q))
+        c.placed
+            .iter()
+            .filter(|(q, n, _)| c.value(n, &t.topology_key) == Some(v) && eligible(n) && counts(q))
             .count() as i64
     };
     if t.topology_key == labels::HOSTNAME {

@@ -195,11 +195,11 @@ fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
             c.zone_spread = app_spread[c.app].map(|(_, s)| s);
             if let Some((key, _)) = app_spread[c.app] {
                 c.spread_key = key;
-                if KEYS[key] == labels::CAPACITY_TYPE {
-                    // An on-demand class counts only the on-demand domain; its siblings would
-                    // be judged against pods the scheduler let them ignore.
-                    c.on_demand = false;
-                }
+                // The kube-scheduler counts a spread over the nodes the pod's own node terms
+                // select; the simulation counts a workload's pods on every node (a known
+                // limit, docs/architecture.md), so spread workloads here do not mix
+                // on-demand-only classes with classes that may go to spot.
+                c.on_demand = false;
             }
             if c.host_affinity {
                 // A self-affine term next to a term on running pods is decided by the running
@@ -514,4 +514,54 @@ fn a_hostname_affine_pod_stands_alone_when_the_pod_it_selects_is_unschedulable()
     if let Err(e) = check(&s, &catalog(), &plan) {
         panic!("{e}\n{plan:#?}");
     }
+}
+
+/// A domain closed to one pod of a class (its sibling was refused there for another rule)
+/// stays open to the others, and does not make the key look absent: the placed sibling is
+/// still counted on the capacity type, so a pod repelling its app by capacity type avoids it.
+#[test]
+fn a_domain_closed_to_one_pod_leaves_its_siblings_counted() {
+    let base = ClassSpec {
+        count: 1,
+        cpu: 100,
+        app: 1,
+        ns: 0,
+        ns_mode: 0,
+        spread_key: 0,
+        term_key: 2,
+        zone_spread: None,
+        host_spread: None,
+        host_anti: None,
+        zone_anti: true,
+        zone_affinity: false,
+        port: None,
+        on_demand: false,
+        host_affinity: false,
+        affine_to: None,
+    };
+    let follower = ClassSpec {
+        count: 2,
+        cpu: 250,
+        term_key: 1,
+        on_demand: true,
+        affine_to: Some(0),
+        ..base.clone()
+    };
+    let target = ClassSpec {
+        app: 0,
+        term_key: 0,
+        zone_anti: false,
+        ..base.clone()
+    };
+    let s = build(&[base, follower, target], &[]);
+    let plan = plan_of(&s);
+    if let Err(e) = check(&s, &catalog(), &plan) {
+        panic!("{e}\n{plan:#?}");
+    }
+    let refused: Vec<&str> = plan.unschedulable.iter().map(|u| u.pod.as_str()).collect();
+    assert_eq!(
+        refused,
+        ["default/d1-1"],
+        "one pool per pod of app b is left"
+    );
 }
