@@ -121,15 +121,17 @@ fn close_empty_domains(
 /// Closes, to a pinned class's pods, each domain its required pod affinity chose because pods
 /// it selects were pinned there, when the pass then placed none of them there (refused for
 /// another rule) and no running pod it selects is there: the kube-scheduler would keep such a
-/// pod pending, so no node is bought for it. Its own placed pods count when it selects itself
-/// (a self-affine group bootstraps a domain). True when something new was closed.
+/// pod pending, so no node is bought for it. Its own workload's placed pods count where it
+/// may bootstrap (it selects itself and no pod the term selects runs anywhere), in one domain
+/// only: the first pod starts a domain, the next ones see it and must join. True when
+/// something new was closed.
 fn close_unmet_affinity(
     snapshot: &Snapshot,
     plan: &Plan,
     pinned: &[classes::PodClass],
     closed: &mut topology::Closed,
 ) -> bool {
-    use std::collections::HashSet;
+    use std::collections::{BTreeMap, HashSet};
 
     use affinity::Scope;
     let refused: HashSet<&str> = plan.unschedulable.iter().map(|u| u.pod.as_str()).collect();
@@ -145,42 +147,91 @@ fn close_unmet_affinity(
             .find(|n| n.name == node)
             .and_then(|n| n.labels.get(key).cloned())
     };
-    let mut grew = false;
-    for c in pinned.iter().filter(|c| placed(c)) {
+    let value_of = |c: &classes::PodClass, key: &str| {
+        c.pinned
+            .get(key)
+            .and_then(|r| r.single_value())
+            .map(str::to_string)
+    };
+    // The scopes of a class's required pod-affinity terms, by key.
+    let terms_of = |c: &classes::PodClass| -> Vec<(String, Scope)> {
         let pod = &snapshot.pods[c.template];
-        for term in pod
-            .affinity
+        pod.affinity
             .iter()
             .filter(|a| !a.anti && a.weight.is_none())
-        {
-            let Some(value) = c
-                .pinned
-                .get(&term.topology_key)
-                .and_then(|r| r.single_value())
-            else {
+            .map(|a| (a.topology_key.clone(), Scope::of_term(pod, a)))
+            .collect()
+    };
+    let mut unmet: Vec<(&classes::PodClass, String, String)> = Vec::new();
+    // (key, scope) → domains that pods carrying that term started alone, with the classes.
+    let mut bootstraps: BTreeMap<(String, Scope), BTreeMap<String, Vec<&classes::PodClass>>> =
+        BTreeMap::new();
+    for c in pinned.iter().filter(|c| placed(c)) {
+        for (key, scope) in terms_of(c) {
+            let Some(value) = value_of(c, &key) else {
                 continue;
             };
-            let scope = Scope::of_term(pod, term);
-            let key = term.topology_key.as_str();
-            let in_domain = |d: &classes::PodClass| {
-                d.pinned
-                    .get(key)
-                    .and_then(|r| r.single_value())
-                    .is_some_and(|v| v == value)
-            };
-            let met = pinned
-                .iter()
-                .any(|d| in_domain(d) && scope.matches(&snapshot.pods[d.template]) && placed(d))
-                || snapshot.pods.iter().any(|p| {
-                    p.node_name.as_deref().is_some_and(|n| {
-                        scope.matches(p) && node_value(n, key).as_deref() == Some(value)
-                    })
-                });
-            if !met {
-                for &i in &c.pods {
-                    grew |= closed.close(i, key, value);
-                }
+            let runs_here = snapshot.pods.iter().any(|p| {
+                p.node_name.as_deref().is_some_and(|n| {
+                    scope.matches(p) && node_value(n, &key).as_deref() == Some(value.as_str())
+                })
+            });
+            if runs_here {
+                continue;
             }
+            let selected: Vec<&classes::PodClass> = pinned
+                .iter()
+                .filter(|d| {
+                    value_of(d, &key).as_deref() == Some(value.as_str())
+                        && scope.matches(&snapshot.pods[d.template])
+                        && placed(d)
+                })
+                .collect();
+            // A selected pod that does not carry the term itself: the pod has a partner.
+            let partner = selected
+                .iter()
+                .any(|d| !terms_of(d).iter().any(|(k, s)| *k == key && *s == scope));
+            if partner {
+                continue;
+            }
+            let runs_anywhere = snapshot
+                .pods
+                .iter()
+                .any(|p| p.node_name.is_some() && scope.matches(p));
+            if !selected.is_empty() && !runs_anywhere {
+                bootstraps
+                    .entry((key, scope))
+                    .or_default()
+                    .entry(value)
+                    .or_default()
+                    .push(c);
+            } else {
+                unmet.push((c, key, value));
+            }
+        }
+    }
+    // One domain per term may be started by the pods carrying it (the first pod starts it,
+    // the next ones see it): the one holding most of them stays.
+    for ((key, _), domains) in &bootstraps {
+        let keep = domains
+            .iter()
+            .max_by_key(|(v, cs)| {
+                (
+                    cs.iter().map(|c| c.pods.len()).sum::<usize>(),
+                    std::cmp::Reverse(*v),
+                )
+            })
+            .map(|(v, _)| v.clone());
+        for (v, cs) in domains {
+            if Some(v) != keep.as_ref() {
+                unmet.extend(cs.iter().map(|c| (*c, key.clone(), v.clone())));
+            }
+        }
+    }
+    let mut grew = false;
+    for (c, key, value) in unmet {
+        for &i in &c.pods {
+            grew |= closed.close(i, &key, &value);
         }
     }
     grew

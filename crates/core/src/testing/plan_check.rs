@@ -233,6 +233,7 @@ pub fn check(s: &Snapshot, types: &[InstanceType], plan: &Plan) -> Result<(), St
         check_ports(node, ps)?;
     }
     check_hostname_groups(&c, &by_node)?;
+    check_bootstraps(&c)?;
     for (p, node, ct) in c.placed.iter().filter(|(p, ..)| p.node_name.is_none()) {
         let l = &c.node_labels[node.as_str()];
         ensure!(
@@ -398,6 +399,81 @@ fn check_spread(c: &Cluster, p: &Pod, node: &str, t: &TopologySpread) -> Result<
         min,
         domains
     );
+    Ok(())
+}
+
+/// Required pod affinity on a key other than the hostname, pods that select themselves: a
+/// domain where every pod the term selects is a newly placed pod carrying the same term was
+/// bootstrapped by the kube-scheduler's exception, which applies only while no pod the term
+/// selects exists. So no such domain while a selected pod runs, and at most one per term (the
+/// pods after the first see it and must join a domain holding a selected pod).
+fn check_bootstraps(c: &Cluster) -> Result<(), String> {
+    let same_term = |a: &PodAffinityTerm, b: &PodAffinityTerm| {
+        a.topology_key == b.topology_key
+            && a.selector == b.selector
+            && a.namespaces == b.namespaces
+            && a.namespace_selector == b.namespace_selector
+    };
+    let carries = |q: &Pod, a: &PodAffinityTerm, owner: &Pod| {
+        q.node_name.is_none()
+            && q.namespace == owner.namespace
+            && q.affinity
+                .iter()
+                .any(|b| !b.anti && b.weight.is_none() && same_term(a, b))
+    };
+    let mut seen: Vec<(&Pod, &PodAffinityTerm, BTreeSet<&str>)> = Vec::new();
+    for (p, node, _) in c.placed.iter().filter(|(p, ..)| p.node_name.is_none()) {
+        for a in p
+            .affinity
+            .iter()
+            .filter(|a| !a.anti && a.weight.is_none() && a.topology_key != labels::HOSTNAME)
+        {
+            if !c.term_selects(p, a, p) {
+                continue;
+            }
+            let Some(d) = c.value(node, &a.topology_key) else {
+                continue;
+            };
+            let bootstrapped = c
+                .in_domain(&a.topology_key, d)
+                .filter(|q| c.term_selects(p, a, q))
+                .all(|q| carries(q, a, p));
+            if !bootstrapped {
+                continue;
+            }
+            if let Some((q, _)) = c
+                .placed
+                .iter()
+                .map(|(q, ..)| (*q, ()))
+                .find(|(q, _)| q.node_name.is_some() && c.term_selects(p, a, q))
+            {
+                ensure!(
+                    false,
+                    "{} starts {}={} alone though {} runs and its affinity selects it",
+                    p.key(),
+                    a.topology_key,
+                    d,
+                    q.key()
+                );
+            }
+            match seen
+                .iter_mut()
+                .find(|(o, b, _)| o.namespace == p.namespace && same_term(a, b))
+            {
+                Some((_, _, domains)) => {
+                    domains.insert(d);
+                    ensure!(
+                        domains.len() <= 1,
+                        "{}: pods of one affinity term on {} started {:?} each alone",
+                        p.key(),
+                        a.topology_key,
+                        domains
+                    );
+                }
+                None => seen.push((p, a, BTreeSet::from([d]))),
+            }
+        }
+    }
     Ok(())
 }
 

@@ -565,3 +565,86 @@ fn a_domain_closed_to_one_pod_leaves_its_siblings_counted() {
         "one pool per pod of app b is left"
     );
 }
+
+/// A class with one pod of `app` in `ns` and no rule.
+fn plain(app: usize, ns: usize) -> ClassSpec {
+    ClassSpec {
+        count: 1,
+        cpu: 100,
+        app,
+        ns,
+        ns_mode: 0,
+        spread_key: 0,
+        term_key: 0,
+        zone_spread: None,
+        host_spread: None,
+        host_anti: None,
+        zone_anti: false,
+        zone_affinity: false,
+        port: None,
+        on_demand: false,
+        host_affinity: false,
+        affine_to: None,
+    }
+}
+
+fn plan_holds(classes: &[ClassSpec]) -> crate::scheduling::Plan {
+    let s = build(classes, &[]);
+    let plan = plan_of(&s);
+    if let Err(e) = check(&s, &catalog(), &plan) {
+        panic!("{e}\n{plan:#?}");
+    }
+    plan
+}
+
+/// A self-affine zone group whose pods were first pinned beside pods refused later (here:
+/// pods whose hostname affinity selects nothing) starts one zone, not one zone per pod.
+#[test]
+fn a_self_affine_group_starts_one_zone_when_the_pods_it_counted_on_are_refused() {
+    let mut lost = plain(2, 1);
+    lost.count = 2;
+    lost.ns_mode = 3;
+    lost.host_spread = Some(1);
+    lost.affine_to = Some(1);
+    let mut group = plain(2, 1);
+    group.count = 2;
+    group.zone_affinity = true;
+    let plan = plan_holds(&[lost, group]);
+    let zones: BTreeMap<&str, usize> = plan
+        .new_nodes
+        .iter()
+        .filter(|n| n.pods.iter().any(|p| p.starts_with("team/d1-")))
+        .fold(BTreeMap::new(), |mut m, n| {
+            *m.entry(n.zone.as_str()).or_default() += 1;
+            m
+        });
+    assert_eq!(zones.len(), 1, "{zones:?}");
+}
+
+/// Two workloads with the same pod-affinity term (pool, app a, every namespace): once the
+/// first starts a pool, the second must join it.
+#[test]
+fn pods_sharing_an_affinity_term_start_one_domain_between_them() {
+    let mut first = plain(0, 1);
+    first.ns_mode = 1;
+    first.term_key = 1;
+    first.zone_affinity = true;
+    let mut lost = plain(0, 0);
+    lost.count = 2;
+    lost.affine_to = Some(1);
+    let mut second = first.clone();
+    second.host_anti = Some(0);
+    let plan = plan_holds(&[first, lost, second]);
+    let pools: Vec<&str> = plan
+        .new_nodes
+        .iter()
+        .filter(|n| n.pods.iter().any(|p| p.starts_with("team/")))
+        .map(|n| n.provisioner.as_str())
+        .collect();
+    assert_eq!(
+        pools.len(),
+        2,
+        "two nodes (the second repels the first by hostname)"
+    );
+    assert_eq!(pools[0], pools[1], "one pool: {pools:?}");
+}
