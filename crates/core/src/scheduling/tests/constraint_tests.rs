@@ -1199,3 +1199,99 @@ fn spread_domains_count_what_the_provisioners_nodes_hold_with_its_volume() {
     });
     assert_all_placed_with_zone_counts(&p, &[("z-a", 1), ("z-b", 1), ("z-c", 1)]);
 }
+
+#[test]
+fn a_hard_affinity_on_a_key_nothing_carries_is_unschedulable_with_a_reason() {
+    // The kube-scheduler needs a node with the key for required pod affinity.
+    let mut pods = deployment("web", 2, 500, 512);
+    for p in &mut pods {
+        p.affinity.push(term("example.com/rack", false, app("web")));
+    }
+    let plan = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert_eq!(plan.unschedulable.len(), 2, "{plan:#?}");
+    assert!(
+        plan.unschedulable[0].reason.contains("example.com/rack"),
+        "{}",
+        plan.unschedulable[0].reason
+    );
+    assert!(plan.new_nodes.is_empty());
+}
+
+#[test]
+fn spread_on_the_instance_type_uses_two_types() {
+    // maxSkew 1 over node.kubernetes.io/instance-type: two pods, two different types (the
+    // second cheapest type that holds one takes the second pod).
+    let mut pods = spread_pods(2, labels::INSTANCE_TYPE);
+    for p in &mut pods {
+        p.node_terms = vec![{
+            let mut r = Requirements::new();
+            r.add(
+                labels::INSTANCE_TYPE,
+                Requirement::one_of(["m5.large", "c5.large"]),
+            );
+            r
+        }];
+    }
+    let plan = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
+    let types: std::collections::BTreeSet<&str> = plan
+        .new_nodes
+        .iter()
+        .map(|n| n.instance_type.as_str())
+        .collect();
+    assert_eq!(
+        types,
+        ["c5.large", "m5.large"].into_iter().collect(),
+        "{plan:#?}"
+    );
+}
+
+#[test]
+fn pods_with_a_soft_spread_are_not_held_by_the_hard_spread_of_others() {
+    // `web` spreads hard over zones; `batch` carries the same app label with a ScheduleAnyway
+    // spread and must run in z-a. The kube-scheduler places batch in z-a (a soft rule never
+    // refuses), and web's pods balance against what batch put there.
+    let mut web = deployment("web", 3, 500, 512);
+    for p in &mut web {
+        p.topology_spread.push(spread(labels::ZONE, 1, app("web")));
+    }
+    let mut batch = deployment("batch", 4, 500, 512);
+    for p in &mut batch {
+        p.labels.insert("app".into(), "web".into());
+        let mut soft = spread(labels::ZONE, 1, app("web"));
+        soft.hard = false;
+        p.topology_spread.push(soft);
+        let mut r = Requirements::new();
+        r.add(labels::ZONE, Requirement::single("z-a"));
+        p.node_terms = vec![r];
+    }
+    let mut pods = web;
+    pods.extend(batch);
+    let plan = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
+    let mut web_zones: BTreeMap<String, usize> = BTreeMap::new();
+    for n in &plan.new_nodes {
+        for p in &n.pods {
+            if p.starts_with("default/batch") {
+                assert_eq!(n.zone, "z-a", "{p} follows its node selector");
+            } else {
+                *web_zones.entry(n.zone.clone()).or_default() += 1;
+            }
+        }
+    }
+    assert_eq!(
+        web_zones.get("z-a"),
+        None,
+        "z-a already holds 4 pods: {web_zones:?}"
+    );
+    assert_eq!(web_zones.values().sum::<usize>(), 3);
+}

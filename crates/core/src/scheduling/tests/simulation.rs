@@ -193,6 +193,23 @@ fn a_node_counts_against_limits_as_its_largest_option() {
 }
 
 #[test]
+fn a_memory_limit_is_named_in_human_units() {
+    let mut prov = Provisioner::default_provisioner();
+    prov.limits.memory = Some(1600 << 30);
+    let s = Snapshot {
+        pods: deployment("web", 60, 1000, 64 * 1024),
+        provisioners: vec![prov],
+        ..Snapshot::default()
+    };
+    let p = run(&s);
+    assert!(!p.unschedulable.is_empty());
+    assert_eq!(
+        p.unschedulable[0].reason,
+        "launching would exceed limit memory=1600Gi"
+    );
+}
+
+#[test]
 fn every_resource_in_the_limits_is_enforced() {
     // A pods limit of 3 (no cpu or memory limit) caps the new nodes' pod capacity.
     let mut prov = Provisioner::default_provisioner();
