@@ -203,6 +203,7 @@ fn the_cluster_role_grants_the_controllers_calls_and_no_wildcards() {
     for v in ["list", "watch"] {
         wanted.push(("apps", "daemonsets", v));
         wanted.push(("policy", "poddisruptionbudgets", v));
+        wanted.push(("", "namespaces", v));
         wanted.push(("", "persistentvolumeclaims", v));
         wanted.push(("", "persistentvolumes", v));
         wanted.push(("storage.k8s.io", "storageclasses", v));

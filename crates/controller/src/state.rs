@@ -14,7 +14,7 @@ use joiner_core::kubelet::KubeletSettings;
 use joiner_core::scheduling::daemons;
 use joiner_core::{InstanceType, Snapshot};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -41,6 +41,8 @@ pub struct ClusterState {
     pub node_claims: Store<NodeClaim>,
     /// PodDisruptionBudgets: drains and disruption decisions respect them.
     pub pdbs: Store<PodDisruptionBudget>,
+    /// Namespaces (metadata only): the labels pod-affinity `namespaceSelector`s select.
+    pub namespaces: Store<Namespace>,
     /// NodeClaims this replica wrote that the claims store may not hold yet.
     pub created: CreatedClaims,
     /// Where pods' volumes are: a pending pod whose EBS volume exists in one zone can only run
@@ -181,6 +183,7 @@ impl ClusterState {
             node_templates: synced_empty(),
             node_claims: synced_empty(),
             pdbs: synced_empty(),
+            namespaces: synced_empty(),
             created: CreatedClaims::default(),
             volumes: VolumeStores::empty(),
         }
@@ -336,8 +339,14 @@ impl ClusterState {
         snap.daemonsets
             .sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         snap.provisioners.sort_by(|a, b| a.name.cmp(&b.name));
-        // Namespaces are not watched: a selector reads the kubernetes.io/metadata.name label
-        // every namespace carries.
+        // The labels namespaceSelectors select (every namespace also carries
+        // kubernetes.io/metadata.name, which resolving adds when a namespace is not stored).
+        for ns in self.namespaces.state() {
+            if let Some(name) = ns.metadata.name.clone() {
+                let labels = ns.metadata.labels.clone().unwrap_or_default();
+                snap.namespace_labels.insert(name, labels);
+            }
+        }
         snap.resolve_namespace_selectors();
         warnings.sort();
         (snap, warnings)

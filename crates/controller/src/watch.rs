@@ -16,7 +16,7 @@ use futures::{FutureExt, StreamExt, TryStreamExt};
 use joiner_apis::{NodeClaim, NodeTemplate, Provisioner};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{
-    Container, Node, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    Container, Namespace, Node, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec,
     PersistentVolumeSpec, Pod, PodSpec,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -48,13 +48,14 @@ pub struct Reflectors {
 }
 
 /// Starts nothing yet: builds the stores and the watcher futures for Pods, Nodes, DaemonSets,
-/// PodDisruptionBudgets, Provisioners, NodeTemplates, NodeClaims, PersistentVolumeClaims,
-/// PersistentVolumes and StorageClasses on `client`.
+/// PodDisruptionBudgets, Namespaces, Provisioners, NodeTemplates, NodeClaims,
+/// PersistentVolumeClaims, PersistentVolumes and StorageClasses on `client`.
 pub fn reflectors(client: &Client) -> Reflectors {
     let (pods, pods_w) = reflector::store();
     let (nodes, nodes_w) = reflector::store();
     let (daemonsets, daemonsets_w) = reflector::store();
     let (pdbs, pdbs_w) = reflector::store();
+    let (namespaces, namespaces_w) = reflector::store();
     let (provisioners, provisioners_w) = reflector::store();
     let (node_templates, node_templates_w) = reflector::store();
     let (node_claims, node_claims_w) = reflector::store();
@@ -73,6 +74,11 @@ pub fn reflectors(client: &Client) -> Reflectors {
             Api::<PodDisruptionBudget>::all(client.clone()),
             pdbs_w,
             strip_meta,
+        ),
+        drive(
+            Api::<Namespace>::all(client.clone()),
+            namespaces_w,
+            strip_namespace,
         ),
         drive(
             Api::<Provisioner>::all(client.clone()),
@@ -114,6 +120,7 @@ pub fn reflectors(client: &Client) -> Reflectors {
             node_templates,
             node_claims,
             pdbs,
+            namespaces,
             created: Default::default(),
             volumes: VolumeStores {
                 claims: volume_claims,
@@ -133,6 +140,7 @@ pub async fn wait_synced(state: &ClusterState) -> Result<(), reflector::store::W
     state.nodes.wait_until_ready().await?;
     state.daemonsets.wait_until_ready().await?;
     state.pdbs.wait_until_ready().await?;
+    state.namespaces.wait_until_ready().await?;
     state.provisioners.wait_until_ready().await?;
     state.node_templates.wait_until_ready().await?;
     state.node_claims.wait_until_ready().await?;
@@ -202,6 +210,13 @@ pub fn strip_metadata(meta: &mut ObjectMeta) {
 
 fn strip_meta<K: Resource>(obj: &mut K) {
     strip_metadata(obj.meta_mut());
+}
+
+/// Keeps of a Namespace its name and labels (what namespaceSelectors read).
+fn strip_namespace(ns: &mut Namespace) {
+    strip_metadata(&mut ns.metadata);
+    ns.spec = None;
+    ns.status = None;
 }
 
 /// Keeps of a container what sizing and host-port checks read: name, resources, ports,

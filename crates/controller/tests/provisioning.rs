@@ -196,6 +196,7 @@ async fn harness(pods: Vec<Pod>, claims: Vec<NodeClaim>, script: Script) -> Harn
         node_templates: templates.as_reader(),
         node_claims: claims.as_reader(),
         pdbs: pdbs.as_reader(),
+        namespaces: ClusterState::empty().namespaces,
         created: Default::default(),
         volumes: joiner_controller::state::VolumeStores::empty(),
     };

@@ -110,6 +110,7 @@ fn cluster() -> impl FnMut(&Recorded) -> Reply + Send + 'static {
             "v1",
         ),
         ("/api/v1/persistentvolumes", "PersistentVolumeList", "v1"),
+        ("/api/v1/namespaces", "NamespaceList", "v1"),
         (
             "/apis/storage.k8s.io/v1/storageclasses",
             "StorageClassList",
@@ -293,6 +294,7 @@ async fn a_replica_syncs_leads_runs_its_tasks_and_releases_the_lease_on_stop() {
         "nodes",
         "daemonsets",
         "poddisruptionbudgets",
+        "namespaces",
         "nodeclaims",
         "persistentvolumeclaims",
         "persistentvolumes",

@@ -123,6 +123,7 @@ fn fixture_with_provisioner(
             node_templates: templates.as_reader(),
             node_claims: claims.as_reader(),
             pdbs: pdbs.as_reader(),
+            namespaces: ClusterState::empty().namespaces,
             created: Default::default(),
             volumes: joiner_controller::state::VolumeStores::empty(),
         },
@@ -893,4 +894,44 @@ fn provisioners_being_deleted_or_not_ready_are_not_planned_with() {
             == "Provisioner broken is not planned with: it is not Ready (NodeTemplateNotFound: NodeTemplate missing does not exist)"),
         "{warnings:?}"
     );
+}
+
+#[test]
+fn namespace_selectors_read_the_watched_namespaces_labels() {
+    // A pending pod in `shop` repels `app: cache` pods in namespaces labeled `team: data`; the
+    // Namespace store says `ops` is one of them.
+    let cache = pod(
+        "cache",
+        json!({"nodeName": "n1", "containers": containers("100m")}),
+        json!({"phase": "Running"}),
+    );
+    let mut cache = cache;
+    cache.metadata.namespace = Some("ops".into());
+    let web = pod(
+        "web",
+        json!({"containers": containers("100m"), "affinity": {"podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [{
+            "topologyKey": "kubernetes.io/hostname",
+            "labelSelector": {"matchLabels": {"app": "cache"}},
+            "namespaceSelector": {"matchLabels": {"team": "data"}},
+        }]}}}),
+        unschedulable(),
+    );
+    let mut f = fixture(vec![cache, web]);
+    let namespaces = writer(vec![
+        obj::<k8s_openapi::api::core::v1::Namespace>(
+            json!({"metadata": {"name": "ops", "labels": {"team": "data"}}}),
+        ),
+        obj(json!({"metadata": {"name": "shop"}})),
+    ]);
+    f.state.namespaces = namespaces.as_reader();
+    let (snap, _) = f.state.snapshot();
+    assert_eq!(snap.namespace_labels["ops"]["team"], "data");
+    let web = snap.pods.iter().find(|p| p.name == "web").expect("web");
+    assert_eq!(
+        web.affinity[0].namespaces,
+        ["ops"],
+        "the selector resolved to the labeled namespace"
+    );
+    drop(namespaces);
 }

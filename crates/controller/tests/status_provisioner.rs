@@ -292,6 +292,7 @@ fn state(provisioners: Vec<Provisioner>, templates: Vec<NodeTemplate>) -> Cluste
         node_templates: store(templates).as_reader(),
         node_claims: store::<NodeClaim>(Vec::new()).as_reader(),
         pdbs: store::<PodDisruptionBudget>(Vec::new()).as_reader(),
+        namespaces: ClusterState::empty().namespaces,
         created: Default::default(),
         volumes: joiner_controller::state::VolumeStores::empty(),
     }

@@ -184,6 +184,7 @@ fn state_with_unsynced_claims() -> (
         node_templates: store::<joiner_apis::NodeTemplate>(vec![]).as_reader(),
         node_claims: claims.as_reader(),
         pdbs: store::<k8s_openapi::api::policy::v1::PodDisruptionBudget>(vec![]).as_reader(),
+        namespaces: ClusterState::empty().namespaces,
         created: Default::default(),
         volumes: joiner_controller::state::VolumeStores::empty(),
     };

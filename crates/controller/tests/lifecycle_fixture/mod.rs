@@ -124,6 +124,7 @@ impl Stores {
             node_templates: store(vec![]).as_reader(),
             node_claims: self.claims.as_reader(),
             pdbs: store(vec![]).as_reader(),
+            namespaces: ClusterState::empty().namespaces,
             created: Default::default(),
             volumes: joiner_controller::state::VolumeStores::empty(),
         }
