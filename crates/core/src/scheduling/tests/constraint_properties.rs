@@ -209,9 +209,9 @@ fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
             if c.zone_spread.is_some() {
                 c.zone_anti = false;
                 c.zone_affinity = false;
-                // Zone counts are committed before placement; a hostname self-affine group that
-                // spread splits across zones cannot be placed whole, and the refused part would
-                // leave the committed counts skewed (a known limit, see docs/architecture.md).
+                // A hostname group that spreads is split across domains and cannot be placed
+                // whole; the domains closed to its refused part then leave its pods' skew
+                // minimum although nodes run there (known limit 1b, docs/architecture.md).
                 c.host_affinity = false;
                 c.affine_to = None;
             }

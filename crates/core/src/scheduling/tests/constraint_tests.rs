@@ -1295,3 +1295,33 @@ fn pods_with_a_soft_spread_are_not_held_by_the_hard_spread_of_others() {
     );
     assert_eq!(web_zones.values().sum::<usize>(), 3);
 }
+
+#[test]
+fn a_zone_a_provisioner_limit_fills_only_in_part_keeps_the_others_within_max_skew() {
+    // z-c's Provisioner has room for one pod of the three first pinned there: the
+    // kube-scheduler would then run at most two in each other zone (maxSkew 1 over 1), so
+    // joiner buys nodes for five pods, not seven.
+    let mut ab = provisioner_in(&["z-a", "z-b"]);
+    ab.name = "ab".into();
+    let mut c = provisioner_in(&["z-c"]);
+    c.name = "c".into();
+    c.weight = 10;
+    c.limits.cpu = Some(2000);
+    let mut pods = deployment("web", 9, 1500, 512);
+    for p in &mut pods {
+        p.topology_spread.push(spread(labels::ZONE, 1, app("web")));
+    }
+    let p = run(&Snapshot {
+        pods,
+        provisioners: vec![ab, c],
+        ..Snapshot::default()
+    });
+    let counts = zone_counts(&p);
+    assert_eq!(
+        counts,
+        BTreeMap::from([("z-a".into(), 2), ("z-b".into(), 2), ("z-c".into(), 1)]),
+        "{:?}",
+        p.unschedulable
+    );
+    assert_eq!(p.unschedulable.len(), 4, "nothing is lost");
+}

@@ -1,0 +1,280 @@
+//! Domains closed between passes: a pass pins pods to topology domains before it knows
+//! which pods Provisioner limits, capacity or other rules will refuse. When the result puts
+//! pods where the kube-scheduler would not run them, the domains involved are closed to those
+//! pods ([`topology::Closed`]) and the pass runs again; closings only grow, so it ends.
+
+use std::collections::{BTreeMap, HashSet};
+
+use super::affinity::Scope;
+use super::classes::PodClass;
+use super::plan::Plan;
+use super::topology;
+use crate::labels;
+use crate::snapshot::Snapshot;
+
+/// Applies every rule below; true when something new was closed (run the pass again).
+pub fn close_between_passes(
+    snapshot: &Snapshot,
+    plan: &Plan,
+    pinned: &[PodClass],
+    closed: &mut topology::Closed,
+) -> bool {
+    let emptied = close_empty_domains(snapshot, plan, pinned, closed);
+    let unmet = close_unmet_affinity(snapshot, plan, pinned, closed);
+    let skewed = close_skewed(snapshot, plan, pinned, closed);
+    emptied || unmet || skewed
+}
+
+/// Closes, to the pods pinned there, each domain where a workload had pods pinned and none
+/// placed while some of its pods were placed elsewhere. True when something new was closed.
+fn close_empty_domains(
+    snapshot: &Snapshot,
+    plan: &Plan,
+    pinned: &[PodClass],
+    closed: &mut topology::Closed,
+) -> bool {
+    let refused: HashSet<&str> = plan.unschedulable.iter().map(|u| u.pod.as_str()).collect();
+    let placed = |c: &PodClass| {
+        c.pods
+            .iter()
+            .filter(|&&i| !refused.contains(snapshot.pods[i].key().as_str()))
+            .count()
+    };
+    let counts: Vec<usize> = pinned.iter().map(placed).collect();
+    // The workloads (origins) with pods placed somewhere.
+    let placed_somewhere: HashSet<usize> = pinned
+        .iter()
+        .zip(&counts)
+        .filter(|(_, &n)| n > 0)
+        .map(|(c, _)| c.origin)
+        .collect();
+    let mut grew = false;
+    for (c, &n) in pinned.iter().zip(&counts) {
+        if n > 0 || !placed_somewhere.contains(&c.origin) {
+            continue;
+        }
+        for (key, r) in c.pinned.iter() {
+            let Some(value) = r.single_value() else {
+                continue;
+            };
+            for &pod in &c.pods {
+                grew |= closed.close(pod, key, value);
+            }
+        }
+    }
+    grew
+}
+
+/// Closes, to a pinned class's pods, each domain its required pod affinity chose because pods
+/// it selects were pinned there, when the pass then placed none of them there (refused for
+/// another rule) and no running pod it selects is there: the kube-scheduler would keep such a
+/// pod pending, so no node is bought for it. Its own workload's placed pods count where it
+/// may bootstrap (it selects itself and no pod the term selects runs anywhere), in one domain
+/// only: the first pod starts a domain, the next ones see it and must join. True when
+/// something new was closed.
+fn close_unmet_affinity(
+    snapshot: &Snapshot,
+    plan: &Plan,
+    pinned: &[PodClass],
+    closed: &mut topology::Closed,
+) -> bool {
+    let refused: HashSet<&str> = plan.unschedulable.iter().map(|u| u.pod.as_str()).collect();
+    let placed = |c: &PodClass| {
+        c.pods
+            .iter()
+            .any(|&i| !refused.contains(snapshot.pods[i].key().as_str()))
+    };
+    let node_value = |node: &str, key: &str| {
+        snapshot
+            .nodes
+            .iter()
+            .find(|n| n.name == node)
+            .and_then(|n| n.labels.get(key).cloned())
+    };
+    let value_of = |c: &PodClass, key: &str| {
+        c.pinned
+            .get(key)
+            .and_then(|r| r.single_value())
+            .map(str::to_string)
+    };
+    // The scopes of a class's required pod-affinity terms, by key.
+    let terms_of = |c: &PodClass| -> Vec<(String, Scope)> {
+        let pod = &snapshot.pods[c.template];
+        pod.affinity
+            .iter()
+            .filter(|a| !a.anti && a.weight.is_none())
+            .map(|a| (a.topology_key.clone(), Scope::of_term(pod, a)))
+            .collect()
+    };
+    let mut unmet: Vec<(&PodClass, String, String)> = Vec::new();
+    // (key, scope) → domains that pods carrying that term started alone, with the classes.
+    let mut bootstraps: BTreeMap<(String, Scope), BTreeMap<String, Vec<&PodClass>>> =
+        BTreeMap::new();
+    for c in pinned.iter().filter(|c| placed(c)) {
+        for (key, scope) in terms_of(c) {
+            let Some(value) = value_of(c, &key) else {
+                continue;
+            };
+            let runs_here = snapshot.pods.iter().any(|p| {
+                p.node_name.as_deref().is_some_and(|n| {
+                    scope.matches(p) && node_value(n, &key).as_deref() == Some(value.as_str())
+                })
+            });
+            if runs_here {
+                continue;
+            }
+            let selected: Vec<&PodClass> = pinned
+                .iter()
+                .filter(|d| {
+                    value_of(d, &key).as_deref() == Some(value.as_str())
+                        && scope.matches(&snapshot.pods[d.template])
+                        && placed(d)
+                })
+                .collect();
+            // A selected pod that does not carry the term itself: the pod has a partner.
+            let partner = selected
+                .iter()
+                .any(|d| !terms_of(d).iter().any(|(k, s)| *k == key && *s == scope));
+            if partner {
+                continue;
+            }
+            let runs_anywhere = snapshot
+                .pods
+                .iter()
+                .any(|p| p.node_name.is_some() && scope.matches(p));
+            if !selected.is_empty() && !runs_anywhere {
+                bootstraps
+                    .entry((key, scope))
+                    .or_default()
+                    .entry(value)
+                    .or_default()
+                    .push(c);
+            } else {
+                unmet.push((c, key, value));
+            }
+        }
+    }
+    // One domain per term may be started by the pods carrying it (the first pod starts it,
+    // the next ones see it): the one holding most of them stays.
+    for ((key, _), domains) in &bootstraps {
+        let keep = domains
+            .iter()
+            .max_by_key(|(v, cs)| {
+                (
+                    cs.iter().map(|c| c.pods.len()).sum::<usize>(),
+                    std::cmp::Reverse(*v),
+                )
+            })
+            .map(|(v, _)| v.clone());
+        for (v, cs) in domains {
+            if Some(v) != keep.as_ref() {
+                unmet.extend(cs.iter().map(|c| (*c, key.clone(), v.clone())));
+            }
+        }
+    }
+    let mut grew = false;
+    for (c, key, value) in unmet {
+        for &i in &c.pods {
+            grew |= closed.close(i, &key, &value);
+        }
+    }
+    grew
+}
+
+/// Closes, to some pods of a hard spread pinned to an over-full domain, that domain when the
+/// pods actually placed (running ones included) leave it more than maxSkew above the least
+/// populated domain: refusals elsewhere (a Provisioner limit took only part of a domain's
+/// share) would otherwise leave pods the kube-scheduler keeps pending on nodes joiner bought.
+/// The closed pods go to another domain in the next pass, or are refused.
+fn close_skewed(
+    snapshot: &Snapshot,
+    plan: &Plan,
+    pinned: &[PodClass],
+    closed: &mut topology::Closed,
+) -> bool {
+    let refused: HashSet<&str> = plan.unschedulable.iter().map(|u| u.pod.as_str()).collect();
+    let placed_pods = |c: &PodClass| -> Vec<usize> {
+        c.pods
+            .iter()
+            .copied()
+            .filter(|&i| !refused.contains(snapshot.pods[i].key().as_str()))
+            .collect()
+    };
+    let node_labels: BTreeMap<&str, &BTreeMap<String, String>> = snapshot
+        .nodes
+        .iter()
+        .map(|n| (n.name.as_str(), &n.labels))
+        .collect();
+    let value_of = |c: &PodClass, key: &str| {
+        c.pinned
+            .get(key)
+            .and_then(|r| r.single_value())
+            .map(str::to_string)
+    };
+    // (key, scope) → (max skew, the constrained classes).
+    let mut spreads: BTreeMap<(String, Scope), (i64, Vec<&PodClass>)> = BTreeMap::new();
+    for c in pinned {
+        let pod = &snapshot.pods[c.template];
+        for t in pod.topology_spread.iter().filter(|t| t.hard) {
+            if t.topology_key == labels::HOSTNAME || value_of(c, &t.topology_key).is_none() {
+                continue;
+            }
+            let entry = spreads
+                .entry((t.topology_key.clone(), Scope::of_spread(pod, t)))
+                .or_insert((i64::from(t.max_skew), Vec::new()));
+            entry.0 = entry.0.min(i64::from(t.max_skew));
+            entry.1.push(c);
+        }
+    }
+    let mut grew = false;
+    for ((key, scope), (max_skew, constrained)) in &spreads {
+        let mut count: BTreeMap<String, i64> = BTreeMap::new();
+        for p in snapshot.pods.iter().filter(|p| scope.matches(p)) {
+            let value = p
+                .node_name
+                .as_deref()
+                .and_then(|n| node_labels.get(n))
+                .and_then(|l| l.get(key));
+            if let Some(v) = value {
+                *count.entry(v.clone()).or_default() += 1;
+            }
+        }
+        for d in pinned
+            .iter()
+            .filter(|d| scope.matches(&snapshot.pods[d.template]))
+        {
+            if let Some(v) = value_of(d, key) {
+                *count.entry(v).or_default() += placed_pods(d).len() as i64;
+            }
+        }
+        // The domains the pinning chose from for these pods (reachable ones), as it did.
+        let domains: HashSet<String> = constrained
+            .iter()
+            .filter_map(|c| value_of(c, key))
+            .collect();
+        count.retain(|v, _| domains.contains(v));
+        let Some(min) = count.values().min().copied() else {
+            continue;
+        };
+        for (value, n) in &count {
+            let mut excess = n - min - max_skew;
+            if excess <= 0 {
+                continue;
+            }
+            // The constrained pods there, last first, leave the domain.
+            let there: Vec<usize> = constrained
+                .iter()
+                .filter(|c| value_of(c, key).as_deref() == Some(value.as_str()))
+                .flat_map(|c| placed_pods(c))
+                .collect();
+            for &i in there.iter().rev() {
+                if excess == 0 {
+                    break;
+                }
+                grew |= closed.close(i, key, value);
+                excess -= 1;
+            }
+        }
+    }
+    grew
+}
