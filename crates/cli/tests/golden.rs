@@ -277,3 +277,60 @@ fn explain_prints_the_filters_and_the_placement() {
     let text = String::from_utf8_lossy(&by_workload.stdout);
     assert!(text.contains("Pod shop/web-0"), "{text}");
 }
+
+/// What `joiner plan -f FILE` says about a bad input: the exit code and standard error.
+fn refusal(file: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_joiner"))
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/errors"))
+        .args(["plan", "-f"])
+        .arg(file.file_name().expect("file name"))
+        .output()
+        .expect("run joiner");
+    format!(
+        "exit {}\n{}",
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Golden tests of the error messages: every `tests/golden/errors/*.yaml` is refused with exit
+/// 2 and the words in the `.txt` beside it.
+#[test]
+fn bad_inputs_are_refused_with_the_words_on_record() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/errors");
+    let mut inputs: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("errors folder")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    inputs.sort();
+    assert!(inputs.len() >= 10, "{inputs:?}");
+    let mut differ = Vec::new();
+    for input in &inputs {
+        let actual = refusal(input);
+        assert!(
+            actual.starts_with("exit 2\n"),
+            "{}: {actual}",
+            input.display()
+        );
+        let golden = input.with_extension("txt");
+        if std::env::var_os("JOINER_UPDATE_GOLDEN").is_some() {
+            std::fs::write(&golden, &actual).expect("write golden");
+            continue;
+        }
+        let expected = std::fs::read_to_string(&golden).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (set JOINER_UPDATE_GOLDEN=1 to create it)",
+                golden.display()
+            )
+        });
+        if actual != expected {
+            differ.push(format!("{}:\n{actual}", input.display()));
+        }
+    }
+    assert!(
+        differ.is_empty(),
+        "refusals differ from their golden files (JOINER_UPDATE_GOLDEN=1 if intended):\n{}",
+        differ.join("\n")
+    );
+}
