@@ -19,28 +19,72 @@ pub fn close_between_passes(
     pinned: &[PodClass],
     closed: &mut topology::Closed,
 ) -> bool {
-    let emptied = close_empty_domains(snapshot, plan, pinned, closed);
-    let unmet = close_unmet_affinity(snapshot, plan, pinned, closed);
-    let skewed = close_skewed(snapshot, plan, pinned, closed);
+    let pass = Outcome::new(snapshot, plan);
+    let emptied = close_empty_domains(&pass, pinned, closed);
+    let unmet = close_unmet_affinity(&pass, pinned, closed);
+    let skewed = close_skewed(&pass, pinned, closed);
     emptied || unmet || skewed
+}
+
+/// What a pass did, as the rules read it.
+struct Outcome<'a> {
+    snapshot: &'a Snapshot,
+    refused: HashSet<&'a str>,
+    node_labels: BTreeMap<&'a str, &'a BTreeMap<String, String>>,
+}
+
+impl<'a> Outcome<'a> {
+    fn new(snapshot: &'a Snapshot, plan: &'a Plan) -> Self {
+        Outcome {
+            snapshot,
+            refused: plan.unschedulable.iter().map(|u| u.pod.as_str()).collect(),
+            node_labels: snapshot
+                .nodes
+                .iter()
+                .map(|n| (n.name.as_str(), &n.labels))
+                .collect(),
+        }
+    }
+
+    /// The class's pods the pass placed.
+    fn placed(&self, c: &PodClass) -> Vec<usize> {
+        c.pods
+            .iter()
+            .copied()
+            .filter(|&i| !self.refused.contains(self.snapshot.pods[i].key().as_str()))
+            .collect()
+    }
+
+    fn any_placed(&self, c: &PodClass) -> bool {
+        c.pods
+            .iter()
+            .any(|&i| !self.refused.contains(self.snapshot.pods[i].key().as_str()))
+    }
+
+    /// The domain of `key` the class was pinned to.
+    fn value_of(c: &PodClass, key: &str) -> Option<String> {
+        c.pinned
+            .get(key)
+            .and_then(|r| r.single_value())
+            .map(str::to_string)
+    }
+
+    /// The value of `key` on a running pod's node.
+    fn node_value(&self, node: Option<&str>, key: &str) -> Option<&'a str> {
+        node.and_then(|n| self.node_labels.get(n))
+            .and_then(|l| l.get(key))
+            .map(String::as_str)
+    }
+
+    fn template(&self, c: &PodClass) -> &'a crate::pod::Pod {
+        &self.snapshot.pods[c.template]
+    }
 }
 
 /// Closes, to the pods pinned there, each domain where a workload had pods pinned and none
 /// placed while some of its pods were placed elsewhere. True when something new was closed.
-fn close_empty_domains(
-    snapshot: &Snapshot,
-    plan: &Plan,
-    pinned: &[PodClass],
-    closed: &mut topology::Closed,
-) -> bool {
-    let refused: HashSet<&str> = plan.unschedulable.iter().map(|u| u.pod.as_str()).collect();
-    let placed = |c: &PodClass| {
-        c.pods
-            .iter()
-            .filter(|&&i| !refused.contains(snapshot.pods[i].key().as_str()))
-            .count()
-    };
-    let counts: Vec<usize> = pinned.iter().map(placed).collect();
+fn close_empty_domains(pass: &Outcome, pinned: &[PodClass], closed: &mut topology::Closed) -> bool {
+    let counts: Vec<usize> = pinned.iter().map(|c| pass.placed(c).len()).collect();
     // The workloads (origins) with pods placed somewhere.
     let placed_somewhere: HashSet<usize> = pinned
         .iter()
@@ -73,33 +117,16 @@ fn close_empty_domains(
 /// only: the first pod starts a domain, the next ones see it and must join. True when
 /// something new was closed.
 fn close_unmet_affinity(
-    snapshot: &Snapshot,
-    plan: &Plan,
+    pass: &Outcome,
     pinned: &[PodClass],
     closed: &mut topology::Closed,
 ) -> bool {
-    let refused: HashSet<&str> = plan.unschedulable.iter().map(|u| u.pod.as_str()).collect();
-    let placed = |c: &PodClass| {
-        c.pods
-            .iter()
-            .any(|&i| !refused.contains(snapshot.pods[i].key().as_str()))
-    };
-    let node_value = |node: &str, key: &str| {
-        snapshot
-            .nodes
-            .iter()
-            .find(|n| n.name == node)
-            .and_then(|n| n.labels.get(key).cloned())
-    };
-    let value_of = |c: &PodClass, key: &str| {
-        c.pinned
-            .get(key)
-            .and_then(|r| r.single_value())
-            .map(str::to_string)
-    };
+    let snapshot = pass.snapshot;
+    let placed = |c: &PodClass| pass.any_placed(c);
+    let value_of = Outcome::value_of;
     // The scopes of a class's required pod-affinity terms, by key.
     let terms_of = |c: &PodClass| -> Vec<(String, Scope)> {
-        let pod = &snapshot.pods[c.template];
+        let pod = pass.template(c);
         pod.affinity
             .iter()
             .filter(|a| !a.anti && a.weight.is_none())
@@ -116,9 +143,8 @@ fn close_unmet_affinity(
                 continue;
             };
             let runs_here = snapshot.pods.iter().any(|p| {
-                p.node_name.as_deref().is_some_and(|n| {
-                    scope.matches(p) && node_value(n, &key).as_deref() == Some(value.as_str())
-                })
+                scope.matches(p)
+                    && pass.node_value(p.node_name.as_deref(), &key) == Some(value.as_str())
             });
             if runs_here {
                 continue;
@@ -127,7 +153,7 @@ fn close_unmet_affinity(
                 .iter()
                 .filter(|d| {
                     value_of(d, &key).as_deref() == Some(value.as_str())
-                        && scope.matches(&snapshot.pods[d.template])
+                        && scope.matches(pass.template(d))
                         && placed(d)
                 })
                 .collect();
@@ -186,35 +212,14 @@ fn close_unmet_affinity(
 /// populated domain: refusals elsewhere (a Provisioner limit took only part of a domain's
 /// share) would otherwise leave pods the kube-scheduler keeps pending on nodes joiner bought.
 /// The closed pods go to another domain in the next pass, or are refused.
-fn close_skewed(
-    snapshot: &Snapshot,
-    plan: &Plan,
-    pinned: &[PodClass],
-    closed: &mut topology::Closed,
-) -> bool {
-    let refused: HashSet<&str> = plan.unschedulable.iter().map(|u| u.pod.as_str()).collect();
-    let placed_pods = |c: &PodClass| -> Vec<usize> {
-        c.pods
-            .iter()
-            .copied()
-            .filter(|&i| !refused.contains(snapshot.pods[i].key().as_str()))
-            .collect()
-    };
-    let node_labels: BTreeMap<&str, &BTreeMap<String, String>> = snapshot
-        .nodes
-        .iter()
-        .map(|n| (n.name.as_str(), &n.labels))
-        .collect();
-    let value_of = |c: &PodClass, key: &str| {
-        c.pinned
-            .get(key)
-            .and_then(|r| r.single_value())
-            .map(str::to_string)
-    };
+fn close_skewed(pass: &Outcome, pinned: &[PodClass], closed: &mut topology::Closed) -> bool {
+    let snapshot = pass.snapshot;
+    let placed_pods = |c: &PodClass| pass.placed(c);
+    let value_of = Outcome::value_of;
     // (key, scope) → (max skew, the constrained classes).
     let mut spreads: BTreeMap<(String, Scope), (i64, Vec<&PodClass>)> = BTreeMap::new();
     for c in pinned {
-        let pod = &snapshot.pods[c.template];
+        let pod = pass.template(c);
         for t in pod.topology_spread.iter().filter(|t| t.hard) {
             if t.topology_key == labels::HOSTNAME || value_of(c, &t.topology_key).is_none() {
                 continue;
@@ -230,19 +235,11 @@ fn close_skewed(
     for ((key, scope), (max_skew, constrained)) in &spreads {
         let mut count: BTreeMap<String, i64> = BTreeMap::new();
         for p in snapshot.pods.iter().filter(|p| scope.matches(p)) {
-            let value = p
-                .node_name
-                .as_deref()
-                .and_then(|n| node_labels.get(n))
-                .and_then(|l| l.get(key));
-            if let Some(v) = value {
-                *count.entry(v.clone()).or_default() += 1;
+            if let Some(v) = pass.node_value(p.node_name.as_deref(), key) {
+                *count.entry(v.to_string()).or_default() += 1;
             }
         }
-        for d in pinned
-            .iter()
-            .filter(|d| scope.matches(&snapshot.pods[d.template]))
-        {
+        for d in pinned.iter().filter(|d| scope.matches(pass.template(d))) {
             if let Some(v) = value_of(d, key) {
                 *count.entry(v).or_default() += placed_pods(d).len() as i64;
             }

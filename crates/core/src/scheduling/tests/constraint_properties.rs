@@ -490,30 +490,13 @@ proptest! {
 
 #[test]
 fn a_hostname_affine_pod_stands_alone_when_the_pod_it_selects_is_unschedulable() {
-    let spec = |cpu: i64, zone_anti: bool, zone_affinity: bool, host_affinity: bool| ClassSpec {
-        count: 1,
-        cpu,
-        app: 0,
-        ns: 0,
-        ns_mode: 0,
-        spread_key: 0,
-        term_key: 0,
-        zone_spread: None,
-        host_spread: None,
-        host_anti: None,
-        zone_anti,
-        zone_affinity,
-        port: None,
-        on_demand: false,
-        host_affinity,
-        affine_to: None,
-    };
-    let classes = vec![spec(100, false, true, false), spec(250, true, false, true)];
-    let s = build(&classes, &[]);
-    let plan = plan_of(&s);
-    if let Err(e) = check(&s, &catalog(), &plan) {
-        panic!("{e}\n{plan:#?}");
-    }
+    let mut first = plain(0, 0);
+    first.zone_affinity = true;
+    let mut second = plain(0, 0);
+    second.cpu = 250;
+    second.zone_anti = true;
+    second.host_affinity = true;
+    plan_holds(&[first, second]);
 }
 
 /// A domain closed to one pod of a class (its sibling was refused there for another rule)
