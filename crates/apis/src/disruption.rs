@@ -3,10 +3,6 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// Reasons a budget may be limited to. Budgets throttle only voluntary disruption, so
-/// expiration and interruption are not among them.
-pub const BUDGET_REASONS: &[&str] = &["Empty", "Drifted", "Underutilized"];
-
 /// Most budgets one Provisioner may list (Karpenter's bound, kept so manifests port both ways).
 pub const MAX_BUDGETS: usize = 50;
 
@@ -54,25 +50,3 @@ fn default_budget_nodes() -> String {
 }
 
 pub use joiner_core::disruption::BudgetNodes;
-
-/// Why a budget's cron schedule cannot be read, or `None` (five fields — names like `mon-fri`
-/// and `jan`, lists, ranges, steps — or a macro such as `@daily`).
-pub fn schedule_error(s: &str) -> Option<String> {
-    joiner_core::disruption::cron::Schedule::parse(s)
-        .err()
-        .map(|e| e.why)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn schedules() {
-        assert_eq!(schedule_error("0 9 * * mon-fri"), None);
-        assert_eq!(schedule_error("@daily"), None);
-        assert!(schedule_error("0 9 * *").is_some_and(|w| w.contains("five fields")));
-        assert!(schedule_error("every day").is_some());
-        assert!(schedule_error("0 25 * * *").is_some_and(|w| w.contains("hour")));
-    }
-}

@@ -105,12 +105,32 @@ pub struct ProviderRef {
 }
 
 /// `spec.consolidation`.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Consolidation {
     /// True to let joiner delete or replace underused nodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
+    /// How much disruption a move may cost for what it saves: `Aggressive` (any move that
+    /// saves the minimum price improvement), `Balanced` (the default: a move must save at least
+    /// its share of the Provisioner's disruption) or `Conservative` (twice its share).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(Aggressive|Balanced|Conservative)$"))]
+    pub policy: Option<String>,
+    /// The score a move needs, overriding the policy's (savings share over disruption share;
+    /// 1.0 is Balanced).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0))]
+    pub min_score: Option<f64>,
+    /// How much cheaper a replacement must be than what it replaces, as a percentage
+    /// ("10%", the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]|[1-9][0-9]|100)%$"))]
+    pub min_price_improvement: Option<String>,
+    /// How long a node's pods must stay unchanged before it is a candidate, as a Go duration
+    /// ("30s", the default), or `Never`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consolidate_after: Option<String>,
 }
 
 /// `spec.kubeletConfiguration`: the kubelet settings that change scheduling (pod density,

@@ -11,7 +11,6 @@ use joiner_core::quantity;
 use joiner_core::{labels, Effect, Operator, Requirement, Requirements, Resources};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use crate::disruption::{self, BudgetNodes};
 use crate::duration;
 use crate::error::ApiError;
 use crate::node_template::{AmiFamily, NodeTemplate};
@@ -213,9 +212,7 @@ impl Provisioner {
             None => KubeletSettings::default(),
         };
 
-        if let Some(d) = &spec.disruption {
-            validate_budgets(&check, &d.budgets)?;
-        }
+        settings::disruption(&check, spec)?;
 
         if let Some(w) = &spec.warm_pool {
             if w.min_size < 0 {
@@ -486,61 +483,14 @@ fn eviction(
     Ok(out)
 }
 
-fn validate_budgets(check: &Check, budgets: &[crate::disruption::Budget]) -> Result<(), ApiError> {
-    if budgets.len() > disruption::MAX_BUDGETS {
-        return Err(check.invalid(
-            "spec.disruption.budgets",
-            format!(
-                "{} budgets, at most {} allowed",
-                budgets.len(),
-                disruption::MAX_BUDGETS
-            ),
-        ));
+impl Provisioner {
+    /// The Provisioner's disruption settings as the planner reads them (methods, policy,
+    /// thresholds, budgets with their windows); the same checks as [`Provisioner::to_core`].
+    pub fn disruption_settings(
+        &self,
+    ) -> Result<joiner_core::disruption::DisruptionSettings, ApiError> {
+        settings::disruption(&Check::new("Provisioner", self.name()), &self.spec)
     }
-    for (i, b) in budgets.iter().enumerate() {
-        let at = |leaf: &str| format!("spec.disruption.budgets[{i}].{leaf}");
-        if BudgetNodes::parse(&b.nodes).is_none() {
-            return Err(check.invalid(
-                at("nodes"),
-                format!(
-                    "invalid value {:?} (expected a count such as \"3\" or a percentage such as \"10%\")",
-                    b.nodes
-                ),
-            ));
-        }
-        for (j, r) in b.reasons.iter().enumerate() {
-            if !disruption::BUDGET_REASONS.contains(&r.as_str()) {
-                return Err(check.invalid(
-                    format!("spec.disruption.budgets[{i}].reasons[{j}]"),
-                    format!("unknown reason {r:?} (expected Empty, Drifted or Underutilized)"),
-                ));
-            }
-        }
-        match (&b.schedule, &b.duration) {
-            (Some(_), None) => {
-                return Err(check.invalid(at("duration"), "a schedule needs a duration"))
-            }
-            (None, Some(_)) => {
-                return Err(check.invalid(at("schedule"), "a duration needs a schedule"))
-            }
-            (Some(s), Some(d)) => {
-                if let Some(why) = disruption::schedule_error(s) {
-                    return Err(check.invalid(
-                        at("schedule"),
-                        format!("invalid cron schedule {s:?}: {why}"),
-                    ));
-                }
-                if duration::parse_seconds(d).is_none() {
-                    return Err(check.invalid(
-                        at("duration"),
-                        format!("invalid duration {d:?} (expected e.g. 1h30m)"),
-                    ));
-                }
-            }
-            (None, None) => {}
-        }
-    }
-    Ok(())
 }
 
 impl NodeTemplate {
@@ -651,5 +601,6 @@ impl NodeTemplate {
     }
 }
 
+mod settings;
 #[cfg(test)]
 mod tests;

@@ -373,6 +373,58 @@ fn budget_errors() {
 }
 
 #[test]
+fn disruption_settings_are_read_for_the_planner() {
+    use joiner_core::disruption::{ConsolidationPolicy, Reason};
+    let p = with_spec(
+        "  consolidation: {enabled: true, policy: Conservative, minPriceImprovement: \"20%\", consolidateAfter: 5m}\n  ttlSecondsUntilExpired: 86400\n  disruption:\n    budgets:\n    - {nodes: \"0\", reasons: [Underutilized], schedule: \"0 9 * * mon-fri\", duration: 8h}\n    - nodes: \"2\"\n",
+    );
+    let s = p.disruption_settings().expect("valid");
+    assert!(s.consolidation);
+    assert_eq!(s.policy, ConsolidationPolicy::Conservative);
+    assert_eq!(s.score_threshold(), 2.0);
+    assert_eq!(s.min_price_improvement, 0.20);
+    assert_eq!(s.consolidate_after, 300);
+    assert_eq!(s.expire_after, Some(86_400));
+    assert_eq!(s.budgets.len(), 2);
+    assert_eq!(s.budgets[0].reasons, [Reason::Underutilized]);
+    assert_eq!(
+        s.budgets[0].window.as_ref().map(|(_, d)| *d),
+        Some(8 * 3_600)
+    );
+    // Defaults: Balanced, 10 %, 30 s; minScore overrides the policy; Never never.
+    let d = with_spec("  consolidation: {enabled: true, minScore: 0.5, consolidateAfter: Never}\n")
+        .disruption_settings()
+        .expect("valid");
+    assert_eq!(d.policy, ConsolidationPolicy::Balanced);
+    assert_eq!(d.min_price_improvement, 0.10);
+    assert_eq!(d.score_threshold(), 0.5);
+    assert_eq!(d.consolidate_after, i64::MAX);
+    assert!(
+        d.budgets.is_empty(),
+        "no budgets: the planner's 10 % default"
+    );
+    for (body, field) in [
+        ("{policy: Eager}", "spec.consolidation.policy"),
+        ("{minScore: -1}", "spec.consolidation.minScore"),
+        (
+            "{minPriceImprovement: \"0.1\"}",
+            "spec.consolidation.minPriceImprovement",
+        ),
+        (
+            "{minPriceImprovement: \"150%\"}",
+            "spec.consolidation.minPriceImprovement",
+        ),
+        (
+            "{consolidateAfter: soon}",
+            "spec.consolidation.consolidateAfter",
+        ),
+    ] {
+        let e = err(&with_spec(&format!("  consolidation: {body}\n")));
+        assert_eq!(e.field(), field, "{body}: {e}");
+    }
+}
+
+#[test]
 fn warm_pool_and_provider_ref_errors() {
     let e = err(&with_spec("  warmPool: {minSize: -1}\n"));
     assert_eq!(e.field(), "spec.warmPool.minSize");

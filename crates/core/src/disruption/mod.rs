@@ -1,8 +1,10 @@
 //! Disruption: which of joiner's nodes to remove or replace, and when.
 //!
 //! [`settings`] holds what a Provisioner says about its nodes' disruption (methods, policy,
-//! budgets) and [`cron`] the schedules of budget windows.
+//! budgets), [`cron`] the schedules of budget windows and [`budgets`] how many nodes they let
+//! go at a time.
 
+pub mod budgets;
 pub mod cron;
 pub mod settings;
 
