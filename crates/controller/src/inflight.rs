@@ -222,6 +222,8 @@ fn in_flight_node(
         capacity,
         allocatable,
         unschedulable: false,
+        // In flight: not initialized, so never a disruption candidate.
+        life: Default::default(),
     })
 }
 

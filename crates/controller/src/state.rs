@@ -288,6 +288,17 @@ impl ClusterState {
         }
         daemons::observe_pod_requests(&mut snap.daemonsets, &snap.pods);
 
+        for pdb in self.pdbs.state() {
+            let name = cluster_name(&pdb.metadata);
+            match convert::pdb(&pdb, &name) {
+                Ok(p) => snap.pdbs.push(p),
+                Err(e) => warnings.push(format!(
+                    "PodDisruptionBudget {}: {e}",
+                    namespaced_name(&pdb.metadata)
+                )),
+            }
+        }
+
         for prov in self.provisioners.state() {
             if let Some(why) = prov.not_planned() {
                 warnings.push(format!(
@@ -339,6 +350,8 @@ impl ClusterState {
         snap.daemonsets
             .sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         snap.provisioners.sort_by(|a, b| a.name.cmp(&b.name));
+        snap.pdbs
+            .sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         // The labels namespaceSelectors select (every namespace also carries
         // kubernetes.io/metadata.name, which resolving adds when a namespace is not stored).
         for ns in self.namespaces.state() {

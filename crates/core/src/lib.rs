@@ -24,7 +24,10 @@ pub mod testing;
 pub use cloud_provider::{CloudError, CloudErrorKind, CloudProvider, LaunchRequest, LaunchedNode};
 pub use error::{QuantityError, RequirementError};
 pub use instance_type::{CapacityType, InstanceType, Offering};
-pub use pod::{DaemonSet, HostPort, Node, Owner, Pod, PodAffinityTerm, TopologySpread, VolumeZone};
+pub use pod::{
+    DaemonSet, HostPort, Node, NodeLife, Owner, Pod, PodAffinityTerm, PodDisruption,
+    TopologySpread, VolumeZone,
+};
 pub use pod_labels::PodLabels;
 pub use provisioner::{Limits, Provisioner};
 pub use requirements::{Operator, Requirement, Requirements};

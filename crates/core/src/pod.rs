@@ -113,6 +113,19 @@ pub struct Pod {
     /// tolerates them only as the last relaxation, so a soft-tainted Provisioner is used only
     /// when no other fits.
     pub avoid_soft_taints: bool,
+    /// What disruption reads about the pod (its opt-out, its deletion cost).
+    pub disruption: PodDisruption,
+}
+
+/// A pod's say in disruption: whether it keeps its node, and what evicting it costs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodDisruption {
+    /// The annotation keeping its node from voluntary disruption (`joiner.sh/do-not-disrupt`,
+    /// `karpenter.sh/do-not-disrupt` or `karpenter.sh/do-not-evict` set to "true"), if any.
+    pub do_not_disrupt: Option<String>,
+    /// `controller.kubernetes.io/pod-deletion-cost`: pods that cost more to delete make their
+    /// node a worse candidate.
+    pub deletion_cost: i32,
 }
 
 /// A zone constraint a pod's volume puts on it: a bound PersistentVolume's node affinity, or
@@ -196,6 +209,22 @@ pub struct Node {
     pub allocatable: Resources,
     /// True when the node is cordoned: it takes no new pods.
     pub unschedulable: bool,
+    /// What disruption reads about the node (age, readiness, opt-outs).
+    pub life: NodeLife,
+}
+
+/// A node's standing for disruption.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeLife {
+    /// When it was created (unix seconds), if known.
+    pub created_at: Option<i64>,
+    /// Ready, registered and past its startup taints: only such nodes are disrupted.
+    pub initialized: bool,
+    /// The annotation keeping it from voluntary disruption (`joiner.sh/do-not-disrupt` or
+    /// `karpenter.sh/do-not-disrupt` set to "true"), if any.
+    pub do_not_disrupt: Option<String>,
+    /// `karpenter.sh/do-not-consolidate: "true"`: drift and expiry may still replace it.
+    pub do_not_consolidate: bool,
 }
 
 impl Node {

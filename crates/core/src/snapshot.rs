@@ -20,12 +20,27 @@ pub struct Snapshot {
     /// Labels of the namespaces known (from Namespace objects), for `namespaceSelector`s;
     /// every namespace also carries `kubernetes.io/metadata.name` with its name.
     pub namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
+    /// PodDisruptionBudgets (disruption reads them; scheduling does not).
+    pub pdbs: Vec<crate::disruption::Pdb>,
 }
 
 /// The label Kubernetes puts on every namespace, holding its name.
 pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
 impl Snapshot {
+    /// The same cluster with other pods (a pass over hardened or moved pods): everything but
+    /// the pods is copied, the pods are not copied twice.
+    pub fn with_pods(&self, pods: Vec<Pod>) -> Snapshot {
+        Snapshot {
+            pods,
+            nodes: self.nodes.clone(),
+            daemonsets: self.daemonsets.clone(),
+            provisioners: self.provisioners.clone(),
+            namespace_labels: self.namespace_labels.clone(),
+            pdbs: self.pdbs.clone(),
+        }
+    }
+
     /// Turns each pod (anti-)affinity term's `namespaceSelector` into namespace names: the
     /// namespaces of the snapshot's pods (the only ones a term can find pods in) whose labels
     /// it selects, added to the term's `namespaces`. A selector that selects none leaves a

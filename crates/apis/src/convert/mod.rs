@@ -10,6 +10,7 @@ mod affinity;
 mod daemonsets;
 pub mod node_claim;
 mod nodes;
+mod pdbs;
 mod pods;
 mod ports;
 mod requests;
@@ -22,8 +23,10 @@ use thiserror::Error;
 
 pub use daemonsets::{daemon_set, template_pod};
 pub use nodes::{node, taint};
+pub use pdbs::pdb;
 pub use pods::{
-    controller_owner, convert as pod_spec, finished_phase, is_bound, not_planned, pod, PodIdentity,
+    controller_owner, convert as pod_spec, finished_phase, is_bound, not_planned, pod,
+    pod_disruption, PodIdentity,
 };
 pub use tolerations::tolerations;
 

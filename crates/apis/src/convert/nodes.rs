@@ -1,6 +1,6 @@
 //! Existing nodes: capacity the simulation can fill before it launches anything.
 
-use joiner_core::{Effect, Node, Resources, Taint};
+use joiner_core::{Effect, Node, NodeLife, Resources, Taint};
 use k8s_openapi::api::core::v1 as k8s;
 
 use super::requests;
@@ -40,7 +40,48 @@ pub fn node(n: &k8s::Node, name: &str) -> Result<Node, FieldError> {
         capacity,
         allocatable,
         unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+        life: life(n),
     })
+}
+
+/// Node annotations that opt it out of voluntary disruption ("true").
+pub const NODE_DO_NOT_DISRUPT_ANNOTATIONS: &[&str] =
+    &["joiner.sh/do-not-disrupt", "karpenter.sh/do-not-disrupt"];
+/// Karpenter v1alpha5's node opt-out of consolidation only.
+pub const DO_NOT_CONSOLIDATE_ANNOTATION: &str = "karpenter.sh/do-not-consolidate";
+
+/// A node's age, readiness and opt-outs. Initialized: its Ready condition is True and
+/// neither joiner's unregistered taint nor a Provisioner's startup taint holds it back (the
+/// latter is not known here; the controller's claims refine it).
+fn life(n: &k8s::Node) -> NodeLife {
+    let annotations = n.metadata.annotations.as_ref();
+    let get = |k: &str| annotations.and_then(|a| a.get(k)).map(String::as_str);
+    let ready = n
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let unregistered = n
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| {
+            ts.iter()
+                .any(|t| t.key == joiner_core::labels::UNREGISTERED_TAINT)
+        });
+    NodeLife {
+        created_at: n
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.as_second()),
+        initialized: ready && !unregistered,
+        do_not_disrupt: NODE_DO_NOT_DISRUPT_ANNOTATIONS
+            .iter()
+            .find(|k| get(k) == Some("true"))
+            .map(|k| k.to_string()),
+        do_not_consolidate: get(DO_NOT_CONSOLIDATE_ANNOTATION) == Some("true"),
+    }
 }
 
 /// One taint from its parts, as Nodes and NodeClaims spell them; `at` is its field path

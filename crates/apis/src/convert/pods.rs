@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use joiner_core::{Owner, Pod};
+use joiner_core::{Owner, Pod, PodDisruption};
 use k8s_openapi::api::core::v1::{self as k8s, PodSpec};
 
 use super::FieldError;
@@ -74,6 +74,44 @@ pub fn convert(id: PodIdentity, spec: &PodSpec, prefix: &str) -> Result<Pod, Fie
         own_node_terms: None,
         volume_hold: None,
         avoid_soft_taints: false,
+        // From the object's annotations, when there is one: `pod_disruption`.
+        disruption: PodDisruption::default(),
+    })
+}
+
+/// The annotation that opts a pod's node out of voluntary disruption ("true"), and the one
+/// that says what deleting the pod costs.
+pub const DO_NOT_DISRUPT_ANNOTATIONS: &[&str] = &[
+    "joiner.sh/do-not-disrupt",
+    "karpenter.sh/do-not-disrupt",
+    "karpenter.sh/do-not-evict",
+];
+/// `controller.kubernetes.io/pod-deletion-cost`.
+pub const DELETION_COST_ANNOTATION: &str = "controller.kubernetes.io/pod-deletion-cost";
+
+/// What a pod's annotations say about disrupting its node: an opt-out set to "true" and the
+/// deletion cost (an int32, as the API server requires).
+pub fn pod_disruption(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Result<PodDisruption, FieldError> {
+    let annotations = meta.annotations.as_ref();
+    let get = |k: &str| annotations.and_then(|a| a.get(k)).map(String::as_str);
+    let do_not_disrupt = DO_NOT_DISRUPT_ANNOTATIONS
+        .iter()
+        .find(|k| get(k) == Some("true"))
+        .map(|k| k.to_string());
+    let deletion_cost = match get(DELETION_COST_ANNOTATION) {
+        None => 0,
+        Some(v) => v.trim().parse::<i32>().map_err(|_| {
+            FieldError::new(
+                format!("metadata.annotations[{DELETION_COST_ANNOTATION:?}]"),
+                format!("{v:?} is not a 32-bit integer"),
+            )
+        })?,
+    };
+    Ok(PodDisruption {
+        do_not_disrupt,
+        deletion_cost,
     })
 }
 
@@ -101,7 +139,9 @@ pub fn pod(p: &k8s::Pod) -> Result<Pod, FieldError> {
         labels: p.metadata.labels.clone().unwrap_or_default(),
         owner: controller_owner(p),
     };
-    convert(id, spec, "spec")
+    let mut converted = convert(id, spec, "spec")?;
+    converted.disruption = pod_disruption(&p.metadata)?;
+    Ok(converted)
 }
 
 /// The controller named in a pod's ownerReferences, so that pods from a cluster dump keep

@@ -123,6 +123,7 @@ fn known(api_version: &str, kind: &str) -> Option<bool> {
         ("v1", "Node" | "PersistentVolume" | "Namespace") => Some(false),
         ("v1", "PersistentVolumeClaim") => Some(true),
         ("storage.k8s.io/v1", "StorageClass") => Some(false),
+        ("policy/v1", "PodDisruptionBudget") => Some(true),
         (v, "Provisioner" | "NodeTemplate") if v == joiner_apis::API_VERSION => Some(false),
         _ => None,
     }
@@ -199,13 +200,20 @@ pub(crate) fn read(
                 labels: pod.metadata.labels.clone().unwrap_or_default(),
                 owner: convert::controller_owner(&pod),
             };
-            let converted = convert::pod_spec(id, spec, "spec").map_err(e)?;
+            let mut converted = convert::pod_spec(id, spec, "spec").map_err(e)?;
+            converted.disruption = convert::pod_disruption(&pod.metadata).map_err(e)?;
             loaded
                 .pod_claims
                 .insert(super::claims_key(&converted), volumes::claim_names(&pod));
             loaded.snapshot.pods.push(converted);
         }
         "PersistentVolumeClaim" => loaded.claims.push(obj.parse(doc.value)?),
+        "PodDisruptionBudget" => {
+            // Disruption reads them; a plan of pending pods does not.
+            let p: k8s_openapi::api::policy::v1::PodDisruptionBudget = obj.parse(doc.value)?;
+            let pdb = convert::pdb(&p, &name).map_err(e)?;
+            loaded.snapshot.pdbs.push(pdb);
+        }
         "PersistentVolume" => loaded.volumes.push(obj.parse(doc.value)?),
         "StorageClass" => loaded.classes.push(obj.parse(doc.value)?),
         "Namespace" => {
@@ -404,6 +412,7 @@ fn known_kind(kind: &str) -> bool {
             | "DaemonSet"
             | "Job"
             | "Node"
+            | "PodDisruptionBudget"
             | "Namespace"
             | "Provisioner"
             | "NodeTemplate"

@@ -2,10 +2,12 @@
 //!
 //! [`settings`] holds what a Provisioner says about its nodes' disruption (methods, policy,
 //! budgets), [`cron`] the schedules of budget windows and [`budgets`] how many nodes they let
-//! go at a time.
+//! go at a time, and [`pdb`] the PodDisruptionBudgets that keep a node's pods in place.
 
 pub mod budgets;
 pub mod cron;
+pub mod pdb;
 pub mod settings;
 
+pub use pdb::Pdb;
 pub use settings::{Budget, BudgetNodes, ConsolidationPolicy, DisruptionSettings, Reason};

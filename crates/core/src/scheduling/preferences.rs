@@ -176,8 +176,8 @@ pub fn solve(snapshot: &Snapshot, place: impl Fn(&Snapshot) -> Plan) -> Plan {
         .collect();
     let mut relaxed = vec![0usize; snapshot.pods.len()];
     loop {
-        let hardened = Snapshot {
-            pods: snapshot
+        let hardened = snapshot.with_pods(
+            snapshot
                 .pods
                 .iter()
                 .zip(&prefs)
@@ -190,8 +190,7 @@ pub fn solve(snapshot: &Snapshot, place: impl Fn(&Snapshot) -> Plan) -> Plan {
                     }
                 })
                 .collect(),
-            ..snapshot.clone()
-        };
+        );
         let mut plan = place(&hardened);
         let mut changed = false;
         for u in &plan.unschedulable {

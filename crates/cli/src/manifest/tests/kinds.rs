@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use joiner_core::Owner;
 
-use super::{load_ok, one_pod};
+use super::{load_err, load_ok, one_pod};
 use crate::manifest::{load, ManifestError};
 
 const WORKLOADS: &str = r#"
@@ -567,4 +567,61 @@ status: {phase: Running}
     let ds = &l.snapshot.daemonsets[0];
     assert_eq!(ds.pod.requests.cpu, 250);
     assert_eq!(ds.pod.requests.memory, 256 << 20);
+}
+
+#[test]
+fn disruption_reads_budgets_opt_outs_deletion_costs_and_node_age() {
+    let l = load_ok(
+        r#"
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: db, namespace: data}
+spec: {maxUnavailable: 0, selector: {matchLabels: {app: db}}}
+status: {disruptionsAllowed: 0, currentHealthy: 1, desiredHealthy: 1, expectedPods: 1}
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: n1
+  creationTimestamp: "2026-12-01T00:00:00Z"
+  annotations: {karpenter.sh/do-not-consolidate: "true"}
+status:
+  allocatable: {cpu: "4", memory: 16Gi, pods: "110"}
+  conditions: [{type: Ready, status: "True"}]
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: db-0
+  namespace: data
+  labels: {app: db}
+  annotations:
+    karpenter.sh/do-not-disrupt: "true"
+    controller.kubernetes.io/pod-deletion-cost: "100"
+spec:
+  nodeName: n1
+  containers: [{name: db, image: postgres}]
+status: {phase: Running}
+"#,
+    );
+    let s = &l.snapshot;
+    assert_eq!(s.pdbs.len(), 1);
+    assert!(s.pdbs[0].blocks(&s.pods[0]));
+    assert_eq!(
+        s.pods[0].disruption.do_not_disrupt.as_deref(),
+        Some("karpenter.sh/do-not-disrupt")
+    );
+    assert_eq!(s.pods[0].disruption.deletion_cost, 100);
+    let life = &s.nodes[0].life;
+    assert!(life.initialized, "Ready");
+    assert!(life.do_not_consolidate);
+    assert_eq!(life.do_not_disrupt, None);
+    assert_eq!(life.created_at, Some(1_796_083_200));
+    let e = load_err(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  annotations: {controller.kubernetes.io/pod-deletion-cost: high}\nspec: {containers: [{name: a}]}\n",
+    );
+    assert!(
+        e.contains(r#"metadata.annotations["controller.kubernetes.io/pod-deletion-cost"]: "high" is not a 32-bit integer"#),
+        "{e}"
+    );
 }

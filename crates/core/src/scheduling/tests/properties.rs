@@ -448,6 +448,7 @@ fn build(spec: &Spec) -> Case {
             capacity,
             allocatable,
             unschedulable: n.cordoned,
+            ..Node::default()
         });
     }
 
