@@ -2,9 +2,13 @@
 //!
 //! [`settings`] holds what a Provisioner says about its nodes' disruption (methods, policy,
 //! budgets), [`cron`] the schedules of budget windows and [`budgets`] how many nodes they let
-//! go at a time, and [`pdb`] the PodDisruptionBudgets that keep a node's pods in place.
+//! go at a time, [`pdb`] the PodDisruptionBudgets that keep a node's pods in place,
+//! [`candidates`] which nodes disruption may act on (and why the others stay) and [`cost`] what
+//! moving a node's pods costs.
 
 pub mod budgets;
+pub mod candidates;
+pub mod cost;
 pub mod cron;
 pub mod pdb;
 pub mod settings;

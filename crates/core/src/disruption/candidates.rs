@@ -1,0 +1,250 @@
+//! Which of the cluster's nodes disruption may act on, and for every other node why not.
+//!
+//! A candidate is a node joiner launched (its Provisioner exists), initialized, not opted out
+//! (node annotation), whose pods neither opt out (`do-not-disrupt` annotations) nor are held
+//! by a PodDisruptionBudget that allows no eviction, and whose offering has a price. The words
+//! of each refusal are what `joiner plan --consolidate` prints and the controller's Events say.
+
+use crate::instance_type::{CapacityType, InstanceType};
+use crate::labels;
+use crate::pod::{Node, Pod};
+use crate::snapshot::Snapshot;
+
+use super::cost::node_cost;
+use super::DisruptionSettings;
+
+/// A node disruption may act on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Candidate {
+    /// Index into the snapshot's nodes.
+    pub node: usize,
+    /// Its Provisioner.
+    pub provisioner: String,
+    /// Its instance type, zone and capacity type (from its labels).
+    pub instance_type: String,
+    /// Zone.
+    pub zone: String,
+    /// Capacity type.
+    pub capacity_type: CapacityType,
+    /// $/h of its offering.
+    pub price: f64,
+    /// The pods a disruption would move (indices into the snapshot's pods): not DaemonSet
+    /// or mirror pods, which go with the node.
+    pub pods: Vec<usize>,
+    /// What moving them costs ([`node_cost`]).
+    pub cost: f64,
+}
+
+/// Every node, in the snapshot's order, as a candidate or with the reason it stays.
+pub fn candidates(
+    snapshot: &Snapshot,
+    catalog: &[InstanceType],
+    settings: &dyn Fn(&str) -> Option<DisruptionSettings>,
+    now: i64,
+) -> Vec<Result<Candidate, String>> {
+    let mut on_node: std::collections::HashMap<&str, Vec<usize>> = Default::default();
+    for (i, p) in snapshot.pods.iter().enumerate() {
+        if let Some(n) = &p.node_name {
+            on_node.entry(n.as_str()).or_default().push(i);
+        }
+    }
+    snapshot
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| {
+            let pods = on_node.get(node.name.as_str()).cloned().unwrap_or_default();
+            candidate(snapshot, catalog, settings, now, i, node, pods)
+        })
+        .collect()
+}
+
+/// True for pods that leave with their node: DaemonSet pods and mirror (static) pods.
+pub fn leaves_with_node(pod: &Pod) -> bool {
+    pod.is_daemon() || pod.owner.as_ref().is_some_and(|o| o.kind == "Node")
+}
+
+fn candidate(
+    snapshot: &Snapshot,
+    catalog: &[InstanceType],
+    settings: &dyn Fn(&str) -> Option<DisruptionSettings>,
+    now: i64,
+    index: usize,
+    node: &Node,
+    pods: Vec<usize>,
+) -> Result<Candidate, String> {
+    let provisioner = node
+        .provisioner()
+        .ok_or_else(|| "not launched by joiner".to_string())?;
+    let settings = settings(provisioner)
+        .ok_or_else(|| format!("its Provisioner {provisioner} does not exist"))?;
+    if !node.life.initialized {
+        return Err("not initialized yet".into());
+    }
+    if let Some(a) = &node.life.do_not_disrupt {
+        return Err(format!("the node is annotated {a}"));
+    }
+    let movable: Vec<usize> = pods
+        .into_iter()
+        .filter(|&i| !leaves_with_node(&snapshot.pods[i]))
+        .collect();
+    for &i in &movable {
+        let pod = &snapshot.pods[i];
+        if let Some(a) = &pod.disruption.do_not_disrupt {
+            return Err(format!("pod {} is annotated {a}", pod.key()));
+        }
+        if let Some(pdb) = snapshot.pdbs.iter().find(|b| b.blocks(pod)) {
+            return Err(format!(
+                "PodDisruptionBudget {}/{} allows no eviction of pod {}",
+                pdb.namespace,
+                pdb.name,
+                pod.key()
+            ));
+        }
+    }
+    let label = |k: &str| node.labels.get(k).cloned();
+    let (Some(instance_type), Some(zone), Some(capacity_type)) = (
+        label(labels::INSTANCE_TYPE),
+        label(labels::ZONE),
+        label(labels::CAPACITY_TYPE).and_then(|c| CapacityType::parse(&c)),
+    ) else {
+        return Err("its instance type, zone or capacity type label is missing".into());
+    };
+    let price = catalog
+        .iter()
+        .find(|t| t.name == instance_type)
+        .and_then(|t| {
+            t.offerings
+                .iter()
+                .find(|o| o.zone == zone && o.capacity_type == capacity_type)
+        })
+        .map(|o| o.price)
+        .ok_or_else(|| {
+            format!("{instance_type} ({capacity_type} in {zone}) has no price in the catalog")
+        })?;
+    let cost = node_cost(
+        movable.iter().map(|&i| &snapshot.pods[i]),
+        node.life.created_at,
+        settings.expire_after,
+        now,
+    );
+    Ok(Candidate {
+        node: index,
+        provisioner: provisioner.to_string(),
+        instance_type,
+        zone,
+        capacity_type,
+        price,
+        pods: movable,
+        cost,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::disruption::Pdb;
+    use crate::pod::Owner;
+    use crate::requirements::{Requirement, Requirements};
+    use crate::testing::catalog::catalog;
+
+    fn node(name: &str, provisioner: Option<&str>, itype: &str) -> Node {
+        let mut labels = BTreeMap::from([
+            (labels::INSTANCE_TYPE.to_string(), itype.to_string()),
+            (labels::ZONE.to_string(), "z-a".to_string()),
+            (labels::CAPACITY_TYPE.to_string(), "on-demand".to_string()),
+        ]);
+        if let Some(p) = provisioner {
+            labels.insert(labels::PROVISIONER_NAME.to_string(), p.to_string());
+        }
+        let mut n = Node {
+            name: name.into(),
+            labels,
+            ..Node::default()
+        };
+        n.life.initialized = true;
+        n.life.created_at = Some(0);
+        n
+    }
+
+    fn pod(name: &str, on: &str) -> Pod {
+        let mut p = Pod {
+            namespace: "default".into(),
+            name: name.into(),
+            node_name: Some(on.into()),
+            ..Pod::default()
+        };
+        p.labels.insert("app".into(), name.into());
+        p
+    }
+
+    fn settings(name: &str) -> Option<DisruptionSettings> {
+        (name == "default").then(DisruptionSettings::default)
+    }
+
+    #[test]
+    fn every_node_is_a_candidate_or_says_why_not() {
+        let mut new = node("new", Some("default"), "m5.large");
+        new.life.initialized = false;
+        let mut opted_out = node("opted-out", Some("default"), "m5.large");
+        opted_out.life.do_not_disrupt = Some("joiner.sh/do-not-disrupt".into());
+        let mut keep = pod("batch", "dnd");
+        keep.disruption.do_not_disrupt = Some("karpenter.sh/do-not-disrupt".into());
+        let mut daemon = pod("logs", "ok");
+        daemon.owner = Some(Owner {
+            kind: "DaemonSet".into(),
+            name: "logs".into(),
+        });
+        let mut db_sel = Requirements::new();
+        db_sel.add("app", Requirement::single("db"));
+        let s = Snapshot {
+            nodes: vec![
+                node("foreign", None, "m5.large"),
+                node("orphan", Some("gone"), "m5.large"),
+                new,
+                opted_out,
+                node("dnd", Some("default"), "m5.large"),
+                node("guarded", Some("default"), "m5.large"),
+                node("unpriced", Some("default"), "z9.huge"),
+                node("ok", Some("default"), "m5.large"),
+            ],
+            pods: vec![keep, pod("db", "guarded"), daemon, pod("web", "ok")],
+            pdbs: vec![Pdb {
+                namespace: "default".into(),
+                name: "db".into(),
+                selector: Some(db_sel),
+                disruptions_allowed: 0,
+            }],
+            ..Snapshot::default()
+        };
+        let out = candidates(&s, &catalog(), &settings, 3_600);
+        let why: Vec<String> = out
+            .iter()
+            .map(|r| match r {
+                Ok(c) => format!("candidate {} moving {}", c.instance_type, c.pods.len()),
+                Err(e) => e.clone(),
+            })
+            .collect();
+        assert_eq!(
+            why,
+            [
+                "not launched by joiner",
+                "its Provisioner gone does not exist",
+                "not initialized yet",
+                "the node is annotated joiner.sh/do-not-disrupt",
+                "pod default/batch is annotated karpenter.sh/do-not-disrupt",
+                "PodDisruptionBudget default/db allows no eviction of pod default/db",
+                "z9.huge (on-demand in z-a) has no price in the catalog",
+                "candidate m5.large moving 1",
+            ]
+        );
+        let ok = out[7].as_ref().expect("candidate");
+        assert_eq!(ok.price, 0.096, "m5.large on-demand");
+        assert_eq!(
+            ok.cost, 2.0,
+            "one pod plus the node; the DaemonSet pod goes with it"
+        );
+    }
+}
