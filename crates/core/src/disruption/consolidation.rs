@@ -1,0 +1,401 @@
+//! Consolidation of a set of candidate nodes: simulate their pods on the rest of the cluster
+//! and decide whether the move is taken — deleted (the pods fit on other nodes) or replaced
+//! by one cheaper node — or why not.
+//!
+//! A move is taken when every moved pod has a place, at most one new node is needed, a
+//! replacement saves at least `minPriceImprovement`, a spot node is replaced by spot only with
+//! at least [`MIN_SPOT_OPTIONS`] cheaper spot types to choose from (fewer would race to the
+//! cheapest pool, Karpenter's rule), and the move's score passes the Provisioner's threshold.
+//!
+//! The score weighs what a move saves against what it disrupts, each as a share of the
+//! Provisioner's whole: (savings ÷ the Provisioner's $/h) ÷ (the move's disruption cost ÷ the
+//! Provisioner's). A score of 1 saves exactly its share of the disruption it causes; deleting
+//! an empty node scores high, churning many pods for cents scores low.
+
+use crate::instance_type::{CapacityType, InstanceType};
+use crate::scheduling::{simulate, NewNode, Options};
+use crate::snapshot::Snapshot;
+
+use super::candidates::{leaves_with_node, Candidate};
+use super::DisruptionSettings;
+
+/// Fewest cheaper spot types a spot-to-spot replacement needs.
+pub const MIN_SPOT_OPTIONS: usize = 15;
+
+/// What a move would do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// The pods fit on the other nodes.
+    Delete,
+    /// The pods need one new node, cheaper than what it replaces.
+    Replace(Box<NewNode>),
+}
+
+/// A move that passes every check.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Move {
+    /// Delete or replace.
+    pub action: Action,
+    /// $/h of the nodes removed.
+    pub price_before: f64,
+    /// $/h of the replacement (0 for a delete).
+    pub price_after: f64,
+    /// Savings share over disruption share.
+    pub score: f64,
+}
+
+/// The Provisioner-wide sums a score is relative to.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Totals {
+    /// $/h of the Provisioner's nodes.
+    pub price: f64,
+    /// Disruption cost of all its nodes.
+    pub cost: f64,
+}
+
+/// Evaluates removing `nodes` (candidates of one Provisioner, or of several: the strictest
+/// settings apply) from `snapshot`.
+pub fn evaluate(
+    snapshot: &Snapshot,
+    catalog: &[InstanceType],
+    opts: &Options,
+    nodes: &[&Candidate],
+    settings: &DisruptionSettings,
+    totals: Totals,
+) -> Result<Move, String> {
+    let trial = without(snapshot, nodes);
+    let plan = simulate(&trial, catalog, opts);
+    if let Some(u) = plan.unschedulable.first() {
+        return Err(format!(
+            "pod {} would not fit elsewhere: {}",
+            u.pod, u.reason
+        ));
+    }
+    let price_before: f64 = nodes.iter().map(|c| c.price).sum();
+    let action = match plan.new_nodes.as_slice() {
+        [] => Action::Delete,
+        [one] => {
+            check_replacement(one, nodes, price_before, settings)?;
+            Action::Replace(Box::new(one.clone()))
+        }
+        more => {
+            return Err(format!(
+                "its pods would need {} new nodes (consolidation replaces with one)",
+                more.len()
+            ))
+        }
+    };
+    let price_after = match &action {
+        Action::Delete => 0.0,
+        Action::Replace(n) => n.price_per_hour,
+    };
+    let cost: f64 = nodes.iter().map(|c| c.cost).sum();
+    let score = score(price_before - price_after, cost, totals);
+    let threshold = settings.score_threshold();
+    if score < threshold || score <= 0.0 {
+        return Err(format!(
+            "its score {score:.2} is below the {} threshold {threshold:.2} (saves ${:.4}/h for {cost:.1} of disruption)",
+            if settings.min_score.is_some() {
+                "minScore"
+            } else {
+                settings.policy.as_str()
+            },
+            price_before - price_after
+        ));
+    }
+    Ok(Move {
+        action,
+        price_before,
+        price_after,
+        score,
+    })
+}
+
+/// Savings share over disruption share (infinite when nothing is disrupted).
+pub fn score(savings: f64, cost: f64, totals: Totals) -> f64 {
+    if totals.price <= 0.0 {
+        return 0.0;
+    }
+    let saved = savings / totals.price;
+    if cost <= 0.0 || totals.cost <= 0.0 {
+        return if saved > 0.0 { f64::INFINITY } else { 0.0 };
+    }
+    saved / (cost / totals.cost)
+}
+
+fn check_replacement(
+    new: &NewNode,
+    nodes: &[&Candidate],
+    price_before: f64,
+    settings: &DisruptionSettings,
+) -> Result<(), String> {
+    let most = price_before * (1.0 - settings.min_price_improvement);
+    if new.price_per_hour > most {
+        return Err(format!(
+            "a replacement ({} {}, ${:.4}/h) is not {:.0}% cheaper than ${price_before:.4}/h",
+            new.instance_type,
+            new.capacity_type,
+            new.price_per_hour,
+            settings.min_price_improvement * 100.0
+        ));
+    }
+    let all_spot = nodes.iter().all(|c| c.capacity_type == CapacityType::Spot);
+    if all_spot && new.capacity_type == CapacityType::Spot {
+        let cheaper = new
+            .priced_options()
+            .iter()
+            .filter(|(_, p)| *p < price_before)
+            .count();
+        if cheaper < MIN_SPOT_OPTIONS {
+            return Err(format!(
+                "a spot replacement needs {MIN_SPOT_OPTIONS} cheaper spot types to choose from; {cheaper} are allowed"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The cluster without `nodes`: their movable pods pending, the pods that leave with them
+/// gone, and pods that were pending already left out (provisioning plans for those).
+fn without(snapshot: &Snapshot, nodes: &[&Candidate]) -> Snapshot {
+    let gone: std::collections::HashSet<&str> = nodes
+        .iter()
+        .map(|c| snapshot.nodes[c.node].name.as_str())
+        .collect();
+    let pods = snapshot
+        .pods
+        .iter()
+        .filter_map(|p| {
+            let on = p.node_name.as_deref()?;
+            if !gone.contains(on) {
+                return Some(p.clone());
+            }
+            if leaves_with_node(p) {
+                return None;
+            }
+            let mut moved = p.clone();
+            moved.node_name = None;
+            Some(moved)
+        })
+        .collect();
+    let mut trial = snapshot.with_pods(pods);
+    trial.nodes.retain(|n| !gone.contains(n.name.as_str()));
+    trial
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::disruption::candidates::candidates;
+    use crate::disruption::ConsolidationPolicy;
+    use crate::labels;
+    use crate::pod::{Node, Pod};
+    use crate::provisioner::Provisioner;
+    use crate::requirements::Requirement;
+    use crate::resources::Resources;
+    use crate::testing::catalog::catalog;
+
+    const GI: i64 = 1 << 30;
+
+    /// A node of `itype` from the test catalog, launched by the default Provisioner.
+    fn node(name: &str, itype: &str, capacity_type: &str) -> Node {
+        let t = catalog()
+            .into_iter()
+            .find(|t| t.name == itype)
+            .expect("type");
+        let mut n = Node {
+            name: name.into(),
+            labels: BTreeMap::from([
+                (labels::INSTANCE_TYPE.to_string(), itype.to_string()),
+                (labels::ZONE.to_string(), "z-a".to_string()),
+                (labels::CAPACITY_TYPE.to_string(), capacity_type.to_string()),
+                (labels::HOSTNAME.to_string(), name.to_string()),
+                (labels::PROVISIONER_NAME.to_string(), "default".to_string()),
+                (labels::OS.to_string(), "linux".to_string()),
+                (labels::ARCH.to_string(), "amd64".to_string()),
+            ]),
+            capacity: t.capacity.clone(),
+            allocatable: t.allocatable.clone(),
+            ..Node::default()
+        };
+        n.life.initialized = true;
+        n.life.created_at = Some(0);
+        n
+    }
+
+    fn pod(name: &str, on: &str, cpu: i64) -> Pod {
+        Pod {
+            namespace: "default".into(),
+            name: name.into(),
+            node_name: Some(on.into()),
+            requests: Resources::new(cpu, GI, 0, 1),
+            ..Pod::default()
+        }
+    }
+
+    /// The cluster, its Provisioner launching on-demand nodes only.
+    fn cluster(nodes: Vec<Node>, pods: Vec<Pod>) -> Snapshot {
+        Snapshot {
+            nodes,
+            pods,
+            provisioners: vec![Provisioner::default_provisioner()],
+            ..Snapshot::default()
+        }
+    }
+
+    /// The cluster, its Provisioner launching spot or on-demand nodes.
+    fn spot_cluster(nodes: Vec<Node>, pods: Vec<Pod>) -> Snapshot {
+        let mut prov = Provisioner::default_provisioner();
+        prov.requirements.add(
+            labels::CAPACITY_TYPE,
+            Requirement::one_of(["spot", "on-demand"]),
+        );
+        Snapshot {
+            nodes,
+            pods,
+            provisioners: vec![prov],
+            ..Snapshot::default()
+        }
+    }
+
+    fn aggressive() -> DisruptionSettings {
+        DisruptionSettings {
+            consolidation: true,
+            policy: ConsolidationPolicy::Aggressive,
+            ..DisruptionSettings::default()
+        }
+    }
+
+    /// Evaluates removing the node named `name`.
+    fn remove(s: &Snapshot, name: &str, settings: &DisruptionSettings) -> Result<Move, String> {
+        let settings_of = |_: &str| Some(settings.clone());
+        let all: Vec<Candidate> = candidates(s, &catalog(), &settings_of, 100)
+            .into_iter()
+            .map(|c| c.expect("candidate"))
+            .collect();
+        let totals = Totals {
+            price: all.iter().map(|c| c.price).sum(),
+            cost: all.iter().map(|c| c.cost).sum(),
+        };
+        let this = all
+            .iter()
+            .find(|c| s.nodes[c.node].name == name)
+            .expect("node");
+        evaluate(
+            s,
+            &catalog(),
+            &Options::default(),
+            &[this],
+            settings,
+            totals,
+        )
+    }
+
+    #[test]
+    fn a_node_whose_pods_fit_on_the_others_is_deleted() {
+        let s = cluster(
+            vec![
+                node("a", "m5.xlarge", "on-demand"),
+                node("b", "m5.xlarge", "on-demand"),
+            ],
+            vec![pod("web-1", "a", 1000), pod("web-2", "b", 1000)],
+        );
+        let m = remove(&s, "b", &aggressive()).expect("taken");
+        assert_eq!(m.action, Action::Delete);
+        assert_eq!(m.price_before, 0.192);
+        assert_eq!(m.price_after, 0.0);
+    }
+
+    #[test]
+    fn an_oversized_node_is_replaced_by_a_cheaper_one() {
+        let s = cluster(
+            vec![node("big", "m5.4xlarge", "on-demand")],
+            vec![pod("web", "big", 500)],
+        );
+        let m = remove(&s, "big", &aggressive()).expect("taken");
+        let Action::Replace(new) = &m.action else {
+            panic!("{m:?}");
+        };
+        assert_eq!(new.instance_type, "c5.large");
+        assert!(m.price_after < m.price_before * 0.9);
+    }
+
+    #[test]
+    fn a_replacement_not_cheaper_by_the_minimum_is_refused() {
+        // m5.large → c5.large saves 11.5 %: enough for 10 %, not for 20 %.
+        let s = cluster(
+            vec![node("a", "m5.large", "on-demand")],
+            vec![pod("web", "a", 1500)],
+        );
+        assert!(remove(&s, "a", &aggressive()).is_ok());
+        let strict = DisruptionSettings {
+            min_price_improvement: 0.20,
+            ..aggressive()
+        };
+        let e = remove(&s, "a", &strict).expect_err("refused");
+        assert_eq!(
+            e,
+            "a replacement (c5.large on-demand, $0.0850/h) is not 20% cheaper than $0.0960/h"
+        );
+    }
+
+    #[test]
+    fn spot_is_replaced_by_spot_only_with_fifteen_cheaper_types() {
+        let s = spot_cluster(
+            vec![node("a", "m5.xlarge", "spot")],
+            vec![pod("web", "a", 500)],
+        );
+        let e = remove(&s, "a", &aggressive()).expect_err("refused");
+        assert!(
+            e.starts_with("a spot replacement needs 15 cheaper spot types to choose from;"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn pods_with_no_other_place_keep_their_node() {
+        let mut pinned = pod("db", "a", 500);
+        let mut r = crate::requirements::Requirements::new();
+        r.add(labels::HOSTNAME, Requirement::single("a"));
+        pinned.node_terms = vec![r];
+        let s = cluster(vec![node("a", "m5.large", "on-demand")], vec![pinned]);
+        let e = remove(&s, "a", &aggressive()).expect_err("refused");
+        assert!(
+            e.starts_with("pod default/db would not fit elsewhere:"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_move_that_saves_less_than_its_share_of_disruption_waits_under_balanced() {
+        // Two m5.large nodes: `a` holds ten high-priority pods that a c5.large would take
+        // (11.5 % cheaper), `b` one pod. Replacing `a` saves 6 % of the Provisioner's $/h for
+        // most of its disruption: Aggressive takes it, Balanced does not.
+        let mut pods: Vec<Pod> = (0..10)
+            .map(|i| {
+                let mut p = pod(&format!("api-{i}"), "a", 150);
+                p.requests.memory = 128 << 20;
+                p.priority = 1_000_000;
+                p
+            })
+            .collect();
+        pods.push(pod("web", "b", 1500));
+        let s = cluster(
+            vec![
+                node("a", "m5.large", "on-demand"),
+                node("b", "m5.large", "on-demand"),
+            ],
+            pods,
+        );
+        assert!(remove(&s, "a", &aggressive()).is_ok());
+        let balanced = DisruptionSettings {
+            policy: ConsolidationPolicy::Balanced,
+            ..aggressive()
+        };
+        let e = remove(&s, "a", &balanced).expect_err("refused");
+        assert!(e.starts_with("its score 0."), "{e}");
+        assert!(e.contains("below the Balanced threshold 1.00"), "{e}");
+    }
+}
