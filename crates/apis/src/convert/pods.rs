@@ -90,29 +90,38 @@ pub const DO_NOT_DISRUPT_ANNOTATIONS: &[&str] = &[
 pub const DELETION_COST_ANNOTATION: &str = "controller.kubernetes.io/pod-deletion-cost";
 
 /// What a pod's annotations say about disrupting its node: an opt-out set to "true" and the
-/// deletion cost (an int32, as the API server requires).
+/// deletion cost. A deletion cost that is not an int32 counts as 0 and comes back as the
+/// second value, to be reported (as Karpenter logs and ignores it): one bad annotation must
+/// not keep the pod out of planning.
 pub fn pod_disruption(
     meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-) -> Result<PodDisruption, FieldError> {
+) -> (PodDisruption, Option<FieldError>) {
     let annotations = meta.annotations.as_ref();
     let get = |k: &str| annotations.and_then(|a| a.get(k)).map(String::as_str);
     let do_not_disrupt = DO_NOT_DISRUPT_ANNOTATIONS
         .iter()
         .find(|k| get(k) == Some("true"))
         .map(|k| k.to_string());
-    let deletion_cost = match get(DELETION_COST_ANNOTATION) {
-        None => 0,
-        Some(v) => v.trim().parse::<i32>().map_err(|_| {
-            FieldError::new(
-                format!("metadata.annotations[{DELETION_COST_ANNOTATION:?}]"),
-                format!("{v:?} is not a 32-bit integer"),
-            )
-        })?,
+    let (deletion_cost, bad) = match get(DELETION_COST_ANNOTATION) {
+        None => (0, None),
+        Some(v) => match v.trim().parse::<i32>() {
+            Ok(c) => (c, None),
+            Err(_) => (
+                0,
+                Some(FieldError::new(
+                    format!("metadata.annotations[{DELETION_COST_ANNOTATION:?}]"),
+                    format!("{v:?} is not a 32-bit integer; counted as 0"),
+                )),
+            ),
+        },
     };
-    Ok(PodDisruption {
-        do_not_disrupt,
-        deletion_cost,
-    })
+    (
+        PodDisruption {
+            do_not_disrupt,
+            deletion_cost,
+        },
+        bad,
+    )
 }
 
 /// Converts a Pod object as the API server returns it: namespace (default `default`), name and
@@ -140,7 +149,7 @@ pub fn pod(p: &k8s::Pod) -> Result<Pod, FieldError> {
         owner: controller_owner(p),
     };
     let mut converted = convert(id, spec, "spec")?;
-    converted.disruption = pod_disruption(&p.metadata)?;
+    converted.disruption = pod_disruption(&p.metadata).0;
     Ok(converted)
 }
 

@@ -201,7 +201,13 @@ pub(crate) fn read(
                 owner: convert::controller_owner(&pod),
             };
             let mut converted = convert::pod_spec(id, spec, "spec").map_err(e)?;
-            converted.disruption = convert::pod_disruption(&pod.metadata).map_err(e)?;
+            let (disruption, bad) = convert::pod_disruption(&pod.metadata);
+            converted.disruption = disruption;
+            if let Some(bad) = bad {
+                loaded
+                    .warnings
+                    .push(format!("{}: {}: {bad}", doc.location, obj.label()));
+            }
             loaded
                 .pod_claims
                 .insert(super::claims_key(&converted), volumes::claim_names(&pod));

@@ -93,6 +93,19 @@ fn candidate(
         if let Some(a) = &pod.disruption.do_not_disrupt {
             return Err(format!("pod {} is annotated {a}", pod.key()));
         }
+        let covering: Vec<String> = snapshot
+            .pdbs
+            .iter()
+            .filter(|b| b.covers(pod))
+            .map(|b| format!("{}/{}", b.namespace, b.name))
+            .collect();
+        if covering.len() > 1 {
+            return Err(format!(
+                "pod {} is covered by several PodDisruptionBudgets ({}), which the Eviction API refuses",
+                pod.key(),
+                covering.join(", ")
+            ));
+        }
         if let Some(pdb) = snapshot.pdbs.iter().find(|b| b.blocks(pod)) {
             return Err(format!(
                 "PodDisruptionBudget {}/{} allows no eviction of pod {}",
@@ -245,6 +258,27 @@ mod tests {
         assert_eq!(
             ok.cost, 2.0,
             "one pod plus the node; the DaemonSet pod goes with it"
+        );
+    }
+
+    #[test]
+    fn a_pod_two_budgets_cover_keeps_its_node() {
+        let pdb = |name: &str| Pdb {
+            namespace: "default".into(),
+            name: name.into(),
+            selector: Some(Requirements::new()),
+            disruptions_allowed: 5,
+        };
+        let s = Snapshot {
+            nodes: vec![node("n", Some("default"), "m5.large")],
+            pods: vec![pod("web", "n")],
+            pdbs: vec![pdb("a"), pdb("b")],
+            ..Snapshot::default()
+        };
+        let out = candidates(&s, &catalog(), &settings, 0);
+        assert_eq!(
+            out[0].as_ref().expect_err("kept"),
+            "pod default/web is covered by several PodDisruptionBudgets (default/a, default/b), which the Eviction API refuses"
         );
     }
 }

@@ -63,6 +63,15 @@ pub fn evaluate(
     settings: &DisruptionSettings,
     totals: Totals,
 ) -> Result<Move, String> {
+    if let Some(c) = nodes
+        .iter()
+        .find(|c| snapshot.nodes[c.node].life.do_not_consolidate)
+    {
+        return Err(format!(
+            "node {} is annotated karpenter.sh/do-not-consolidate",
+            snapshot.nodes[c.node].name
+        ));
+    }
     let trial = without(snapshot, nodes);
     let plan = simulate(&trial, catalog, opts);
     if let Some(u) = plan.unschedulable.first() {
@@ -74,10 +83,7 @@ pub fn evaluate(
     let price_before: f64 = nodes.iter().map(|c| c.price).sum();
     let action = match plan.new_nodes.as_slice() {
         [] => Action::Delete,
-        [one] => {
-            check_replacement(one, nodes, price_before, settings)?;
-            Action::Replace(Box::new(one.clone()))
-        }
+        [one] => Action::Replace(Box::new(replacement(one, nodes, price_before, settings)?)),
         more => {
             return Err(format!(
                 "its pods would need {} new nodes (consolidation replaces with one)",
@@ -123,12 +129,14 @@ pub fn score(savings: f64, cost: f64, totals: Totals) -> f64 {
     saved / (cost / totals.cost)
 }
 
-fn check_replacement(
+/// The replacement with only the options cheap enough to launch (a dearer option the cloud
+/// might pick would undo the saving), or why there is none.
+fn replacement(
     new: &NewNode,
     nodes: &[&Candidate],
     price_before: f64,
     settings: &DisruptionSettings,
-) -> Result<(), String> {
+) -> Result<NewNode, String> {
     let most = price_before * (1.0 - settings.min_price_improvement);
     if new.price_per_hour > most {
         return Err(format!(
@@ -144,7 +152,7 @@ fn check_replacement(
         let cheaper = new
             .priced_options()
             .iter()
-            .filter(|(_, p)| *p < price_before)
+            .filter(|(_, p)| *p <= most)
             .count();
         if cheaper < MIN_SPOT_OPTIONS {
             return Err(format!(
@@ -152,7 +160,18 @@ fn check_replacement(
             ));
         }
     }
-    Ok(())
+    let (names, prices): (Vec<String>, Vec<Option<f64>>) = new
+        .instance_type_options
+        .iter()
+        .zip(new.option_prices.iter())
+        .filter(|(_, p)| p.is_some_and(|p| p <= most))
+        .map(|(n, p)| (n.clone(), *p))
+        .unzip();
+    Ok(NewNode {
+        instance_type_options: names.into(),
+        option_prices: prices.into(),
+        ..new.clone()
+    })
 }
 
 /// The cluster without `nodes`: their movable pods pending, the pods that leave with them
@@ -352,6 +371,36 @@ mod tests {
             e.starts_with("a spot replacement needs 15 cheaper spot types to choose from;"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_replacement_lists_only_options_cheap_enough() {
+        let s = cluster(
+            vec![node("big", "m5.4xlarge", "on-demand")],
+            vec![pod("web", "big", 500)],
+        );
+        let m = remove(&s, "big", &aggressive()).expect("taken");
+        let Action::Replace(new) = &m.action else {
+            panic!("{m:?}");
+        };
+        let bound = m.price_before * 0.9;
+        assert!(!new.instance_type_options.is_empty());
+        for (name, price) in new.priced_options() {
+            assert!(price <= bound, "{name} at {price} over {bound}");
+        }
+        assert!(!new.instance_type_options.iter().any(|n| n == "m5.4xlarge"));
+    }
+
+    #[test]
+    fn a_node_annotated_do_not_consolidate_stays() {
+        let mut b = node("b", "m5.xlarge", "on-demand");
+        b.life.do_not_consolidate = true;
+        let s = cluster(
+            vec![node("a", "m5.xlarge", "on-demand"), b],
+            vec![pod("web-1", "a", 1000), pod("web-2", "b", 1000)],
+        );
+        let e = remove(&s, "b", &aggressive()).expect_err("kept");
+        assert_eq!(e, "node b is annotated karpenter.sh/do-not-consolidate");
     }
 
     #[test]

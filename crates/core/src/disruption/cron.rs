@@ -67,20 +67,20 @@ impl Schedule {
         let days =
             field(fields[2], 1, 31, &[], 0).map_err(|w| err(format!("day of month: {w}")))?;
         let months = field(fields[3], 1, 12, &MONTHS, 1).map_err(|w| err(format!("month: {w}")))?;
-        // 7 is Sunday too.
-        let mut weekdays =
-            field(fields[4], 0, 7, &WEEKDAYS, 0).map_err(|w| err(format!("day of week: {w}")))?;
-        if weekdays & (1 << 7) != 0 {
-            weekdays |= 1;
-        }
-        let restricted = |f: &str| !(f.starts_with('*') || f.starts_with('?'));
+        // Ranges and steps run over 0–6; a 7 written as such is Sunday too.
+        let mut weekdays = field(fields[4], 0, 6, &WEEKDAYS, 0)
+            .or_else(|_| field(&fields[4].replace('7', "0"), 0, 6, &WEEKDAYS, 0))
+            .map_err(|w| err(format!("day of week: {w}")))?;
+        weekdays &= 0x7f;
+        // A day field is unrestricted only as `*` or `?` without a step (`*/2` restricts).
+        let restricted = |f: &str| !matches!(f, "*" | "?");
         Ok(Schedule {
             text: trimmed.to_string(),
             minutes,
             hours: u32::try_from(hours).unwrap_or(u32::MAX),
             days: u32::try_from(days).unwrap_or(u32::MAX),
             months: u16::try_from(months >> 1).unwrap_or(u16::MAX),
-            weekdays: u8::try_from(weekdays & 0x7f).unwrap_or(u8::MAX),
+            weekdays: u8::try_from(weekdays).unwrap_or(u8::MAX),
             either_day: restricted(fields[2]) && restricted(fields[4]),
         })
     }
@@ -168,7 +168,10 @@ fn field(text: &str, lo: u32, hi: u32, names: &[&str], name_base: u32) -> Result
         let mut v = from;
         while v <= to {
             bits |= 1 << v;
-            v += step;
+            match v.checked_add(step) {
+                Some(next) => v = next,
+                None => break,
+            }
         }
     }
     Ok(bits)
@@ -234,6 +237,25 @@ mod tests {
         // Day 7 of the month or a Friday: Monday the 7th matches by its day of month.
         let either = Schedule::parse("0 9 7 * fri").expect("parses");
         assert!(either.ticks_at(MON_9AM));
+    }
+
+    #[test]
+    fn steps_stay_in_range_and_starred_steps_restrict() {
+        // Odd weekdays are Monday, Wednesday, Friday (not Sunday by way of 7).
+        let odd = Schedule::parse("0 9 * * 1/2").expect("parses");
+        assert!(odd.ticks_at(MON_9AM));
+        assert!(!odd.ticks_at(MON_9AM - 86_400), "Sunday");
+        // Every other day of the month, or Mondays: `*/2` restricts, so either may match.
+        let either = Schedule::parse("0 9 */2 * mon").expect("parses");
+        assert!(either.ticks_at(MON_9AM), "a Monday, the 7th");
+        assert!(either.ticks_at(MON_9AM + 2 * 86_400), "the 9th");
+        assert!(!either.ticks_at(MON_9AM + 86_400), "Tuesday the 8th");
+        // A huge step is one value, not an overflow.
+        let one = Schedule::parse("59/4294967295 * * * *").expect("parses");
+        assert!(one.ticks_at(MON_9AM + 59 * 60));
+        assert!(Schedule::parse("0 9 * * 7")
+            .expect("7 is Sunday")
+            .ticks_at(MON_9AM - 86_400));
     }
 
     #[test]
