@@ -216,23 +216,24 @@ fn close_skewed(pass: &Outcome, pinned: &[PodClass], closed: &mut topology::Clos
     let snapshot = pass.snapshot;
     let placed_pods = |c: &PodClass| pass.placed(c);
     let value_of = Outcome::value_of;
-    // (key, scope) → (max skew, the constrained classes).
-    let mut spreads: BTreeMap<(String, Scope), (i64, Vec<&PodClass>)> = BTreeMap::new();
+    // (key, scope) → the constrained classes with their own maxSkew.
+    let mut spreads: BTreeMap<(String, Scope), Vec<(&PodClass, i64)>> = BTreeMap::new();
     for c in pinned {
         let pod = pass.template(c);
         for t in pod.topology_spread.iter().filter(|t| t.hard) {
             if t.topology_key == labels::HOSTNAME || value_of(c, &t.topology_key).is_none() {
                 continue;
             }
-            let entry = spreads
+            spreads
                 .entry((t.topology_key.clone(), Scope::of_spread(pod, t)))
-                .or_insert((i64::from(t.max_skew), Vec::new()));
-            entry.0 = entry.0.min(i64::from(t.max_skew));
-            entry.1.push(c);
+                .or_default()
+                .push((c, i64::from(t.max_skew)));
         }
     }
     let mut grew = false;
-    for ((key, scope), (max_skew, constrained)) in &spreads {
+    for ((key, scope), constrained) in &spreads {
+        // Pods where they run or were placed; a domain whose pinned pods were all refused
+        // holds none and is closed by `close_empty_domains`, so it sets no minimum here.
         let mut count: BTreeMap<String, i64> = BTreeMap::new();
         for p in snapshot.pods.iter().filter(|p| scope.matches(p)) {
             if let Some(v) = pass.node_value(p.node_name.as_deref(), key) {
@@ -240,36 +241,37 @@ fn close_skewed(pass: &Outcome, pinned: &[PodClass], closed: &mut topology::Clos
             }
         }
         for d in pinned.iter().filter(|d| scope.matches(pass.template(d))) {
-            if let Some(v) = value_of(d, key) {
-                *count.entry(v).or_default() += placed_pods(d).len() as i64;
+            let placed = placed_pods(d).len() as i64;
+            if let (Some(v), true) = (value_of(d, key), placed > 0) {
+                *count.entry(v).or_default() += placed;
             }
         }
         // The domains the pinning chose from for these pods (reachable ones), as it did.
         let domains: HashSet<String> = constrained
             .iter()
-            .filter_map(|c| value_of(c, key))
+            .filter_map(|(c, _)| value_of(c, key))
             .collect();
         count.retain(|v, _| domains.contains(v));
         let Some(min) = count.values().min().copied() else {
             continue;
         };
         for (value, n) in &count {
-            let mut excess = n - min - max_skew;
-            if excess <= 0 {
-                continue;
-            }
-            // The constrained pods there, last first, leave the domain.
-            let there: Vec<usize> = constrained
-                .iter()
-                .filter(|c| value_of(c, key).as_deref() == Some(value.as_str()))
-                .flat_map(|c| placed_pods(c))
-                .collect();
-            for &i in there.iter().rev() {
-                if excess == 0 {
-                    break;
+            let mut n = *n;
+            // Each class's pods there that the spread counts, last first, leave while the
+            // domain stays above its own maxSkew.
+            for (c, max_skew) in constrained.iter().rev() {
+                if value_of(c, key).as_deref() != Some(value.as_str())
+                    || !scope.matches(pass.template(c))
+                {
+                    continue;
                 }
-                grew |= closed.close(i, key, value);
-                excess -= 1;
+                for &i in placed_pods(c).iter().rev() {
+                    if n - min <= *max_skew {
+                        break;
+                    }
+                    grew |= closed.close(i, key, value);
+                    n -= 1;
+                }
             }
         }
     }
