@@ -187,7 +187,7 @@ fn close_unmet_affinity(
             .iter()
             .max_by_key(|(v, cs)| {
                 (
-                    cs.iter().map(|c| c.pods.len()).sum::<usize>(),
+                    cs.iter().map(|c| pass.placed(c).len()).sum::<usize>(),
                     std::cmp::Reverse(*v),
                 )
             })
