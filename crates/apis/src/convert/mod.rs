@@ -51,6 +51,16 @@ impl FieldError {
     }
 }
 
+/// An object's namespace, `default` when it names none (as kubectl applies it).
+pub fn namespace_or_default(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> String {
+    meta.namespace
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "default".to_string())
+}
+
 /// Refuses a label (`key: value` of metadata.labels, a nodeSelector, a matchLabels) that
 /// breaks Kubernetes' syntax, naming the entry at `prefix`.
 pub(crate) fn check_label(prefix: &str, key: &str, value: &str) -> Result<(), FieldError> {

@@ -20,12 +20,7 @@ pub fn pdb(p: &PodDisruptionBudget, name: &str) -> Result<Pdb, FieldError> {
         None => None,
     };
     Ok(Pdb {
-        namespace: p
-            .metadata
-            .namespace
-            .clone()
-            .filter(|n| !n.is_empty())
-            .unwrap_or_else(|| "default".to_string()),
+        namespace: super::namespace_or_default(&p.metadata),
         name: name.to_string(),
         selector,
         disruptions_allowed: p

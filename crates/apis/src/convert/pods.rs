@@ -138,12 +138,7 @@ pub fn pod(p: &k8s::Pod) -> Result<Pod, FieldError> {
         .as_ref()
         .ok_or_else(|| FieldError::new("spec", "a pod spec is required"))?;
     let id = PodIdentity {
-        namespace: p
-            .metadata
-            .namespace
-            .clone()
-            .filter(|n| !n.is_empty())
-            .unwrap_or_else(|| "default".to_string()),
+        namespace: super::namespace_or_default(&p.metadata),
         name,
         labels: p.metadata.labels.clone().unwrap_or_default(),
         owner: controller_owner(p),
