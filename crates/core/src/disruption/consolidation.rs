@@ -327,16 +327,26 @@ mod tests {
         assert_eq!(m.price_after, 0.0);
     }
 
-    #[test]
-    fn an_oversized_node_is_replaced_by_a_cheaper_one() {
-        let s = cluster(
+    /// An m5.4xlarge holding one 500m pod.
+    fn oversized() -> Snapshot {
+        cluster(
             vec![node("big", "m5.4xlarge", "on-demand")],
             vec![pod("web", "big", 500)],
-        );
-        let m = remove(&s, "big", &aggressive()).expect("taken");
-        let Action::Replace(new) = &m.action else {
-            panic!("{m:?}");
-        };
+        )
+    }
+
+    /// The replacement of a move that must be one.
+    fn replacement_of(m: &Move) -> &NewNode {
+        match &m.action {
+            Action::Replace(new) => new,
+            Action::Delete => panic!("a delete, not a replacement: {m:?}"),
+        }
+    }
+
+    #[test]
+    fn an_oversized_node_is_replaced_by_a_cheaper_one() {
+        let m = remove(&oversized(), "big", &aggressive()).expect("taken");
+        let new = replacement_of(&m);
         assert_eq!(new.instance_type, "c5.large");
         assert!(m.price_after < m.price_before * 0.9);
     }
@@ -375,14 +385,8 @@ mod tests {
 
     #[test]
     fn a_replacement_lists_only_options_cheap_enough() {
-        let s = cluster(
-            vec![node("big", "m5.4xlarge", "on-demand")],
-            vec![pod("web", "big", 500)],
-        );
-        let m = remove(&s, "big", &aggressive()).expect("taken");
-        let Action::Replace(new) = &m.action else {
-            panic!("{m:?}");
-        };
+        let m = remove(&oversized(), "big", &aggressive()).expect("taken");
+        let new = replacement_of(&m);
         let bound = m.price_before * 0.9;
         assert!(!new.instance_type_options.is_empty());
         for (name, price) in new.priced_options() {
