@@ -126,6 +126,9 @@ pub struct PodDisruption {
     /// `controller.kubernetes.io/pod-deletion-cost`: pods that cost more to delete make their
     /// node a worse candidate.
     pub deletion_cost: i32,
+    /// When the pod was created (unix seconds), if known: a pod that just arrived makes its
+    /// node a fresh one for `consolidateAfter`.
+    pub created_at: Option<i64>,
 }
 
 /// A zone constraint a pod's volume puts on it: a bound PersistentVolume's node affinity, or
@@ -225,6 +228,9 @@ pub struct NodeLife {
     pub do_not_disrupt: Option<String>,
     /// `karpenter.sh/do-not-consolidate: "true"`: drift and expiry may still replace it.
     pub do_not_consolidate: bool,
+    /// When a pod last left it (unix seconds), when someone watching saw it (the controller):
+    /// arrivals are known from the pods' own creation times, departures only from here.
+    pub pods_changed_at: Option<i64>,
 }
 
 impl Node {

@@ -81,6 +81,7 @@ fn life(n: &k8s::Node) -> NodeLife {
             .find(|k| get(k) == Some("true"))
             .map(|k| k.to_string()),
         do_not_consolidate: get(DO_NOT_CONSOLIDATE_ANNOTATION) == Some("true"),
+        pods_changed_at: None,
     }
 }
 

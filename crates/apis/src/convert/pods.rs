@@ -89,8 +89,8 @@ pub const DO_NOT_DISRUPT_ANNOTATIONS: &[&str] = &[
 /// `controller.kubernetes.io/pod-deletion-cost`.
 pub const DELETION_COST_ANNOTATION: &str = "controller.kubernetes.io/pod-deletion-cost";
 
-/// What a pod's annotations say about disrupting its node: an opt-out set to "true" and the
-/// deletion cost. A deletion cost that is not an int32 counts as 0 and comes back as the
+/// What a pod's metadata says about disrupting its node: an opt-out set to "true", the
+/// deletion cost and the creation time. A deletion cost that is not an int32 counts as 0 and comes back as the
 /// second value, to be reported (as Karpenter logs and ignores it): one bad annotation must
 /// not keep the pod out of planning.
 pub fn pod_disruption(
@@ -119,6 +119,7 @@ pub fn pod_disruption(
         PodDisruption {
             do_not_disrupt,
             deletion_cost,
+            created_at: meta.creation_timestamp.as_ref().map(|t| t.0.as_second()),
         },
         bad,
     )

@@ -59,6 +59,49 @@ pub fn candidates(
         .collect()
 }
 
+/// What a node runs as: its type, zone and capacity type (from its labels) and their price.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Offered {
+    /// Instance type.
+    pub instance_type: String,
+    /// Zone.
+    pub zone: String,
+    /// Capacity type.
+    pub capacity_type: CapacityType,
+    /// $/h of the offering in the catalog.
+    pub price: f64,
+}
+
+/// The offering `node` runs on, or why it cannot be priced.
+pub fn offered(node: &Node, catalog: &[InstanceType]) -> Result<Offered, String> {
+    let label = |k: &str| node.labels.get(k).cloned();
+    let (Some(instance_type), Some(zone), Some(capacity_type)) = (
+        label(labels::INSTANCE_TYPE),
+        label(labels::ZONE),
+        label(labels::CAPACITY_TYPE).and_then(|c| CapacityType::parse(&c)),
+    ) else {
+        return Err("its instance type, zone or capacity type label is missing".into());
+    };
+    let price = catalog
+        .iter()
+        .find(|t| t.name == instance_type)
+        .and_then(|t| {
+            t.offerings
+                .iter()
+                .find(|o| o.zone == zone && o.capacity_type == capacity_type)
+        })
+        .map(|o| o.price)
+        .ok_or_else(|| {
+            format!("{instance_type} ({capacity_type} in {zone}) has no price in the catalog")
+        })?;
+    Ok(Offered {
+        instance_type,
+        zone,
+        capacity_type,
+        price,
+    })
+}
+
 /// True for pods that leave with their node: DaemonSet pods and mirror (static) pods.
 pub fn leaves_with_node(pod: &Pod) -> bool {
     pod.is_daemon() || pod.owner.as_ref().is_some_and(|o| o.kind == "Node")
@@ -115,26 +158,12 @@ fn candidate(
             ));
         }
     }
-    let label = |k: &str| node.labels.get(k).cloned();
-    let (Some(instance_type), Some(zone), Some(capacity_type)) = (
-        label(labels::INSTANCE_TYPE),
-        label(labels::ZONE),
-        label(labels::CAPACITY_TYPE).and_then(|c| CapacityType::parse(&c)),
-    ) else {
-        return Err("its instance type, zone or capacity type label is missing".into());
-    };
-    let price = catalog
-        .iter()
-        .find(|t| t.name == instance_type)
-        .and_then(|t| {
-            t.offerings
-                .iter()
-                .find(|o| o.zone == zone && o.capacity_type == capacity_type)
-        })
-        .map(|o| o.price)
-        .ok_or_else(|| {
-            format!("{instance_type} ({capacity_type} in {zone}) has no price in the catalog")
-        })?;
+    let Offered {
+        instance_type,
+        zone,
+        capacity_type,
+        price,
+    } = offered(node, catalog)?;
     let cost = node_cost(
         movable.iter().map(|&i| &snapshot.pods[i]),
         node.life.created_at,

@@ -13,10 +13,11 @@
 //! an empty node scores high, churning many pods for cents scores low.
 
 use crate::instance_type::{CapacityType, InstanceType};
-use crate::scheduling::{simulate, NewNode, Options};
+use crate::scheduling::{NewNode, Options, Plan};
 use crate::snapshot::Snapshot;
 
-use super::candidates::{leaves_with_node, Candidate};
+use super::candidates::Candidate;
+use super::trial;
 use super::DisruptionSettings;
 
 /// Fewest cheaper spot types a spot-to-spot replacement needs.
@@ -42,6 +43,8 @@ pub struct Move {
     pub price_after: f64,
     /// Savings share over disruption share.
     pub score: f64,
+    /// The simulation of the cluster without the nodes: where every moved pod goes.
+    pub plan: Plan,
 }
 
 /// The Provisioner-wide sums a score is relative to.
@@ -72,18 +75,18 @@ pub fn evaluate(
             snapshot.nodes[c.node].name
         ));
     }
-    let trial = without(snapshot, nodes);
-    let plan = simulate(&trial, catalog, opts);
-    if let Some(u) = plan.unschedulable.first() {
-        return Err(format!(
-            "pod {} would not fit elsewhere: {}",
-            u.pod, u.reason
-        ));
-    }
+    let removed: Vec<usize> = nodes.iter().map(|c| c.node).collect();
+    let outcome = trial::run(snapshot, catalog, opts, &removed)?;
     let price_before: f64 = nodes.iter().map(|c| c.price).sum();
-    let action = match plan.new_nodes.as_slice() {
+    let action = match outcome.replacements.as_slice() {
         [] => Action::Delete,
-        [one] => Action::Replace(Box::new(replacement(one, nodes, price_before, settings)?)),
+        [one] => Action::Replace(Box::new(replacement(
+            one,
+            outcome.price_after,
+            nodes,
+            price_before,
+            settings,
+        )?)),
         more => {
             return Err(format!(
                 "its pods would need {} new nodes (consolidation replaces with one)",
@@ -91,10 +94,7 @@ pub fn evaluate(
             ))
         }
     };
-    let price_after = match &action {
-        Action::Delete => 0.0,
-        Action::Replace(n) => n.price_per_hour,
-    };
+    let price_after = outcome.price_after;
     let cost: f64 = nodes.iter().map(|c| c.cost).sum();
     let score = score(price_before - price_after, cost, totals);
     let threshold = settings.score_threshold();
@@ -114,6 +114,7 @@ pub fn evaluate(
         price_before,
         price_after,
         score,
+        plan: outcome.plan,
     })
 }
 
@@ -133,17 +134,17 @@ pub fn score(savings: f64, cost: f64, totals: Totals) -> f64 {
 /// might pick would undo the saving), or why there is none.
 fn replacement(
     new: &NewNode,
+    price_after: f64,
     nodes: &[&Candidate],
     price_before: f64,
     settings: &DisruptionSettings,
 ) -> Result<NewNode, String> {
     let most = price_before * (1.0 - settings.min_price_improvement);
-    if new.price_per_hour > most {
+    if price_after > most {
         return Err(format!(
-            "a replacement ({} {}, ${:.4}/h) is not {:.0}% cheaper than ${price_before:.4}/h",
+            "a replacement ({} {}, ${price_after:.4}/h) is not {:.0}% cheaper than ${price_before:.4}/h",
             new.instance_type,
             new.capacity_type,
-            new.price_per_hour,
             settings.min_price_improvement * 100.0
         ));
     }
@@ -174,118 +175,16 @@ fn replacement(
     })
 }
 
-/// The cluster without `nodes`: their movable pods pending, the pods that leave with them
-/// gone, and pods that were pending already left out (provisioning plans for those).
-fn without(snapshot: &Snapshot, nodes: &[&Candidate]) -> Snapshot {
-    let gone: std::collections::HashSet<&str> = nodes
-        .iter()
-        .map(|c| snapshot.nodes[c.node].name.as_str())
-        .collect();
-    let pods = snapshot
-        .pods
-        .iter()
-        .filter_map(|p| {
-            let on = p.node_name.as_deref()?;
-            if !gone.contains(on) {
-                return Some(p.clone());
-            }
-            if leaves_with_node(p) {
-                return None;
-            }
-            let mut moved = p.clone();
-            moved.node_name = None;
-            Some(moved)
-        })
-        .collect();
-    let mut trial = snapshot.with_pods(pods);
-    trial.nodes.retain(|n| !gone.contains(n.name.as_str()));
-    trial
-}
-
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
     use crate::disruption::candidates::candidates;
+    use crate::disruption::fixtures::*;
     use crate::disruption::ConsolidationPolicy;
     use crate::labels;
-    use crate::pod::{Node, Pod};
-    use crate::provisioner::Provisioner;
+    use crate::pod::Pod;
     use crate::requirements::Requirement;
-    use crate::resources::Resources;
     use crate::testing::catalog::catalog;
-
-    const GI: i64 = 1 << 30;
-
-    /// A node of `itype` from the test catalog, launched by the default Provisioner.
-    fn node(name: &str, itype: &str, capacity_type: &str) -> Node {
-        let t = catalog()
-            .into_iter()
-            .find(|t| t.name == itype)
-            .expect("type");
-        let mut n = Node {
-            name: name.into(),
-            labels: BTreeMap::from([
-                (labels::INSTANCE_TYPE.to_string(), itype.to_string()),
-                (labels::ZONE.to_string(), "z-a".to_string()),
-                (labels::CAPACITY_TYPE.to_string(), capacity_type.to_string()),
-                (labels::HOSTNAME.to_string(), name.to_string()),
-                (labels::PROVISIONER_NAME.to_string(), "default".to_string()),
-                (labels::OS.to_string(), "linux".to_string()),
-                (labels::ARCH.to_string(), "amd64".to_string()),
-            ]),
-            capacity: t.capacity.clone(),
-            allocatable: t.allocatable.clone(),
-            ..Node::default()
-        };
-        n.life.initialized = true;
-        n.life.created_at = Some(0);
-        n
-    }
-
-    fn pod(name: &str, on: &str, cpu: i64) -> Pod {
-        Pod {
-            namespace: "default".into(),
-            name: name.into(),
-            node_name: Some(on.into()),
-            requests: Resources::new(cpu, GI, 0, 1),
-            ..Pod::default()
-        }
-    }
-
-    /// The cluster, its Provisioner launching on-demand nodes only.
-    fn cluster(nodes: Vec<Node>, pods: Vec<Pod>) -> Snapshot {
-        Snapshot {
-            nodes,
-            pods,
-            provisioners: vec![Provisioner::default_provisioner()],
-            ..Snapshot::default()
-        }
-    }
-
-    /// The cluster, its Provisioner launching spot or on-demand nodes.
-    fn spot_cluster(nodes: Vec<Node>, pods: Vec<Pod>) -> Snapshot {
-        let mut prov = Provisioner::default_provisioner();
-        prov.requirements.add(
-            labels::CAPACITY_TYPE,
-            Requirement::one_of(["spot", "on-demand"]),
-        );
-        Snapshot {
-            nodes,
-            pods,
-            provisioners: vec![prov],
-            ..Snapshot::default()
-        }
-    }
-
-    fn aggressive() -> DisruptionSettings {
-        DisruptionSettings {
-            consolidation: true,
-            policy: ConsolidationPolicy::Aggressive,
-            ..DisruptionSettings::default()
-        }
-    }
 
     /// Evaluates removing the node named `name`.
     fn remove(s: &Snapshot, name: &str, settings: &DisruptionSettings) -> Result<Move, String> {

@@ -5,15 +5,26 @@
 //! go at a time, [`pdb`] the PodDisruptionBudgets that keep a node's pods in place,
 //! [`candidates`] which nodes disruption may act on (and why the others stay) and [`cost`] what
 //! moving a node's pods costs, and [`consolidation`] whether removing some candidates is a
-//! move worth taking.
+//! move worth taking. [`drift`] finds what a node shows of its Provisioner's changes,
+//! [`trial`] simulates the cluster without some nodes, [`working`] applies a decision to it,
+//! and [`planner`] runs the methods in order and says why every other node stays.
 
 pub mod budgets;
 pub mod candidates;
 pub mod consolidation;
 pub mod cost;
 pub mod cron;
+pub mod drift;
+#[cfg(test)]
+mod fixtures;
 pub mod pdb;
+pub mod planner;
+#[cfg(test)]
+mod scenarios;
 pub mod settings;
+pub mod trial;
+pub mod working;
 
 pub use pdb::Pdb;
+pub use planner::{plan, Decision, DisruptionPlan, Input, Kept};
 pub use settings::{Budget, BudgetNodes, ConsolidationPolicy, DisruptionSettings, Reason};

@@ -35,7 +35,7 @@ const KEYS: [&str; 3] = [labels::ZONE, POOL, labels::CAPACITY_TYPE];
 const NAMESPACES: [&str; 2] = ["default", "team"];
 
 #[derive(Clone, Debug)]
-struct ClassSpec {
+pub(super) struct ClassSpec {
     count: usize,
     cpu: i64,
     app: usize,
@@ -60,14 +60,14 @@ struct ClassSpec {
 }
 
 #[derive(Clone, Debug)]
-struct NodeSpec {
+pub(super) struct NodeSpec {
     zone: usize,
     pool: usize,
     /// (app, namespace, repels another app by hostname (false) or zone (true)).
     running: Vec<(usize, usize, Option<bool>)>,
 }
 
-fn class_spec() -> impl Strategy<Value = ClassSpec> {
+pub(super) fn class_spec() -> impl Strategy<Value = ClassSpec> {
     (
         (
             1usize..=12,
@@ -126,7 +126,7 @@ fn class_spec() -> impl Strategy<Value = ClassSpec> {
         )
 }
 
-fn node_spec() -> impl Strategy<Value = NodeSpec> {
+pub(super) fn node_spec() -> impl Strategy<Value = NodeSpec> {
     (
         0usize..ZONES.len(),
         0usize..POOLS.len(),
@@ -178,7 +178,7 @@ fn scoped(mut t: PodAffinityTerm, mode: usize) -> PodAffinityTerm {
     t
 }
 
-fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
+pub(super) fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
     // Like Deployments: every class of an app spread carries the same spread (key and skew),
     // and key (anti-)affinity is only used by apps that are not spread (so every counted pod is
     // a constrained one and the final skew is what the scheduler checked).
@@ -359,7 +359,7 @@ fn plan_of(s: &Snapshot) -> crate::scheduling::Plan {
     simulate(&resolved, &catalog(), &Options::default())
 }
 
-fn config() -> ProptestConfig {
+pub(super) fn config() -> ProptestConfig {
     let cases = std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -3,5 +3,6 @@
 
 mod constraint_properties;
 mod constraint_tests;
+mod disruption_properties;
 mod properties;
 mod simulation;

@@ -1,0 +1,777 @@
+//! The disruption planner: which of joiner's nodes go now, what replaces them, and for every
+//! node that stays, why.
+//!
+//! Methods run in Karpenter's order, each against the cluster the earlier decisions leave
+//! ([`working`](super::working)): expiration (forceful: no budget holds it, but the guards of
+//! [`candidates`](super::candidates) do), drift (oldest first), emptiness
+//! (`ttlSecondsAfterEmpty`), then consolidation — empty nodes, several nodes at once (the
+//! longest prefix, by disruption cost, of up to [`MAX_MULTI_NODE`] candidates that one
+//! cheaper node or none replaces, found by binary search), then one node at a time. Budgets
+//! count every decision of the plan and the disruptions already under way.
+//!
+//! Nothing is disrupted while pending pods can be placed: provisioning acts on them first, and
+//! a plan made meanwhile could count on room they are about to take (every node says so).
+//! A node that takes pods from a decision is fresh (its pods just changed) and is not
+//! consolidated in the same plan, as `consolidateAfter` would keep it; a single-node
+//! evaluation that fails stays failed, since every decision only takes room away.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use crate::instance_type::InstanceType;
+use crate::pod::Node;
+use crate::provisioner::Provisioner;
+use crate::scheduling::{NewNode, Options};
+use crate::snapshot::Snapshot;
+
+use super::budgets;
+use super::candidates::{candidates, offered, Candidate};
+use super::consolidation::{evaluate, score, Action, Totals};
+use super::drift::visible_drift;
+use super::trial::{self, placeable_pending};
+use super::working::apply;
+use super::{DisruptionSettings, Reason};
+
+/// Most candidates a multi-node consolidation considers at once (Karpenter's bound).
+pub const MAX_MULTI_NODE: usize = 100;
+
+/// What the planner reads.
+pub struct Input<'a> {
+    /// The cluster: nodes with their running pods, pending pods, PodDisruptionBudgets.
+    pub snapshot: &'a Snapshot,
+    /// Instance types with their offerings and prices.
+    pub catalog: &'a [InstanceType],
+    /// Simulation knobs.
+    pub opts: &'a Options,
+    /// Each Provisioner's disruption settings (`None`: no such Provisioner).
+    pub settings: &'a dyn Fn(&str) -> Option<DisruptionSettings>,
+    /// Drift only the cloud sees (NodeTemplate, AMI, subnets, ...), by node.
+    pub cloud_drift: &'a dyn Fn(&Node) -> Option<String>,
+    /// Nodes of each Provisioner already being disrupted: they count against budgets.
+    pub disrupting: &'a BTreeMap<String, u32>,
+    /// Unix seconds, UTC.
+    pub now: i64,
+}
+
+/// One decision: nodes that go, and what (if anything) replaces them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    /// Why.
+    pub reason: Reason,
+    /// The nodes removed.
+    pub nodes: Vec<String>,
+    /// New nodes for their pods (launched and initialized before the old ones drain), named
+    /// `replacement-<n>` in the plan's order.
+    pub replacements: Vec<NewNode>,
+    /// Where each moved pod goes (`namespace/name`, node or replacement name).
+    pub moves: Vec<(String, String)>,
+    /// $/h of the nodes removed.
+    pub price_before: f64,
+    /// $/h the decision adds.
+    pub price_after: f64,
+    /// Consolidation's score (savings share over disruption share).
+    pub score: Option<f64>,
+    /// In words: "expired: 31 days old, ttlSecondsUntilExpired 30 days", ...
+    pub detail: String,
+}
+
+/// A node that stays, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Kept {
+    /// Node name.
+    pub node: String,
+    /// Every reason found, in the order the methods ran.
+    pub why: Vec<String>,
+}
+
+/// The planner's answer.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DisruptionPlan {
+    /// Decisions in the order they would be carried out.
+    pub decisions: Vec<Decision>,
+    /// Every other node of the snapshot, in its order.
+    pub kept: Vec<Kept>,
+    /// $/h of the nodes joiner launched that the catalog prices, now.
+    pub price_before: f64,
+    /// The same after the decisions.
+    pub price_after: f64,
+}
+
+/// Plans disruption for `input`.
+pub fn plan(input: &Input) -> DisruptionPlan {
+    let mut p = Planner::new(input);
+    let pending = placeable_pending(input.snapshot, input.catalog, input.opts);
+    if let Some(first) = pending.first() {
+        let wait = format!(
+            "disruption waits: {} pending pod(s) can be placed now ({first}{}), provisioning goes first",
+            pending.len(),
+            if pending.len() > 1 { ", ..." } else { "" }
+        );
+        for c in p.open() {
+            let name = p.name(&c);
+            p.keep(&name, wait.clone());
+        }
+        return p.finish();
+    }
+    p.expire();
+    p.drift();
+    p.empty();
+    p.consolidate();
+    p.finish()
+}
+
+struct Planner<'a> {
+    input: &'a Input<'a>,
+    work: Snapshot,
+    /// Candidates by node name (their `node` indexes the input snapshot).
+    candidates: BTreeMap<String, Candidate>,
+    settings: HashMap<String, DisruptionSettings>,
+    totals: HashMap<String, Totals>,
+    /// Nodes of each Provisioner in the snapshot.
+    node_count: HashMap<String, u32>,
+    /// Nodes of each Provisioner disrupted: under way plus decided here.
+    disrupting: HashMap<String, u32>,
+    decided: HashSet<String>,
+    /// Nodes that took pods from a decision.
+    fresh: HashSet<String>,
+    why: HashMap<String, Vec<String>>,
+    decisions: Vec<Decision>,
+    next: usize,
+}
+
+impl<'a> Planner<'a> {
+    fn new(input: &'a Input<'a>) -> Self {
+        let s = input.snapshot;
+        let mut why: HashMap<String, Vec<String>> = HashMap::new();
+        let mut found = BTreeMap::new();
+        for (node, c) in s
+            .nodes
+            .iter()
+            .zip(candidates(s, input.catalog, input.settings, input.now))
+        {
+            match c {
+                Ok(c) => {
+                    found.insert(node.name.clone(), c);
+                }
+                Err(e) => why.entry(node.name.clone()).or_default().push(e),
+            }
+        }
+        let mut settings = HashMap::new();
+        let mut node_count: HashMap<String, u32> = HashMap::new();
+        for n in &s.nodes {
+            if let Some(p) = n.provisioner() {
+                *node_count.entry(p.to_string()).or_default() += 1;
+                if let Some(st) = (input.settings)(p) {
+                    settings.insert(p.to_string(), st);
+                }
+            }
+        }
+        let mut totals: HashMap<String, Totals> = HashMap::new();
+        for c in found.values() {
+            let t = totals.entry(c.provisioner.clone()).or_insert(Totals {
+                price: 0.0,
+                cost: 0.0,
+            });
+            t.price += c.price;
+            t.cost += c.cost;
+        }
+        let disrupting = input
+            .disrupting
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
+        Planner {
+            input,
+            work: s.clone(),
+            candidates: found,
+            settings,
+            totals,
+            node_count,
+            disrupting,
+            decided: HashSet::new(),
+            fresh: HashSet::new(),
+            why,
+            decisions: Vec::new(),
+            next: 0,
+        }
+    }
+
+    fn keep(&mut self, node: &str, why: String) {
+        self.why.entry(node.to_string()).or_default().push(why);
+    }
+
+    /// Candidates not yet decided, in `order`.
+    fn open(&self) -> Vec<Candidate> {
+        self.candidates
+            .iter()
+            .filter(|(n, _)| !self.decided.contains(*n))
+            .map(|(_, c)| c.clone())
+            .collect()
+    }
+
+    fn name(&self, c: &Candidate) -> String {
+        self.input.snapshot.nodes[c.node].name.clone()
+    }
+
+    fn node(&self, c: &Candidate) -> &'a Node {
+        &self.input.snapshot.nodes[c.node]
+    }
+
+    /// The candidate re-indexed into the working snapshot.
+    fn at_work(&self, c: &Candidate) -> Option<Candidate> {
+        let name = self.name(c);
+        let i = self.work.nodes.iter().position(|n| n.name == name)?;
+        Some(Candidate {
+            node: i,
+            ..c.clone()
+        })
+    }
+
+    /// How many more nodes of `provisioner` may go for `reason`.
+    fn allowed(&self, provisioner: &str, reason: Reason) -> u32 {
+        let Some(settings) = self.settings.get(provisioner) else {
+            return 0;
+        };
+        budgets::allowed(
+            settings,
+            reason,
+            self.node_count.get(provisioner).copied().unwrap_or(0),
+            self.disrupting.get(provisioner).copied().unwrap_or(0),
+            self.input.now,
+        )
+    }
+
+    fn budget_refusal(provisioner: &str, reason: Reason) -> String {
+        format!(
+            "the {} budget of Provisioner {provisioner} allows no more disruptions now",
+            reason.as_str()
+        )
+    }
+
+    /// Records a decision (naming its replacements and listing its moves) and applies it to
+    /// the working cluster.
+    fn take(&mut self, mut decision: Decision, plan: &crate::scheduling::Plan) {
+        for r in &mut decision.replacements {
+            self.next += 1;
+            r.name = format!("replacement-{}", self.next);
+        }
+        let removed: HashSet<&str> = decision.nodes.iter().map(String::as_str).collect();
+        let moved_pods: HashSet<String> = self
+            .work
+            .pods
+            .iter()
+            .filter(|p| p.node_name.as_deref().is_some_and(|n| removed.contains(n)))
+            .map(|p| p.key())
+            .collect();
+        for used in &plan.existing_nodes {
+            for k in used.pods.iter().filter(|k| moved_pods.contains(*k)) {
+                decision.moves.push((k.clone(), used.name.clone()));
+                self.fresh.insert(used.name.clone());
+            }
+        }
+        for r in &decision.replacements {
+            for k in &r.pods {
+                decision.moves.push((k.clone(), r.name.clone()));
+            }
+        }
+        decision.moves.sort();
+        apply(
+            &mut self.work,
+            self.input.catalog,
+            &decision.nodes,
+            plan,
+            &decision.replacements,
+        );
+        for n in &decision.nodes {
+            self.decided.insert(n.clone());
+            if let Some(c) = self.candidates.get(n) {
+                *self.disrupting.entry(c.provisioner.clone()).or_default() += 1;
+            }
+        }
+        self.decisions.push(decision);
+    }
+
+    /// Replaces one node for a forceful or drift reason: its pods must all have a place, on
+    /// other nodes or on as many new nodes as they need; price is not weighed.
+    fn replace(&mut self, c: &Candidate, reason: Reason, detail: String) {
+        let name = self.name(c);
+        let Some(at) = self.at_work(c) else {
+            return;
+        };
+        match trial::run(&self.work, self.input.catalog, self.input.opts, &[at.node]) {
+            Ok(outcome) => {
+                let decision = Decision {
+                    reason,
+                    nodes: vec![name],
+                    replacements: outcome.replacements.clone(),
+                    moves: Vec::new(),
+                    price_before: c.price,
+                    price_after: outcome.price_after,
+                    score: None,
+                    detail,
+                };
+                self.take(decision, &outcome.plan);
+            }
+            Err(e) => self.keep(&name, format!("{detail}, but {e}")),
+        }
+    }
+
+    fn expire(&mut self) {
+        let now = self.input.now;
+        let mut due: Vec<(i64, i64, Candidate)> = self
+            .open()
+            .into_iter()
+            .filter_map(|c| {
+                let ttl = self.settings.get(&c.provisioner)?.expire_after?;
+                let created = self.node(&c).life.created_at?;
+                (now.saturating_sub(created) >= ttl).then_some((created, ttl, c))
+            })
+            .collect();
+        due.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.2.node.cmp(&b.2.node)));
+        for (created, ttl, c) in due {
+            let detail = format!(
+                "expired: {} old, ttlSecondsUntilExpired {}",
+                duration(now - created),
+                duration(ttl)
+            );
+            self.replace(&c, Reason::Expired, detail);
+        }
+    }
+
+    fn drift(&mut self) {
+        let mut drifted: Vec<(i64, String, Candidate)> = self
+            .open()
+            .into_iter()
+            .filter_map(|c| {
+                let node = self.node(&c);
+                let prov = self.provisioner(&c.provisioner)?;
+                let why = visible_drift(node, prov).or_else(|| (self.input.cloud_drift)(node))?;
+                Some((node.life.created_at.unwrap_or(i64::MAX), why, c))
+            })
+            .collect();
+        drifted.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.2.node.cmp(&b.2.node)));
+        for (_, why, c) in drifted {
+            let detail = format!("drifted: {why}");
+            if self.allowed(&c.provisioner, Reason::Drifted) == 0 {
+                let name = self.name(&c);
+                let refusal = Self::budget_refusal(&c.provisioner, Reason::Drifted);
+                self.keep(&name, format!("{detail}, but {refusal}"));
+                continue;
+            }
+            self.replace(&c, Reason::Drifted, detail);
+        }
+    }
+
+    fn provisioner(&self, name: &str) -> Option<&'a Provisioner> {
+        self.input
+            .snapshot
+            .provisioners
+            .iter()
+            .find(|p| p.name == name)
+    }
+
+    /// When the node's pods last changed: its creation, a pod's arrival, or a departure the
+    /// controller saw; `None` when nothing is known.
+    fn last_change(&self, c: &Candidate) -> Option<i64> {
+        let node = self.node(c);
+        let arrivals = c
+            .pods
+            .iter()
+            .filter_map(|&i| self.input.snapshot.pods[i].disruption.created_at);
+        [node.life.created_at, node.life.pods_changed_at]
+            .into_iter()
+            .flatten()
+            .chain(arrivals)
+            .max()
+    }
+
+    fn empty(&mut self) {
+        let now = self.input.now;
+        for c in self.open() {
+            let Some(ttl) = self
+                .settings
+                .get(&c.provisioner)
+                .and_then(|s| s.empty_after)
+            else {
+                continue;
+            };
+            if !c.pods.is_empty() {
+                continue;
+            }
+            let name = self.name(&c);
+            let since = self.last_change(&c).unwrap_or(now);
+            let empty_for = now.saturating_sub(since);
+            if empty_for < ttl {
+                self.keep(
+                    &name,
+                    format!(
+                        "empty for {}, ttlSecondsAfterEmpty is {}",
+                        duration(empty_for),
+                        duration(ttl)
+                    ),
+                );
+                continue;
+            }
+            if self.allowed(&c.provisioner, Reason::Empty) == 0 {
+                let refusal = Self::budget_refusal(&c.provisioner, Reason::Empty);
+                self.keep(&name, format!("empty, but {refusal}"));
+                continue;
+            }
+            self.delete_empty(&c, format!("empty for {}", duration(empty_for)));
+        }
+    }
+
+    fn delete_empty(&mut self, c: &Candidate, detail: String) {
+        let decision = Decision {
+            reason: Reason::Empty,
+            nodes: vec![self.name(c)],
+            replacements: Vec::new(),
+            moves: Vec::new(),
+            price_before: c.price,
+            price_after: 0.0,
+            score: None,
+            detail,
+        };
+        self.take(decision, &crate::scheduling::Plan::default());
+    }
+
+    /// Candidates consolidation may act on now, cheapest to disrupt first; the others get
+    /// their reason.
+    fn consolidatable(&mut self) -> Vec<Candidate> {
+        let now = self.input.now;
+        let mut out = Vec::new();
+        for c in self.open() {
+            let name = self.name(&c);
+            let Some(settings) = self.settings.get(&c.provisioner) else {
+                continue;
+            };
+            if !settings.consolidation {
+                if self.why.get(&name).is_none_or(Vec::is_empty) {
+                    self.keep(
+                        &name,
+                        format!(
+                            "consolidation is not enabled on Provisioner {}",
+                            c.provisioner
+                        ),
+                    );
+                }
+                continue;
+            }
+            let after = settings.consolidate_after;
+            if self.fresh.contains(&name) {
+                self.keep(&name, "it takes pods from a node this plan removes".into());
+                continue;
+            }
+            let changed = now.saturating_sub(self.last_change(&c).unwrap_or(now));
+            if changed < after {
+                let limit = if after == i64::MAX {
+                    "Never".to_string()
+                } else {
+                    duration(after)
+                };
+                self.keep(
+                    &name,
+                    format!(
+                        "its pods changed {} ago; consolidateAfter is {limit}",
+                        duration(changed)
+                    ),
+                );
+                continue;
+            }
+            out.push(c);
+        }
+        out.sort_by(|a, b| a.cost.total_cmp(&b.cost).then_with(|| a.node.cmp(&b.node)));
+        out
+    }
+
+    fn consolidate(&mut self) {
+        let ready = self.consolidatable();
+        let (empty, busy): (Vec<Candidate>, Vec<Candidate>) =
+            ready.into_iter().partition(|c| c.pods.is_empty());
+        for c in empty {
+            if self.node(&c).life.do_not_consolidate {
+                let name = self.name(&c);
+                self.keep(
+                    &name,
+                    "it is annotated karpenter.sh/do-not-consolidate".into(),
+                );
+                continue;
+            }
+            if self.allowed(&c.provisioner, Reason::Empty) == 0 {
+                let name = self.name(&c);
+                let refusal = Self::budget_refusal(&c.provisioner, Reason::Empty);
+                self.keep(&name, format!("empty, but {refusal}"));
+                continue;
+            }
+            self.delete_empty(&c, "empty: consolidation deletes it".into());
+        }
+        let mut busy = busy;
+        while self.multi_node(&mut busy) {}
+        self.single_node(busy);
+    }
+
+    /// The settings a set of candidates is judged by: the strictest of theirs.
+    fn strictest(&self, set: &[&Candidate]) -> Option<DisruptionSettings> {
+        let mut out: Option<DisruptionSettings> = None;
+        for c in set {
+            let s = self.settings.get(&c.provisioner)?;
+            out = Some(match out {
+                None => s.clone(),
+                Some(mut o) => {
+                    o.min_price_improvement = o.min_price_improvement.max(s.min_price_improvement);
+                    o.min_score = Some(o.score_threshold().max(s.score_threshold()));
+                    o
+                }
+            });
+        }
+        out
+    }
+
+    fn totals_of(&self, set: &[&Candidate]) -> Totals {
+        let provs: HashSet<&str> = set.iter().map(|c| c.provisioner.as_str()).collect();
+        let mut t = Totals {
+            price: 0.0,
+            cost: 0.0,
+        };
+        for p in provs {
+            if let Some(x) = self.totals.get(p) {
+                t.price += x.price;
+                t.cost += x.cost;
+            }
+        }
+        t
+    }
+
+    /// Evaluates removing `set` against the working cluster.
+    fn evaluate(&self, set: &[Candidate]) -> Result<super::consolidation::Move, String> {
+        let at: Vec<Candidate> = set.iter().filter_map(|c| self.at_work(c)).collect();
+        let refs: Vec<&Candidate> = at.iter().collect();
+        let settings = self
+            .strictest(&refs)
+            .ok_or_else(|| "its Provisioner does not exist".to_string())?;
+        evaluate(
+            &self.work,
+            self.input.catalog,
+            self.input.opts,
+            &refs,
+            &settings,
+            self.totals_of(&refs),
+        )
+    }
+
+    /// Takes the longest prefix of `busy` (within budgets, at most [`MAX_MULTI_NODE`]) of two
+    /// or more nodes that consolidation removes in one move; true when it took one.
+    fn multi_node(&mut self, busy: &mut Vec<Candidate>) -> bool {
+        let mut room: HashMap<String, u32> = HashMap::new();
+        let mut set: Vec<Candidate> = Vec::new();
+        for c in busy.iter() {
+            if set.len() == MAX_MULTI_NODE {
+                break;
+            }
+            if self.node(c).life.do_not_consolidate {
+                continue;
+            }
+            let left = room
+                .entry(c.provisioner.clone())
+                .or_insert_with(|| self.allowed(&c.provisioner, Reason::Underutilized));
+            if *left == 0 {
+                continue;
+            }
+            *left -= 1;
+            set.push(c.clone());
+        }
+        if set.len() < 2 {
+            return false;
+        }
+        let (mut lo, mut hi) = (2usize, set.len());
+        let mut best = None;
+        while lo <= hi {
+            let mid = (lo + hi) / 2;
+            match self.evaluate(&set[..mid]) {
+                Ok(m) => {
+                    best = Some((mid, m));
+                    lo = mid + 1;
+                }
+                Err(_) => hi = mid - 1,
+            }
+        }
+        let Some((n, m)) = best else {
+            return false;
+        };
+        let chosen = &set[..n];
+        let names: Vec<String> = chosen.iter().map(|c| self.name(c)).collect();
+        let detail = format!(
+            "underutilized: {} nodes {}",
+            n,
+            match &m.action {
+                Action::Delete => "whose pods fit on the other nodes".to_string(),
+                Action::Replace(r) => format!("replaced by one {}", r.instance_type),
+            }
+        );
+        self.take_move(names, m, detail);
+        busy.retain(|c| !self.decided.contains(&self.name(c)));
+        true
+    }
+
+    fn take_move(&mut self, names: Vec<String>, m: super::consolidation::Move, detail: String) {
+        let replacements = match m.action {
+            Action::Delete => Vec::new(),
+            Action::Replace(r) => vec![*r],
+        };
+        let decision = Decision {
+            reason: Reason::Underutilized,
+            nodes: names,
+            replacements,
+            moves: Vec::new(),
+            price_before: m.price_before,
+            price_after: m.price_after,
+            score: Some(m.score),
+            detail,
+        };
+        self.take(decision, &m.plan);
+    }
+
+    fn single_node(&mut self, busy: Vec<Candidate>) {
+        for c in busy {
+            let name = self.name(&c);
+            if self.fresh.contains(&name) {
+                self.keep(&name, "it takes pods from a node this plan removes".into());
+                continue;
+            }
+            if self.allowed(&c.provisioner, Reason::Underutilized) == 0 {
+                let refusal = Self::budget_refusal(&c.provisioner, Reason::Underutilized);
+                self.keep(&name, refusal);
+                continue;
+            }
+            if let Some(why) = self.hopeless(&c) {
+                self.keep(&name, why);
+                continue;
+            }
+            match self.evaluate(std::slice::from_ref(&c)) {
+                Ok(m) => {
+                    let detail = match &m.action {
+                        Action::Delete => "underutilized: its pods fit on the other nodes".into(),
+                        Action::Replace(r) => format!(
+                            "underutilized: replaced by a cheaper {} {}",
+                            r.instance_type, r.capacity_type
+                        ),
+                    };
+                    self.take_move(vec![name], m, detail);
+                }
+                Err(e) => self.keep(&name, e),
+            }
+        }
+    }
+
+    /// Why removing `c` cannot be taken, when that shows without a simulation: even deleting
+    /// it scores below the threshold, or its pods need more room than the other nodes have
+    /// free plus the largest instance type cheap enough to replace it.
+    fn hopeless(&self, c: &Candidate) -> Option<String> {
+        let settings = self.settings.get(&c.provisioner)?;
+        let threshold = settings.score_threshold();
+        let best = score(c.price, c.cost, self.totals_of(&[c]));
+        if best < threshold {
+            return Some(format!(
+                "even deleting it would score {best:.2}, below the threshold {threshold:.2}"
+            ));
+        }
+        let name = self.name(c);
+        let mut need = [0i64; 3];
+        for &i in &c.pods {
+            let r = &self.input.snapshot.pods[i].requests;
+            need[0] += r.cpu;
+            need[1] += r.memory;
+            need[2] += r.pods;
+        }
+        let mut free = self.free_room(&name);
+        let bound = c.price * (1.0 - settings.min_price_improvement);
+        let mut largest = [0i64; 3];
+        for t in self.input.catalog {
+            if t.offerings.iter().any(|o| o.available && o.price <= bound) {
+                largest[0] = largest[0].max(t.capacity.cpu);
+                largest[1] = largest[1].max(t.capacity.memory);
+                largest[2] = largest[2].max(t.capacity.pods);
+            }
+        }
+        for d in 0..3 {
+            free[d] += largest[d];
+        }
+        (0..3).any(|d| need[d] > free[d]).then(|| {
+            format!(
+                "its pods need more room than the other nodes have free plus the largest type {:.0}% cheaper",
+                settings.min_price_improvement * 100.0
+            )
+        })
+    }
+
+    /// CPU, memory and pod slots free on the working cluster's schedulable, initialized
+    /// nodes other than `except`.
+    fn free_room(&self, except: &str) -> [i64; 3] {
+        let mut used: HashMap<&str, [i64; 3]> = HashMap::new();
+        for p in &self.work.pods {
+            if let Some(n) = p.node_name.as_deref() {
+                let u = used.entry(n).or_default();
+                u[0] += p.requests.cpu;
+                u[1] += p.requests.memory;
+                u[2] += p.requests.pods;
+            }
+        }
+        let mut free = [0i64; 3];
+        for n in &self.work.nodes {
+            if n.name == except || n.unschedulable || !n.life.initialized {
+                continue;
+            }
+            let u = used.get(n.name.as_str()).copied().unwrap_or_default();
+            let a = [n.allocatable.cpu, n.allocatable.memory, n.allocatable.pods];
+            for d in 0..3 {
+                free[d] += (a[d] - u[d]).max(0);
+            }
+        }
+        free
+    }
+
+    fn finish(self) -> DisruptionPlan {
+        let s = self.input.snapshot;
+        let price_before: f64 = s
+            .nodes
+            .iter()
+            .filter(|n| n.provisioner().is_some())
+            .filter_map(|n| offered(n, self.input.catalog).ok())
+            .map(|o| o.price)
+            .sum::<f64>()
+            + 0.0;
+        let removed: f64 = self.decisions.iter().map(|d| d.price_before).sum();
+        let added: f64 = self.decisions.iter().map(|d| d.price_after).sum();
+        let mut why = self.why;
+        let kept = s
+            .nodes
+            .iter()
+            .filter(|n| !self.decided.contains(&n.name))
+            .map(|n| Kept {
+                node: n.name.clone(),
+                why: why.remove(&n.name).unwrap_or_else(|| {
+                    vec!["nothing to do: not expired, drifted, empty or underutilized".into()]
+                }),
+            })
+            .collect();
+        DisruptionPlan {
+            decisions: self.decisions,
+            kept,
+            price_before,
+            price_after: (price_before - removed + added).max(0.0) + 0.0,
+        }
+    }
+}
+
+/// A duration as people read it: "45s", "12m", "3h", "31d".
+pub fn duration(secs: i64) -> String {
+    let secs = secs.max(0);
+    if secs < 120 {
+        format!("{secs}s")
+    } else if secs < 7_200 {
+        format!("{}m", secs / 60)
+    } else if secs < 172_800 {
+        format!("{}h", secs / 3_600)
+    } else {
+        format!("{}d", secs / 86_400)
+    }
+}

@@ -1,0 +1,387 @@
+//! Scenarios of the disruption planner, each with its expectation worked out by hand from the
+//! test catalog (m5 $0.048 per vCPU per hour, c5 $0.0425, allocatable = capacity less 70m CPU
+//! and 0.5 GiB; the fixtures' pods ask for 1 GiB each).
+
+use std::collections::BTreeMap;
+
+use super::cron::Schedule;
+use super::fixtures::*;
+use super::planner::{plan, DisruptionPlan, Input};
+use super::settings::{Budget, BudgetNodes, Reason};
+use super::DisruptionSettings;
+use crate::pod::{Node, Pod};
+use crate::scheduling::Options;
+use crate::snapshot::Snapshot;
+use crate::testing::catalog::catalog;
+
+/// 2026-12-07 (a Monday) 09:00:00 UTC.
+const MON_9AM: i64 = 1_796_634_000;
+
+fn run(s: &Snapshot, settings: &DisruptionSettings, now: i64) -> DisruptionPlan {
+    run_with(s, settings, now, &|_| None)
+}
+
+fn run_with(
+    s: &Snapshot,
+    settings: &DisruptionSettings,
+    now: i64,
+    cloud_drift: &dyn Fn(&Node) -> Option<String>,
+) -> DisruptionPlan {
+    let settings_of = |name: &str| (name == "default").then(|| settings.clone());
+    plan(&Input {
+        snapshot: s,
+        catalog: &catalog(),
+        opts: &Options::default(),
+        settings: &settings_of,
+        cloud_drift,
+        disrupting: &BTreeMap::new(),
+        now,
+    })
+}
+
+/// Each decision as "Reason [nodes] -> replacement types".
+fn decisions(p: &DisruptionPlan) -> Vec<String> {
+    p.decisions
+        .iter()
+        .map(|d| {
+            let new: Vec<&str> = d
+                .replacements
+                .iter()
+                .map(|r| r.instance_type.as_str())
+                .collect();
+            format!("{} {:?} -> {new:?}", d.reason.as_str(), d.nodes)
+        })
+        .collect()
+}
+
+/// Why `node` stays, its reasons joined.
+fn kept(p: &DisruptionPlan, node: &str) -> String {
+    p.kept
+        .iter()
+        .find(|k| k.node == node)
+        .unwrap_or_else(|| panic!("{node} is not kept: {:?}", decisions(p)))
+        .why
+        .join("; ")
+}
+
+fn budget(nodes: &str) -> Budget {
+    Budget {
+        nodes: BudgetNodes::parse(nodes).expect("nodes"),
+        reasons: Vec::new(),
+        window: None,
+    }
+}
+
+/// Four m5.xlarge nodes (3,930m free each), one 1,000m pod on each.
+fn four_quiet_nodes() -> Snapshot {
+    let names = ["a", "b", "c", "d"];
+    cluster(
+        names
+            .iter()
+            .map(|n| node(n, "m5.xlarge", "on-demand"))
+            .collect(),
+        names
+            .iter()
+            .map(|n| pod(&format!("web-{n}"), n, 1000))
+            .collect(),
+    )
+}
+
+#[test]
+fn a_budget_of_one_node_lets_one_node_go() {
+    let s = four_quiet_nodes();
+    let one = DisruptionSettings {
+        budgets: vec![budget("1")],
+        ..aggressive()
+    };
+    let p = run(&s, &one, 100);
+    assert_eq!(decisions(&p), ["Underutilized [\"a\"] -> []"]);
+    assert_eq!(kept(&p, "b"), "it takes pods from a node this plan removes");
+    for n in ["c", "d"] {
+        assert_eq!(
+            kept(&p, n),
+            "the Underutilized budget of Provisioner default allows no more disruptions now"
+        );
+    }
+    assert!((p.price_before - 4.0 * 0.192).abs() < 1e-9);
+    assert!((p.price_after - 3.0 * 0.192).abs() < 1e-9);
+
+    // Two at once: a and b go in one multi-node move, their pods fit on c and d; c and d
+    // take their pods, so they are fresh and stay.
+    let two = DisruptionSettings {
+        budgets: vec![budget("2")],
+        ..aggressive()
+    };
+    let p = run(&s, &two, 100);
+    assert_eq!(decisions(&p), ["Underutilized [\"a\", \"b\"] -> []"]);
+    assert_eq!(
+        p.decisions[0].detail,
+        "underutilized: 2 nodes whose pods fit on the other nodes"
+    );
+    assert_eq!(kept(&p, "c"), "it takes pods from a node this plan removes");
+}
+
+#[test]
+fn the_default_budget_is_ten_percent_rounded_up() {
+    // 10 % of 4 nodes is one node.
+    let p = run(&four_quiet_nodes(), &aggressive(), 100);
+    assert_eq!(decisions(&p), ["Underutilized [\"a\"] -> []"]);
+}
+
+#[test]
+fn three_nodes_are_replaced_by_one_cheaper_node() {
+    // Three 1,000m pods on three m5.xlarge ($0.576/h) fit one c5.xlarge ($0.17/h, 3,930m,
+    // 7.5 GiB); the longest prefix that works is all three.
+    let s = cluster(
+        ["a", "b", "c"]
+            .iter()
+            .map(|n| node(n, "m5.xlarge", "on-demand"))
+            .collect(),
+        ["a", "b", "c"]
+            .iter()
+            .map(|n| pod(&format!("web-{n}"), n, 1000))
+            .collect(),
+    );
+    let all = DisruptionSettings {
+        budgets: vec![budget("100%")],
+        ..aggressive()
+    };
+    let p = run(&s, &all, 100);
+    assert_eq!(
+        decisions(&p),
+        ["Underutilized [\"a\", \"b\", \"c\"] -> [\"c5.xlarge\"]"]
+    );
+    let d = &p.decisions[0];
+    assert!((d.price_before - 0.576).abs() < 1e-9);
+    assert!((d.price_after - 0.17).abs() < 1e-9);
+    assert!((p.price_after - 0.17).abs() < 1e-9);
+    assert_eq!(
+        d.replacements[0].pods,
+        ["default/web-a", "default/web-b", "default/web-c"]
+    );
+}
+
+#[test]
+fn empty_nodes_go_after_ttl_seconds_after_empty() {
+    let mut recent = node("recent", "m5.large", "on-demand");
+    recent.life.created_at = Some(90);
+    let s = cluster(
+        vec![
+            node("idle", "m5.large", "on-demand"),
+            recent,
+            node("busy", "m5.large", "on-demand"),
+        ],
+        vec![pod("web", "busy", 500)],
+    );
+    let settings = DisruptionSettings {
+        empty_after: Some(30),
+        ..DisruptionSettings::default()
+    };
+    let p = run(&s, &settings, 100);
+    assert_eq!(decisions(&p), ["Empty [\"idle\"] -> []"]);
+    assert_eq!(p.decisions[0].detail, "empty for 100s");
+    assert_eq!(
+        kept(&p, "recent"),
+        "empty for 10s, ttlSecondsAfterEmpty is 30s"
+    );
+    assert_eq!(
+        kept(&p, "busy"),
+        "consolidation is not enabled on Provisioner default"
+    );
+}
+
+#[test]
+fn expiration_replaces_a_node_whatever_the_budget_but_not_past_its_guards() {
+    let mut guarded = pod("batch", "kept", 1000);
+    guarded.disruption.do_not_disrupt = Some("karpenter.sh/do-not-disrupt".into());
+    let s = cluster(
+        vec![
+            node("old", "m5.xlarge", "on-demand"),
+            node("kept", "m5.xlarge", "on-demand"),
+        ],
+        vec![pod("web", "old", 3000), guarded],
+    );
+    let settings = DisruptionSettings {
+        expire_after: Some(1_000),
+        budgets: vec![budget("0")],
+        ..DisruptionSettings::default()
+    };
+    let p = run(&s, &settings, 2_000);
+    // 3,000m does not fit beside the guarded pod (2,930m free): a c5.xlarge takes it.
+    assert_eq!(decisions(&p), ["Expired [\"old\"] -> [\"c5.xlarge\"]"]);
+    assert_eq!(
+        p.decisions[0].detail,
+        "expired: 33m old, ttlSecondsUntilExpired 16m"
+    );
+    assert_eq!(
+        kept(&p, "kept"),
+        "pod default/batch is annotated karpenter.sh/do-not-disrupt"
+    );
+}
+
+#[test]
+fn drifted_nodes_are_replaced_oldest_first_within_the_budget() {
+    let mut newer = node("newer", "m5.large", "on-demand");
+    newer.life.created_at = Some(50);
+    let mut s = cluster(
+        vec![newer, node("older", "m5.large", "on-demand")],
+        vec![pod("web-1", "older", 500), pod("web-2", "newer", 500)],
+    );
+    s.provisioners[0]
+        .labels
+        .insert("team".into(), "search".into());
+    let one = DisruptionSettings {
+        budgets: vec![budget("1")],
+        ..DisruptionSettings::default()
+    };
+    let p = run(&s, &one, 100);
+    // Its pod fits on the newer node, drifted or not (only nodes on their way out are
+    // left out of the simulation).
+    assert_eq!(decisions(&p), ["Drifted [\"older\"] -> []"]);
+    assert_eq!(
+        p.decisions[0].detail,
+        "drifted: it lacks label team=search of Provisioner default"
+    );
+    assert_eq!(
+        kept(&p, "newer"),
+        "drifted: it lacks label team=search of Provisioner default, but the Drifted budget of Provisioner default allows no more disruptions now"
+    );
+}
+
+#[test]
+fn drift_the_cloud_sees_replaces_the_node() {
+    let s = cluster(
+        vec![node("a", "m5.large", "on-demand")],
+        vec![pod("web", "a", 500)],
+    );
+    let ami = |n: &Node| {
+        (n.name == "a").then(|| "its AMI ami-0old is not the NodeTemplate's ami-0new".to_string())
+    };
+    let p = run_with(&s, &DisruptionSettings::default(), 100, &ami);
+    assert_eq!(decisions(&p), ["Drifted [\"a\"] -> [\"c5.large\"]"]);
+    assert_eq!(
+        p.decisions[0].detail,
+        "drifted: its AMI ami-0old is not the NodeTemplate's ami-0new"
+    );
+}
+
+#[test]
+fn a_node_whose_pods_just_changed_waits_for_consolidate_after() {
+    let mut fresh = pod("web-b", "b", 1000);
+    fresh.disruption.created_at = Some(90);
+    let s = cluster(
+        vec![
+            node("a", "m5.xlarge", "on-demand"),
+            node("b", "m5.xlarge", "on-demand"),
+        ],
+        vec![pod("web-a", "a", 1000), fresh],
+    );
+    let p = run(&s, &aggressive(), 100);
+    assert_eq!(
+        kept(&p, "b"),
+        "its pods changed 10s ago; consolidateAfter is 30s"
+    );
+    assert_eq!(decisions(&p), ["Underutilized [\"a\"] -> []"]);
+}
+
+#[test]
+fn a_cron_budget_window_holds_consolidation_while_open() {
+    let s = cluster(
+        vec![
+            node("a", "m5.xlarge", "on-demand"),
+            node("b", "m5.xlarge", "on-demand"),
+        ],
+        vec![pod("web-a", "a", 1000), pod("web-b", "b", 1000)],
+    );
+    let business_hours = DisruptionSettings {
+        budgets: vec![Budget {
+            nodes: BudgetNodes::Count(0),
+            reasons: vec![Reason::Underutilized],
+            window: Some((Schedule::parse("0 9 * * mon-fri").expect("cron"), 8 * 3_600)),
+        }],
+        ..aggressive()
+    };
+    let p = run(&s, &business_hours, MON_9AM + 60);
+    assert!(p.decisions.is_empty(), "{:?}", decisions(&p));
+    assert_eq!(
+        kept(&p, "a"),
+        "the Underutilized budget of Provisioner default allows no more disruptions now"
+    );
+    let p = run(&s, &business_hours, MON_9AM + 9 * 3_600);
+    assert_eq!(decisions(&p), ["Underutilized [\"a\"] -> []"]);
+}
+
+#[test]
+fn pods_never_move_onto_a_node_that_is_not_initialized() {
+    let mut joining = node("joining", "m5.xlarge", "on-demand");
+    joining.life.initialized = false;
+    let s = cluster(
+        vec![node("a", "m5.xlarge", "on-demand"), joining],
+        vec![pod("web", "a", 1000)],
+    );
+    let p = run(&s, &aggressive(), 100);
+    assert!(p.decisions.is_empty(), "{:?}", decisions(&p));
+    assert_eq!(
+        kept(&p, "a"),
+        "pod default/web would move to node joining, which is not initialized yet"
+    );
+    assert_eq!(kept(&p, "joining"), "not initialized yet");
+}
+
+#[test]
+fn disruption_waits_while_pending_pods_can_be_placed() {
+    // The pending 3,000m job fits on a (3,430m free): provisioning places it first; a plan
+    // made now could give its room away.
+    let mut s = cluster(
+        vec![
+            node("a", "m5.xlarge", "on-demand"),
+            node("b", "m5.xlarge", "on-demand"),
+        ],
+        vec![pod("web-a", "a", 400), pod("web-b", "b", 3500)],
+    );
+    let mut job = pod("job", "", 3000);
+    job.node_name = None;
+    s.pods.push(job.clone());
+    let p = run(&s, &aggressive(), 100);
+    assert!(p.decisions.is_empty(), "{:?}", decisions(&p));
+    assert_eq!(
+        kept(&p, "a"),
+        "disruption waits: 1 pending pod(s) can be placed now (default/job), provisioning goes first"
+    );
+    // A pod nothing can place does not hold disruption back.
+    s.pods.last_mut().expect("job").requests.cpu = 500_000;
+    let p = run(&s, &aggressive(), 100);
+    assert_eq!(decisions(&p), ["Underutilized [\"a\"] -> []"]);
+}
+
+#[test]
+fn every_node_that_stays_says_why() {
+    let mut s = four_quiet_nodes();
+    s.nodes.push(Node {
+        name: "foreign".into(),
+        ..Node::default()
+    });
+    let mut guarded: Pod = pod("db", "d", 1000);
+    guarded.disruption.do_not_disrupt = Some("joiner.sh/do-not-disrupt".into());
+    s.pods[3] = guarded;
+    let p = run(&s, &DisruptionSettings::default(), 100);
+    let why: Vec<(String, String)> = p
+        .kept
+        .iter()
+        .map(|k| (k.node.clone(), k.why.join("; ")))
+        .collect();
+    let off = "consolidation is not enabled on Provisioner default".to_string();
+    assert_eq!(
+        why,
+        [
+            ("a".to_string(), off.clone()),
+            ("b".to_string(), off.clone()),
+            ("c".to_string(), off),
+            (
+                "d".to_string(),
+                "pod default/db is annotated joiner.sh/do-not-disrupt".to_string()
+            ),
+            ("foreign".to_string(), "not launched by joiner".to_string()),
+        ]
+    );
+}

@@ -1,0 +1,94 @@
+//! The cluster as the planner's earlier decisions leave it: removed nodes gone, their pods
+//! where the decision's simulation put them, replacements added as nodes not yet initialized.
+//! Later decisions are simulated against it, so two decisions never count on the same room.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use crate::instance_type::InstanceType;
+use crate::labels;
+use crate::pod::Node;
+use crate::provisioner::Provisioner;
+use crate::scheduling::{NewNode, Plan};
+use crate::snapshot::Snapshot;
+
+use super::candidates::leaves_with_node;
+
+/// The node a planned new node becomes: its type's labels, its Provisioner's labels and
+/// taints, the single values of its requirements, its zone, capacity type and hostname, sized
+/// by the Provisioner's kubelet settings. `None` when its type is not in the catalog.
+pub fn node_of(
+    new: &NewNode,
+    catalog: &[InstanceType],
+    provisioners: &[Provisioner],
+) -> Option<Node> {
+    let t = catalog.iter().find(|t| t.name == new.instance_type)?;
+    let default = Provisioner::default_provisioner();
+    let prov = provisioners
+        .iter()
+        .find(|p| p.name == new.provisioner)
+        .unwrap_or(&default);
+    let mut l: BTreeMap<String, String> = t.labels.clone();
+    l.extend(prov.labels.clone());
+    for (k, r) in new.requirements.iter() {
+        if let Some(v) = r.single_value() {
+            l.insert(k.clone(), v.to_string());
+        }
+    }
+    l.insert(labels::ZONE.into(), new.zone.clone());
+    l.insert(
+        labels::CAPACITY_TYPE.into(),
+        new.capacity_type.as_str().into(),
+    );
+    l.insert(labels::HOSTNAME.into(), new.name.clone());
+    l.insert(labels::PROVISIONER_NAME.into(), new.provisioner.clone());
+    l.insert(labels::INSTANCE_TYPE.into(), t.name.clone());
+    Some(Node {
+        name: new.name.clone(),
+        labels: l,
+        taints: prov.taints.clone(),
+        capacity: prov.kubelet.capacity(t),
+        allocatable: prov.kubelet.allocatable(t),
+        unschedulable: false,
+        life: Default::default(),
+    })
+}
+
+/// Applies a decision to `snapshot`: the nodes named in `removed` go (with the pods that
+/// leave with them), every pod the decision's `plan` placed on an existing node moves there,
+/// and `replacements` join, with the pods they list, as nodes not yet initialized.
+pub fn apply(
+    snapshot: &mut Snapshot,
+    catalog: &[InstanceType],
+    removed: &[String],
+    plan: &Plan,
+    replacements: &[NewNode],
+) {
+    let gone: HashSet<&str> = removed.iter().map(String::as_str).collect();
+    let mut to: HashMap<&str, String> = HashMap::new();
+    for used in &plan.existing_nodes {
+        for k in &used.pods {
+            to.insert(k.as_str(), used.name.clone());
+        }
+    }
+    let mut new_nodes = Vec::new();
+    for r in replacements {
+        for k in &r.pods {
+            to.insert(k.as_str(), r.name.clone());
+        }
+        if let Some(node) = node_of(r, catalog, &snapshot.provisioners) {
+            new_nodes.push(node);
+        }
+    }
+    snapshot.pods.retain(|p| {
+        !(leaves_with_node(p) && p.node_name.as_deref().is_some_and(|n| gone.contains(n)))
+    });
+    for p in &mut snapshot.pods {
+        if p.node_name.as_deref().is_some_and(|n| gone.contains(n)) {
+            // A moved pod goes where the decision placed it; one it did not place (there is
+            // none in a taken decision) waits pending.
+            p.node_name = to.get(p.key().as_str()).cloned();
+        }
+    }
+    snapshot.nodes.retain(|n| !gone.contains(n.name.as_str()));
+    snapshot.nodes.extend(new_nodes);
+}

@@ -1,0 +1,189 @@
+//! Property tests of the disruption planner over generated clusters: the constrained workload
+//! of [`constraint_properties`](super::constraint_properties) is planned and launched, some of
+//! its pods finish, and the planner consolidates what is left with every method allowed at
+//! once (Aggressive, no budget). Every decision must save money, and every moved pod must land
+//! where all its hard constraints hold (checked by `plan_check`, not by the simulation) and
+//! its node has room.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use proptest::prelude::*;
+
+use super::constraint_properties::{build, class_spec, config, node_spec};
+use super::simulation::catalog;
+use crate::disruption::planner::{plan, DisruptionPlan, Input};
+use crate::disruption::settings::{Budget, BudgetNodes};
+use crate::disruption::working::node_of;
+use crate::disruption::{ConsolidationPolicy, DisruptionSettings};
+use crate::scheduling::{simulate, ExistingNodeUse, Options, Plan, Unschedulable};
+use crate::snapshot::Snapshot;
+use crate::testing::plan_check::check;
+
+/// The snapshot once `plan` is carried out: its new nodes exist (initialized, launched at 0)
+/// with their pods; pods it could not place stay pending.
+fn launched(s: &Snapshot, plan: &Plan) -> Snapshot {
+    let mut out = s.clone();
+    let mut on: HashMap<&str, &str> = HashMap::new();
+    for n in &plan.new_nodes {
+        let mut node = node_of(n, &catalog(), &s.provisioners).expect("catalog type");
+        node.life.initialized = true;
+        node.life.created_at = Some(0);
+        out.nodes.push(node);
+        for k in &n.pods {
+            on.insert(k, &n.name);
+        }
+    }
+    for e in &plan.existing_nodes {
+        for k in &e.pods {
+            on.insert(k, &e.name);
+        }
+    }
+    for p in &mut out.pods {
+        if p.node_name.is_none() {
+            p.node_name = on.get(p.key().as_str()).map(|n| n.to_string());
+        }
+    }
+    out
+}
+
+fn consolidate(s: &Snapshot) -> DisruptionPlan {
+    let settings = DisruptionSettings {
+        consolidation: true,
+        policy: ConsolidationPolicy::Aggressive,
+        consolidate_after: 0,
+        budgets: vec![Budget {
+            nodes: BudgetNodes::Percent(100),
+            reasons: Vec::new(),
+            window: None,
+        }],
+        ..DisruptionSettings::default()
+    };
+    let settings_of = |name: &str| {
+        s.provisioners
+            .iter()
+            .any(|p| p.name == name)
+            .then(|| settings.clone())
+    };
+    plan(&Input {
+        snapshot: s,
+        catalog: &catalog(),
+        opts: &Options::default(),
+        settings: &settings_of,
+        cloud_drift: &|_| None,
+        disrupting: &BTreeMap::new(),
+        now: 100,
+    })
+}
+
+/// Checks each decision in turn, as the kube-scheduler sees it (a spread or an affinity is
+/// checked when a pod is placed, against the pods there then): the cluster the earlier
+/// decisions left, without the decision's nodes, with its replacements, its moved pods
+/// pending and placed by a plan of its moves. Then every node must hold its pods' requests.
+fn check_decisions(s: &Snapshot, out: &DisruptionPlan) -> Result<(), String> {
+    let mut state = s.clone();
+    for d in &out.decisions {
+        let removed: HashSet<&str> = d.nodes.iter().map(String::as_str).collect();
+        let moves: HashMap<&str, &str> = d
+            .moves
+            .iter()
+            .map(|(p, n)| (p.as_str(), n.as_str()))
+            .collect();
+        state.nodes.retain(|n| !removed.contains(n.name.as_str()));
+        for r in &d.replacements {
+            state
+                .nodes
+                .push(node_of(r, &catalog(), &s.provisioners).ok_or("replacement type")?);
+        }
+        state.pods.retain(|p| {
+            !(p.is_daemon() && p.node_name.as_deref().is_some_and(|n| removed.contains(n)))
+        });
+        let mut unschedulable = Vec::new();
+        let mut by_node: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for p in &mut state.pods {
+            let key = p.key();
+            match p.node_name.as_deref() {
+                None => unschedulable.push(Unschedulable {
+                    pod: key,
+                    reason: "pending before".into(),
+                }),
+                Some(n) if removed.contains(n) => {
+                    let to = moves
+                        .get(key.as_str())
+                        .ok_or_else(|| format!("{key} on removed node {n} was not moved"))?;
+                    by_node.entry(to.to_string()).or_default().push(key);
+                    p.node_name = None;
+                }
+                Some(_) => {}
+            }
+        }
+        let plan = Plan {
+            existing_nodes: by_node
+                .into_iter()
+                .map(|(name, pods)| ExistingNodeUse { name, pods })
+                .collect(),
+            unschedulable,
+            ..Plan::default()
+        };
+        check(&state, &catalog(), &plan).map_err(|e| format!("{:?}: {e}", d.nodes))?;
+        for p in &mut state.pods {
+            if p.node_name.is_none() {
+                p.node_name = moves.get(p.key().as_str()).map(|n| n.to_string());
+            }
+        }
+    }
+    let mut used: HashMap<&str, [i64; 3]> = HashMap::new();
+    for p in &state.pods {
+        if let Some(n) = p.node_name.as_deref() {
+            let u = used.entry(n).or_default();
+            u[0] += p.requests.cpu;
+            u[1] += p.requests.memory;
+            u[2] += p.requests.pods;
+        }
+    }
+    for n in &state.nodes {
+        let u = used.get(n.name.as_str()).copied().unwrap_or_default();
+        let a = &n.allocatable;
+        if u[0] > a.cpu || u[1] > a.memory || u[2] > a.pods {
+            return Err(format!("{} is over its allocatable: {u:?}", n.name));
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn consolidation_saves_and_keeps_every_pod_placed(
+        classes in prop::collection::vec(class_spec(), 1..8),
+        nodes in prop::collection::vec(node_spec(), 0..4),
+        finished in prop::collection::vec(any::<bool>(), 64),
+    ) {
+        let mut s = build(&classes, &nodes);
+        s.resolve_namespace_selectors();
+        let first = simulate(&s, &catalog(), &Options::default());
+        let mut running = launched(&s, &first);
+        let mut i = 0;
+        running.pods.retain(|p| {
+            i += 1;
+            p.node_name.is_none() || !finished[i % finished.len()]
+        });
+        let out = consolidate(&running);
+        for d in &out.decisions {
+            prop_assert!(
+                d.price_after < d.price_before,
+                "{:?} does not save: {} -> {}", d.nodes, d.price_before, d.price_after
+            );
+        }
+        prop_assert!(out.price_after <= out.price_before + 1e-9);
+        check_decisions(&running, &out).map_err(|e| {
+            let decisions: Vec<String> = out
+                .decisions
+                .iter()
+                .map(|d| format!("{:?} {:?} moves {:?}", d.reason, d.nodes, d.moves))
+                .collect();
+            let nodes: Vec<String> = running.nodes.iter().map(|n| format!("{} {:?}", n.name, n.labels.get(crate::labels::ZONE))).collect();
+            TestCaseError::fail(format!("{e}\ndecisions: {decisions:#?}\nnodes: {nodes:?}"))
+        })?;
+    }
+}
