@@ -7,6 +7,7 @@
 
 mod bench;
 mod bench_stores;
+mod consolidate;
 mod controller;
 mod crds;
 mod error;
@@ -65,6 +66,16 @@ pub struct PlanArgs {
     /// the embedded data standing in for any API that fails.
     #[arg(long, value_enum, default_value_t = CatalogKind::Embedded)]
     pub catalog: CatalogKind,
+    /// Plans disruption instead of provisioning: which of joiner's nodes would go now
+    /// (expired, drifted, empty, consolidated), what would replace them, $/h before and after,
+    /// and for every node that stays, why. Input: the cluster's nodes and pods as `kubectl get
+    /// nodes,pods,pdb -A -o yaml` prints them, and the Provisioners.
+    #[arg(long)]
+    pub consolidate: bool,
+    /// With `--consolidate`: plan as of this time (RFC 3339, e.g. 2026-12-03T09:00:00Z)
+    /// instead of now; ages, empty times and budget windows are measured from it.
+    #[arg(long, value_name = "TIME", requires = "consolidate")]
+    pub at: Option<String>,
 }
 
 /// Catalogs `joiner plan` can plan against.

@@ -88,7 +88,7 @@ struct JsonRelaxed<'a> {
 }
 
 /// Prices are sums of floats; six decimals keep the output stable and exact enough for $/h.
-fn round_price(p: f64) -> f64 {
+pub fn round_price(p: f64) -> f64 {
     (p * 1e6).round() / 1e6
 }
 
@@ -178,7 +178,7 @@ pub fn json(report: &Report<'_>) -> String {
 }
 
 /// Pads columns to the widest cell.
-fn columns(rows: &[Vec<String>]) -> String {
+pub fn columns(rows: &[Vec<String>]) -> String {
     let n = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..n)
         .map(|c| {

@@ -127,7 +127,35 @@ pub fn run(args: &PlanArgs) -> Result<String, CliError> {
              documented default NodePool ({})",
             default.name, default.requirements
         ));
+        // Karpenter's default NodePool consolidates (WhenEmptyOrUnderutilized).
+        loaded.disruption.insert(
+            default.name.clone(),
+            joiner_core::disruption::DisruptionSettings {
+                consolidation: true,
+                ..Default::default()
+            },
+        );
         loaded.snapshot.provisioners.push(default);
+    }
+    if args.consolidate {
+        if !args.explain.is_empty() {
+            return Err(CliError::Usage(
+                "--explain is about provisioning; with --consolidate every node that stays \
+                 already says why"
+                    .into(),
+            ));
+        }
+        let mut warnings = loaded.warnings;
+        warnings.extend(catalog.warnings);
+        return crate::consolidate::run(&crate::consolidate::Request {
+            region: &args.region,
+            snapshot: &loaded.snapshot,
+            settings: &loaded.disruption,
+            catalog: &catalog.types,
+            at: args.at.as_deref(),
+            warnings: &warnings,
+            format: args.output,
+        });
     }
     let plan = simulate(&loaded.snapshot, &catalog.types, &Options::default());
     let mut warnings = loaded.warnings;

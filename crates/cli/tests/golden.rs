@@ -8,27 +8,36 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn plan_json(example: &str) -> String {
+/// The standard output of `joiner ARGS`, which must succeed.
+fn joiner(args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_joiner"))
         .current_dir(root())
-        .args(["plan", "-o", "json", "-f", example])
+        .args(args)
         .output()
         .expect("run joiner");
     assert!(
         out.status.success(),
-        "joiner plan -f {example} failed: {}",
+        "joiner {args:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).expect("utf-8 output")
 }
 
+fn plan_json(example: &str) -> String {
+    joiner(&["plan", "-o", "json", "-f", example])
+}
+
 fn check(example: &str, golden: &str) {
-    let actual = plan_json(example);
+    compare(&plan_json(example), example, golden);
+}
+
+/// Compares `actual` (the output for `example`) with the stored `golden`, or stores it.
+fn compare(actual: &str, example: &str, golden: &str) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/golden")
         .join(golden);
     if std::env::var_os("JOINER_UPDATE_GOLDEN").is_some() {
-        std::fs::write(&path, &actual).expect("write golden");
+        std::fs::write(&path, actual).expect("write golden");
         return;
     }
     let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
@@ -39,7 +48,7 @@ fn check(example: &str, golden: &str) {
     });
     assert!(
         actual == expected,
-        "plan of {example} differs from {golden}; rerun with JOINER_UPDATE_GOLDEN=1 if intended\n--- actual ---\n{actual}"
+        "output for {example} differs from {golden}; rerun with JOINER_UPDATE_GOLDEN=1 if intended\n--- actual ---\n{actual}"
     );
 }
 
@@ -131,6 +140,104 @@ fn constraints_volume_topology() {
         "examples/constraints/volume-topology.yaml",
         "constraints-volume-topology.json",
     );
+}
+
+/// `joiner plan --consolidate` on the example cluster dump, as of a fixed time.
+fn consolidate(format: &str) -> String {
+    joiner(&[
+        "plan",
+        "--consolidate",
+        "--at",
+        "2026-12-03T10:00:00Z",
+        "-o",
+        format,
+        "-f",
+        "examples/consolidation",
+    ])
+}
+
+#[test]
+fn consolidation_dry_run() {
+    compare(
+        &consolidate("json"),
+        "examples/consolidation",
+        "consolidation.json",
+    );
+}
+
+#[test]
+fn the_consolidation_dry_run_accounts_for_every_node() {
+    // Worked out by hand: six of the seven nodes are joiner's; 20 % of six rounds up to two
+    // disruptions: the empty m5.large, then the m5.2xlarge whose two 500m pods fit elsewhere.
+    let v: serde_json::Value = serde_json::from_str(&consolidate("json")).expect("json");
+    let gone: Vec<&str> = v["decisions"]
+        .as_array()
+        .expect("decisions")
+        .iter()
+        .flat_map(|d| d["nodes"].as_array().expect("nodes"))
+        .map(|n| n.as_str().expect("name"))
+        .collect();
+    assert_eq!(
+        gone,
+        ["ip-10-0-2-22.ec2.internal", "ip-10-0-1-11.ec2.internal"]
+    );
+    let kept = v["kept"].as_array().expect("kept");
+    assert_eq!(gone.len() + kept.len(), 7, "every node is listed once");
+    assert!(kept
+        .iter()
+        .all(|k| !k["why"].as_array().expect("why").is_empty()));
+    assert_eq!(v["price_per_hour_before"], 1.152);
+    assert_eq!(v["price_per_hour_after"], 0.672);
+
+    let table = consolidate("table");
+    for line in [
+        "PodDisruptionBudget shop/db allows no eviction of pod shop/db-0",
+        "pod batch/report-28fz1 is annotated karpenter.sh/do-not-disrupt",
+        "the Underutilized budget of Provisioner general allows no more disruptions now",
+        "not launched by joiner",
+        "joiner's nodes $1.1520/h -> $0.6720/h",
+    ] {
+        assert!(table.contains(line), "{line}\n{table}");
+    }
+}
+
+#[test]
+fn consolidate_flags_are_checked() {
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_joiner"))
+            .current_dir(root())
+            .args(args)
+            .output()
+            .expect("run joiner")
+    };
+    let bad_time = run(&[
+        "plan",
+        "--consolidate",
+        "--at",
+        "yesterday",
+        "-f",
+        "examples/consolidation",
+    ]);
+    assert_eq!(bad_time.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad_time.stderr)
+        .contains("--at \"yesterday\": not an RFC 3339 time"));
+    let explain = run(&[
+        "plan",
+        "--consolidate",
+        "--explain",
+        "shop/web",
+        "-f",
+        "examples/consolidation",
+    ]);
+    assert_eq!(explain.status.code(), Some(2));
+    let at_alone = run(&[
+        "plan",
+        "--at",
+        "2026-12-03T10:00:00Z",
+        "-f",
+        "examples/web-fleet.yaml",
+    ]);
+    assert_eq!(at_alone.status.code(), Some(2), "--at needs --consolidate");
 }
 
 #[test]

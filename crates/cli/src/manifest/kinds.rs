@@ -291,6 +291,10 @@ pub(crate) fn read(
             let core = p
                 .to_core()
                 .map_err(|err| e(FieldError::new(err.field(), err.reason())))?;
+            let settings = p
+                .disruption_settings()
+                .map_err(|err| e(FieldError::new(err.field(), err.reason())))?;
+            loaded.disruption.insert(core.name.clone(), settings);
             loaded.snapshot.provisioners.push(core);
         }
         "NodeTemplate" => {

@@ -26,6 +26,8 @@ pub use error::ManifestError;
 pub struct Loaded {
     /// Pods (workloads expanded into their replicas), nodes, DaemonSets and Provisioners.
     pub snapshot: joiner_core::Snapshot,
+    /// Each Provisioner's disruption settings, by name (`joiner plan --consolidate`).
+    pub disruption: std::collections::BTreeMap<String, joiner_core::disruption::DisruptionSettings>,
     /// NodeTemplates, validated; the simulation does not read them, the launch path does.
     pub node_templates: Vec<joiner_apis::NodeTemplate>,
     /// Things skipped on the way (unknown kinds, finished pods), for the user to see.
