@@ -4,8 +4,10 @@
 //! (a mixed fleet of Deployments, Karpenter's benchmark mix, mutually anti-affine pods);
 //! [`config_lp`] computes a lower bound on the cost of any packing (the configuration LP by
 //! column generation, with [`lp`] as its simplex), which the cost-quality tests compare plans
-//! against.
+//! against; [`cluster`] turns a workload into a running, partly drained cluster for the
+//! disruption benchmark.
 
+pub mod cluster;
 pub mod config_lp;
 pub mod lp;
 pub mod workload;

@@ -42,6 +42,12 @@ pub struct BenchArgs {
     #[arg(long)]
     stores: Option<usize>,
 
+    /// Instead of the simulation, time the disruption planner on a running cluster: the
+    /// workload launched, this share (percent) of its pods finished, a PodDisruptionBudget
+    /// per app, consolidation on (Balanced, the default 10 % budget).
+    #[arg(long, value_name = "FINISHED_PERCENT")]
+    consolidate: Option<u64>,
+
     /// Pods per Deployment of the `many` workload (50,000 pods at 10 are 5,000 workloads).
     #[arg(long, default_value_t = 10)]
     replicas: usize,
@@ -60,6 +66,16 @@ enum Workload {
     Many,
 }
 
+/// `n` pending pods of the chosen workload.
+fn pending(args: &BenchArgs, n: usize) -> Vec<joiner_core::Pod> {
+    match args.workload {
+        Workload::Mixed => workload::mixed_fleet(args.seed, n),
+        Workload::Karpenter => workload::karpenter_mix(args.seed, n),
+        Workload::Antiaffine => workload::mutually_anti_affine(args.seed, n),
+        Workload::Many => workload::many_workloads(args.seed, n, args.replicas),
+    }
+}
+
 /// Runs the benchmark and returns a Markdown table.
 pub fn run(args: &BenchArgs) -> Result<String, CliError> {
     if args.repeat == 0 {
@@ -71,6 +87,15 @@ pub fn run(args: &BenchArgs) -> Result<String, CliError> {
     }
     let catalog = joiner_aws::embedded::cached(&args.region)?;
     let types = &catalog.instance_types;
+    if let Some(finished) = args.consolidate {
+        return Ok(crate::bench_disruption::run(
+            &args.pods,
+            args.repeat,
+            finished,
+            types,
+            &|n| pending(args, n),
+        ));
+    }
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -78,12 +103,7 @@ pub fn run(args: &BenchArgs) -> Result<String, CliError> {
     );
     let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for &n in &args.pods {
-        let pods = match args.workload {
-            Workload::Mixed => workload::mixed_fleet(args.seed, n),
-            Workload::Karpenter => workload::karpenter_mix(args.seed, n),
-            Workload::Antiaffine => workload::mutually_anti_affine(args.seed, n),
-            Workload::Many => workload::many_workloads(args.seed, n, args.replicas),
-        };
+        let pods = pending(args, n);
         let snapshot = Snapshot {
             pods,
             ..Snapshot::default()

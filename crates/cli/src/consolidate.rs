@@ -2,7 +2,7 @@
 //! $/h before and after, and for every node that stays, why — from a cluster dump
 //! (`kubectl get nodes,pods,pdb -A -o yaml` plus the Provisioners), offline.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use joiner_core::disruption::{plan, DisruptionPlan, DisruptionSettings, Input};
 use joiner_core::scheduling::Options;
@@ -49,7 +49,7 @@ pub fn run(req: &Request<'_>) -> Result<String, CliError> {
         opts: &Options::default(),
         settings: &settings_of,
         cloud_drift: &|_| None,
-        disrupting: &BTreeMap::new(),
+        disrupting: &BTreeSet::new(),
         now: at.as_second(),
     });
     let mut warnings = req.warnings.to_vec();

@@ -6,6 +6,7 @@
 //! controller` runs in the cluster.
 
 mod bench;
+mod bench_disruption;
 mod bench_stores;
 mod consolidate;
 mod controller;

@@ -148,6 +148,20 @@ fn replacement(
             settings.min_price_improvement * 100.0
         ));
     }
+    if nodes.len() > 1 {
+        // Replacing several nodes by one of a type some of them already run, no cheaper,
+        // only moves that node's pods for nothing: removing the others is the better move
+        // (Karpenter's filterOutSameInstanceType).
+        if let Some(same) = nodes
+            .iter()
+            .find(|c| c.instance_type == new.instance_type && c.price <= new.price_per_hour)
+        {
+            return Err(format!(
+                "the replacement would be a {} like one of the nodes (${:.4}/h): removing the others alone is the better move",
+                same.instance_type, same.price
+            ));
+        }
+    }
     let all_spot = nodes.iter().all(|c| c.capacity_type == CapacityType::Spot);
     if all_spot && new.capacity_type == CapacityType::Spot {
         let cheaper = new

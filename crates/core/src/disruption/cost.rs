@@ -24,7 +24,9 @@ pub fn node_cost<'a>(
     expire_after: Option<i64>,
     now: i64,
 ) -> f64 {
-    let pods: f64 = pods.into_iter().map(eviction_cost).sum();
+    // A pod never makes its node cheaper to disrupt than an empty one (Karpenter floors it
+    // too), so a negative priority cannot give a move an infinite score.
+    let pods: f64 = pods.into_iter().map(|p| eviction_cost(p).max(0.0)).sum();
     let left = match (created_at, expire_after) {
         (Some(created), Some(ttl)) if ttl > 0 => {
             let age = (now - created).max(0) as f64;

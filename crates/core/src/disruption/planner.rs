@@ -15,7 +15,7 @@
 //! consolidated in the same plan, as `consolidateAfter` would keep it; a single-node
 //! evaluation that fails stays failed, since every decision only takes room away.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::instance_type::InstanceType;
 use crate::pod::Node;
@@ -24,8 +24,9 @@ use crate::scheduling::{NewNode, Options};
 use crate::snapshot::Snapshot;
 
 use super::budgets;
-use super::candidates::{candidates, offered, Candidate};
+use super::candidates::{candidates, leaves_with_node, offered, Candidate};
 use super::consolidation::{evaluate, score, Action, Totals};
+use super::cost::node_cost;
 use super::drift::visible_drift;
 use super::trial::{self, placeable_pending};
 use super::working::apply;
@@ -46,8 +47,9 @@ pub struct Input<'a> {
     pub settings: &'a dyn Fn(&str) -> Option<DisruptionSettings>,
     /// Drift only the cloud sees (NodeTemplate, AMI, subnets, ...), by node.
     pub cloud_drift: &'a dyn Fn(&Node) -> Option<String>,
-    /// Nodes of each Provisioner already being disrupted: they count against budgets.
-    pub disrupting: &'a BTreeMap<String, u32>,
+    /// Nodes already being disrupted (by name): not candidates, and they count against
+    /// their Provisioner's budgets, as cordoned and NotReady nodes do.
+    pub disrupting: &'a BTreeSet<String>,
     /// Unix seconds, UTC.
     pub now: i64,
 }
@@ -99,6 +101,8 @@ pub struct DisruptionPlan {
 /// Plans disruption for `input`.
 pub fn plan(input: &Input) -> DisruptionPlan {
     let mut p = Planner::new(input);
+    // Expiration is forceful: it does not wait for provisioning.
+    p.expire();
     let pending = placeable_pending(input.snapshot, input.catalog, input.opts);
     if let Some(first) = pending.first() {
         let wait = format!(
@@ -112,7 +116,6 @@ pub fn plan(input: &Input) -> DisruptionPlan {
         }
         return p.finish();
     }
-    p.expire();
     p.drift();
     p.empty();
     p.consolidate();
@@ -126,8 +129,11 @@ struct Planner<'a> {
     candidates: BTreeMap<String, Candidate>,
     settings: HashMap<String, DisruptionSettings>,
     totals: HashMap<String, Totals>,
-    /// Nodes of each Provisioner in the snapshot.
+    /// Initialized nodes of each Provisioner in the snapshot (what budget percentages are
+    /// of, as in Karpenter: nodes still joining do not round a budget up).
     node_count: HashMap<String, u32>,
+    /// Pod keys to their index in the input snapshot.
+    pod_index: HashMap<String, usize>,
     /// Nodes of each Provisioner disrupted: under way plus decided here.
     disrupting: HashMap<String, u32>,
     decided: HashSet<String>,
@@ -148,6 +154,11 @@ impl<'a> Planner<'a> {
             .iter()
             .zip(candidates(s, input.catalog, input.settings, input.now))
         {
+            let c = if input.disrupting.contains(&node.name) {
+                Err("already being disrupted".to_string())
+            } else {
+                c
+            };
             match c {
                 Ok(c) => {
                     found.insert(node.name.clone(), c);
@@ -157,28 +168,20 @@ impl<'a> Planner<'a> {
         }
         let mut settings = HashMap::new();
         let mut node_count: HashMap<String, u32> = HashMap::new();
+        let mut disrupting: HashMap<String, u32> = HashMap::new();
         for n in &s.nodes {
-            if let Some(p) = n.provisioner() {
+            let Some(p) = n.provisioner() else { continue };
+            if let Some(st) = (input.settings)(p) {
+                settings.insert(p.to_string(), st);
+            }
+            if n.life.initialized {
                 *node_count.entry(p.to_string()).or_default() += 1;
-                if let Some(st) = (input.settings)(p) {
-                    settings.insert(p.to_string(), st);
-                }
+            }
+            if n.unschedulable || input.disrupting.contains(&n.name) {
+                *disrupting.entry(p.to_string()).or_default() += 1;
             }
         }
-        let mut totals: HashMap<String, Totals> = HashMap::new();
-        for c in found.values() {
-            let t = totals.entry(c.provisioner.clone()).or_insert(Totals {
-                price: 0.0,
-                cost: 0.0,
-            });
-            t.price += c.price;
-            t.cost += c.cost;
-        }
-        let disrupting = input
-            .disrupting
-            .iter()
-            .map(|(k, v)| (k.clone(), *v))
-            .collect();
+        let totals = provisioner_totals(s, input.catalog, &settings, input.now);
         Planner {
             input,
             work: s.clone(),
@@ -186,6 +189,12 @@ impl<'a> Planner<'a> {
             settings,
             totals,
             node_count,
+            pod_index: s
+                .pods
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (p.key(), i))
+                .collect(),
             disrupting,
             decided: HashSet::new(),
             fresh: HashSet::new(),
@@ -253,6 +262,11 @@ impl<'a> Planner<'a> {
         for r in &mut decision.replacements {
             self.next += 1;
             r.name = format!("replacement-{}", self.next);
+            r.pod_indices = r
+                .pods
+                .iter()
+                .filter_map(|k| self.pod_index.get(k).copied())
+                .collect();
         }
         let removed: HashSet<&str> = decision.nodes.iter().map(String::as_str).collect();
         let moved_pods: HashSet<String> = self
@@ -343,8 +357,10 @@ impl<'a> Planner<'a> {
             .into_iter()
             .filter_map(|c| {
                 let node = self.node(&c);
-                let prov = self.provisioner(&c.provisioner)?;
-                let why = visible_drift(node, prov).or_else(|| (self.input.cloud_drift)(node))?;
+                let why = self
+                    .provisioner(&c.provisioner)
+                    .and_then(|prov| visible_drift(node, prov))
+                    .or_else(|| (self.input.cloud_drift)(node))?;
                 Some((node.life.created_at.unwrap_or(i64::MAX), why, c))
             })
             .collect();
@@ -394,10 +410,14 @@ impl<'a> Planner<'a> {
             else {
                 continue;
             };
+            let name = self.name(&c);
             if !c.pods.is_empty() {
                 continue;
             }
-            let name = self.name(&c);
+            if self.fresh.contains(&name) {
+                self.keep(&name, "it takes pods from a node this plan removes".into());
+                continue;
+            }
             let since = self.last_change(&c).unwrap_or(now);
             let empty_for = now.saturating_sub(since);
             if empty_for < ttl {
@@ -471,7 +491,7 @@ impl<'a> Planner<'a> {
                 self.keep(
                     &name,
                     format!(
-                        "its pods changed {} ago; consolidateAfter is {limit}",
+                        "it was created or its pods changed {} ago; consolidateAfter is {limit}",
                         duration(changed)
                     ),
                 );
@@ -518,7 +538,12 @@ impl<'a> Planner<'a> {
                 None => s.clone(),
                 Some(mut o) => {
                     o.min_price_improvement = o.min_price_improvement.max(s.min_price_improvement);
-                    o.min_score = Some(o.score_threshold().max(s.score_threshold()));
+                    if s.policy.min_score() > o.policy.min_score() {
+                        o.policy = s.policy;
+                    }
+                    if o.min_score.is_some() || s.min_score.is_some() {
+                        o.min_score = Some(o.score_threshold().max(s.score_threshold()));
+                    }
                     o
                 }
             });
@@ -567,7 +592,7 @@ impl<'a> Planner<'a> {
             if set.len() == MAX_MULTI_NODE {
                 break;
             }
-            if self.node(c).life.do_not_consolidate {
+            if self.node(c).life.do_not_consolidate || self.fresh.contains(&self.name(c)) {
                 continue;
             }
             let left = room
@@ -642,6 +667,13 @@ impl<'a> Planner<'a> {
                 self.keep(&name, refusal);
                 continue;
             }
+            if self.node(&c).life.do_not_consolidate {
+                self.keep(
+                    &name,
+                    "it is annotated karpenter.sh/do-not-consolidate".into(),
+                );
+                continue;
+            }
             if let Some(why) = self.hopeless(&c) {
                 self.keep(&name, why);
                 continue;
@@ -675,27 +707,27 @@ impl<'a> Planner<'a> {
             ));
         }
         let name = self.name(c);
-        let mut need = [0i64; 3];
+        // CPU and memory only: a Provisioner's kubelet settings may give a type more pod
+        // slots than the catalog says.
+        let mut need = [0i64; 2];
         for &i in &c.pods {
             let r = &self.input.snapshot.pods[i].requests;
             need[0] += r.cpu;
             need[1] += r.memory;
-            need[2] += r.pods;
         }
         let mut free = self.free_room(&name);
         let bound = c.price * (1.0 - settings.min_price_improvement);
-        let mut largest = [0i64; 3];
+        let mut largest = [0i64; 2];
         for t in self.input.catalog {
             if t.offerings.iter().any(|o| o.available && o.price <= bound) {
                 largest[0] = largest[0].max(t.capacity.cpu);
                 largest[1] = largest[1].max(t.capacity.memory);
-                largest[2] = largest[2].max(t.capacity.pods);
             }
         }
-        for d in 0..3 {
+        for d in 0..2 {
             free[d] += largest[d];
         }
-        (0..3).any(|d| need[d] > free[d]).then(|| {
+        (0..2).any(|d| need[d] > free[d]).then(|| {
             format!(
                 "its pods need more room than the other nodes have free plus the largest type {:.0}% cheaper",
                 settings.min_price_improvement * 100.0
@@ -703,26 +735,25 @@ impl<'a> Planner<'a> {
         })
     }
 
-    /// CPU, memory and pod slots free on the working cluster's schedulable, initialized
-    /// nodes other than `except`.
-    fn free_room(&self, except: &str) -> [i64; 3] {
-        let mut used: HashMap<&str, [i64; 3]> = HashMap::new();
+    /// CPU and memory free on the working cluster's schedulable, initialized nodes other than
+    /// `except`.
+    fn free_room(&self, except: &str) -> [i64; 2] {
+        let mut used: HashMap<&str, [i64; 2]> = HashMap::new();
         for p in &self.work.pods {
             if let Some(n) = p.node_name.as_deref() {
                 let u = used.entry(n).or_default();
                 u[0] += p.requests.cpu;
                 u[1] += p.requests.memory;
-                u[2] += p.requests.pods;
             }
         }
-        let mut free = [0i64; 3];
+        let mut free = [0i64; 2];
         for n in &self.work.nodes {
             if n.name == except || n.unschedulable || !n.life.initialized {
                 continue;
             }
             let u = used.get(n.name.as_str()).copied().unwrap_or_default();
-            let a = [n.allocatable.cpu, n.allocatable.memory, n.allocatable.pods];
-            for d in 0..3 {
+            let a = [n.allocatable.cpu, n.allocatable.memory];
+            for d in 0..2 {
                 free[d] += (a[d] - u[d]).max(0);
             }
         }
@@ -760,6 +791,39 @@ impl<'a> Planner<'a> {
             price_after: (price_before - removed + added).max(0.0) + 0.0,
         }
     }
+}
+
+/// Each Provisioner's $/h and disruption cost over all its priced nodes (Karpenter's
+/// NodePool totals): what a move's savings and disruption are shares of.
+fn provisioner_totals(
+    s: &Snapshot,
+    catalog: &[InstanceType],
+    settings: &HashMap<String, DisruptionSettings>,
+    now: i64,
+) -> HashMap<String, Totals> {
+    let mut on_node: HashMap<&str, Vec<&crate::pod::Pod>> = HashMap::new();
+    for p in &s.pods {
+        if let Some(n) = p.node_name.as_deref() {
+            if !leaves_with_node(p) {
+                on_node.entry(n).or_default().push(p);
+            }
+        }
+    }
+    let mut totals: HashMap<String, Totals> = HashMap::new();
+    for n in &s.nodes {
+        let (Some(p), Ok(o)) = (n.provisioner(), offered(n, catalog)) else {
+            continue;
+        };
+        let expire = settings.get(p).and_then(|st| st.expire_after);
+        let pods = on_node.get(n.name.as_str()).into_iter().flatten().copied();
+        let t = totals.entry(p.to_string()).or_insert(Totals {
+            price: 0.0,
+            cost: 0.0,
+        });
+        t.price += o.price;
+        t.cost += node_cost(pods, n.life.created_at, expire, now);
+    }
+    totals
 }
 
 /// A duration as people read it: "45s", "12m", "3h", "31d".

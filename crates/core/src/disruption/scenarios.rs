@@ -2,7 +2,7 @@
 //! test catalog (m5 $0.048 per vCPU per hour, c5 $0.0425, allocatable = capacity less 70m CPU
 //! and 0.5 GiB; the fixtures' pods ask for 1 GiB each).
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 
 use super::cron::Schedule;
 use super::fixtures::*;
@@ -34,7 +34,7 @@ fn run_with(
         opts: &Options::default(),
         settings: &settings_of,
         cloud_drift,
-        disrupting: &BTreeMap::new(),
+        disrupting: &BTreeSet::new(),
         now,
     })
 }
@@ -220,6 +220,64 @@ fn expiration_replaces_a_node_whatever_the_budget_but_not_past_its_guards() {
 }
 
 #[test]
+fn a_node_that_takes_pods_is_no_longer_empty() {
+    // The expired node's pod moves to the empty node (empty for 500 s, younger than the
+    // TTL), which must then stay.
+    let mut idle = node("idle", "m5.xlarge", "on-demand");
+    idle.life.created_at = Some(1_500);
+    let s = cluster(
+        vec![node("old", "m5.xlarge", "on-demand"), idle],
+        vec![pod("web", "old", 1000)],
+    );
+    let settings = DisruptionSettings {
+        expire_after: Some(1_000),
+        empty_after: Some(30),
+        ..DisruptionSettings::default()
+    };
+    let p = run(&s, &settings, 2_000);
+    assert_eq!(decisions(&p), ["Expired [\"old\"] -> []"]);
+    assert_eq!(
+        p.decisions[0].moves,
+        [("default/web".to_string(), "idle".to_string())]
+    );
+    assert_eq!(
+        kept(&p, "idle"),
+        "it takes pods from a node this plan removes"
+    );
+}
+
+#[test]
+fn a_replacements_spare_room_is_not_counted_on_by_later_decisions() {
+    // old-1's 2,500m pod needs a c5.xlarge (3,930m): 1,430m spare. old-2's pods (1,000m and
+    // 2,800m) must get their own replacement, not lean on that spare room while the first
+    // replacement is still joining.
+    let s = cluster(
+        vec![
+            node("old-1", "m5.xlarge", "on-demand"),
+            node("old-2", "m5.xlarge", "on-demand"),
+        ],
+        vec![
+            pod("a", "old-1", 2500),
+            pod("b", "old-2", 1000),
+            pod("c", "old-2", 2800),
+        ],
+    );
+    let settings = DisruptionSettings {
+        expire_after: Some(1_000),
+        ..DisruptionSettings::default()
+    };
+    let p = run(&s, &settings, 2_000);
+    assert_eq!(
+        decisions(&p),
+        [
+            "Expired [\"old-1\"] -> [\"c5.xlarge\"]",
+            "Expired [\"old-2\"] -> [\"c5.xlarge\"]"
+        ]
+    );
+    assert_eq!(p.decisions[1].replacements[0].name, "replacement-2");
+}
+
+#[test]
 fn drifted_nodes_are_replaced_oldest_first_within_the_budget() {
     let mut newer = node("newer", "m5.large", "on-demand");
     newer.life.created_at = Some(50);
@@ -279,7 +337,7 @@ fn a_node_whose_pods_just_changed_waits_for_consolidate_after() {
     let p = run(&s, &aggressive(), 100);
     assert_eq!(
         kept(&p, "b"),
-        "its pods changed 10s ago; consolidateAfter is 30s"
+        "it was created or its pods changed 10s ago; consolidateAfter is 30s"
     );
     assert_eq!(decisions(&p), ["Underutilized [\"a\"] -> []"]);
 }

@@ -55,7 +55,8 @@ pub fn node_of(
 
 /// Applies a decision to `snapshot`: the nodes named in `removed` go (with the pods that
 /// leave with them), every pod the decision's `plan` placed on an existing node moves there,
-/// and `replacements` join, with the pods they list, as nodes not yet initialized.
+/// and `replacements` join, with the pods they list, as nodes not yet initialized and closed
+/// to other pods (each is sized for its own; a later decision must not count on its room).
 pub fn apply(
     snapshot: &mut Snapshot,
     catalog: &[InstanceType],
@@ -75,7 +76,8 @@ pub fn apply(
         for k in &r.pods {
             to.insert(k.as_str(), r.name.clone());
         }
-        if let Some(node) = node_of(r, catalog, &snapshot.provisioners) {
+        if let Some(mut node) = node_of(r, catalog, &snapshot.provisioners) {
+            node.unschedulable = true;
             new_nodes.push(node);
         }
     }

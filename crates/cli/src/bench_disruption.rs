@@ -1,0 +1,67 @@
+//! `joiner bench --consolidate PCT`: the disruption planner's decision time on running
+//! clusters (a workload launched, a share of its pods finished, a PodDisruptionBudget per app).
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use joiner_bench::cluster::running;
+use joiner_core::disruption::{plan, DisruptionSettings, Input};
+use joiner_core::scheduling::Options;
+use joiner_core::{InstanceType, Pod};
+
+/// Builds each cluster, times the planner `repeat` times (median) and returns a Markdown
+/// table.
+pub fn run(
+    sizes: &[usize],
+    repeat: usize,
+    finished_percent: u64,
+    types: &[InstanceType],
+    pending: &dyn Fn(usize) -> Vec<Pod>,
+) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "| pods launched | pods running | nodes | decisions | nodes removed | $/h before | $/h after | median ms |"
+    );
+    let _ = writeln!(out, "|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let settings = DisruptionSettings {
+        consolidation: true,
+        ..DisruptionSettings::default()
+    };
+    let settings_of = |_: &str| Some(settings.clone());
+    for &n in sizes {
+        let cluster = running(pending(n), types, 7, finished_percent);
+        let mut times: Vec<Duration> = Vec::new();
+        let mut last = None;
+        for _ in 0..repeat.max(1) {
+            let t0 = Instant::now();
+            let p = plan(&Input {
+                snapshot: &cluster,
+                catalog: types,
+                opts: &Options::default(),
+                settings: &settings_of,
+                cloud_drift: &|_| None,
+                disrupting: &BTreeSet::new(),
+                now: 86_400,
+            });
+            times.push(t0.elapsed());
+            last = Some(p);
+        }
+        times.sort();
+        let median = times[times.len() / 2];
+        let Some(p) = last else { continue };
+        let _ = writeln!(
+            out,
+            "| {n} | {} | {} | {} | {} | {:.2} | {:.2} | {:.0} |",
+            cluster.pods.len(),
+            cluster.nodes.len(),
+            p.decisions.len(),
+            p.decisions.iter().map(|d| d.nodes.len()).sum::<usize>(),
+            p.price_before,
+            p.price_after,
+            median.as_secs_f64() * 1e3,
+        );
+    }
+    out
+}
