@@ -51,6 +51,7 @@ pub fn run(req: &Request<'_>) -> Result<String, CliError> {
         cloud_drift: &|_| None,
         disrupting: &BTreeSet::new(),
         now: at.as_second(),
+        max_decisions: None,
     });
     let mut warnings = req.warnings.to_vec();
     warnings.push(

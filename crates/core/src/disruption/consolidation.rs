@@ -59,7 +59,7 @@ pub struct Totals {
 /// Evaluates removing `nodes` (candidates of one Provisioner, or of several: the strictest
 /// settings apply) from `snapshot`.
 pub fn evaluate(
-    snapshot: &Snapshot,
+    snapshot: &mut Snapshot,
     catalog: &[InstanceType],
     opts: &Options,
     nodes: &[&Candidate],
@@ -202,6 +202,7 @@ mod tests {
 
     /// Evaluates removing the node named `name`.
     fn remove(s: &Snapshot, name: &str, settings: &DisruptionSettings) -> Result<Move, String> {
+        let mut work = s.clone();
         let settings_of = |_: &str| Some(settings.clone());
         let all: Vec<Candidate> = candidates(s, &catalog(), &settings_of, 100)
             .into_iter()
@@ -215,14 +216,17 @@ mod tests {
             .iter()
             .find(|c| s.nodes[c.node].name == name)
             .expect("node");
-        evaluate(
-            s,
+        let before = format!("{work:?}");
+        let out = evaluate(
+            &mut work,
             &catalog(),
             &Options::default(),
             &[this],
             settings,
             totals,
-        )
+        );
+        assert_eq!(format!("{work:?}"), before, "the trial is undone");
+        out
     }
 
     #[test]

@@ -52,6 +52,9 @@ pub struct Input<'a> {
     pub disrupting: &'a BTreeSet<String>,
     /// Unix seconds, UTC.
     pub now: i64,
+    /// Stop after this many decisions (`None`: plan them all). The controller carries out
+    /// one decision at a time and plans again, so it asks for one; the dry run shows all.
+    pub max_decisions: Option<usize>,
 }
 
 /// One decision: nodes that go, and what (if anything) replaces them.
@@ -137,6 +140,11 @@ struct Planner<'a> {
     /// Nodes of each Provisioner disrupted: under way plus decided here.
     disrupting: HashMap<String, u32>,
     decided: HashSet<String>,
+    /// The CPU and memory free on each working node that can take pods, kept up to date as
+    /// decisions move pods.
+    free: HashMap<String, [i64; 2]>,
+    /// The sum of `free`.
+    free_total: [i64; 2],
     /// Nodes that took pods from a decision.
     fresh: HashSet<String>,
     why: HashMap<String, Vec<String>>,
@@ -182,7 +190,7 @@ impl<'a> Planner<'a> {
             }
         }
         let totals = provisioner_totals(s, input.catalog, &settings, input.now);
-        Planner {
+        let mut planner = Planner {
             input,
             work: s.clone(),
             candidates: found,
@@ -197,11 +205,49 @@ impl<'a> Planner<'a> {
                 .collect(),
             disrupting,
             decided: HashSet::new(),
+            free: HashMap::new(),
+            free_total: [0; 2],
             fresh: HashSet::new(),
             why,
             decisions: Vec::new(),
             next: 0,
+        };
+        planner.count_free_room();
+        planner
+    }
+
+    /// Counts the CPU and memory free on the working cluster's nodes.
+    fn count_free_room(&mut self) {
+        let mut used: HashMap<&str, [i64; 2]> = HashMap::new();
+        for p in &self.work.pods {
+            if let Some(n) = p.node_name.as_deref() {
+                let u = used.entry(n).or_default();
+                u[0] += p.requests.cpu;
+                u[1] += p.requests.memory;
+            }
         }
+        self.free.clear();
+        self.free_total = [0; 2];
+        for n in &self.work.nodes {
+            if n.unschedulable || !n.life.initialized {
+                continue;
+            }
+            let u = used.get(n.name.as_str()).copied().unwrap_or_default();
+            let f = [
+                (n.allocatable.cpu - u[0]).max(0),
+                (n.allocatable.memory - u[1]).max(0),
+            ];
+            self.free_total[0] += f[0];
+            self.free_total[1] += f[1];
+            self.free.insert(n.name.clone(), f);
+        }
+    }
+
+    /// True once the plan holds `max_decisions` decisions.
+    fn full(&self) -> bool {
+        self.input
+            .max_decisions
+            .is_some_and(|m| self.decisions.len() >= m)
     }
 
     fn keep(&mut self, node: &str, why: String) {
@@ -268,18 +314,32 @@ impl<'a> Planner<'a> {
                 .filter_map(|k| self.pod_index.get(k).copied())
                 .collect();
         }
-        let removed: HashSet<&str> = decision.nodes.iter().map(String::as_str).collect();
-        let moved_pods: HashSet<String> = self
+        // The pods on the removed nodes, with their CPU and memory requests.
+        let removed = |n: &str| decision.nodes.iter().any(|r| r == n);
+        let moved_pods: HashMap<String, [i64; 2]> = self
             .work
             .pods
             .iter()
-            .filter(|p| p.node_name.as_deref().is_some_and(|n| removed.contains(n)))
-            .map(|p| p.key())
+            .filter(|p| p.node_name.as_deref().is_some_and(removed))
+            .map(|p| (p.key(), [p.requests.cpu, p.requests.memory]))
             .collect();
+        for n in &decision.nodes {
+            let f = self.free.remove(n).unwrap_or_default();
+            self.free_total[0] -= f[0];
+            self.free_total[1] -= f[1];
+        }
         for used in &plan.existing_nodes {
-            for k in used.pods.iter().filter(|k| moved_pods.contains(*k)) {
+            for k in used.pods.iter().filter(|k| moved_pods.contains_key(*k)) {
                 decision.moves.push((k.clone(), used.name.clone()));
                 self.fresh.insert(used.name.clone());
+                let r = moved_pods.get(k).copied().unwrap_or_default();
+                if let Some(f) = self.free.get_mut(&used.name) {
+                    for d in 0..2 {
+                        let took = r[d].min(f[d]);
+                        f[d] -= took;
+                        self.free_total[d] -= took;
+                    }
+                }
             }
         }
         for r in &decision.replacements {
@@ -311,7 +371,12 @@ impl<'a> Planner<'a> {
         let Some(at) = self.at_work(c) else {
             return;
         };
-        match trial::run(&self.work, self.input.catalog, self.input.opts, &[at.node]) {
+        match trial::run(
+            &mut self.work,
+            self.input.catalog,
+            self.input.opts,
+            &[at.node],
+        ) {
             Ok(outcome) => {
                 let decision = Decision {
                     reason,
@@ -342,6 +407,9 @@ impl<'a> Planner<'a> {
             .collect();
         due.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.2.node.cmp(&b.2.node)));
         for (created, ttl, c) in due {
+            if self.full() {
+                return;
+            }
             let detail = format!(
                 "expired: {} old, ttlSecondsUntilExpired {}",
                 duration(now - created),
@@ -366,6 +434,9 @@ impl<'a> Planner<'a> {
             .collect();
         drifted.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.2.node.cmp(&b.2.node)));
         for (_, why, c) in drifted {
+            if self.full() {
+                return;
+            }
             let detail = format!("drifted: {why}");
             if self.allowed(&c.provisioner, Reason::Drifted) == 0 {
                 let name = self.name(&c);
@@ -403,6 +474,9 @@ impl<'a> Planner<'a> {
     fn empty(&mut self) {
         let now = self.input.now;
         for c in self.open() {
+            if self.full() {
+                return;
+            }
             let Some(ttl) = self
                 .settings
                 .get(&c.provisioner)
@@ -508,6 +582,9 @@ impl<'a> Planner<'a> {
         let (empty, busy): (Vec<Candidate>, Vec<Candidate>) =
             ready.into_iter().partition(|c| c.pods.is_empty());
         for c in empty {
+            if self.full() {
+                return;
+            }
             if self.node(&c).life.do_not_consolidate {
                 let name = self.name(&c);
                 self.keep(
@@ -567,25 +644,29 @@ impl<'a> Planner<'a> {
     }
 
     /// Evaluates removing `set` against the working cluster.
-    fn evaluate(&self, set: &[Candidate]) -> Result<super::consolidation::Move, String> {
+    fn evaluate(&mut self, set: &[Candidate]) -> Result<super::consolidation::Move, String> {
         let at: Vec<Candidate> = set.iter().filter_map(|c| self.at_work(c)).collect();
         let refs: Vec<&Candidate> = at.iter().collect();
         let settings = self
             .strictest(&refs)
             .ok_or_else(|| "its Provisioner does not exist".to_string())?;
+        let totals = self.totals_of(&refs);
         evaluate(
-            &self.work,
+            &mut self.work,
             self.input.catalog,
             self.input.opts,
             &refs,
             &settings,
-            self.totals_of(&refs),
+            totals,
         )
     }
 
     /// Takes the longest prefix of `busy` (within budgets, at most [`MAX_MULTI_NODE`]) of two
     /// or more nodes that consolidation removes in one move; true when it took one.
     fn multi_node(&mut self, busy: &mut Vec<Candidate>) -> bool {
+        if self.full() {
+            return false;
+        }
         let mut room: HashMap<String, u32> = HashMap::new();
         let mut set: Vec<Candidate> = Vec::new();
         for c in busy.iter() {
@@ -657,6 +738,9 @@ impl<'a> Planner<'a> {
 
     fn single_node(&mut self, busy: Vec<Candidate>) {
         for c in busy {
+            if self.full() {
+                return;
+            }
             let name = self.name(&c);
             if self.fresh.contains(&name) {
                 self.keep(&name, "it takes pods from a node this plan removes".into());
@@ -738,26 +822,8 @@ impl<'a> Planner<'a> {
     /// CPU and memory free on the working cluster's schedulable, initialized nodes other than
     /// `except`.
     fn free_room(&self, except: &str) -> [i64; 2] {
-        let mut used: HashMap<&str, [i64; 2]> = HashMap::new();
-        for p in &self.work.pods {
-            if let Some(n) = p.node_name.as_deref() {
-                let u = used.entry(n).or_default();
-                u[0] += p.requests.cpu;
-                u[1] += p.requests.memory;
-            }
-        }
-        let mut free = [0i64; 2];
-        for n in &self.work.nodes {
-            if n.name == except || n.unschedulable || !n.life.initialized {
-                continue;
-            }
-            let u = used.get(n.name.as_str()).copied().unwrap_or_default();
-            let a = [n.allocatable.cpu, n.allocatable.memory];
-            for d in 0..2 {
-                free[d] += (a[d] - u[d]).max(0);
-            }
-        }
-        free
+        let own = self.free.get(except).copied().unwrap_or_default();
+        [self.free_total[0] - own[0], self.free_total[1] - own[1]]
     }
 
     fn finish(self) -> DisruptionPlan {
@@ -772,6 +838,7 @@ impl<'a> Planner<'a> {
             + 0.0;
         let removed: f64 = self.decisions.iter().map(|d| d.price_before).sum();
         let added: f64 = self.decisions.iter().map(|d| d.price_after).sum();
+        let full = self.full();
         let mut why = self.why;
         let kept = s
             .nodes
@@ -780,7 +847,11 @@ impl<'a> Planner<'a> {
             .map(|n| Kept {
                 node: n.name.clone(),
                 why: why.remove(&n.name).unwrap_or_else(|| {
-                    vec!["nothing to do: not expired, drifted, empty or underutilized".into()]
+                    vec![if full {
+                        "not evaluated: the plan stops at its first decisions".into()
+                    } else {
+                        "nothing to do: not expired, drifted, empty or underutilized".into()
+                    }]
                 }),
             })
             .collect();

@@ -27,6 +27,16 @@ fn run_with(
     now: i64,
     cloud_drift: &dyn Fn(&Node) -> Option<String>,
 ) -> DisruptionPlan {
+    run_limited(s, settings, now, cloud_drift, None)
+}
+
+fn run_limited(
+    s: &Snapshot,
+    settings: &DisruptionSettings,
+    now: i64,
+    cloud_drift: &dyn Fn(&Node) -> Option<String>,
+    max_decisions: Option<usize>,
+) -> DisruptionPlan {
     let settings_of = |name: &str| (name == "default").then(|| settings.clone());
     plan(&Input {
         snapshot: s,
@@ -36,6 +46,7 @@ fn run_with(
         cloud_drift,
         disrupting: &BTreeSet::new(),
         now,
+        max_decisions,
     })
 }
 
@@ -119,6 +130,24 @@ fn a_budget_of_one_node_lets_one_node_go() {
         "underutilized: 2 nodes whose pods fit on the other nodes"
     );
     assert_eq!(kept(&p, "c"), "it takes pods from a node this plan removes");
+}
+
+#[test]
+fn a_plan_can_stop_at_its_first_decision() {
+    let all = DisruptionSettings {
+        consolidation: true,
+        expire_after: Some(50),
+        budgets: vec![budget("100%")],
+        ..aggressive()
+    };
+    let p = run_limited(&four_quiet_nodes(), &all, 100, &|_| None, Some(1));
+    assert_eq!(decisions(&p), ["Expired [\"a\"] -> []"]);
+    assert_eq!(
+        kept(&p, "d"),
+        "not evaluated: the plan stops at its first decisions"
+    );
+    let p = run_limited(&four_quiet_nodes(), &all, 100, &|_| None, None);
+    assert_eq!(p.decisions.len(), 4, "{:?}", decisions(&p));
 }
 
 #[test]

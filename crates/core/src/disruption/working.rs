@@ -2,7 +2,7 @@
 //! where the decision's simulation put them, replacements added as nodes not yet initialized.
 //! Later decisions are simulated against it, so two decisions never count on the same room.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use crate::instance_type::InstanceType;
 use crate::labels;
@@ -64,7 +64,8 @@ pub fn apply(
     plan: &Plan,
     replacements: &[NewNode],
 ) {
-    let gone: HashSet<&str> = removed.iter().map(String::as_str).collect();
+    // A decision removes few nodes: comparing names beats hashing every pod's.
+    let gone = |n: &str| removed.iter().any(|r| r == n);
     let mut to: HashMap<&str, String> = HashMap::new();
     for used in &plan.existing_nodes {
         for k in &used.pods {
@@ -81,16 +82,16 @@ pub fn apply(
             new_nodes.push(node);
         }
     }
-    snapshot.pods.retain(|p| {
-        !(leaves_with_node(p) && p.node_name.as_deref().is_some_and(|n| gone.contains(n)))
-    });
+    snapshot
+        .pods
+        .retain(|p| !(leaves_with_node(p) && p.node_name.as_deref().is_some_and(gone)));
     for p in &mut snapshot.pods {
-        if p.node_name.as_deref().is_some_and(|n| gone.contains(n)) {
+        if p.node_name.as_deref().is_some_and(gone) {
             // A moved pod goes where the decision placed it; one it did not place (there is
             // none in a taken decision) waits pending.
             p.node_name = to.get(p.key().as_str()).cloned();
         }
     }
-    snapshot.nodes.retain(|n| !gone.contains(n.name.as_str()));
+    snapshot.nodes.retain(|n| !gone(&n.name));
     snapshot.nodes.extend(new_nodes);
 }

@@ -75,6 +75,7 @@ fn consolidate(s: &Snapshot, expire: bool) -> DisruptionPlan {
         cloud_drift: &|_| None,
         disrupting: &BTreeSet::new(),
         now: 100,
+        max_decisions: None,
     })
 }
 
