@@ -18,7 +18,7 @@ use joiner_aws::{
 use joiner_controller::instrumented::Instrumented;
 use joiner_controller::logging::{self, LogFormat};
 use joiner_controller::runtime::{self, LeaderTasks, RuntimeError, RuntimeOptions, Started};
-use joiner_controller::{cluster_facts, lifecycle, provisioning, status, Settings};
+use joiner_controller::{cluster_facts, disruption, lifecycle, provisioning, status, Settings};
 use thiserror::Error;
 
 /// The cloud the production controller drives: the AWS provider with its calls measured.
@@ -392,6 +392,7 @@ pub fn leader_tasks() -> LeaderTasks<Cloud> {
                 term.clone().cancelled_owned(),
             )),
             Box::pin(provisioning::run(ctx.clone(), term.clone())),
+            Box::pin(disruption::run(ctx.clone(), term.clone())),
             Box::pin(lifecycle::run(ctx, term)),
         ]
     })

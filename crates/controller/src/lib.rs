@@ -9,6 +9,7 @@
 pub mod cluster_facts;
 pub mod context;
 pub mod crypto;
+pub mod disruption;
 pub mod http;
 pub mod inflight;
 pub mod instrumented;

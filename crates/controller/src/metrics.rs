@@ -79,6 +79,21 @@ pub struct Metrics {
     pub cost_per_hour: Family<ProvisionerLabels, Gauge<f64, AtomicU64>>,
     /// Reconcile passes that ended in an error, per reconciler.
     pub reconcile_errors: Family<ControllerLabels, Counter>,
+    /// Disruption decisions, per reason (`Empty`, `Expired`, `Drifted`, `Underutilized`) and
+    /// outcome (`validating`, `dropped`, `replacing`, `deleted`, `failed`).
+    pub disruption_decisions: Family<DecisionLabels, Counter>,
+    /// $/h saved by disruption decisions carried out (what the removed nodes cost less what
+    /// replaced them), USD.
+    pub disruption_savings: Counter<f64, AtomicU64>,
+}
+
+/// `reason` and `outcome` labels of a disruption decision.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    /// Why the nodes go.
+    pub reason: String,
+    /// What became of the decision.
+    pub outcome: String,
 }
 
 impl Default for Metrics {
@@ -95,6 +110,8 @@ impl Default for Metrics {
             cloud_errors: Family::default(),
             cost_per_hour: Family::default(),
             reconcile_errors: Family::default(),
+            disruption_decisions: Family::default(),
+            disruption_savings: Counter::default(),
         }
     }
 }
@@ -154,11 +171,31 @@ impl Metrics {
             m.cost_per_hour.clone(),
         );
         registry.register(
+            "joiner_disruption_decisions",
+            "Disruption decisions, by reason and outcome",
+            m.disruption_decisions.clone(),
+        );
+        registry.register(
+            "joiner_disruption_savings_per_hour",
+            "Hourly price saved by the disruption decisions carried out (USD)",
+            m.disruption_savings.clone(),
+        );
+        registry.register(
             "joiner_reconcile_errors",
             "Reconcile passes that failed, per reconciler",
             m.reconcile_errors.clone(),
         );
         m
+    }
+
+    /// Counts a disruption decision for `reason` that came to `outcome`.
+    pub fn decision(&self, reason: &str, outcome: &str) {
+        self.disruption_decisions
+            .get_or_create(&DecisionLabels {
+                reason: reason.to_string(),
+                outcome: outcome.to_string(),
+            })
+            .inc();
     }
 
     /// Counts a failed reconcile pass of `controller`.

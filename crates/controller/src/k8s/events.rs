@@ -124,6 +124,25 @@ pub fn node_event(
     ))
 }
 
+/// The Event explaining `reason`/`message` on NodeClaim `claim` (cluster-scoped: in
+/// namespace `default`, as Node Events are), stamped `now`.
+pub fn claim_event(
+    claim: &joiner_apis::NodeClaim,
+    kind: EventType,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) -> Event {
+    let involved = ObjectReference {
+        api_version: Some(joiner_apis::API_VERSION.into()),
+        kind: Some("NodeClaim".into()),
+        name: Some(claim.name().to_string()),
+        uid: claim.metadata.uid.clone(),
+        ..ObjectReference::default()
+    };
+    object_event(involved, "default", kind, reason, message, now)
+}
+
 /// An Event about `involved`, in `namespace`, named by the API server from the object's name
 /// (so repeated calls never collide).
 fn object_event(
@@ -184,6 +203,21 @@ pub async fn publish_on_node(
     send(
         client,
         node_event(node, kind, reason, message, Timestamp::now())?,
+    )
+    .await
+}
+
+/// Publishes an Event on NodeClaim `claim`, returning the Event the API server stored.
+pub async fn publish_on_claim(
+    client: &kube::Client,
+    claim: &joiner_apis::NodeClaim,
+    kind: EventType,
+    reason: &str,
+    message: &str,
+) -> Result<Event, EventError> {
+    send(
+        client,
+        claim_event(claim, kind, reason, message, Timestamp::now()),
     )
     .await
 }

@@ -1,0 +1,98 @@
+//! The planner's input from the controller's stores: the snapshot with every usable
+//! Provisioner's catalog, each Provisioner's disruption settings, and the nodes already on
+//! their way out (claims being deleted, the old nodes of the command under way).
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+use joiner_core::disruption::{plan, DisruptionPlan, DisruptionSettings, Input};
+use joiner_core::scheduling::Options;
+use joiner_core::{CloudProvider, InstanceType};
+use k8s_openapi::jiff::Timestamp;
+
+use crate::context::Context;
+use crate::k8s::matching::node_of;
+use crate::provisioning::launch::Catalogs;
+
+/// A plan of at most one decision, with the catalog it was made on and what had to be left
+/// out (logged by the caller).
+pub struct Planned {
+    /// The planner's answer.
+    pub plan: DisruptionPlan,
+    /// The instance types of every usable Provisioner.
+    pub catalog: Vec<InstanceType>,
+    /// Provisioners or objects left out, in words.
+    pub warnings: Vec<String>,
+}
+
+/// Plans disruption on the stores as they are, `also_disrupting` counting as on their way out.
+pub async fn planned<P: CloudProvider>(
+    ctx: &Context<P>,
+    also_disrupting: &BTreeSet<String>,
+    now: Timestamp,
+) -> Planned {
+    let mut warnings = Vec::new();
+    let mut catalogs = Catalogs::default();
+    let mut catalog: Vec<InstanceType> = Vec::new();
+    let mut names: HashSet<String> = HashSet::new();
+    let mut settings: BTreeMap<String, DisruptionSettings> = BTreeMap::new();
+    let mut provisioners = ctx.state.provisioners.state();
+    provisioners.sort_by(|a, b| a.name().cmp(b.name()));
+    for prov in &provisioners {
+        if let Some(why) = prov.not_planned() {
+            warnings.push(format!("Provisioner {}: {why}", prov.name()));
+            continue;
+        }
+        match prov.disruption_settings() {
+            Ok(s) => {
+                settings.insert(prov.name().to_string(), s);
+            }
+            Err(e) => {
+                warnings.push(format!("Provisioner {}: {e}", prov.name()));
+                continue;
+            }
+        }
+        match catalogs.get(ctx, prov.name()).await {
+            Ok(types) => {
+                for t in types {
+                    if names.insert(t.name.clone()) {
+                        catalog.push(t.clone());
+                    }
+                }
+            }
+            Err(e) => {
+                warnings.push(e.to_string());
+                settings.remove(prov.name());
+            }
+        }
+    }
+    let (snapshot, snapshot_warnings) = ctx.state.snapshot_with_catalog(&catalog);
+    warnings.extend(snapshot_warnings);
+    let nodes = ctx.state.nodes.state();
+    let mut disrupting = also_disrupting.clone();
+    for claim in ctx.state.claims() {
+        if claim.metadata.deletion_timestamp.is_some() {
+            disrupting.insert(claim.name().to_string());
+            if let Some(n) = node_of(&claim, &nodes) {
+                disrupting.extend(n.metadata.name.clone());
+            }
+        }
+    }
+    let settings_of = |name: &str| settings.get(name).cloned();
+    let plan = plan(&Input {
+        snapshot: &snapshot,
+        catalog: &catalog,
+        opts: &Options::default(),
+        settings: &settings_of,
+        // The AWS side of drift (AMI, subnets, security groups, NodeTemplate) is not
+        // compared yet; what the nodes show is.
+        cloud_drift: &|_| None,
+        disrupting: &disrupting,
+        now: now.as_second(),
+        max_decisions: Some(1),
+    });
+    Planned {
+        plan,
+        catalog,
+        warnings,
+    }
+}

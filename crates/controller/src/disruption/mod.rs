@@ -1,0 +1,227 @@
+//! Disruption in the cluster: the planner's decisions (`joiner_core::disruption`) carried out
+//! one at a time, through the termination flow.
+//!
+//! Every [`INTERVAL`] the leader plans on the stores ([`decide`]) for at most one decision.
+//! A decision is carried out only when a plan made [`validation::VALIDATION_DELAY`] later
+//! makes it again ([`validation`]); then [`command`] launches its replacements, waits until
+//! they are Initialized, and deletes the old nodes' claims, which the termination flow drains.
+//! While a command is under way no other decision is made, and its old nodes count against
+//! budgets. Nodes that stay get an Event with the planner's words when their reason changes.
+
+pub mod command;
+pub mod decide;
+pub mod validation;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use joiner_core::CloudProvider;
+use k8s_openapi::jiff::Timestamp;
+use thiserror::Error;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::context::Context;
+use crate::k8s::events::{publish_on_node, EventType};
+use crate::k8s::matching::claim_of;
+use crate::lifecycle::LifecycleError;
+use crate::provisioning::ProvisioningError;
+use command::{Command, Progress};
+use validation::{DecisionKey, Pending, Verdict};
+
+/// How often the disruption pass runs.
+pub const INTERVAL: Duration = Duration::from_secs(10);
+
+/// Most "why this node stays" Events one pass publishes.
+const KEPT_EVENTS_PER_PASS: usize = 50;
+
+/// Why a disruption step failed; each names the object at fault.
+#[derive(Debug, Error)]
+pub enum DisruptionError {
+    /// Writing or launching a replacement failed.
+    #[error(transparent)]
+    Provisioning(#[from] ProvisioningError),
+    /// Deleting an old claim failed.
+    #[error(transparent)]
+    Lifecycle(#[from] LifecycleError),
+    /// A node to disrupt has no NodeClaim (it was deleted meanwhile).
+    #[error("Node {node:?}: no NodeClaim to delete")]
+    NoClaim {
+        /// The node.
+        node: String,
+    },
+    /// A replacement names a Provisioner the store no longer holds.
+    #[error("Provisioner {provisioner}: not found")]
+    UnknownProvisioner {
+        /// The Provisioner.
+        provisioner: String,
+    },
+}
+
+/// What the pass remembers: the decision waiting for its delay, the command under way, and
+/// the reason last told for each node that stays.
+#[derive(Debug, Default)]
+pub struct Memory {
+    pending: Option<Pending>,
+    command: Option<Command>,
+    told: HashMap<String, String>,
+}
+
+impl Memory {
+    /// The command under way, if any.
+    pub fn command(&self) -> Option<&Command> {
+        self.command.as_ref()
+    }
+}
+
+/// What one pass did.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// Nothing to disrupt.
+    Idle,
+    /// A decision waits for its validation delay.
+    Validating(DecisionKey),
+    /// A command waits for its replacements.
+    Waiting(DecisionKey),
+    /// Replacements launched for a decision.
+    Replacing(DecisionKey, Vec<String>),
+    /// The old nodes' claims deleted.
+    Deleted(DecisionKey),
+    /// A pending decision the cluster's change dropped (a new decision of the same pass waits
+    /// for its own delay), or a command given up, and why.
+    Dropped(DecisionKey, String),
+}
+
+/// One disruption pass at `now`.
+pub async fn pass<P: CloudProvider>(
+    ctx: &Context<P>,
+    memory: &mut Memory,
+    now: Instant,
+) -> Result<Outcome, DisruptionError> {
+    if let Some(cmd) = memory.command.take() {
+        let reason = cmd.key.reason.as_str();
+        return match command::advance(ctx, &cmd, now).await? {
+            Progress::Waiting => {
+                let key = cmd.key.clone();
+                memory.command = Some(cmd);
+                Ok(Outcome::Waiting(key))
+            }
+            Progress::Done => {
+                ctx.metrics.decision(reason, "deleted");
+                ctx.metrics.disruption_savings.inc_by(cmd.savings.max(0.0));
+                Ok(Outcome::Deleted(cmd.key))
+            }
+            Progress::Failed(why) => {
+                tracing::warn!(nodes = ?cmd.key.nodes, why = %why, "disruption given up");
+                ctx.metrics.decision(reason, "failed");
+                Ok(Outcome::Dropped(cmd.key, why))
+            }
+        };
+    }
+    let planned = decide::planned(ctx, &BTreeSet::new(), Timestamp::now()).await;
+    for w in &planned.warnings {
+        tracing::debug!(warning = %w, "left out of the disruption plan");
+    }
+    tell_kept(ctx, memory, &planned.plan.kept).await;
+    let decision = planned.plan.decisions.first();
+    let (verdict, dropped) = validation::check(&mut memory.pending, decision, now);
+    if let Some(key) = dropped {
+        // A new decision of this pass, if any, starts its own delay (it is pending now).
+        tracing::info!(nodes = ?key.nodes, reason = key.reason.as_str(), "disruption decision dropped: the cluster changed");
+        ctx.metrics.decision(key.reason.as_str(), "dropped");
+        return Ok(Outcome::Dropped(key, "the cluster changed".into()));
+    }
+    let (Some(verdict), Some(decision)) = (verdict, decision) else {
+        return Ok(Outcome::Idle);
+    };
+    let key = DecisionKey::of(decision);
+    if verdict == Verdict::Wait {
+        if memory.pending.as_ref().is_some_and(|p| p.since == now) {
+            tracing::info!(nodes = ?key.nodes, detail = %decision.detail, "disruption decision made; validating");
+            ctx.metrics.decision(key.reason.as_str(), "validating");
+        }
+        return Ok(Outcome::Validating(key));
+    }
+    match command::start(ctx, decision, &planned.catalog, now).await? {
+        Some(cmd) => {
+            ctx.metrics.decision(key.reason.as_str(), "replacing");
+            let replacements = cmd.replacements.clone();
+            memory.command = Some(cmd);
+            Ok(Outcome::Replacing(key, replacements))
+        }
+        None => {
+            ctx.metrics.decision(key.reason.as_str(), "deleted");
+            ctx.metrics
+                .disruption_savings
+                .inc_by((decision.price_before - decision.price_after).max(0.0));
+            Ok(Outcome::Deleted(key))
+        }
+    }
+}
+
+/// An Event on each of joiner's nodes that stays, with the planner's reasons, when they
+/// changed since it was last told (at most [`KEPT_EVENTS_PER_PASS`] per pass).
+async fn tell_kept<P: CloudProvider>(
+    ctx: &Context<P>,
+    memory: &mut Memory,
+    kept: &[joiner_core::disruption::Kept],
+) {
+    let nodes = ctx.state.nodes.state();
+    let claims = ctx.state.claims();
+    let mut sent = 0;
+    for k in kept {
+        if sent == KEPT_EVENTS_PER_PASS {
+            break;
+        }
+        let why = k.why.join("; ");
+        // Nodes the one-decision plan did not get to have nothing new to say.
+        if why.starts_with("not evaluated") || memory.told.get(&k.node) == Some(&why) {
+            continue;
+        }
+        let Some(node) = nodes
+            .iter()
+            .find(|n| n.metadata.name.as_deref() == Some(k.node.as_str()))
+        else {
+            continue;
+        };
+        if claim_of(node, &claims).is_none() {
+            continue;
+        }
+        if let Err(e) = publish_on_node(
+            &ctx.client,
+            node,
+            EventType::Normal,
+            "DisruptionBlocked",
+            &why,
+        )
+        .await
+        {
+            tracing::debug!(error = %e, "disruption event not published");
+        }
+        memory.told.insert(k.node.clone(), why);
+        sent += 1;
+    }
+}
+
+/// Runs the pass every [`INTERVAL`] until `stop` is cancelled; a failed pass is logged and
+/// counted, and the next one starts again from the stores.
+pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>, stop: CancellationToken) {
+    let mut memory = Memory::default();
+    let mut tick = tokio::time::interval(INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tick.tick() => {}
+        }
+        let result = pass(&ctx, &mut memory, Instant::now())
+            .instrument(tracing::debug_span!("reconcile", controller = "disruption"))
+            .await;
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "disruption pass failed; retrying next pass");
+            ctx.metrics.reconcile_failed("disruption");
+        }
+    }
+    tracing::info!("disruption loop stopped");
+}

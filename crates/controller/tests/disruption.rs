@@ -1,0 +1,362 @@
+//! Disruption in the controller, on `FakeCloud` and the scripted API: a decision waits for its
+//! validation delay and is dropped when a pod arrives meanwhile; a delete removes the old
+//! claim only after the delay; a replacement is launched and Initialized before the old
+//! node's claim is deleted (and so before its drain starts).
+
+mod lifecycle_fixture;
+mod support;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::Method;
+use joiner_apis::{NodeClaim, Provisioner};
+use joiner_controller::disruption::validation::VALIDATION_DELAY;
+use joiner_controller::disruption::{pass, Memory, Outcome};
+use joiner_controller::metrics::DecisionLabels;
+use joiner_controller::pod_record::PodRecord;
+use joiner_controller::{ClusterState, Context, Settings};
+use joiner_core::testing::catalog::catalog;
+use joiner_core::testing::{FakeCall, FakeCloud};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::watcher::Event;
+use lifecycle_fixture::{claim, merge, node, pod};
+use serde_json::{json, Value};
+use support::{mock_api, obj, store, stored, MockApi, Recorded, Reply};
+
+const CLAIMS: &str = "/apis/joiner.sh/v1alpha1/nodeclaims";
+
+/// Consolidation on, Aggressive, at once; on-demand nodes of the test catalog.
+fn provisioner() -> Provisioner {
+    obj(json!({
+        "apiVersion": "joiner.sh/v1alpha1", "kind": "Provisioner",
+        "metadata": {"name": "web"},
+        "spec": {
+            "providerRef": {"name": "default"},
+            "requirements": [
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+            ],
+            "consolidation": {"enabled": true, "policy": "Aggressive", "consolidateAfter": "0s"},
+        },
+    }))
+}
+
+/// Cores and GiB of each test-catalog type used here.
+fn size(itype: &str) -> (i64, i64) {
+    match itype {
+        "m5.xlarge" => (4, 16),
+        "m5.4xlarge" => (16, 64),
+        "c5.large" => (2, 4),
+        other => panic!("no size for {other}"),
+    }
+}
+
+/// A Ready node `name` of `itype` launched by Provisioner web for claim `web-<name>`, on
+/// instance `i-<name>`.
+fn joiner_node(name: &str, itype: &str, provider_id: &str) -> Node {
+    let (cpu, gib) = size(itype);
+    node(
+        name,
+        json!({
+            "metadata": {"creationTimestamp": "2026-01-01T00:00:00Z", "labels": {
+                "node.kubernetes.io/instance-type": itype,
+                "topology.kubernetes.io/zone": "z-a",
+                "karpenter.sh/capacity-type": "on-demand",
+                "joiner.sh/provisioner-name": "web",
+                "joiner.sh/nodeclaim": format!("web-{name}"),
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+            }},
+            "spec": {"providerID": provider_id},
+            "status": {
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "capacity": {"cpu": cpu.to_string(), "memory": format!("{gib}Gi"), "pods": "58"},
+                "allocatable": {"cpu": format!("{}m", cpu * 1000 - 70), "memory": format!("{}Mi", gib * 1024 - 512), "pods": "58"},
+            },
+        }),
+    )
+}
+
+/// The claim `web-<name>` of a registered, initialized node.
+fn joiner_claim(name: &str, itype: &str, provider_id: &str) -> NodeClaim {
+    claim(
+        &format!("web-{name}"),
+        json!({"status": {"providerID": provider_id, "instanceType": itype, "zone": "z-a",
+        "capacityType": "on-demand", "nodeName": name,
+        "conditions": [
+            {"type": "Launched", "status": "True", "reason": "Launched", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            {"type": "Registered", "status": "True", "reason": "Registered", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            {"type": "Initialized", "status": "True", "reason": "Initialized", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+        ]}}),
+    )
+}
+
+fn running(name: &str, on: &str, cpu: &str) -> Pod {
+    pod(
+        "shop",
+        name,
+        on,
+        json!({"metadata": {"creationTimestamp": "2026-01-01T00:00:00Z", "uid": format!("uid-{name}")},
+            "spec": {"containers": [{"name": "c", "image": "x",
+                "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]}}),
+    )
+}
+
+/// An API server holding NodeClaims: creates, status writes, deletes and Events.
+fn api_server(seed: &[NodeClaim]) -> impl FnMut(&Recorded) -> Reply {
+    let mut claims: HashMap<String, Value> = seed
+        .iter()
+        .map(|c| {
+            (
+                c.name().to_string(),
+                serde_json::to_value(c).expect("claim"),
+            )
+        })
+        .collect();
+    let mut created = 0;
+    move |req: &Recorded| {
+        let item = req
+            .path
+            .strip_prefix(CLAIMS)
+            .and_then(|p| p.strip_prefix('/'));
+        if req.is(Method::POST, CLAIMS) {
+            created += 1;
+            let body = stored(req, &format!("uid-new-{created}"));
+            let name = body["metadata"]["name"].as_str().unwrap_or_default();
+            claims.insert(name.to_string(), body.clone());
+            return Reply::created(body);
+        }
+        match (&req.method, item) {
+            (&Method::PATCH, Some(p)) if p.ends_with("/status") => {
+                let name = p.trim_end_matches("/status");
+                let Some(claim) = claims.get_mut(name) else {
+                    return Reply::not_found(name);
+                };
+                merge(claim, json!({"status": req.body["status"].clone()}));
+                Reply::ok(claim.clone())
+            }
+            (&Method::DELETE, Some(name)) => match claims.remove(name) {
+                Some(_) => Reply::success(),
+                None => Reply::not_found(name),
+            },
+            (&Method::POST, _) if req.path.ends_with("/events") => {
+                Reply::created(stored(req, "event-uid"))
+            }
+            _ => Reply::not_found(&req.path),
+        }
+    }
+}
+
+struct Harness {
+    ctx: Context<FakeCloud>,
+    api: MockApi,
+    cloud: Arc<FakeCloud>,
+    pods: Writer<PodRecord>,
+    nodes: Writer<Node>,
+    claims: Writer<NodeClaim>,
+    _provisioners: Writer<Provisioner>,
+}
+
+fn harness(nodes: Vec<Node>, claims: Vec<NodeClaim>, pods: Vec<Pod>) -> Harness {
+    let (client, api) = mock_api(api_server(&claims));
+    let pods = store(pods.into_iter().map(PodRecord::from).collect());
+    let nodes = store(nodes);
+    let claims = store(claims);
+    let provisioners = store(vec![provisioner()]);
+    let mut state = ClusterState::empty();
+    state.pods = pods.as_reader();
+    state.nodes = nodes.as_reader();
+    state.node_claims = claims.as_reader();
+    state.provisioners = provisioners.as_reader();
+    let cloud = Arc::new(FakeCloud::new(catalog()));
+    let ctx = Context::new(client, state, cloud.clone(), Settings::new("c1"));
+    Harness {
+        ctx,
+        api,
+        cloud,
+        pods,
+        nodes,
+        claims,
+        _provisioners: provisioners,
+    }
+}
+
+impl Harness {
+    /// The claims deleted so far.
+    fn deleted(&self) -> Vec<String> {
+        self.api
+            .requests()
+            .into_iter()
+            .filter(|r| r.method == Method::DELETE)
+            .filter_map(|r| {
+                r.path
+                    .strip_prefix(&format!("{CLAIMS}/"))
+                    .map(str::to_string)
+            })
+            .collect()
+    }
+}
+
+/// Two m5.xlarge nodes with a 1-CPU pod each: one of them can go.
+fn two_quiet_nodes() -> Harness {
+    harness(
+        vec![
+            joiner_node("a", "m5.xlarge", "fake:///z-a/i-a"),
+            joiner_node("b", "m5.xlarge", "fake:///z-a/i-b"),
+        ],
+        vec![
+            joiner_claim("a", "m5.xlarge", "fake:///z-a/i-a"),
+            joiner_claim("b", "m5.xlarge", "fake:///z-a/i-b"),
+        ],
+        vec![running("web-a", "a", "1"), running("web-b", "b", "1")],
+    )
+}
+
+#[tokio::test]
+async fn a_delete_waits_for_the_validation_delay() {
+    let h = two_quiet_nodes();
+    let mut memory = Memory::default();
+    let t0 = Instant::now();
+    let first = pass(&h.ctx, &mut memory, t0).await.expect("pass");
+    let Outcome::Validating(key) = first else {
+        panic!("expected a decision to validate, got {first:?}");
+    };
+    assert_eq!(key.nodes, ["a"]);
+    let early = pass(&h.ctx, &mut memory, t0 + Duration::from_secs(5))
+        .await
+        .expect("pass");
+    assert!(matches!(early, Outcome::Validating(_)), "{early:?}");
+    assert!(h.deleted().is_empty(), "nothing deleted before the delay");
+
+    let done = pass(&h.ctx, &mut memory, t0 + VALIDATION_DELAY)
+        .await
+        .expect("pass");
+    assert!(matches!(done, Outcome::Deleted(_)), "{done:?}");
+    assert_eq!(h.deleted(), ["web-a"]);
+    let count = |outcome: &str| {
+        h.ctx
+            .metrics
+            .disruption_decisions
+            .get_or_create(&DecisionLabels {
+                reason: "Underutilized".into(),
+                outcome: outcome.into(),
+            })
+            .get()
+    };
+    assert_eq!((count("validating"), count("deleted")), (1, 1));
+    assert!((h.ctx.metrics.disruption_savings.get() - 0.192).abs() < 1e-9);
+}
+
+#[tokio::test]
+async fn a_pod_arriving_during_the_delay_drops_the_decision() {
+    let mut h = two_quiet_nodes();
+    let mut memory = Memory::default();
+    let t0 = Instant::now();
+    let first = pass(&h.ctx, &mut memory, t0).await.expect("pass");
+    assert!(matches!(first, Outcome::Validating(_)), "{first:?}");
+
+    // A 3-CPU pod arrives on b: a's pod no longer fits there; deleting a is no longer the
+    // decision (replacing it would be a new one, with its own delay).
+    h.pods
+        .apply_watcher_event(&Event::Apply(PodRecord::from(&running("batch", "b", "3"))));
+    let after = pass(&h.ctx, &mut memory, t0 + VALIDATION_DELAY)
+        .await
+        .expect("pass");
+    let Outcome::Dropped(key, why) = after else {
+        panic!("expected the decision dropped, got {after:?}");
+    };
+    assert_eq!(key.nodes, ["a"]);
+    assert_eq!(why, "the cluster changed");
+    assert!(key.replacements.is_empty(), "the delete was dropped");
+    assert!(h.deleted().is_empty(), "{:?}", h.api.calls());
+    assert!(
+        h.cloud
+            .calls()
+            .iter()
+            .all(|c| !matches!(c, FakeCall::Create(_))),
+        "nothing launched"
+    );
+}
+
+#[tokio::test]
+async fn a_replacement_is_initialized_before_the_old_node_is_deleted() {
+    // One m5.4xlarge holding a 500m pod: a c5.large replaces it.
+    let mut h = harness(
+        vec![joiner_node("big", "m5.4xlarge", "fake:///z-a/i-big")],
+        vec![joiner_claim("big", "m5.4xlarge", "fake:///z-a/i-big")],
+        vec![running("web", "big", "500m")],
+    );
+    let mut memory = Memory::default();
+    let t0 = Instant::now();
+    let first = pass(&h.ctx, &mut memory, t0).await.expect("pass");
+    assert!(matches!(first, Outcome::Validating(_)), "{first:?}");
+
+    let started = pass(&h.ctx, &mut memory, t0 + VALIDATION_DELAY)
+        .await
+        .expect("pass");
+    let Outcome::Replacing(key, replacements) = started else {
+        panic!("expected a replacement, got {started:?}");
+    };
+    assert_eq!(key.nodes, ["big"]);
+    assert_eq!(replacements.len(), 1);
+    let launched: Vec<String> = h
+        .cloud
+        .calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            FakeCall::Create(r) => Some(r.candidates[0].0.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(launched, ["c5.large"]);
+    assert!(
+        h.deleted().is_empty(),
+        "the old node stays while its replacement joins"
+    );
+
+    // The replacement registers but is not Ready yet: still waiting.
+    let name = replacements[0].clone();
+    let provider_id = "fake:///z-a/i-fake00001";
+    let mut joining = joiner_node("new", "c5.large", provider_id);
+    merge_node(
+        &mut joining,
+        json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}),
+    );
+    h.nodes.apply_watcher_event(&Event::Apply(joining));
+    let mut replacement = joiner_claim("new", "c5.large", provider_id);
+    replacement.metadata.name = Some(name.clone());
+    h.claims
+        .apply_watcher_event(&Event::Apply(replacement.clone()));
+    let waiting = pass(
+        &h.ctx,
+        &mut memory,
+        t0 + VALIDATION_DELAY + Duration::from_secs(10),
+    )
+    .await
+    .expect("pass");
+    assert!(matches!(waiting, Outcome::Waiting(_)), "{waiting:?}");
+    assert!(h.deleted().is_empty());
+
+    // Ready: the old claim is deleted, and the termination flow drains it from here.
+    h.nodes
+        .apply_watcher_event(&Event::Apply(joiner_node("new", "c5.large", provider_id)));
+    let done = pass(
+        &h.ctx,
+        &mut memory,
+        t0 + VALIDATION_DELAY + Duration::from_secs(20),
+    )
+    .await
+    .expect("pass");
+    assert!(matches!(done, Outcome::Deleted(_)), "{done:?}");
+    assert_eq!(h.deleted(), ["web-big"]);
+    assert!(memory.command().is_none());
+}
+
+fn merge_node(n: &mut Node, extra: Value) {
+    let mut v = serde_json::to_value(&*n).expect("node");
+    merge(&mut v, extra);
+    *n = obj(v);
+}
