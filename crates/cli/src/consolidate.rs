@@ -52,6 +52,8 @@ pub fn run(req: &Request<'_>) -> Result<String, CliError> {
         disrupting: &BTreeSet::new(),
         now: at.as_second(),
         max_decisions: None,
+        max_evaluations: None,
+        start_at: 0,
     });
     let mut warnings = req.warnings.to_vec();
     warnings.push(

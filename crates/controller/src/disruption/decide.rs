@@ -24,11 +24,18 @@ pub struct Planned {
     pub warnings: Vec<String>,
 }
 
-/// Plans disruption on the stores as they are, `also_disrupting` counting as on their way out.
+/// Most single-node consolidations one pass simulates. On a packed cluster of thousands
+/// of nodes every candidate is refused only after a simulation; a bounded pass stays well
+/// under a second and the next pass goes on where this one stopped.
+pub const EVALUATIONS_PER_PASS: usize = 100;
+
+/// Plans disruption on the stores as they are, `also_disrupting` counting as on their way out,
+/// simulating single-node consolidations from the candidate `start_at` places in.
 pub async fn planned<P: CloudProvider>(
     ctx: &Context<P>,
     also_disrupting: &BTreeSet<String>,
     now: Timestamp,
+    start_at: usize,
 ) -> Planned {
     let mut warnings = Vec::new();
     let mut catalogs = Catalogs::default();
@@ -89,6 +96,8 @@ pub async fn planned<P: CloudProvider>(
         disrupting: &disrupting,
         now: now.as_second(),
         max_decisions: Some(1),
+        max_evaluations: Some(EVALUATIONS_PER_PASS),
+        start_at,
     });
     Planned {
         plan,

@@ -59,13 +59,15 @@ pub enum DisruptionError {
     },
 }
 
-/// What the pass remembers: the decision waiting for its delay, the command under way, and
-/// the reason last told for each node that stays.
+/// What the pass remembers: the decision waiting for its delay, the command under way, the
+/// reason last told for each node that stays, and where the next pass starts simulating
+/// single-node consolidations.
 #[derive(Debug, Default)]
 pub struct Memory {
     pending: Option<Pending>,
     command: Option<Command>,
     told: HashMap<String, String>,
+    start_at: usize,
 }
 
 impl Memory {
@@ -119,7 +121,7 @@ pub async fn pass<P: CloudProvider>(
             }
         };
     }
-    let planned = decide::planned(ctx, &BTreeSet::new(), Timestamp::now()).await;
+    let planned = decide::planned(ctx, &BTreeSet::new(), Timestamp::now(), memory.start_at).await;
     for w in &planned.warnings {
         tracing::debug!(warning = %w, "left out of the disruption plan");
     }
@@ -133,6 +135,9 @@ pub async fn pass<P: CloudProvider>(
         return Ok(Outcome::Dropped(key, "the cluster changed".into()));
     }
     let (Some(verdict), Some(decision)) = (verdict, decision) else {
+        // Nothing found among the candidates simulated: the next pass weighs the next ones.
+        // (While a decision waits for validation the start stays, so the same plan recurs.)
+        memory.start_at = memory.start_at.wrapping_add(decide::EVALUATIONS_PER_PASS);
         return Ok(Outcome::Idle);
     };
     let key = DecisionKey::of(decision);

@@ -55,6 +55,14 @@ pub struct Input<'a> {
     /// Stop after this many decisions (`None`: plan them all). The controller carries out
     /// one decision at a time and plans again, so it asks for one; the dry run shows all.
     pub max_decisions: Option<usize>,
+    /// Simulate at most this many single-node consolidations (`None`: all), starting at the
+    /// candidate `start_at` places into the cheapest-to-disrupt order and going round. On a
+    /// packed cluster every candidate is refused only after a simulation; the controller
+    /// bounds each pass and moves `start_at` on, so every node is weighed over a few passes
+    /// (Karpenter bounds its pass by time instead, which is neither repeatable nor fair).
+    pub max_evaluations: Option<usize>,
+    /// See `max_evaluations`.
+    pub start_at: usize,
 }
 
 /// One decision: nodes that go, and what (if anything) replaces them.
@@ -736,7 +744,12 @@ impl<'a> Planner<'a> {
         self.take(decision, &m.plan);
     }
 
-    fn single_node(&mut self, busy: Vec<Candidate>) {
+    fn single_node(&mut self, mut busy: Vec<Candidate>) {
+        if !busy.is_empty() {
+            let k = self.input.start_at % busy.len();
+            busy.rotate_left(k);
+        }
+        let mut evaluated = 0;
         for c in busy {
             if self.full() {
                 return;
@@ -762,6 +775,14 @@ impl<'a> Planner<'a> {
                 self.keep(&name, why);
                 continue;
             }
+            if self.input.max_evaluations.is_some_and(|m| evaluated >= m) {
+                self.keep(
+                    &name,
+                    "not evaluated: the pass's bound on simulations was reached (later passes go on from here)".into(),
+                );
+                continue;
+            }
+            evaluated += 1;
             match self.evaluate(std::slice::from_ref(&c)) {
                 Ok(m) => {
                     let detail = match &m.action {

@@ -47,6 +47,8 @@ fn run_limited(
         disrupting: &BTreeSet::new(),
         now,
         max_decisions,
+        max_evaluations: None,
+        start_at: 0,
     })
 }
 
@@ -148,6 +150,63 @@ fn a_plan_can_stop_at_its_first_decision() {
     );
     let p = run_limited(&four_quiet_nodes(), &all, 100, &|_| None, None);
     assert_eq!(p.decisions.len(), 4, "{:?}", decisions(&p));
+}
+
+#[test]
+fn a_bounded_pass_simulates_its_share_and_the_next_goes_on_from_there() {
+    // Four c5.xlarge, each full with a 3,500m pod: no pod fits elsewhere and no cheaper type
+    // holds one, so every simulation ends in "stays". Two simulations per pass: the pass
+    // starting at 0 weighs a and b, the one starting at 2 weighs c and d.
+    let names = ["a", "b", "c", "d"];
+    let s = cluster(
+        names
+            .iter()
+            .map(|n| node(n, "c5.xlarge", "on-demand"))
+            .collect(),
+        names
+            .iter()
+            .map(|n| pod(&format!("big-{n}"), n, 3500))
+            .collect(),
+    );
+    let all = DisruptionSettings {
+        budgets: vec![budget("100%")],
+        ..aggressive()
+    };
+    let settings_of = |name: &str| (name == "default").then(|| all.clone());
+    let pass = |start_at: usize| {
+        plan(&Input {
+            snapshot: &s,
+            catalog: &catalog(),
+            opts: &Options::default(),
+            settings: &settings_of,
+            cloud_drift: &|_| None,
+            disrupting: &BTreeSet::new(),
+            now: 100,
+            max_decisions: Some(1),
+            max_evaluations: Some(2),
+            start_at,
+        })
+    };
+    let bound =
+        "not evaluated: the pass's bound on simulations was reached (later passes go on from here)";
+    let weighed = |p: &DisruptionPlan| -> Vec<&str> {
+        names
+            .iter()
+            .copied()
+            .filter(|n| kept(p, n) != bound)
+            .collect()
+    };
+    let first = pass(0);
+    assert!(first.decisions.is_empty(), "{:?}", decisions(&first));
+    assert_eq!(weighed(&first), ["a", "b"]);
+    assert_eq!(
+        kept(&first, "a"),
+        "a replacement (c5.xlarge on-demand, $0.1700/h) is not 10% cheaper than $0.1700/h"
+    );
+    let second = pass(2);
+    assert_eq!(weighed(&second), ["c", "d"]);
+    // Going round: starting past the end wraps to the front.
+    assert_eq!(weighed(&pass(5)), ["b", "c"]);
 }
 
 #[test]

@@ -76,6 +76,8 @@ fn consolidate(s: &Snapshot, expire: bool) -> DisruptionPlan {
         disrupting: &BTreeSet::new(),
         now: 100,
         max_decisions: None,
+        max_evaluations: None,
+        start_at: 0,
     })
 }
 
