@@ -10,6 +10,7 @@ pub mod condition;
 pub mod convert;
 pub mod crds;
 pub mod disruption;
+pub mod drift;
 pub mod duration;
 pub mod error;
 pub mod label_rules;

@@ -91,6 +91,21 @@ pub struct NodeClaimStatus {
     /// `on-demand` or `spot`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity_type: Option<String>,
+    /// The AMI the instance booted: compared with the AMIs its NodeTemplate resolves to now,
+    /// so a newer AMI (behind the SSM alias or an amiSelector) drifts the node.
+    #[serde(default, rename = "imageID", skip_serializing_if = "Option::is_none")]
+    pub image_id: Option<String>,
+    /// The subnet it was launched in: compared with the subnets its NodeTemplate selects now.
+    #[serde(default, rename = "subnetID", skip_serializing_if = "Option::is_none")]
+    pub subnet_id: Option<String>,
+    /// The security groups it was launched with: compared with those its NodeTemplate
+    /// selects now.
+    #[serde(
+        default,
+        rename = "securityGroupIDs",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub security_group_ids: Vec<String>,
     /// Price of the offering at launch, USD per hour.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub price_per_hour: Option<f64>,

@@ -103,6 +103,8 @@ pub struct Launched {
     pub zone: String,
     /// spot or on-demand.
     pub capacity_type: CapacityType,
+    /// The chosen subnet, when EC2 named it.
+    pub subnet_id: Option<String>,
 }
 
 /// Why a launch gave no instance.
@@ -315,11 +317,16 @@ impl Fleet {
                 _ => req.capacity_type,
             };
             tracing::info!(instance_id = %id, %instance_type, %zone, claim = %req.client_token, "instance launched");
+            let subnet_id = inst
+                .subnet_id()
+                .or_else(|| ov.and_then(|o| o.subnet_id()))
+                .map(str::to_string);
             return Ok(Launched {
                 instance_id: id.clone(),
                 instance_type,
                 zone,
                 capacity_type,
+                subnet_id,
             });
         }
 

@@ -40,6 +40,12 @@ pub struct Instance {
     pub tags: BTreeMap<String, String>,
     /// DescribeInstances `LaunchTime`, when EC2 reported one.
     pub launch_time: Option<std::time::SystemTime>,
+    /// The AMI it booted.
+    pub image_id: Option<String>,
+    /// Its subnet.
+    pub subnet_id: Option<String>,
+    /// Its security groups' IDs.
+    pub security_group_ids: Vec<String>,
 }
 
 /// Why an instance was not terminated.
@@ -230,6 +236,13 @@ impl Instances {
                         launch_time: i
                             .launch_time()
                             .and_then(|t| std::time::SystemTime::try_from(*t).ok()),
+                        image_id: i.image_id().map(str::to_string),
+                        subnet_id: i.subnet_id().map(str::to_string),
+                        security_group_ids: i
+                            .security_groups()
+                            .iter()
+                            .filter_map(|g| g.group_id().map(str::to_string))
+                            .collect(),
                     });
                 }
             }

@@ -341,9 +341,9 @@ impl AwsCloudProvider {
             })
     }
 
-    /// The launch template of one candidate group: its AMI, the spec, found or created in EC2.
     /// The launch template of each candidate group, paired with its candidates: the first
-    /// group's, then the others' (a later group whose template cannot be made is left out).
+    /// group's, then the others' (a later group whose template cannot be made is left out);
+    /// and the AMI of each candidate type, so the launch can say which one its instance boots.
     async fn templates_for(
         &self,
         req: &LaunchRequest,
@@ -351,14 +351,27 @@ impl AwsCloudProvider {
         prov: &Provisioner,
         groups: &[(InstanceFacts, Vec<(String, f64)>)],
         security_group_ids: &[String],
-    ) -> Result<(TemplateCandidates, Vec<TemplateCandidates>), ProviderError> {
+    ) -> Result<
+        (
+            TemplateCandidates,
+            Vec<TemplateCandidates>,
+            HashMap<String, String>,
+        ),
+        ProviderError,
+    > {
         let mut templates = Vec::new();
+        let mut images = HashMap::new();
         for (i, (facts, candidates)) in groups.iter().enumerate() {
             match self.template_for(nt, prov, facts, security_group_ids).await {
-                Ok(launch_template) => templates.push(TemplateCandidates {
-                    launch_template,
-                    candidates: candidates.clone(),
-                }),
+                Ok((launch_template, image_id)) => {
+                    for (name, _) in candidates {
+                        images.insert(name.clone(), image_id.clone());
+                    }
+                    templates.push(TemplateCandidates {
+                        launch_template,
+                        candidates: candidates.clone(),
+                    })
+                }
                 Err(err) if i == 0 => return Err(err),
                 Err(err) => tracing::warn!(
                     claim = %req.claim_name,
@@ -376,16 +389,18 @@ impl AwsCloudProvider {
                 candidates: String::new(),
             });
         };
-        Ok((first, templates.collect()))
+        Ok((first, templates.collect(), images))
     }
 
+    /// The launch template of one candidate group (its AMI, the spec, found or created in
+    /// EC2), with the AMI.
     async fn template_for(
         &self,
         nt: &NodeTemplate,
         prov: &Provisioner,
         facts: &InstanceFacts,
         security_group_ids: &[String],
-    ) -> Result<LaunchTemplateRef, ProviderError> {
+    ) -> Result<(LaunchTemplateRef, String), ProviderError> {
         let image_id = self.image_for(nt, facts.arch, facts.variant).await?;
         let resolved = build(&LaunchContext {
             cluster: &self.config.cluster,
@@ -397,7 +412,7 @@ impl AwsCloudProvider {
             default_instance_profile: self.config.default_instance_profile.as_deref(),
             warm_pool: false,
         })?;
-        Ok(self.templates.ensure_spec(&resolved.spec).await?)
+        Ok((self.templates.ensure_spec(&resolved.spec).await?, image_id))
     }
 
     fn node(&self, i: Instance) -> LaunchedNode {
@@ -410,6 +425,9 @@ impl AwsCloudProvider {
             capacity_type: i.capacity_type,
             state: i.state,
             launch_time: i.launch_time,
+            image_id: i.image_id,
+            subnet_id: i.subnet_id,
+            security_group_ids: i.security_group_ids,
             warm_pool: i.tags.contains_key(joiner_core::labels::WARM_POOL),
         }
     }
@@ -597,8 +615,8 @@ impl CloudProvider for AwsCloudProvider {
         // clean-up) fails the launch once: the cache forgets it, the templates are ensured
         // again (found or re-created) and the launch is retried, once.
         let mut retried = false;
-        let launched = loop {
-            let (first, more) = self
+        let (launched, mut images) = loop {
+            let (first, more, images) = self
                 .templates_for(req, &nt, &prov, &groups, &security_group_ids)
                 .await?;
             let names: Vec<String> = std::iter::once(&first)
@@ -625,9 +643,10 @@ impl CloudProvider for AwsCloudProvider {
                     }
                     retried = true;
                 }
-                other => break other?,
+                other => break (other?, images),
             }
         };
+        let image_id = images.remove(&launched.instance_type);
         Ok(LaunchedNode {
             claim_name: Some(req.claim_name.clone()),
             provider_id: aws_provider_id(&launched.zone, &launched.instance_id),
@@ -637,6 +656,9 @@ impl CloudProvider for AwsCloudProvider {
             capacity_type: launched.capacity_type,
             state: "pending".to_string(),
             launch_time: Some(std::time::SystemTime::now()),
+            image_id,
+            subnet_id: launched.subnet_id,
+            security_group_ids,
             warm_pool: false,
         })
     }

@@ -155,6 +155,22 @@ async fn create_get_list_delete_and_the_ownership_guard() {
         Some(image_id.as_str()),
         "the AMI of the SSM parameter"
     );
+    // The launch says what it booted, where, and with which groups (recorded on the claim
+    // for drift): the NodeTemplate's groups as resolved. (moto leaves the groups of a launch
+    // template off the instance, so DescribeInstances cannot be the reference here.)
+    let nt: NodeTemplate = serde_yaml::from_str(NODE_TEMPLATE).expect("node template");
+    let groups: Vec<String> = p
+        .resolve_node_template(&nt)
+        .await
+        .expect("resolve")
+        .security_groups
+        .into_iter()
+        .map(|g| g.id)
+        .collect();
+    assert!(!groups.is_empty());
+    assert_eq!(node.image_id.as_deref(), Some(image_id.as_str()));
+    assert_eq!(node.subnet_id.as_deref(), Some(subnet.as_str()));
+    assert_eq!(node.security_group_ids, groups);
 
     let templates = clients
         .ec2
@@ -180,6 +196,11 @@ async fn create_get_list_delete_and_the_ownership_guard() {
     let got = p.get("claim-1").await.expect("get").expect("found");
     assert_eq!(got.instance_id, node.instance_id);
     assert_eq!(got.claim_name.as_deref(), Some("claim-1"));
+    assert_eq!(
+        (&got.image_id, &got.subnet_id),
+        (&node.image_id, &node.subnet_id),
+        "DescribeInstances reads back what the launch said"
+    );
     assert!(p.get("claim-none").await.expect("get").is_none());
 
     // A foreign instance: not listed, and never terminated.

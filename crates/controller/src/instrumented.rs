@@ -106,6 +106,9 @@ mod tests {
             capacity_type: CapacityType::OnDemand,
             state: "running".into(),
             launch_time: None,
+            image_id: None,
+            subnet_id: None,
+            security_group_ids: vec![],
             warm_pool: false,
         }
     }

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::Method;
-use joiner_apis::{NodeClaim, Provisioner};
+use joiner_apis::drift::{HASH_VERSION, NODE_TEMPLATE_HASH, PROVISIONER_HASH};
+use joiner_apis::{NodeClaim, NodeTemplate, Provisioner};
 use joiner_controller::disruption::validation::VALIDATION_DELAY;
 use joiner_controller::disruption::{pass, Memory, Outcome};
 use joiner_controller::metrics::DecisionLabels;
@@ -158,10 +159,21 @@ struct Harness {
     nodes: Writer<Node>,
     claims: Writer<NodeClaim>,
     _provisioners: Writer<Provisioner>,
+    _node_templates: Writer<NodeTemplate>,
 }
 
 fn harness(nodes: Vec<Node>, claims: Vec<NodeClaim>, pods: Vec<Pod>) -> Harness {
+    harness_with(nodes, claims, pods, vec![])
+}
+
+fn harness_with(
+    nodes: Vec<Node>,
+    claims: Vec<NodeClaim>,
+    pods: Vec<Pod>,
+    node_templates: Vec<NodeTemplate>,
+) -> Harness {
     let (client, api) = mock_api(api_server(&claims));
+    let node_templates = store(node_templates);
     let pods = store(pods.into_iter().map(PodRecord::from).collect());
     let nodes = store(nodes);
     let claims = store(claims);
@@ -171,6 +183,7 @@ fn harness(nodes: Vec<Node>, claims: Vec<NodeClaim>, pods: Vec<Pod>) -> Harness 
     state.nodes = nodes.as_reader();
     state.node_claims = claims.as_reader();
     state.provisioners = provisioners.as_reader();
+    state.node_templates = node_templates.as_reader();
     let cloud = Arc::new(FakeCloud::new(catalog()));
     let ctx = Context::new(client, state, cloud.clone(), Settings::new("c1"));
     Harness {
@@ -181,6 +194,7 @@ fn harness(nodes: Vec<Node>, claims: Vec<NodeClaim>, pods: Vec<Pod>) -> Harness 
         nodes,
         claims,
         _provisioners: provisioners,
+        _node_templates: node_templates,
     }
 }
 
@@ -353,6 +367,117 @@ async fn a_replacement_is_initialized_before_the_old_node_is_deleted() {
     assert!(matches!(done, Outcome::Deleted(_)), "{done:?}");
     assert_eq!(h.deleted(), ["web-big"]);
     assert!(memory.command().is_none());
+}
+
+/// NodeTemplate default, resolved to AMI `ami` (and the fake cloud's subnet and group).
+fn node_template(ami: &str) -> NodeTemplate {
+    obj(json!({
+        "apiVersion": "joiner.sh/v1alpha1", "kind": "NodeTemplate",
+        "metadata": {"name": "default"},
+        "spec": {"subnetSelector": {"k": "v"}, "securityGroupSelector": {"k": "v"}},
+        "status": {
+            "subnets": [{"id": "subnet-z-a", "zone": "z-a"}],
+            "securityGroups": [{"id": "sg-fake"}],
+            "amis": [{"id": ami}],
+        },
+    }))
+}
+
+#[tokio::test]
+async fn a_node_on_an_older_ami_is_replaced_and_the_replacement_records_its_launch() {
+    // A c5.large with a 1.5-CPU pod: nothing cheaper holds it, so only drift can move it.
+    // Its claim says it booted ami-old; the NodeTemplate now resolves to ami-fake (what the
+    // fake cloud boots).
+    let mut old = joiner_claim("a", "c5.large", "fake:///z-a/i-a");
+    old.status.as_mut().expect("status").image_id = Some("ami-old".into());
+    let mut h = harness_with(
+        vec![joiner_node("a", "c5.large", "fake:///z-a/i-a")],
+        vec![old],
+        vec![running("web-a", "a", "1500m")],
+        vec![node_template("ami-fake")],
+    );
+    let mut memory = Memory::default();
+    let t0 = Instant::now();
+    let first = pass(&h.ctx, &mut memory, t0).await.expect("pass");
+    let Outcome::Validating(key) = first else {
+        panic!("expected a drift decision, got {first:?}");
+    };
+    assert_eq!(
+        (key.reason.as_str(), key.nodes.as_slice()),
+        ("Drifted", &["a".to_string()][..])
+    );
+    let started = pass(&h.ctx, &mut memory, t0 + VALIDATION_DELAY)
+        .await
+        .expect("pass");
+    let Outcome::Replacing(_, replacements) = started else {
+        panic!("expected a replacement, got {started:?}");
+    };
+    // The replacement's claim was written with the hashes of the settings it launches with,
+    // and its status records what it booted.
+    let posted = h
+        .api
+        .requests()
+        .into_iter()
+        .find(|r| r.is(Method::POST, CLAIMS))
+        .expect("claim created");
+    let annotations = &posted.body["metadata"]["annotations"];
+    assert_eq!(annotations[HASH_VERSION], "v1");
+    assert_eq!(
+        annotations[PROVISIONER_HASH].as_str().map(str::len),
+        Some(16)
+    );
+    assert_eq!(
+        annotations[NODE_TEMPLATE_HASH].as_str().map(str::len),
+        Some(16)
+    );
+    let status = h
+        .api
+        .requests()
+        .into_iter()
+        .find(|r| {
+            r.method == Method::PATCH && r.path.ends_with(&format!("{}/status", replacements[0]))
+        })
+        .expect("launch recorded");
+    assert_eq!(status.body["status"]["imageID"], "ami-fake");
+    assert_eq!(status.body["status"]["subnetID"], "subnet-z-a");
+    assert_eq!(
+        status.body["status"]["securityGroupIDs"],
+        json!(["sg-fake"])
+    );
+
+    // Once the replacement is Ready the old claim goes.
+    let provider_id = "fake:///z-a/i-fake00001";
+    h.nodes
+        .apply_watcher_event(&Event::Apply(joiner_node("new", "c5.large", provider_id)));
+    let mut replacement = joiner_claim("new", "c5.large", provider_id);
+    replacement.metadata.name = Some(replacements[0].clone());
+    h.claims.apply_watcher_event(&Event::Apply(replacement));
+    let done = pass(
+        &h.ctx,
+        &mut memory,
+        t0 + VALIDATION_DELAY + Duration::from_secs(10),
+    )
+    .await
+    .expect("pass");
+    assert!(matches!(done, Outcome::Deleted(_)), "{done:?}");
+    assert_eq!(h.deleted(), ["web-a"]);
+}
+
+#[tokio::test]
+async fn a_node_on_the_current_ami_stays() {
+    let mut claim = joiner_claim("a", "c5.large", "fake:///z-a/i-a");
+    claim.status.as_mut().expect("status").image_id = Some("ami-fake".into());
+    let h = harness_with(
+        vec![joiner_node("a", "c5.large", "fake:///z-a/i-a")],
+        vec![claim],
+        vec![running("web-a", "a", "1500m")],
+        vec![node_template("ami-fake")],
+    );
+    let mut memory = Memory::default();
+    let outcome = pass(&h.ctx, &mut memory, Instant::now())
+        .await
+        .expect("pass");
+    assert_eq!(outcome, Outcome::Idle);
 }
 
 fn merge_node(n: &mut Node, extra: Value) {

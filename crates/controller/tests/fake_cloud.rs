@@ -121,6 +121,9 @@ async fn an_orphan_is_collected_and_a_claimed_instance_is_not() {
         capacity_type: CapacityType::OnDemand,
         state: "stopped".into(),
         launch_time: None,
+        image_id: None,
+        subnet_id: None,
+        security_group_ids: vec![],
         warm_pool: true,
     };
     cloud.add_instance(warm);

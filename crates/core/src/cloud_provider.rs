@@ -51,6 +51,13 @@ pub struct LaunchedNode {
     /// When the cloud launched it, when known: the orphan collector waits a grace period from
     /// here so an instance whose NodeClaim write is still in flight is never taken for an orphan.
     pub launch_time: Option<std::time::SystemTime>,
+    /// The image it booted, when the cloud reports it: recorded on the claim, so a newer
+    /// image for its settings shows as drift.
+    pub image_id: Option<String>,
+    /// The subnet it was launched in, when known (recorded for drift, as the image).
+    pub subnet_id: Option<String>,
+    /// The security groups it was launched with (recorded for drift, as the image).
+    pub security_group_ids: Vec<String>,
     /// True for a member of a Provisioner's warm pool (tag `joiner.sh/warm-pool`): it has no
     /// NodeClaim on purpose and is exempt from orphan garbage collection.
     pub warm_pool: bool,

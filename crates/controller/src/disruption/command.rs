@@ -126,7 +126,7 @@ pub async fn start<P: CloudProvider>(
             .ok_or_else(|| DisruptionError::UnknownProvisioner {
                 provisioner: node.provisioner.clone(),
             })?;
-        let stored = create_claim(&ctx.client, prov, node).await?;
+        let stored = create_claim(&ctx.client, &ctx.state, prov, node).await?;
         ctx.state.created.remember(stored.clone());
         ctx.metrics
             .claims_created

@@ -1,9 +1,12 @@
 //! The planner's input from the controller's stores: the snapshot with every usable
-//! Provisioner's catalog, each Provisioner's disruption settings, and the nodes already on
-//! their way out (claims being deleted, the old nodes of the command under way).
+//! Provisioner's catalog, each Provisioner's disruption settings, the drift each claim's
+//! record shows (`joiner_apis::drift`), and the nodes already on their way out (claims being
+//! deleted, the old nodes of the command under way).
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
+use joiner_apis::drift::claim_drift;
+use joiner_apis::ObjectLookup;
 use joiner_core::disruption::{plan, DisruptionPlan, DisruptionSettings, Input};
 use joiner_core::scheduling::Options;
 use joiner_core::{CloudProvider, InstanceType};
@@ -76,12 +79,31 @@ pub async fn planned<P: CloudProvider>(
     warnings.extend(snapshot_warnings);
     let nodes = ctx.state.nodes.state();
     let mut disrupting = also_disrupting.clone();
+    // Drift the nodes cannot show: the hashes and launch facts their claims recorded against
+    // their Provisioner and NodeTemplate now.
+    let mut drifted: HashMap<String, String> = HashMap::new();
     for claim in ctx.state.claims() {
+        let node = node_of(&claim, &nodes).and_then(|n| n.metadata.name.clone());
         if claim.metadata.deletion_timestamp.is_some() {
             disrupting.insert(claim.name().to_string());
-            if let Some(n) = node_of(&claim, &nodes) {
-                disrupting.extend(n.metadata.name.clone());
-            }
+            disrupting.extend(node);
+            continue;
+        }
+        let (Some(node), Some(prov)) = (
+            node,
+            provisioners
+                .iter()
+                .find(|p| p.name() == claim.spec.provisioner_name),
+        ) else {
+            continue;
+        };
+        let node_template = prov
+            .spec
+            .provider_ref
+            .as_ref()
+            .and_then(|r| ctx.state.node_template(&r.name));
+        if let Some(why) = claim_drift(&claim, prov, node_template.as_deref()) {
+            drifted.insert(node, why);
         }
     }
     let settings_of = |name: &str| settings.get(name).cloned();
@@ -90,9 +112,7 @@ pub async fn planned<P: CloudProvider>(
         catalog: &catalog,
         opts: &Options::default(),
         settings: &settings_of,
-        // The AWS side of drift (AMI, subnets, security groups, NodeTemplate) is not
-        // compared yet; what the nodes show is.
-        cloud_drift: &|_| None,
+        cloud_drift: &|node| drifted.get(&node.name).cloned(),
         disrupting: &disrupting,
         now: now.as_second(),
         max_decisions: Some(1),

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use joiner_apis::convert::node_claim::node_claim;
-use joiner_apis::{NodeClaim, Provisioner};
+use joiner_apis::{drift, NodeClaim, ObjectLookup, Provisioner};
 use joiner_core::scheduling::NewNode;
 use kube::api::{Api, PostParams};
 
@@ -51,23 +51,31 @@ pub fn random_suffix() -> String {
         .collect()
 }
 
-/// Writes a claim for `node`, named `<provisioner>-<random suffix>`. A 409 AlreadyExists (the
-/// name was taken) is answered by trying a fresh name, a few times; the stored claim, with the
-/// UID the API server gave it, is returned.
+/// Writes a claim for `node`, named `<provisioner>-<random suffix>`, annotated with the hashes
+/// of its Provisioner's and NodeTemplate's settings (found in `objects`) so drift can be told
+/// later. A 409 AlreadyExists (the name was taken) is answered by trying a fresh name, a few
+/// times; the stored claim, with the UID the API server gave it, is returned.
 pub async fn create_claim(
     client: &kube::Client,
+    objects: &dyn ObjectLookup,
     prov: &Provisioner,
     node: &NewNode,
 ) -> Result<NodeClaim, ProvisioningError> {
+    let node_template = prov
+        .spec
+        .provider_ref
+        .as_ref()
+        .and_then(|r| objects.node_template(&r.name));
     let api: Api<NodeClaim> = Api::all(client.clone());
     let mut last_name = String::new();
     for _ in 0..NAME_ATTEMPTS {
         let name = format!("{}-{}", prov.name(), random_suffix());
-        let claim = node_claim(&name, node, prov).map_err(|e| ProvisioningError::Invalid {
+        let mut claim = node_claim(&name, node, prov).map_err(|e| ProvisioningError::Invalid {
             claim: name.clone(),
             field: e.field().to_string(),
             reason: e.reason(),
         })?;
+        drift::annotate(&mut claim, prov, node_template.as_deref());
         match api.create(&PostParams::default(), &claim).await {
             Ok(stored) => return Ok(stored),
             Err(e) if is_conflict(&e) => {

@@ -201,6 +201,17 @@ async fn record_launch<P: CloudProvider>(
     if let Some(p) = price {
         status["pricePerHour"] = json!(p);
     }
+    // What the instance was launched with, for drift: compared later with what its
+    // NodeTemplate resolves to.
+    if let Some(image) = &node.image_id {
+        status["imageID"] = json!(image);
+    }
+    if let Some(subnet) = &node.subnet_id {
+        status["subnetID"] = json!(subnet);
+    }
+    if !node.security_group_ids.is_empty() {
+        status["securityGroupIDs"] = json!(node.security_group_ids);
+    }
     if let Some(t) = it {
         // As the simulation sized it: the Provisioner's kubelet and volume settings applied.
         let kubelet = ctx.state.kubelet_settings(&claim.spec.provisioner_name);

@@ -312,7 +312,7 @@ pub async fn provision_batch<P: CloudProvider>(
                         provisioner: node.provisioner.clone(),
                     }));
                 };
-                let stored = match claims::create_claim(&ctx.client, &prov, node).await {
+                let stored = match claims::create_claim(&ctx.client, &ctx.state, &prov, node).await {
                     Ok(c) => c,
                     Err(e) => return (node, Err(e)),
                 };

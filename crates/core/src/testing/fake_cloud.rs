@@ -21,6 +21,10 @@ use crate::instance_type::InstanceType;
 
 /// The zone a launch without allowed zones lands in.
 pub const DEFAULT_ZONE: &str = "fake-zone-a";
+/// The image every fake launch boots.
+pub const FAKE_IMAGE: &str = "ami-fake";
+/// The security group every fake launch gets.
+pub const FAKE_SECURITY_GROUP: &str = "sg-fake";
 
 /// A scripted failure of the fake.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
@@ -209,6 +213,7 @@ impl CloudProvider for FakeCloud {
             .cloned()
             .unwrap_or_else(|| DEFAULT_ZONE.to_string());
         let id = format!("i-fake{:05}", state.launched);
+        let zone_id = zone.clone();
         let node = LaunchedNode {
             claim_name: Some(request.claim_name.clone()),
             provider_id: format!("fake:///{zone}/{id}"),
@@ -218,6 +223,9 @@ impl CloudProvider for FakeCloud {
             capacity_type: request.capacity_type,
             state: "running".to_string(),
             launch_time: Some(SystemTime::now()),
+            image_id: Some(FAKE_IMAGE.to_string()),
+            subnet_id: Some(format!("subnet-{zone_id}")),
+            security_group_ids: vec![FAKE_SECURITY_GROUP.to_string()],
             warm_pool: false,
         };
         state.instances.insert(id, node.clone());
