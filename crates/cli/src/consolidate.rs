@@ -1,10 +1,14 @@
 //! `joiner plan --consolidate`: which of joiner's nodes would go now, what would replace them,
 //! $/h before and after, and for every node that stays, why — from a cluster dump
-//! (`kubectl get nodes,pods,pdb -A -o yaml` plus the Provisioners), offline.
+//! (`kubectl get nodes,pods,pdb -A -o yaml` plus the Provisioners, and NodeClaims with
+//! NodeTemplates for the drift the nodes cannot show), offline.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use joiner_apis::drift::claim_drift;
+use joiner_apis::{NodeClaim, NodeTemplate, Provisioner};
 use joiner_core::disruption::{plan, DisruptionPlan, DisruptionSettings, Input};
+use joiner_core::labels;
 use joiner_core::scheduling::Options;
 use joiner_core::{InstanceType, Snapshot};
 use k8s_openapi::jiff::Timestamp;
@@ -22,6 +26,13 @@ pub struct Request<'a> {
     pub snapshot: &'a Snapshot,
     /// Each Provisioner's disruption settings.
     pub settings: &'a BTreeMap<String, DisruptionSettings>,
+    /// The Provisioners as written, NodeTemplates and NodeClaims of the input: drift the
+    /// nodes cannot show is read from the claims, as the controller reads it.
+    pub provisioners: &'a [Provisioner],
+    /// See `provisioners`.
+    pub node_templates: &'a [NodeTemplate],
+    /// See `provisioners`.
+    pub node_claims: &'a [NodeClaim],
     /// Instance types and prices.
     pub catalog: &'a [InstanceType],
     /// `--at`, RFC 3339; now when absent.
@@ -43,12 +54,13 @@ pub fn run(req: &Request<'_>) -> Result<String, CliError> {
         None => Timestamp::now(),
     };
     let settings_of = |name: &str| req.settings.get(name).cloned();
+    let drifted = claim_drift_by_node(req);
     let out = plan(&Input {
         snapshot: req.snapshot,
         catalog: req.catalog,
         opts: &Options::default(),
         settings: &settings_of,
-        cloud_drift: &|_| None,
+        cloud_drift: &|node| drifted.get(&node.name).cloned(),
         disrupting: &BTreeSet::new(),
         now: at.as_second(),
         max_decisions: None,
@@ -56,15 +68,56 @@ pub fn run(req: &Request<'_>) -> Result<String, CliError> {
         start_at: 0,
     });
     let mut warnings = req.warnings.to_vec();
-    warnings.push(
-        "offline, drift is what the nodes show (labels, taints, requirements); AMI, subnet, \
-         security-group and NodeTemplate drift needs the controller and its cloud"
-            .into(),
-    );
+    if req.node_claims.is_empty() {
+        warnings.push(
+            "no NodeClaims in the input: drift is only what the nodes show (labels, taints, \
+             requirements); add `kubectl get nodeclaims,nodetemplates -o yaml` for AMI, subnet, \
+             security-group, Provisioner and NodeTemplate drift"
+                .into(),
+        );
+    }
     Ok(match req.format {
         Format::Table => table(req.region, &at, &out, &warnings),
         Format::Json => json(req.region, &at, &out, &warnings) + "\n",
     })
+}
+
+/// Why each node whose NodeClaim is in the input has drifted, by node name: the claim names
+/// its node in `status.nodeName`, or the node carries the claim's name as a label.
+fn claim_drift_by_node(req: &Request<'_>) -> HashMap<String, String> {
+    let mut by_claim: HashMap<&str, String> = HashMap::new();
+    let mut out = HashMap::new();
+    for claim in req.node_claims {
+        let Some(prov) = req
+            .provisioners
+            .iter()
+            .find(|p| p.name() == claim.spec.provisioner_name)
+        else {
+            continue;
+        };
+        let node_template = prov
+            .spec
+            .provider_ref
+            .as_ref()
+            .and_then(|r| req.node_templates.iter().find(|t| t.name() == r.name));
+        let Some(why) = claim_drift(claim, prov, node_template) else {
+            continue;
+        };
+        if let Some(node) = claim.status.as_ref().and_then(|s| s.node_name.clone()) {
+            out.insert(node, why.clone());
+        }
+        by_claim.insert(claim.name(), why);
+    }
+    for node in &req.snapshot.nodes {
+        if let Some(why) = node
+            .labels
+            .get(labels::NODECLAIM)
+            .and_then(|c| by_claim.get(c.as_str()))
+        {
+            out.entry(node.name.clone()).or_insert_with(|| why.clone());
+        }
+    }
+    out
 }
 
 fn table(region: &str, at: &Timestamp, p: &DisruptionPlan, warnings: &[String]) -> String {

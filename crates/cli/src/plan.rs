@@ -151,6 +151,9 @@ pub fn run(args: &PlanArgs) -> Result<String, CliError> {
             region: &args.region,
             snapshot: &loaded.snapshot,
             settings: &loaded.disruption,
+            provisioners: &loaded.provisioners,
+            node_templates: &loaded.node_templates,
+            node_claims: &loaded.node_claims,
             catalog: &catalog.types,
             at: args.at.as_deref(),
             warnings: &warnings,
@@ -160,6 +163,13 @@ pub fn run(args: &PlanArgs) -> Result<String, CliError> {
     let plan = simulate(&loaded.snapshot, &catalog.types, &Options::default());
     let mut warnings = loaded.warnings;
     warnings.extend(catalog.warnings);
+    if !loaded.node_claims.is_empty() {
+        warnings.push(format!(
+            "{} NodeClaim(s) read and not used: only `--consolidate` reads claims (for drift); \
+             capacity is read from the Nodes",
+            loaded.node_claims.len()
+        ));
+    }
     let mut explanations: Vec<Explanation> = Vec::new();
     for key in &args.explain {
         let pod = pod_to_explain(&loaded.snapshot.pods, key).ok_or_else(|| {

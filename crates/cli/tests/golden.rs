@@ -202,6 +202,70 @@ fn the_consolidation_dry_run_accounts_for_every_node() {
 }
 
 #[test]
+fn the_dry_run_reads_drift_from_node_claims() {
+    // The example's NodeTemplate now resolves to ami-new; the claim of ip-10-0-3-31 says it
+    // booted ami-old. Worked out by hand: drift goes first and takes one of the budget's two
+    // disruptions; its three 1-CPU pods fit on ip-10-0-1-11 (m5.2xlarge, 1 CPU used), so no
+    // replacement; the empty m5.large takes the other; ip-10-0-1-11 now takes pods and stays.
+    // $1.152 - $0.192 - $0.096 = $0.864/h.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let example = root().join("examples/consolidation");
+    std::fs::copy(
+        example.join("cluster.yaml"),
+        dir.path().join("cluster.yaml"),
+    )
+    .expect("copy");
+    let provisioners =
+        std::fs::read_to_string(example.join("provisioners.yaml")).expect("provisioners");
+    let resolved = provisioners
+        + "status:\n  amis: [{id: ami-new}]\n---\n\
+           apiVersion: joiner.sh/v1alpha1\nkind: NodeClaim\nmetadata: {name: general-x4k2p}\n\
+           spec: {provisionerName: general}\n\
+           status: {nodeName: ip-10-0-3-31.ec2.internal, imageID: ami-old}\n";
+    std::fs::write(dir.path().join("provisioners.yaml"), resolved).expect("write");
+    let out = joiner(&[
+        "plan",
+        "--consolidate",
+        "--at",
+        "2026-12-03T10:00:00Z",
+        "-o",
+        "json",
+        "-f",
+        dir.path().to_str().expect("utf-8 path"),
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let decisions: Vec<(String, String, String)> = v["decisions"]
+        .as_array()
+        .expect("decisions")
+        .iter()
+        .map(|d| {
+            (
+                d["reason"].as_str().expect("reason").to_string(),
+                d["nodes"][0].as_str().expect("node").to_string(),
+                d["detail"].as_str().expect("detail").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        decisions,
+        [
+            (
+                "Drifted".to_string(),
+                "ip-10-0-3-31.ec2.internal".to_string(),
+                "drifted: its AMI ami-old is no longer one NodeTemplate default resolves to (ami-new)".to_string()
+            ),
+            (
+                "Empty".to_string(),
+                "ip-10-0-2-22.ec2.internal".to_string(),
+                "empty: consolidation deletes it".to_string()
+            ),
+        ]
+    );
+    assert_eq!(v["price_per_hour_after"], 0.864);
+    assert!(!out.contains("no NodeClaims in the input"), "{out}");
+}
+
+#[test]
 fn consolidate_flags_are_checked() {
     let run = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_joiner"))

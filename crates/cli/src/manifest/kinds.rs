@@ -124,7 +124,9 @@ fn known(api_version: &str, kind: &str) -> Option<bool> {
         ("v1", "PersistentVolumeClaim") => Some(true),
         ("storage.k8s.io/v1", "StorageClass") => Some(false),
         ("policy/v1", "PodDisruptionBudget") => Some(true),
-        (v, "Provisioner" | "NodeTemplate") if v == joiner_apis::API_VERSION => Some(false),
+        (v, "Provisioner" | "NodeTemplate" | "NodeClaim") if v == joiner_apis::API_VERSION => {
+            Some(false)
+        }
         _ => None,
     }
 }
@@ -296,6 +298,11 @@ pub(crate) fn read(
                 .map_err(|err| e(FieldError::new(err.field(), err.reason())))?;
             loaded.disruption.insert(core.name.clone(), settings);
             loaded.snapshot.provisioners.push(core);
+            loaded.provisioners.push(p);
+        }
+        "NodeClaim" => {
+            let c: joiner_apis::NodeClaim = obj.parse(doc.value)?;
+            loaded.node_claims.push(c);
         }
         "NodeTemplate" => {
             let t: joiner_apis::NodeTemplate = obj.parse(doc.value)?;
@@ -426,5 +433,6 @@ fn known_kind(kind: &str) -> bool {
             | "Namespace"
             | "Provisioner"
             | "NodeTemplate"
+            | "NodeClaim"
     )
 }

@@ -30,6 +30,10 @@ pub struct Loaded {
     pub disruption: std::collections::BTreeMap<String, joiner_core::disruption::DisruptionSettings>,
     /// NodeTemplates, validated; the simulation does not read them, the launch path does.
     pub node_templates: Vec<joiner_apis::NodeTemplate>,
+    /// The Provisioners planned with, as written (drift compares claims with them).
+    pub provisioners: Vec<joiner_apis::Provisioner>,
+    /// NodeClaims (`kubectl get nodeclaims -o yaml`): the dry run reads drift from them.
+    pub node_claims: Vec<joiner_apis::NodeClaim>,
     /// Things skipped on the way (unknown kinds, finished pods), for the user to see.
     pub warnings: Vec<String>,
     /// Provisioners skipped because they are being deleted or not Ready: with some of them

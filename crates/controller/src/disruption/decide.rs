@@ -12,6 +12,7 @@ use joiner_core::scheduling::Options;
 use joiner_core::{CloudProvider, InstanceType};
 use k8s_openapi::jiff::Timestamp;
 
+use super::pod_changes::PodChanges;
 use crate::context::Context;
 use crate::k8s::matching::node_of;
 use crate::provisioning::launch::Catalogs;
@@ -33,12 +34,14 @@ pub struct Planned {
 pub const EVALUATIONS_PER_PASS: usize = 100;
 
 /// Plans disruption on the stores as they are, `also_disrupting` counting as on their way out,
-/// simulating single-node consolidations from the candidate `start_at` places in.
+/// simulating single-node consolidations from the candidate `start_at` places in; `changes`
+/// tells (and learns) when each node's pods last changed.
 pub async fn planned<P: CloudProvider>(
     ctx: &Context<P>,
     also_disrupting: &BTreeSet<String>,
     now: Timestamp,
     start_at: usize,
+    changes: &mut PodChanges,
 ) -> Planned {
     let mut warnings = Vec::new();
     let mut catalogs = Catalogs::default();
@@ -75,7 +78,8 @@ pub async fn planned<P: CloudProvider>(
             }
         }
     }
-    let (snapshot, snapshot_warnings) = ctx.state.snapshot_with_catalog(&catalog);
+    let (mut snapshot, snapshot_warnings) = ctx.state.snapshot_with_catalog(&catalog);
+    changes.observe(&mut snapshot, now.as_second());
     warnings.extend(snapshot_warnings);
     let nodes = ctx.state.nodes.state();
     let mut disrupting = also_disrupting.clone();

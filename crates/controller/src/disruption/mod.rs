@@ -10,6 +10,7 @@
 
 pub mod command;
 pub mod decide;
+pub mod pod_changes;
 pub mod validation;
 
 use std::collections::{BTreeSet, HashMap};
@@ -60,14 +61,15 @@ pub enum DisruptionError {
 }
 
 /// What the pass remembers: the decision waiting for its delay, the command under way, the
-/// reason last told for each node that stays, and where the next pass starts simulating
-/// single-node consolidations.
+/// reason last told for each node that stays, where the next pass starts simulating
+/// single-node consolidations, and when each node's pods last changed.
 #[derive(Debug, Default)]
 pub struct Memory {
     pending: Option<Pending>,
     command: Option<Command>,
     told: HashMap<String, String>,
     start_at: usize,
+    changes: pod_changes::PodChanges,
 }
 
 impl Memory {
@@ -121,7 +123,14 @@ pub async fn pass<P: CloudProvider>(
             }
         };
     }
-    let planned = decide::planned(ctx, &BTreeSet::new(), Timestamp::now(), memory.start_at).await;
+    let planned = decide::planned(
+        ctx,
+        &BTreeSet::new(),
+        Timestamp::now(),
+        memory.start_at,
+        &mut memory.changes,
+    )
+    .await;
     for w in &planned.warnings {
         tracing::debug!(warning = %w, "left out of the disruption plan");
     }
