@@ -369,6 +369,67 @@ async fn a_replacement_is_initialized_before_the_old_node_is_deleted() {
     assert!(memory.command().is_none());
 }
 
+#[tokio::test]
+async fn a_node_that_stays_says_why_on_the_node_and_its_claim_once() {
+    let mut guarded = running("db-0", "a", "1");
+    guarded.metadata.annotations = Some(
+        [(
+            "karpenter.sh/do-not-disrupt".to_string(),
+            "true".to_string(),
+        )]
+        .into(),
+    );
+    let h = harness(
+        vec![joiner_node("a", "m5.xlarge", "fake:///z-a/i-a")],
+        vec![joiner_claim("a", "m5.xlarge", "fake:///z-a/i-a")],
+        vec![guarded],
+    );
+    let mut memory = Memory::default();
+    let events = || -> Vec<(String, String, String)> {
+        h.api
+            .requests()
+            .into_iter()
+            .filter(|r| r.method == Method::POST && r.path.ends_with("/events"))
+            .map(|r| {
+                (
+                    r.body["involvedObject"]["kind"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    r.body["reason"].as_str().unwrap_or_default().to_string(),
+                    r.body["message"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect()
+    };
+    let t0 = Instant::now();
+    assert_eq!(
+        pass(&h.ctx, &mut memory, t0).await.expect("pass"),
+        Outcome::Idle
+    );
+    let why = "pod shop/db-0 is annotated karpenter.sh/do-not-disrupt".to_string();
+    assert_eq!(
+        events(),
+        [
+            (
+                "Node".to_string(),
+                "DisruptionBlocked".to_string(),
+                why.clone()
+            ),
+            (
+                "NodeClaim".to_string(),
+                "DisruptionBlocked".to_string(),
+                why
+            ),
+        ]
+    );
+    // Told once: the next pass, with the same reason, adds nothing.
+    pass(&h.ctx, &mut memory, t0 + Duration::from_secs(10))
+        .await
+        .expect("pass");
+    assert_eq!(events().len(), 2);
+}
+
 /// NodeTemplate default, resolved to AMI `ami` (and the fake cloud's subnet and group).
 fn node_template(ami: &str) -> NodeTemplate {
     obj(json!({

@@ -13,7 +13,7 @@ pub mod decide;
 pub mod pod_changes;
 pub mod validation;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::context::Context;
-use crate::k8s::events::{publish_on_node, EventType};
+use crate::k8s::events::{publish_on_claim, publish_on_node, EventType};
 use crate::k8s::matching::claim_of;
 use crate::lifecycle::LifecycleError;
 use crate::provisioning::ProvisioningError;
@@ -174,8 +174,9 @@ pub async fn pass<P: CloudProvider>(
     }
 }
 
-/// An Event on each of joiner's nodes that stays, with the planner's reasons, when they
-/// changed since it was last told (at most [`KEPT_EVENTS_PER_PASS`] per pass).
+/// An Event on each of joiner's nodes that stays and on its NodeClaim, with the planner's
+/// reasons, logged too, when they changed since it was last told (at most
+/// [`KEPT_EVENTS_PER_PASS`] nodes per pass).
 async fn tell_kept<P: CloudProvider>(
     ctx: &Context<P>,
     memory: &mut Memory,
@@ -183,6 +184,14 @@ async fn tell_kept<P: CloudProvider>(
 ) {
     let nodes = ctx.state.nodes.state();
     let claims = ctx.state.claims();
+    // Nodes that are gone have nothing more to be told.
+    let present: HashSet<&str> = nodes
+        .iter()
+        .filter_map(|n| n.metadata.name.as_deref())
+        .collect();
+    memory
+        .told
+        .retain(|name, _| present.contains(name.as_str()));
     let mut sent = 0;
     for k in kept {
         if sent == KEPT_EVENTS_PER_PASS {
@@ -199,12 +208,24 @@ async fn tell_kept<P: CloudProvider>(
         else {
             continue;
         };
-        if claim_of(node, &claims).is_none() {
+        let Some(claim) = claim_of(node, &claims) else {
             continue;
-        }
+        };
+        tracing::info!(node = %k.node, claim = %claim.name(), why = %why, "node stays");
         if let Err(e) = publish_on_node(
             &ctx.client,
             node,
+            EventType::Normal,
+            "DisruptionBlocked",
+            &why,
+        )
+        .await
+        {
+            tracing::debug!(error = %e, "disruption event not published");
+        }
+        if let Err(e) = publish_on_claim(
+            &ctx.client,
+            claim,
             EventType::Normal,
             "DisruptionBlocked",
             &why,
