@@ -5,9 +5,12 @@
 //! by a PodDisruptionBudget that allows no eviction, and whose offering has a price. The words
 //! of each refusal are what `joiner plan --consolidate` prints and the controller's Events say.
 
+use std::collections::HashMap;
+
 use crate::instance_type::{CapacityType, InstanceType};
 use crate::labels;
 use crate::pod::{Node, Pod};
+use crate::pod_labels::PodLabels;
 use crate::snapshot::Snapshot;
 
 use super::cost::node_cost;
@@ -42,21 +45,77 @@ pub fn candidates(
     settings: &dyn Fn(&str) -> Option<DisruptionSettings>,
     now: i64,
 ) -> Vec<Result<Candidate, String>> {
-    let mut on_node: std::collections::HashMap<&str, Vec<usize>> = Default::default();
+    let mut on_node: HashMap<&str, Vec<usize>> = Default::default();
     for (i, p) in snapshot.pods.iter().enumerate() {
         if let Some(n) = &p.node_name {
             on_node.entry(n.as_str()).or_default().push(i);
         }
     }
+    let mut look = Lookups {
+        prices: Prices::new(catalog),
+        covering: HashMap::new(),
+    };
     snapshot
         .nodes
         .iter()
         .enumerate()
         .map(|(i, node)| {
             let pods = on_node.get(node.name.as_str()).cloned().unwrap_or_default();
-            candidate(snapshot, catalog, settings, now, i, node, pods)
+            candidate(snapshot, &mut look, settings, now, i, node, pods)
         })
         .collect()
+}
+
+/// What `candidates` looks up for every node, built once: prices by type, and which
+/// PodDisruptionBudgets cover pods of a namespace and label set (the pods of a workload share
+/// both, so the budgets are matched once per workload, not once per pod).
+struct Lookups<'a> {
+    prices: Prices<'a>,
+    covering: HashMap<(&'a str, &'a PodLabels), Vec<usize>>,
+}
+
+/// The catalog by instance type name, to price nodes without a scan of the catalog each.
+pub struct Prices<'a> {
+    by_name: HashMap<&'a str, &'a InstanceType>,
+}
+
+impl<'a> Prices<'a> {
+    /// Indexes `catalog`.
+    pub fn new(catalog: &'a [InstanceType]) -> Self {
+        Prices {
+            by_name: catalog.iter().map(|t| (t.name.as_str(), t)).collect(),
+        }
+    }
+
+    /// The offering `node` runs on, or why it cannot be priced.
+    pub fn offered(&self, node: &Node) -> Result<Offered, String> {
+        let label = |k: &str| node.labels.get(k).cloned();
+        let (Some(instance_type), Some(zone), Some(capacity_type)) = (
+            label(labels::INSTANCE_TYPE),
+            label(labels::ZONE),
+            label(labels::CAPACITY_TYPE).and_then(|c| CapacityType::parse(&c)),
+        ) else {
+            return Err("its instance type, zone or capacity type label is missing".into());
+        };
+        let price = self
+            .by_name
+            .get(instance_type.as_str())
+            .and_then(|t| {
+                t.offerings
+                    .iter()
+                    .find(|o| o.zone == zone && o.capacity_type == capacity_type)
+            })
+            .map(|o| o.price)
+            .ok_or_else(|| {
+                format!("{instance_type} ({capacity_type} in {zone}) has no price in the catalog")
+            })?;
+        Ok(Offered {
+            instance_type,
+            zone,
+            capacity_type,
+            price,
+        })
+    }
 }
 
 /// What a node runs as: its type, zone and capacity type (from its labels) and their price.
@@ -72,48 +131,18 @@ pub struct Offered {
     pub price: f64,
 }
 
-/// The offering `node` runs on, or why it cannot be priced.
-pub fn offered(node: &Node, catalog: &[InstanceType]) -> Result<Offered, String> {
-    let label = |k: &str| node.labels.get(k).cloned();
-    let (Some(instance_type), Some(zone), Some(capacity_type)) = (
-        label(labels::INSTANCE_TYPE),
-        label(labels::ZONE),
-        label(labels::CAPACITY_TYPE).and_then(|c| CapacityType::parse(&c)),
-    ) else {
-        return Err("its instance type, zone or capacity type label is missing".into());
-    };
-    let price = catalog
-        .iter()
-        .find(|t| t.name == instance_type)
-        .and_then(|t| {
-            t.offerings
-                .iter()
-                .find(|o| o.zone == zone && o.capacity_type == capacity_type)
-        })
-        .map(|o| o.price)
-        .ok_or_else(|| {
-            format!("{instance_type} ({capacity_type} in {zone}) has no price in the catalog")
-        })?;
-    Ok(Offered {
-        instance_type,
-        zone,
-        capacity_type,
-        price,
-    })
-}
-
 /// True for pods that leave with their node: DaemonSet pods and mirror (static) pods.
 pub fn leaves_with_node(pod: &Pod) -> bool {
     pod.is_daemon() || pod.owner.as_ref().is_some_and(|o| o.kind == "Node")
 }
 
-fn candidate(
-    snapshot: &Snapshot,
-    catalog: &[InstanceType],
+fn candidate<'a>(
+    snapshot: &'a Snapshot,
+    look: &mut Lookups<'a>,
     settings: &dyn Fn(&str) -> Option<DisruptionSettings>,
     now: i64,
     index: usize,
-    node: &Node,
+    node: &'a Node,
     pods: Vec<usize>,
 ) -> Result<Candidate, String> {
     let provisioner = node
@@ -136,20 +165,34 @@ fn candidate(
         if let Some(a) = &pod.disruption.do_not_disrupt {
             return Err(format!("pod {} is annotated {a}", pod.key()));
         }
-        let covering: Vec<String> = snapshot
-            .pdbs
-            .iter()
-            .filter(|b| b.covers(pod))
-            .map(|b| format!("{}/{}", b.namespace, b.name))
-            .collect();
+        let covering = look
+            .covering
+            .entry((pod.namespace.as_str(), &pod.labels))
+            .or_insert_with(|| {
+                snapshot
+                    .pdbs
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, b)| b.covers(pod))
+                    .map(|(j, _)| j)
+                    .collect()
+            });
         if covering.len() > 1 {
+            let names: Vec<String> = covering
+                .iter()
+                .map(|&j| format!("{}/{}", snapshot.pdbs[j].namespace, snapshot.pdbs[j].name))
+                .collect();
             return Err(format!(
                 "pod {} is covered by several PodDisruptionBudgets ({}), which the Eviction API refuses",
                 pod.key(),
-                covering.join(", ")
+                names.join(", ")
             ));
         }
-        if let Some(pdb) = snapshot.pdbs.iter().find(|b| b.blocks(pod)) {
+        if let Some(pdb) = covering
+            .first()
+            .map(|&j| &snapshot.pdbs[j])
+            .filter(|b| b.blocks(pod))
+        {
             return Err(format!(
                 "PodDisruptionBudget {}/{} allows no eviction of pod {}",
                 pdb.namespace,
@@ -163,7 +206,7 @@ fn candidate(
         zone,
         capacity_type,
         price,
-    } = offered(node, catalog)?;
+    } = look.prices.offered(node)?;
     let cost = node_cost(
         movable.iter().map(|&i| &snapshot.pods[i]),
         node.life.created_at,

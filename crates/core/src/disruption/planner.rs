@@ -24,7 +24,7 @@ use crate::scheduling::{NewNode, Options};
 use crate::snapshot::Snapshot;
 
 use super::budgets;
-use super::candidates::{candidates, leaves_with_node, offered, Candidate};
+use super::candidates::{candidates, leaves_with_node, Candidate, Prices};
 use super::consolidation::{evaluate, score, Action, Totals};
 use super::cost::node_cost;
 use super::drift::visible_drift;
@@ -849,11 +849,12 @@ impl<'a> Planner<'a> {
 
     fn finish(self) -> DisruptionPlan {
         let s = self.input.snapshot;
+        let prices = Prices::new(self.input.catalog);
         let price_before: f64 = s
             .nodes
             .iter()
             .filter(|n| n.provisioner().is_some())
-            .filter_map(|n| offered(n, self.input.catalog).ok())
+            .filter_map(|n| prices.offered(n).ok())
             .map(|o| o.price)
             .sum::<f64>()
             + 0.0;
@@ -902,8 +903,9 @@ fn provisioner_totals(
         }
     }
     let mut totals: HashMap<String, Totals> = HashMap::new();
+    let prices = Prices::new(catalog);
     for n in &s.nodes {
-        let (Some(p), Ok(o)) = (n.provisioner(), offered(n, catalog)) else {
+        let (Some(p), Ok(o)) = (n.provisioner(), prices.offered(n)) else {
             continue;
         };
         let expire = settings.get(p).and_then(|st| st.expire_after);

@@ -50,9 +50,12 @@ pub struct Outcome {
 
 /// Simulates the cluster without the nodes at `removed` (indices into `snapshot.nodes`).
 ///
-/// The trial is made in place and undone before returning — the removed nodes and the pods
-/// that leave with them taken out, the moved pods made pending, the pending pods set aside —
-/// so a planner weighing hundreds of moves on a large cluster never copies it.
+/// The trial is made in place and undone before returning, so a planner weighing hundreds of
+/// moves on a large cluster neither copies it nor moves its pods about: the removed nodes are
+/// taken out; the pods that leave with them (DaemonSet and mirror pods) stay bound to them,
+/// and a node the simulation does not know holds nothing; the other pods of those nodes are
+/// made pending; the pending pods are set aside at the end of the list (by swapping, so only
+/// as many pods move as are pending, usually none).
 pub fn run(
     snapshot: &mut Snapshot,
     catalog: &[InstanceType],
@@ -69,56 +72,33 @@ pub fn run(
         nodes_out.push((i, snapshot.nodes.remove(i)));
     }
     let gone: HashSet<String> = nodes_out.iter().map(|(_, n)| n.name.clone()).collect();
-    // `origin[i]` is the index in the caller's `pods` of the trial's pod i.
-    let all = std::mem::take(&mut snapshot.pods);
-    let mut origin: Vec<usize> = Vec::with_capacity(all.len());
-    let mut set_aside = Vec::new();
-    let mut moved_from: Vec<(usize, String)> = Vec::new();
-    for (i, mut p) in all.into_iter().enumerate() {
-        match p.node_name.take() {
-            Some(on) if gone.contains(&on) => {
-                if leaves_with_node(&p) {
-                    p.node_name = Some(on);
-                    set_aside.push((i, p));
-                    continue;
-                }
-                moved_from.push((snapshot.pods.len(), on));
-            }
-            Some(on) => p.node_name = Some(on),
-            // Pending pods are the ones nothing can place (the planner waits otherwise).
-            None => {
-                set_aside.push((i, p));
-                continue;
+
+    let (swaps, mut aside) = set_aside_pending(&mut snapshot.pods);
+    let mut moved: Vec<(usize, String)> = Vec::new();
+    for (i, p) in snapshot.pods.iter_mut().enumerate() {
+        let leaving = p.node_name.as_ref().is_some_and(|on| gone.contains(on));
+        if leaving && !leaves_with_node(p) {
+            if let Some(on) = p.node_name.take() {
+                moved.push((i, on));
             }
         }
-        origin.push(i);
-        snapshot.pods.push(p);
     }
     let plan = simulate(snapshot, catalog, opts);
 
-    // Undo: moved pods back on their nodes, set-aside pods and removed nodes back in place.
-    for (i, on) in moved_from {
+    // Undo, in reverse.
+    for (i, on) in moved {
         snapshot.pods[i].node_name = Some(on);
     }
-    let trial_pods = std::mem::take(&mut snapshot.pods);
-    let mut back = trial_pods
-        .into_iter()
-        .zip(origin.iter().copied())
-        .peekable();
-    let mut aside = set_aside.into_iter().peekable();
-    loop {
-        let next_aside = aside.peek().map(|(i, _)| *i);
-        let next_back = back.peek().map(|(_, i)| *i);
-        match (next_back, next_aside) {
-            (Some(b), Some(a)) if a < b => snapshot.pods.extend(aside.next().map(|(_, p)| p)),
-            (Some(_), _) => snapshot.pods.extend(back.next().map(|(p, _)| p)),
-            (None, Some(_)) => snapshot.pods.extend(aside.next().map(|(_, p)| p)),
-            (None, None) => break,
-        }
+    snapshot.pods.append(&mut aside);
+    for &(a, b) in &swaps {
+        snapshot.pods.swap(a, b);
     }
     for (i, node) in nodes_out.into_iter().rev() {
         snapshot.nodes.insert(i, node);
     }
+    // A trial position that a swap filled holds the pod of its partner.
+    let partner: std::collections::HashMap<usize, usize> = swaps.iter().copied().collect();
+    let origin = |i: usize| partner.get(&i).copied().unwrap_or(i);
 
     if let Some(u) = plan.unschedulable.first() {
         return Err(format!(
@@ -142,7 +122,7 @@ pub fn run(
         .new_nodes
         .iter()
         .map(|n| NewNode {
-            pod_indices: n.pod_indices.iter().map(|&i| origin[i]).collect(),
+            pod_indices: n.pod_indices.iter().map(|&i| origin(i)).collect(),
             ..n.clone()
         })
         .collect();
@@ -152,6 +132,32 @@ pub fn run(
         replacements,
         price_after,
     })
+}
+
+/// Moves the pending pods of `pods` to its end and splits them off: each pending pod before
+/// the cut is swapped with a bound pod after it. Returns the swaps (to be made again, after
+/// the pods are appended back, to restore the order) and the pods set aside.
+fn set_aside_pending(
+    pods: &mut Vec<crate::pod::Pod>,
+) -> (Vec<(usize, usize)>, Vec<crate::pod::Pod>) {
+    let pending: Vec<usize> = pods
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.node_name.is_none())
+        .map(|(i, _)| i)
+        .collect();
+    if pending.is_empty() {
+        return (Vec::new(), Vec::new());
+    }
+    let cut = pods.len() - pending.len();
+    let low = pending.iter().copied().filter(|&i| i < cut);
+    let high = (cut..pods.len()).filter(|&i| pods[i].node_name.is_some());
+    let swaps: Vec<(usize, usize)> = low.zip(high).collect();
+    for &(a, b) in &swaps {
+        pods.swap(a, b);
+    }
+    let aside = pods.split_off(cut);
+    (swaps, aside)
 }
 
 #[cfg(test)]
@@ -206,5 +212,26 @@ mod tests {
             "pod default/web-a would move to node b, which is not initialized yet"
         );
         assert_eq!(format!("{s:?}"), before);
+    }
+
+    #[test]
+    fn replacement_pods_are_named_by_their_place_in_the_callers_list() {
+        // The pending pod at 0 is swapped with the last pod for the trial; the replacement
+        // for a's pod still names index 2.
+        let mut pending = pod("huge", "a", 500_000);
+        pending.node_name = None;
+        let mut s = cluster(
+            vec![
+                node("a", "m5.xlarge", "on-demand"),
+                node("b", "m5.large", "on-demand"),
+            ],
+            vec![pending, pod("web-b", "b", 1500), pod("web-a", "a", 3000)],
+        );
+        let before = format!("{s:?}");
+        let out = run(&mut s, &catalog(), &Options::default(), &[0]).expect("a replacement");
+        assert_eq!(format!("{s:?}"), before);
+        assert_eq!(out.replacements.len(), 1);
+        assert_eq!(out.replacements[0].pod_indices, [2]);
+        assert_eq!(s.pods[2].name, "web-a");
     }
 }
