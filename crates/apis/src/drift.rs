@@ -17,11 +17,12 @@
 //! The requirements, labels and taints a node shows are compared by the planner itself
 //! (`joiner_core::disruption::visible_drift`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use crate::convert::node_claim::selector_requirements;
 use crate::{NodeClaim, NodeTemplate, NodeTemplateSpec, Provisioner, ProvisionerSpec};
 
 /// Annotation on a NodeClaim: the hash of its Provisioner's static settings at launch.
@@ -37,8 +38,8 @@ pub const CURRENT_HASH_VERSION: &str = "v1";
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct ProvisionerHashed<'a> {
-    labels: &'a std::collections::BTreeMap<String, String>,
-    annotations: &'a std::collections::BTreeMap<String, String>,
+    labels: &'a BTreeMap<String, String>,
+    annotations: &'a BTreeMap<String, String>,
     taints: Vec<String>,
     startup_taints: Vec<String>,
     kubelet_configuration: &'a Option<crate::KubeletConfiguration>,
@@ -52,7 +53,7 @@ struct NodeTemplateHashed<'a> {
     ami_family: Option<&'static str>,
     instance_profile: &'a Option<String>,
     user_data: &'a Option<String>,
-    tags: &'a std::collections::BTreeMap<String, String>,
+    tags: &'a BTreeMap<String, String>,
     metadata_options: &'a crate::MetadataOptions,
     block_device_mappings: &'a [crate::BlockDeviceMapping],
     detailed_monitoring: &'a Option<bool>,
@@ -113,13 +114,17 @@ pub fn annotate(claim: &mut NodeClaim, prov: &Provisioner, node_template: Option
     }
 }
 
-/// Why the node of `claim` no longer matches `prov` and its NodeTemplate `node_template`, in
-/// words, or `None`. A claim recorded without hashes, or hashed another way, is compared only
-/// on what its status shows; a NodeTemplate not resolved yet (empty status) is not compared.
+/// Why the node of `claim` (with labels `node_labels`) no longer matches `prov` and its
+/// NodeTemplate `node_template`, in words, or `None`. A claim recorded without hashes, or
+/// hashed another way, is compared only on what its status shows; a NodeTemplate not resolved
+/// yet (empty status) is not compared. An AMI is drift only when the NodeTemplate now resolves
+/// an AMI that serves the node (its architecture and accelerator build): when the build it
+/// needs could not be resolved, nothing says its AMI is outdated.
 pub fn claim_drift(
     claim: &NodeClaim,
     prov: &Provisioner,
     node_template: Option<&NodeTemplate>,
+    node_labels: &BTreeMap<String, String>,
 ) -> Option<String> {
     let annotations = claim.metadata.annotations.as_ref();
     let recorded = |key: &str| annotations.and_then(|a| a.get(key)).map(String::as_str);
@@ -145,8 +150,17 @@ pub fn claim_drift(
     let status = claim.status.as_ref()?;
     let resolved = nt.status.as_ref()?;
     if let Some(image) = &status.image_id {
-        if !resolved.amis.is_empty() && !resolved.amis.iter().any(|a| &a.id == image) {
-            let now: Vec<&str> = resolved.amis.iter().map(|a| a.id.as_str()).collect();
+        let serving: Vec<&str> = resolved
+            .amis
+            .iter()
+            .filter(|a| {
+                selector_requirements(&a.requirements, "requirements")
+                    .is_ok_and(|r| r.matches_labels(node_labels))
+            })
+            .map(|a| a.id.as_str())
+            .collect();
+        if !serving.is_empty() && !resolved.amis.iter().any(|a| &a.id == image) {
+            let now = serving;
             return Some(format!(
                 "its AMI {image} is no longer one NodeTemplate {} resolves to ({})",
                 nt.name(),
@@ -233,10 +247,18 @@ spec:
             amis: vec![ResolvedAmi {
                 id: "ami-new".into(),
                 name: None,
-                requirements: vec![],
+                requirements: vec![crate::NodeSelectorRequirement {
+                    key: "kubernetes.io/arch".into(),
+                    operator: "In".into(),
+                    values: vec!["amd64".into()],
+                }],
             }],
             conditions: vec![],
         });
+    }
+
+    fn amd64() -> BTreeMap<String, String> {
+        BTreeMap::from([("kubernetes.io/arch".to_string(), "amd64".to_string())])
     }
 
     fn launched_claim(prov: &Provisioner, nt: &NodeTemplate) -> NodeClaim {
@@ -257,17 +279,17 @@ spec:
         let mut nt = node_template(NT);
         resolved(&mut nt);
         let claim = launched_claim(&prov, &nt);
-        assert_eq!(claim_drift(&claim, &prov, Some(&nt)), None);
+        assert_eq!(claim_drift(&claim, &prov, Some(&nt), &amd64()), None);
         // Requirements, limits, weight, disruption settings are not static settings of the
         // node (requirements are compared on the node itself).
         let mut changed = prov.clone();
         changed.spec.weight = Some(50);
         changed.spec.ttl_seconds_after_empty = Some(30);
         changed.spec.requirements.clear();
-        assert_eq!(claim_drift(&claim, &changed, Some(&nt)), None);
+        assert_eq!(claim_drift(&claim, &changed, Some(&nt), &amd64()), None);
         // The order of taints is not a change.
         changed.spec.taints.reverse();
-        assert_eq!(claim_drift(&claim, &changed, Some(&nt)), None);
+        assert_eq!(claim_drift(&claim, &changed, Some(&nt), &amd64()), None);
     }
 
     #[test]
@@ -280,31 +302,31 @@ spec:
         let mut p = prov.clone();
         p.spec.taints.pop();
         assert_eq!(
-            claim_drift(&claim, &p, Some(&nt)).as_deref(),
+            claim_drift(&claim, &p, Some(&nt), &amd64()).as_deref(),
             Some("Provisioner web changed since launch (labels, annotations, taints, startup taints, kubelet configuration or NodeTemplate reference)")
         );
         let mut p = prov.clone();
         p.spec.kubelet_configuration = serde_yaml::from_str("{maxPods: 20}").expect("kubelet");
-        assert!(claim_drift(&claim, &p, Some(&nt)).is_some());
+        assert!(claim_drift(&claim, &p, Some(&nt), &amd64()).is_some());
 
         let mut n = nt.clone();
         n.spec.user_data = Some("echo bye".into());
         assert_eq!(
-            claim_drift(&claim, &prov, Some(&n)).as_deref(),
+            claim_drift(&claim, &prov, Some(&n), &amd64()).as_deref(),
             Some("NodeTemplate default changed since launch (AMI family, instance profile, user data, tags, metadata options, block devices or monitoring)")
         );
         let mut n = nt.clone();
         n.spec.metadata_options.http_tokens = "optional".into();
-        assert!(claim_drift(&claim, &prov, Some(&n)).is_some());
+        assert!(claim_drift(&claim, &prov, Some(&n), &amd64()).is_some());
         let mut n = nt.clone();
         n.spec.tags.insert("cost-center".into(), "42".into());
-        assert!(claim_drift(&claim, &prov, Some(&n)).is_some());
+        assert!(claim_drift(&claim, &prov, Some(&n), &amd64()).is_some());
         // A selector change alone is not static drift: what it resolves to is compared.
         let mut n = nt.clone();
         n.spec
             .subnet_selector
             .insert("tier".into(), "private".into());
-        assert_eq!(claim_drift(&claim, &prov, Some(&n)), None);
+        assert_eq!(claim_drift(&claim, &prov, Some(&n), &amd64()), None);
     }
 
     #[test]
@@ -315,23 +337,30 @@ spec:
         let mut claim = launched_claim(&prov, &nt);
         claim.status.as_mut().expect("status").image_id = Some("ami-old".into());
         assert_eq!(
-            claim_drift(&claim, &prov, Some(&nt)).as_deref(),
+            claim_drift(&claim, &prov, Some(&nt), &amd64()).as_deref(),
             Some("its AMI ami-old is no longer one NodeTemplate default resolves to (ami-new)")
         );
 
         let mut claim = launched_claim(&prov, &nt);
         claim.status.as_mut().expect("status").subnet_id = Some("subnet-9".into());
         assert_eq!(
-            claim_drift(&claim, &prov, Some(&nt)).as_deref(),
+            claim_drift(&claim, &prov, Some(&nt), &amd64()).as_deref(),
             Some("its subnet subnet-9 is no longer selected by NodeTemplate default")
         );
 
         let mut claim = launched_claim(&prov, &nt);
         claim.status.as_mut().expect("status").security_group_ids = vec!["sg-1".into()];
         assert_eq!(
-            claim_drift(&claim, &prov, Some(&nt)).as_deref(),
+            claim_drift(&claim, &prov, Some(&nt), &amd64()).as_deref(),
             Some("its security groups (sg-1) are not those NodeTemplate default selects now (sg-1, sg-2)")
         );
+
+        // An arm64 node: the NodeTemplate resolves no AMI for arm64 now (its build is missing),
+        // so nothing says the node's AMI is outdated.
+        let mut arm = launched_claim(&prov, &nt);
+        arm.status.as_mut().expect("status").image_id = Some("ami-arm-old".into());
+        let arm64 = BTreeMap::from([("kubernetes.io/arch".to_string(), "arm64".to_string())]);
+        assert_eq!(claim_drift(&arm, &prov, Some(&nt), &arm64), None);
 
         // A NodeTemplate not resolved yet says nothing.
         let claim = launched_claim(&prov, &nt);
@@ -339,7 +368,7 @@ spec:
         unresolved.status = None;
         let mut c = claim.clone();
         c.status.as_mut().expect("status").image_id = Some("ami-old".into());
-        assert_eq!(claim_drift(&c, &prov, Some(&unresolved)), None);
+        assert_eq!(claim_drift(&c, &prov, Some(&unresolved), &amd64()), None);
     }
 
     #[test]
@@ -357,13 +386,13 @@ spec:
             .as_mut()
             .expect("annotations")
             .insert(HASH_VERSION.into(), "v0".into());
-        assert_eq!(claim_drift(&claim, &prov, Some(&changed)), None);
+        assert_eq!(claim_drift(&claim, &prov, Some(&changed), &amd64()), None);
 
         let mut bare = launched_claim(&prov, &nt);
         bare.metadata.annotations = None;
-        assert_eq!(claim_drift(&bare, &prov, Some(&changed)), None);
+        assert_eq!(claim_drift(&bare, &prov, Some(&changed), &amd64()), None);
         bare.status.as_mut().expect("status").image_id = Some("ami-old".into());
-        assert!(claim_drift(&bare, &prov, Some(&changed)).is_some());
+        assert!(claim_drift(&bare, &prov, Some(&changed), &amd64()).is_some());
     }
 
     #[test]

@@ -85,9 +85,27 @@ pub fn run(req: &Request<'_>) -> Result<String, CliError> {
 /// Why each node whose NodeClaim is in the input has drifted, by node name: the claim names
 /// its node in `status.nodeName`, or the node carries the claim's name as a label.
 fn claim_drift_by_node(req: &Request<'_>) -> HashMap<String, String> {
-    let mut by_claim: HashMap<&str, String> = HashMap::new();
     let mut out = HashMap::new();
+    let by_name: HashMap<&str, &joiner_core::Node> = req
+        .snapshot
+        .nodes
+        .iter()
+        .map(|n| (n.name.as_str(), n))
+        .collect();
+    let by_claim: HashMap<&str, &joiner_core::Node> = req
+        .snapshot
+        .nodes
+        .iter()
+        .filter_map(|n| n.labels.get(labels::NODECLAIM).map(|c| (c.as_str(), n)))
+        .collect();
     for claim in req.node_claims {
+        let named = claim.status.as_ref().and_then(|s| s.node_name.as_deref());
+        let Some(node) = named
+            .and_then(|n| by_name.get(n))
+            .or_else(|| by_claim.get(claim.name()))
+        else {
+            continue;
+        };
         let Some(prov) = req
             .provisioners
             .iter()
@@ -100,21 +118,8 @@ fn claim_drift_by_node(req: &Request<'_>) -> HashMap<String, String> {
             .provider_ref
             .as_ref()
             .and_then(|r| req.node_templates.iter().find(|t| t.name() == r.name));
-        let Some(why) = claim_drift(claim, prov, node_template) else {
-            continue;
-        };
-        if let Some(node) = claim.status.as_ref().and_then(|s| s.node_name.clone()) {
-            out.insert(node, why.clone());
-        }
-        by_claim.insert(claim.name(), why);
-    }
-    for node in &req.snapshot.nodes {
-        if let Some(why) = node
-            .labels
-            .get(labels::NODECLAIM)
-            .and_then(|c| by_claim.get(c.as_str()))
-        {
-            out.entry(node.name.clone()).or_insert_with(|| why.clone());
+        if let Some(why) = claim_drift(claim, prov, node_template, &node.labels) {
+            out.insert(node.name.clone(), why);
         }
     }
     out

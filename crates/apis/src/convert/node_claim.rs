@@ -125,14 +125,22 @@ pub fn expressions(key: &str, req: &joiner_core::Requirement) -> Vec<NodeSelecto
 
 /// The claim's `spec.requirements` as core requirements, an error naming the entry.
 pub fn claim_requirements(claim: &NodeClaim) -> Result<Requirements, FieldError> {
+    selector_requirements(&claim.spec.requirements, "spec.requirements")
+}
+
+/// A list of node-selector requirements (ANDed) at field path `at`, as core requirements.
+pub fn selector_requirements(
+    list: &[NodeSelectorRequirement],
+    at: &str,
+) -> Result<Requirements, FieldError> {
     let mut reqs = Requirements::new();
-    for (i, r) in claim.spec.requirements.iter().enumerate() {
+    for (i, r) in list.iter().enumerate() {
         add_expression(
             &mut reqs,
             &r.key,
             &r.operator,
             &r.values,
-            &format!("spec.requirements[{i}]"),
+            &format!("{at}[{i}]"),
             true,
         )?;
     }

@@ -87,10 +87,10 @@ pub async fn planned<P: CloudProvider>(
     // their Provisioner and NodeTemplate now.
     let mut drifted: HashMap<String, String> = HashMap::new();
     for claim in ctx.state.claims() {
-        let node = node_of(&claim, &nodes).and_then(|n| n.metadata.name.clone());
+        let node = node_of(&claim, &nodes);
         if claim.metadata.deletion_timestamp.is_some() {
             disrupting.insert(claim.name().to_string());
-            disrupting.extend(node);
+            disrupting.extend(node.and_then(|n| n.metadata.name.clone()));
             continue;
         }
         let (Some(node), Some(prov)) = (
@@ -106,8 +106,13 @@ pub async fn planned<P: CloudProvider>(
             .provider_ref
             .as_ref()
             .and_then(|r| ctx.state.node_template(&r.name));
-        if let Some(why) = claim_drift(&claim, prov, node_template.as_deref()) {
-            drifted.insert(node, why);
+        let no_labels = BTreeMap::new();
+        let labels = node.metadata.labels.as_ref().unwrap_or(&no_labels);
+        if let (Some(name), Some(why)) = (
+            node.metadata.name.clone(),
+            claim_drift(&claim, prov, node_template.as_deref(), labels),
+        ) {
+            drifted.insert(name, why);
         }
     }
     let settings_of = |name: &str| settings.get(name).cloned();
