@@ -13,7 +13,7 @@ pub mod decide;
 pub mod pod_changes;
 pub mod validation;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -185,13 +185,13 @@ async fn tell_kept<P: CloudProvider>(
     let nodes = ctx.state.nodes.state();
     let claims = ctx.state.claims();
     // Nodes that are gone have nothing more to be told.
-    let present: HashSet<&str> = nodes
+    let by_name: HashMap<&str, &Arc<k8s_openapi::api::core::v1::Node>> = nodes
         .iter()
-        .filter_map(|n| n.metadata.name.as_deref())
+        .filter_map(|n| n.metadata.name.as_deref().map(|name| (name, n)))
         .collect();
     memory
         .told
-        .retain(|name, _| present.contains(name.as_str()));
+        .retain(|name, _| by_name.contains_key(name.as_str()));
     let mut sent = 0;
     for k in kept {
         if sent == KEPT_EVENTS_PER_PASS {
@@ -202,10 +202,7 @@ async fn tell_kept<P: CloudProvider>(
         if why.starts_with("not evaluated") || memory.told.get(&k.node) == Some(&why) {
             continue;
         }
-        let Some(node) = nodes
-            .iter()
-            .find(|n| n.metadata.name.as_deref() == Some(k.node.as_str()))
-        else {
+        let Some(node) = by_name.get(k.node.as_str()) else {
             continue;
         };
         let Some(claim) = claim_of(node, &claims) else {
