@@ -79,6 +79,21 @@ pub struct ProvisionerSpec {
     /// Stopped, pre-initialized instances kept ready for fast scale-out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warm_pool: Option<WarmPool>,
+    /// What to do on the interruption queue's hints about this Provisioner's nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interruption: Option<Interruption>,
+}
+
+/// `spec.interruption`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Interruption {
+    /// On a spot rebalance recommendation (a spot node at elevated risk of interruption):
+    /// `Notify` (the default) publishes an Event only; `Replace` launches a replacement at once
+    /// and drains the node, trading some churn for not waiting for the two-minute warning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(Notify|Replace)$"))]
+    pub rebalance: Option<String>,
 }
 
 /// `spec.limits`.

@@ -213,6 +213,7 @@ impl Provisioner {
         };
 
         settings::disruption(&check, spec)?;
+        settings::rebalance_replaces(&check, spec)?;
 
         if let Some(w) = &spec.warm_pool {
             if w.min_size < 0 {
@@ -490,6 +491,14 @@ impl Provisioner {
         &self,
     ) -> Result<joiner_core::disruption::DisruptionSettings, ApiError> {
         settings::disruption(&Check::new("Provisioner", self.name()), &self.spec)
+    }
+
+    /// True when the Provisioner asks for its nodes to be replaced on a spot rebalance
+    /// recommendation (`spec.interruption.rebalance: Replace`); an invalid value reads as the
+    /// default (`Notify`) after validation refused it.
+    pub fn rebalance_replaces(&self) -> bool {
+        settings::rebalance_replaces(&Check::new("Provisioner", self.name()), &self.spec)
+            .unwrap_or(false)
     }
 }
 

@@ -23,6 +23,7 @@ pub mod error;
 pub mod fleet;
 pub mod housekeeping;
 pub mod instances;
+pub mod interruption;
 pub mod labels;
 pub mod launch_template;
 pub mod provider;

@@ -15,7 +15,8 @@ use joiner_apis::{
     NodeTemplate, NodeTemplateResolver, ObjectLookup, Provisioner, ResolveError, Resolved,
 };
 use joiner_core::{
-    CloudError, CloudErrorKind, CloudProvider, InstanceType, LaunchRequest, LaunchedNode,
+    CapacityType, CloudError, CloudErrorKind, CloudProvider, InstanceType, LaunchRequest,
+    LaunchedNode,
 };
 use thiserror::Error;
 
@@ -32,7 +33,7 @@ use crate::launch_template::{
 };
 use crate::resolve::{self, Lookups, ResolvedNodeTemplate};
 use crate::tags::{self, cluster_tag_key, OWNED};
-use crate::unavailable::UnavailableOfferings;
+use crate::unavailable::{OfferingKey, UnavailableOfferings};
 use crate::userdata::ClusterInfo;
 use crate::{AwsClients, AwsError, CatalogError};
 
@@ -204,6 +205,7 @@ pub struct AwsCloudProvider {
     fleet: Fleet,
     instances: Instances,
     objects: Arc<dyn ObjectLookup>,
+    sqs: aws_sdk_sqs::Client,
 }
 
 impl std::fmt::Debug for AwsCloudProvider {
@@ -233,11 +235,18 @@ impl AwsCloudProvider {
             templates: LaunchTemplates::new(clients.ec2.clone(), &cluster),
             fleet: Fleet::new(&clients.ec2, unavailable.clone()),
             instances: Instances::new(clients.ec2.clone(), &cluster),
+            sqs: clients.sqs.clone(),
             objects,
             config,
             catalog,
             unavailable,
         }
+    }
+
+    /// The SQS client of the provider's configuration: the interruption queue is read with
+    /// the same credentials and region as every other call.
+    pub fn sqs(&self) -> &aws_sdk_sqs::Client {
+        &self.sqs
     }
 
     /// Deletes the launch templates no launch has used for [`TEMPLATE_TTL`]; returns their
@@ -679,6 +688,11 @@ impl CloudProvider for AwsCloudProvider {
     async fn list(&self) -> Result<Vec<LaunchedNode>, ProviderError> {
         let found = self.instances.list_by_cluster().await?;
         Ok(found.into_iter().map(|i| self.node(i)).collect())
+    }
+
+    fn mark_unavailable(&self, instance_type: &str, zone: &str, capacity_type: CapacityType) {
+        self.unavailable
+            .mark(OfferingKey::new(instance_type, zone, capacity_type));
     }
 }
 

@@ -11,6 +11,10 @@ use std::path::{Path, PathBuf};
 /// the node role to EC2.
 const IMPLIED: &[&str] = &["ec2:RunInstances", "ec2:CreateTags", "iam:PassRole"];
 
+/// SDK operations IAM authorizes under another action's name: SQS batch operations need the
+/// permission of the single operation (SQS developer guide, "batch actions").
+const AUTHORIZED_AS: &[(&str, &str)] = &[("sqs:DeleteMessageBatch", "sqs:DeleteMessage")];
+
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).expect("read dir") {
         let path = entry.expect("entry").path();
@@ -66,7 +70,12 @@ fn calls_in_source() -> BTreeSet<String> {
                 if rest[op.len()..].starts_with("()")
                     && !matches!(op.as_str(), "clone" | "config" | "")
                 {
-                    calls.insert(format!("{service}:{}", camel(&op)));
+                    let call = format!("{service}:{}", camel(&op));
+                    let action = AUTHORIZED_AS
+                        .iter()
+                        .find(|(c, _)| *c == call)
+                        .map_or(call.clone(), |(_, a)| a.to_string());
+                    calls.insert(action);
                 }
             }
         }

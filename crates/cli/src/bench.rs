@@ -48,6 +48,17 @@ pub struct BenchArgs {
     #[arg(long, value_name = "FINISHED_PERCENT")]
     consolidate: Option<u64>,
 
+    /// Instead of the simulation, time the interruption consumer on this many queue messages
+    /// (a mix of foreign and own instances, malformed bodies, interruptions and rebalance
+    /// recommendations of a 1,000-node cluster), in memory.
+    #[arg(long, value_name = "MESSAGES")]
+    interruption: Option<usize>,
+
+    /// With `--interruption`: also send the messages to a new queue at this SQS endpoint
+    /// (e.g. a moto server, `http://127.0.0.1:5000`) and time their consumption end to end.
+    #[arg(long, value_name = "URL", requires = "interruption")]
+    sqs_endpoint: Option<String>,
+
     /// Pods per Deployment of the `many` workload (50,000 pods at 10 are 5,000 workloads).
     #[arg(long, default_value_t = 10)]
     replicas: usize,
@@ -80,6 +91,13 @@ fn pending(args: &BenchArgs, n: usize) -> Vec<joiner_core::Pod> {
 pub fn run(args: &BenchArgs) -> Result<String, CliError> {
     if args.repeat == 0 {
         return Err(CliError::Usage("--repeat must be at least 1".into()));
+    }
+    if let Some(messages) = args.interruption {
+        return crate::bench_interruption::run(
+            messages,
+            args.sqs_endpoint.as_deref(),
+            &args.region,
+        );
     }
     if let Some(nodes) = args.stores {
         let pods = args.pods.first().copied().unwrap_or(20_000);

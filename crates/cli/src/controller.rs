@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use clap::ValueEnum;
+use joiner_aws::interruption::SqsQueue;
 use joiner_aws::unavailable::UnavailableOfferings;
 use joiner_aws::userdata::ClusterInfo;
 use joiner_aws::{
@@ -18,11 +19,16 @@ use joiner_aws::{
 use joiner_controller::instrumented::Instrumented;
 use joiner_controller::logging::{self, LogFormat};
 use joiner_controller::runtime::{self, LeaderTasks, RuntimeError, RuntimeOptions, Started};
-use joiner_controller::{cluster_facts, disruption, lifecycle, provisioning, status, Settings};
+use joiner_controller::{
+    cluster_facts, disruption, interruption, lifecycle, provisioning, status, Settings,
+};
 use thiserror::Error;
 
 /// The cloud the production controller drives: the AWS provider with its calls measured.
 pub type Cloud = Instrumented<AwsCloudProvider>;
+
+/// One leader-only loop.
+type Task = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'static>>;
 
 /// Where the service-account CA lives in every pod: the cluster CA that signed the API
 /// server's certificate, which nodes need too.
@@ -77,8 +83,10 @@ pub struct ControllerArgs {
     /// AWS region. Default: the SDK's chain (profile, IMDS).
     #[arg(long, env = "AWS_REGION")]
     pub region: Option<String>,
-    /// SQS queue of interruption events. Accepted and stored; the consumer comes in a later
-    /// release, so interruptions are not acted on yet.
+    /// SQS queue of interruption events (its name, or its URL): spot interruption warnings,
+    /// rebalance recommendations, instance state changes and AWS Health scheduled changes,
+    /// sent by the EventBridge rules of iam/interruption-queue.yaml. Unset: interruptions are
+    /// not handled (nodes end when the cloud takes them).
     #[arg(long, env = "INTERRUPTION_QUEUE")]
     pub interruption_queue: Option<String>,
     /// A batch of pending pods closes this long after the last new pod (`1s`, `500ms`).
@@ -263,9 +271,6 @@ pub async fn aws_provider(
             .await
             .map_err(ControllerError::KubernetesVersion)?,
     };
-    if let Some(queue) = &args.interruption_queue {
-        tracing::info!(%queue, "interruption queue noted; its consumer is not part of this release");
-    }
     let (dns_ip, service_cidr) = cluster_facts(args, &started.client).await;
     let config = ProviderConfig {
         cluster: ClusterInfo {
@@ -382,10 +387,24 @@ fn ca_bundle(given: Option<&str>) -> Result<String, ControllerError> {
 /// context and the term's stop token. The NodeTemplate status is resolved by the AWS provider
 /// itself (the wrapped one: resolution is not a `CloudProvider` call), which also runs its own
 /// housekeeping (stale launch templates).
-pub fn leader_tasks() -> LeaderTasks<Cloud> {
-    Arc::new(|ctx, term| {
+pub fn leader_tasks(interruption_queue: Option<String>) -> LeaderTasks<Cloud> {
+    Arc::new(move |ctx, term| {
         let aws = ctx.cloud.inner().clone();
-        vec![
+        let mut tasks: Vec<Task> = Vec::new();
+        if let Some(queue) = interruption_queue.clone() {
+            let sqs = aws.sqs().clone();
+            tasks.push(Box::pin(interruption::run_connecting(
+                ctx.clone(),
+                move || {
+                    let (sqs, queue) = (sqs.clone(), queue.clone());
+                    async move { SqsQueue::connect(sqs, &queue).await }
+                },
+                term.clone(),
+            )));
+        } else {
+            tracing::info!("no --interruption-queue: interruption events are not handled");
+        }
+        tasks.extend::<[Task; 5]>([
             Box::pin(status::run(ctx.clone(), aws.clone(), term.clone())),
             Box::pin(joiner_aws::housekeeping::run(
                 aws,
@@ -394,7 +413,8 @@ pub fn leader_tasks() -> LeaderTasks<Cloud> {
             Box::pin(provisioning::run(ctx.clone(), term.clone())),
             Box::pin(disruption::run(ctx.clone(), term.clone())),
             Box::pin(lifecycle::run(ctx, term)),
-        ]
+        ]);
+        tasks
     })
 }
 
@@ -403,7 +423,13 @@ async fn serve(args: &ControllerArgs) -> Result<(), ControllerError> {
     let options = args.options();
     let mut started = runtime::start(&options).await?;
     let provider = aws_provider(args, &mut started).await?;
-    runtime::run(started, Arc::new(provider), &options, leader_tasks()).await?;
+    runtime::run(
+        started,
+        Arc::new(provider),
+        &options,
+        leader_tasks(args.interruption_queue.clone()),
+    )
+    .await?;
     Ok(())
 }
 

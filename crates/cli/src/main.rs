@@ -7,6 +7,7 @@
 
 mod bench;
 mod bench_disruption;
+mod bench_interruption;
 mod bench_stores;
 mod consolidate;
 mod controller;

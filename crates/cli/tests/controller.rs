@@ -57,8 +57,8 @@ fn help_lists_every_flag_with_its_environment_variable() {
         assert!(help.contains(default), "{default} missing from:\n{help}");
     }
     assert!(
-        help.contains("later release"),
-        "the queue's status is stated"
+        help.contains("iam/interruption-queue.yaml"),
+        "the queue flag says where the queue comes from"
     );
 }
 

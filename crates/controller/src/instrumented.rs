@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
-use joiner_core::{CloudProvider, InstanceType, LaunchRequest, LaunchedNode};
+use joiner_core::{CapacityType, CloudProvider, InstanceType, LaunchRequest, LaunchedNode};
 
 use crate::metrics::{MethodLabels, Metrics};
 
@@ -80,12 +80,18 @@ impl<P: CloudProvider> CloudProvider for Instrumented<P> {
     fn list(&self) -> impl Future<Output = Result<Vec<LaunchedNode>, Self::Error>> + Send {
         self.measure("list", self.inner.list())
     }
+
+    fn mark_unavailable(&self, instance_type: &str, zone: &str, capacity_type: CapacityType) {
+        // No call to the cloud: nothing to time.
+        self.inner
+            .mark_unavailable(instance_type, zone, capacity_type);
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use joiner_core::{CapacityType, CloudError, CloudErrorKind};
+    use joiner_core::{CloudError, CloudErrorKind};
     use prometheus_client::encoding::text::encode;
     use prometheus_client::registry::Registry;
 
@@ -143,6 +149,7 @@ mod tests {
         async fn list(&self) -> Result<Vec<LaunchedNode>, Missing> {
             Ok(vec![node()])
         }
+        fn mark_unavailable(&self, _: &str, _: &str, _: CapacityType) {}
     }
 
     fn count(m: &Metrics, method: &str) -> (u64, u64) {

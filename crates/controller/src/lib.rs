@@ -13,6 +13,7 @@ pub mod disruption;
 pub mod http;
 pub mod inflight;
 pub mod instrumented;
+pub mod interruption;
 pub mod k8s;
 pub mod leader;
 pub mod lifecycle;

@@ -85,6 +85,35 @@ pub struct Metrics {
     /// $/h saved by disruption decisions carried out (what the removed nodes cost less what
     /// replaced them), USD.
     pub disruption_savings: Counter<f64, AtomicU64>,
+    /// Interruption queue messages received, per kind: the event kind
+    /// (`spot_interruption`, ...) or, for a body that is not an event, why (`not_json`, ...).
+    pub interruption_messages: Family<KindLabels, Counter>,
+    /// Interruption messages deleted without action, per reason (`not_owned`, `duplicate`,
+    /// `stale`, `ignored`, and the malformed kinds).
+    pub interruption_rejected: Family<KindLabels, Counter>,
+    /// Nodes acted on for interruption events, per event kind and action (`notify`,
+    /// `replace`).
+    pub interruption_actions: Family<ActionLabels, Counter>,
+    /// Interruption messages deleted from the queue.
+    pub interruption_deleted: Counter,
+    /// Time from a message's arrival in the queue to its deletion.
+    pub interruption_latency: Histogram,
+}
+
+/// `kind` label of an interruption message.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    /// The kind or reason.
+    pub kind: String,
+}
+
+/// `kind` and `action` labels of an interruption action.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ActionLabels {
+    /// The event kind.
+    pub kind: String,
+    /// What was done.
+    pub action: String,
 }
 
 /// `reason` and `outcome` labels of a disruption decision.
@@ -112,6 +141,11 @@ impl Default for Metrics {
             reconcile_errors: Family::default(),
             disruption_decisions: Family::default(),
             disruption_savings: Counter::default(),
+            interruption_messages: Family::default(),
+            interruption_rejected: Family::default(),
+            interruption_actions: Family::default(),
+            interruption_deleted: Counter::default(),
+            interruption_latency: seconds_histogram(),
         }
     }
 }
@@ -181,6 +215,31 @@ impl Metrics {
             m.disruption_savings.clone(),
         );
         registry.register(
+            "joiner_interruption_messages",
+            "Interruption queue messages received, by event kind or malformation",
+            m.interruption_messages.clone(),
+        );
+        registry.register(
+            "joiner_interruption_rejected",
+            "Interruption messages deleted without action, by reason",
+            m.interruption_rejected.clone(),
+        );
+        registry.register(
+            "joiner_interruption_actions",
+            "Nodes acted on for interruption events, by event kind and action",
+            m.interruption_actions.clone(),
+        );
+        registry.register(
+            "joiner_interruption_deleted_messages",
+            "Interruption messages deleted from the queue",
+            m.interruption_deleted.clone(),
+        );
+        registry.register(
+            "joiner_interruption_message_latency_seconds",
+            "Time from a message's arrival in the interruption queue to its deletion",
+            m.interruption_latency.clone(),
+        );
+        registry.register(
             "joiner_reconcile_errors",
             "Reconcile passes that failed, per reconciler",
             m.reconcile_errors.clone(),
@@ -194,6 +253,34 @@ impl Metrics {
             .get_or_create(&DecisionLabels {
                 reason: reason.to_string(),
                 outcome: outcome.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts an interruption message of `kind` received.
+    pub fn interruption_message(&self, kind: &str) {
+        self.interruption_messages
+            .get_or_create(&KindLabels {
+                kind: kind.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts an interruption message deleted without action for `reason`.
+    pub fn interruption_rejected(&self, reason: &str) {
+        self.interruption_rejected
+            .get_or_create(&KindLabels {
+                kind: reason.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts a node acted on for an event of `kind` with `action`.
+    pub fn interruption_action(&self, kind: &str, action: &str) {
+        self.interruption_actions
+            .get_or_create(&ActionLabels {
+                kind: kind.to_string(),
+                action: action.to_string(),
             })
             .inc();
     }

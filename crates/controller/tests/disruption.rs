@@ -3,216 +3,26 @@
 //! claim only after the delay; a replacement is launched and Initialized before the old
 //! node's claim is deleted (and so before its drain starts).
 
+mod cluster_fixture;
 mod lifecycle_fixture;
 mod support;
 
-use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cluster_fixture::{
+    harness, harness_with, joiner_claim, joiner_node, merge_node, running, Harness, CLAIMS,
+};
 use http::Method;
 use joiner_apis::drift::{HASH_VERSION, NODE_TEMPLATE_HASH, PROVISIONER_HASH};
-use joiner_apis::{NodeClaim, NodeTemplate, Provisioner};
+use joiner_apis::NodeTemplate;
 use joiner_controller::disruption::validation::VALIDATION_DELAY;
 use joiner_controller::disruption::{pass, Memory, Outcome};
 use joiner_controller::metrics::DecisionLabels;
 use joiner_controller::pod_record::PodRecord;
-use joiner_controller::{ClusterState, Context, Settings};
-use joiner_core::testing::catalog::catalog;
-use joiner_core::testing::{FakeCall, FakeCloud};
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::runtime::reflector::store::Writer;
+use joiner_core::testing::FakeCall;
 use kube::runtime::watcher::Event;
-use lifecycle_fixture::{claim, merge, node, pod};
-use serde_json::{json, Value};
-use support::{mock_api, obj, store, stored, MockApi, Recorded, Reply};
-
-const CLAIMS: &str = "/apis/joiner.sh/v1alpha1/nodeclaims";
-
-/// Consolidation on, Aggressive, at once; on-demand nodes of the test catalog.
-fn provisioner() -> Provisioner {
-    obj(json!({
-        "apiVersion": "joiner.sh/v1alpha1", "kind": "Provisioner",
-        "metadata": {"name": "web"},
-        "spec": {
-            "providerRef": {"name": "default"},
-            "requirements": [
-                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
-            ],
-            "consolidation": {"enabled": true, "policy": "Aggressive", "consolidateAfter": "0s"},
-        },
-    }))
-}
-
-/// Cores and GiB of each test-catalog type used here.
-fn size(itype: &str) -> (i64, i64) {
-    match itype {
-        "m5.xlarge" => (4, 16),
-        "m5.4xlarge" => (16, 64),
-        "c5.large" => (2, 4),
-        other => panic!("no size for {other}"),
-    }
-}
-
-/// A Ready node `name` of `itype` launched by Provisioner web for claim `web-<name>`, on
-/// instance `i-<name>`.
-fn joiner_node(name: &str, itype: &str, provider_id: &str) -> Node {
-    let (cpu, gib) = size(itype);
-    node(
-        name,
-        json!({
-            "metadata": {"creationTimestamp": "2026-01-01T00:00:00Z", "labels": {
-                "node.kubernetes.io/instance-type": itype,
-                "topology.kubernetes.io/zone": "z-a",
-                "karpenter.sh/capacity-type": "on-demand",
-                "joiner.sh/provisioner-name": "web",
-                "joiner.sh/nodeclaim": format!("web-{name}"),
-                "kubernetes.io/hostname": name,
-                "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64",
-            }},
-            "spec": {"providerID": provider_id},
-            "status": {
-                "conditions": [{"type": "Ready", "status": "True"}],
-                "capacity": {"cpu": cpu.to_string(), "memory": format!("{gib}Gi"), "pods": "58"},
-                "allocatable": {"cpu": format!("{}m", cpu * 1000 - 70), "memory": format!("{}Mi", gib * 1024 - 512), "pods": "58"},
-            },
-        }),
-    )
-}
-
-/// The claim `web-<name>` of a registered, initialized node.
-fn joiner_claim(name: &str, itype: &str, provider_id: &str) -> NodeClaim {
-    claim(
-        &format!("web-{name}"),
-        json!({"status": {"providerID": provider_id, "instanceType": itype, "zone": "z-a",
-        "capacityType": "on-demand", "nodeName": name,
-        "conditions": [
-            {"type": "Launched", "status": "True", "reason": "Launched", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"},
-            {"type": "Registered", "status": "True", "reason": "Registered", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"},
-            {"type": "Initialized", "status": "True", "reason": "Initialized", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"},
-        ]}}),
-    )
-}
-
-fn running(name: &str, on: &str, cpu: &str) -> Pod {
-    pod(
-        "shop",
-        name,
-        on,
-        json!({"metadata": {"creationTimestamp": "2026-01-01T00:00:00Z", "uid": format!("uid-{name}")},
-            "spec": {"containers": [{"name": "c", "image": "x",
-                "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]}}),
-    )
-}
-
-/// An API server holding NodeClaims: creates, status writes, deletes and Events.
-fn api_server(seed: &[NodeClaim]) -> impl FnMut(&Recorded) -> Reply {
-    let mut claims: HashMap<String, Value> = seed
-        .iter()
-        .map(|c| {
-            (
-                c.name().to_string(),
-                serde_json::to_value(c).expect("claim"),
-            )
-        })
-        .collect();
-    let mut created = 0;
-    move |req: &Recorded| {
-        let item = req
-            .path
-            .strip_prefix(CLAIMS)
-            .and_then(|p| p.strip_prefix('/'));
-        if req.is(Method::POST, CLAIMS) {
-            created += 1;
-            let body = stored(req, &format!("uid-new-{created}"));
-            let name = body["metadata"]["name"].as_str().unwrap_or_default();
-            claims.insert(name.to_string(), body.clone());
-            return Reply::created(body);
-        }
-        match (&req.method, item) {
-            (&Method::PATCH, Some(p)) if p.ends_with("/status") => {
-                let name = p.trim_end_matches("/status");
-                let Some(claim) = claims.get_mut(name) else {
-                    return Reply::not_found(name);
-                };
-                merge(claim, json!({"status": req.body["status"].clone()}));
-                Reply::ok(claim.clone())
-            }
-            (&Method::DELETE, Some(name)) => match claims.remove(name) {
-                Some(_) => Reply::success(),
-                None => Reply::not_found(name),
-            },
-            (&Method::POST, _) if req.path.ends_with("/events") => {
-                Reply::created(stored(req, "event-uid"))
-            }
-            _ => Reply::not_found(&req.path),
-        }
-    }
-}
-
-struct Harness {
-    ctx: Context<FakeCloud>,
-    api: MockApi,
-    cloud: Arc<FakeCloud>,
-    pods: Writer<PodRecord>,
-    nodes: Writer<Node>,
-    claims: Writer<NodeClaim>,
-    _provisioners: Writer<Provisioner>,
-    _node_templates: Writer<NodeTemplate>,
-}
-
-fn harness(nodes: Vec<Node>, claims: Vec<NodeClaim>, pods: Vec<Pod>) -> Harness {
-    harness_with(nodes, claims, pods, vec![])
-}
-
-fn harness_with(
-    nodes: Vec<Node>,
-    claims: Vec<NodeClaim>,
-    pods: Vec<Pod>,
-    node_templates: Vec<NodeTemplate>,
-) -> Harness {
-    let (client, api) = mock_api(api_server(&claims));
-    let node_templates = store(node_templates);
-    let pods = store(pods.into_iter().map(PodRecord::from).collect());
-    let nodes = store(nodes);
-    let claims = store(claims);
-    let provisioners = store(vec![provisioner()]);
-    let mut state = ClusterState::empty();
-    state.pods = pods.as_reader();
-    state.nodes = nodes.as_reader();
-    state.node_claims = claims.as_reader();
-    state.provisioners = provisioners.as_reader();
-    state.node_templates = node_templates.as_reader();
-    let cloud = Arc::new(FakeCloud::new(catalog()));
-    let ctx = Context::new(client, state, cloud.clone(), Settings::new("c1"));
-    Harness {
-        ctx,
-        api,
-        cloud,
-        pods,
-        nodes,
-        claims,
-        _provisioners: provisioners,
-        _node_templates: node_templates,
-    }
-}
-
-impl Harness {
-    /// The claims deleted so far.
-    fn deleted(&self) -> Vec<String> {
-        self.api
-            .requests()
-            .into_iter()
-            .filter(|r| r.method == Method::DELETE)
-            .filter_map(|r| {
-                r.path
-                    .strip_prefix(&format!("{CLAIMS}/"))
-                    .map(str::to_string)
-            })
-            .collect()
-    }
-}
+use serde_json::json;
+use support::obj;
 
 /// Two m5.xlarge nodes with a 1-CPU pod each: one of them can go.
 fn two_quiet_nodes() -> Harness {
@@ -385,23 +195,7 @@ async fn a_node_that_stays_says_why_on_the_node_and_its_claim_once() {
         vec![guarded],
     );
     let mut memory = Memory::default();
-    let events = || -> Vec<(String, String, String)> {
-        h.api
-            .requests()
-            .into_iter()
-            .filter(|r| r.method == Method::POST && r.path.ends_with("/events"))
-            .map(|r| {
-                (
-                    r.body["involvedObject"]["kind"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string(),
-                    r.body["reason"].as_str().unwrap_or_default().to_string(),
-                    r.body["message"].as_str().unwrap_or_default().to_string(),
-                )
-            })
-            .collect()
-    };
+    let events = || h.events();
     let t0 = Instant::now();
     assert_eq!(
         pass(&h.ctx, &mut memory, t0).await.expect("pass"),
@@ -539,10 +333,4 @@ async fn a_node_on_the_current_ami_stays() {
         .await
         .expect("pass");
     assert_eq!(outcome, Outcome::Idle);
-}
-
-fn merge_node(n: &mut Node, extra: Value) {
-    let mut v = serde_json::to_value(&*n).expect("node");
-    merge(&mut v, extra);
-    *n = obj(v);
 }

@@ -183,6 +183,10 @@ impl CloudProvider for SlowLaunches {
     async fn list(&self) -> Result<Vec<LaunchedNode>, Self::Error> {
         self.cloud.list().await
     }
+
+    fn mark_unavailable(&self, t: &str, zone: &str, ct: joiner_core::CapacityType) {
+        self.cloud.mark_unavailable(t, zone, ct)
+    }
 }
 
 /// A pending pod `name` asking for 1.5 cpu (one per 2-cpu node).

@@ -124,4 +124,9 @@ pub trait CloudProvider: Send + Sync {
 
     /// Every live node of the cluster, for garbage collection of instances without a claim.
     fn list(&self) -> impl Future<Output = Result<Vec<LaunchedNode>, Self::Error>> + Send;
+
+    /// Marks the offering (`instance_type`, `zone`, `capacity_type`) unavailable for a while,
+    /// as a capacity error would: the cloud said it is taking such capacity back (a spot
+    /// interruption), so replacements must not be planned onto it.
+    fn mark_unavailable(&self, instance_type: &str, zone: &str, capacity_type: CapacityType);
 }

@@ -7,6 +7,7 @@ pub mod cloud_provider;
 pub mod disruption;
 pub mod error;
 pub mod instance_type;
+pub mod interruption;
 pub mod kubelet;
 pub mod labels;
 pub mod pod;

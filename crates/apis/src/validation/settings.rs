@@ -12,6 +12,22 @@ use crate::duration;
 use crate::provisioner::ProvisionerSpec;
 use crate::ApiError;
 
+/// Whether `spec.interruption.rebalance` is `Replace` (`Notify`, the default, otherwise).
+pub(super) fn rebalance_replaces(check: &Check, spec: &ProvisionerSpec) -> Result<bool, ApiError> {
+    match spec
+        .interruption
+        .as_ref()
+        .and_then(|i| i.rebalance.as_deref())
+    {
+        None | Some("Notify") => Ok(false),
+        Some("Replace") => Ok(true),
+        Some(other) => Err(check.invalid(
+            "spec.interruption.rebalance",
+            format!("unknown action {other:?} (expected Notify or Replace)"),
+        )),
+    }
+}
+
 /// The settings of `spec`, or the first field that is wrong.
 pub(super) fn disruption(
     check: &Check,

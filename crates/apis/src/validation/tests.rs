@@ -297,6 +297,23 @@ fn negative_ttls_and_consolidation_conflict() {
 }
 
 #[test]
+fn rebalance_action_is_notify_or_replace() {
+    assert!(!with_spec("  interruption: {}\n").rebalance_replaces());
+    assert!(!with_spec("  interruption: {rebalance: Notify}\n").rebalance_replaces());
+    let replace = with_spec("  interruption: {rebalance: Replace}\n");
+    assert!(replace.rebalance_replaces());
+    assert!(replace.to_core().is_ok());
+    let bad = with_spec("  interruption: {rebalance: Drain}\n");
+    let e = err(&bad);
+    assert_eq!(e.field(), "spec.interruption.rebalance");
+    assert!(e.reason().contains("Notify or Replace"), "{e}");
+    assert!(
+        !bad.rebalance_replaces(),
+        "an invalid value acts as the default"
+    );
+}
+
+#[test]
 fn kubelet_errors() {
     let cases = [
         ("maxPods: 0", "spec.kubeletConfiguration.maxPods"),

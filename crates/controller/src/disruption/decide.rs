@@ -3,7 +3,7 @@
 //! record shows (`joiner_apis::drift`), and the nodes already on their way out (claims being
 //! deleted, the old nodes of the command under way).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use joiner_apis::drift::claim_drift;
 use joiner_apis::ObjectLookup;
@@ -44,9 +44,6 @@ pub async fn planned<P: CloudProvider>(
     changes: &mut PodChanges,
 ) -> Planned {
     let mut warnings = Vec::new();
-    let mut catalogs = Catalogs::default();
-    let mut catalog: Vec<InstanceType> = Vec::new();
-    let mut names: HashSet<String> = HashSet::new();
     let mut settings: BTreeMap<String, DisruptionSettings> = BTreeMap::new();
     let mut provisioners = ctx.state.provisioners.state();
     provisioners.sort_by(|a, b| a.name().cmp(b.name()));
@@ -59,24 +56,14 @@ pub async fn planned<P: CloudProvider>(
             Ok(s) => {
                 settings.insert(prov.name().to_string(), s);
             }
-            Err(e) => {
-                warnings.push(format!("Provisioner {}: {e}", prov.name()));
-                continue;
-            }
+            Err(e) => warnings.push(format!("Provisioner {}: {e}", prov.name())),
         }
-        match catalogs.get(ctx, prov.name()).await {
-            Ok(types) => {
-                for t in types {
-                    if names.insert(t.name.clone()) {
-                        catalog.push(t.clone());
-                    }
-                }
-            }
-            Err(e) => {
-                warnings.push(e.to_string());
-                settings.remove(prov.name());
-            }
-        }
+    }
+    let usable: Vec<&str> = settings.keys().map(String::as_str).collect();
+    let (catalog, failed) = Catalogs::default().union(ctx, &usable).await;
+    for (name, why) in failed {
+        warnings.push(why);
+        settings.remove(&name);
     }
     let (mut snapshot, snapshot_warnings) = ctx.state.snapshot_with_catalog(&catalog);
     changes.observe(&mut snapshot, now.as_second());

@@ -384,4 +384,33 @@ impl Catalogs {
             .map(Vec::as_slice)
             .unwrap_or_default())
     }
+
+    /// The instance types of every one of `provisioners`, each type once (in Provisioner name
+    /// order), and the Provisioners whose catalog could not be read, with why: the catalog a
+    /// whole-cluster simulation (disruption, interruption) runs on.
+    pub async fn union<P: CloudProvider>(
+        &mut self,
+        ctx: &Context<P>,
+        provisioners: &[&str],
+    ) -> (Vec<InstanceType>, Vec<(String, String)>) {
+        let mut names: std::collections::HashSet<String> = std::collections::HashSet::new();
+        let mut catalog = Vec::new();
+        let mut failed = Vec::new();
+        let mut sorted = provisioners.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        for prov in sorted {
+            match self.get(ctx, prov).await {
+                Ok(types) => {
+                    for t in types {
+                        if names.insert(t.name.clone()) {
+                            catalog.push(t.clone());
+                        }
+                    }
+                }
+                Err(e) => failed.push((prov.to_string(), e.to_string())),
+            }
+        }
+        (catalog, failed)
+    }
 }

@@ -62,6 +62,55 @@ pub fn run(
     opts: &Options,
     removed: &[usize],
 ) -> Result<Outcome, String> {
+    let (plan, replacements) = without(snapshot, catalog, opts, removed);
+    if let Some(u) = plan.unschedulable.first() {
+        return Err(format!(
+            "pod {} would not fit elsewhere: {}",
+            u.pod, u.reason
+        ));
+    }
+    for used in &plan.existing_nodes {
+        let joining = snapshot
+            .nodes
+            .iter()
+            .any(|n| n.name == used.name && !n.life.initialized);
+        if let (true, Some(p)) = (joining, used.pods.first()) {
+            return Err(format!(
+                "pod {p} would move to node {}, which is not initialized yet",
+                used.name
+            ));
+        }
+    }
+    let price_after = plan.new_price_per_hour();
+    Ok(Outcome {
+        plan,
+        replacements,
+        price_after,
+    })
+}
+
+/// Where the pods of the nodes at `removed` would go if those nodes ended now, whether or not
+/// every one has a place: the interruption path, which cannot refuse (the cloud takes the
+/// nodes anyway). Returns the plan (its `unschedulable` lists the moved pods with no place)
+/// and the new nodes the moved pods need, `pod_indices` into `snapshot`. In-flight and
+/// not-yet-initialized nodes are fair places here: the pods wait for them either way.
+pub fn evacuate(
+    snapshot: &mut Snapshot,
+    catalog: &[InstanceType],
+    opts: &Options,
+    removed: &[usize],
+) -> (Plan, Vec<NewNode>) {
+    without(snapshot, catalog, opts, removed)
+}
+
+/// The simulation of `snapshot` without the nodes at `removed` (see [`run`]), undone before
+/// returning; the replacements' `pod_indices` are mapped back to the caller's pod order.
+fn without(
+    snapshot: &mut Snapshot,
+    catalog: &[InstanceType],
+    opts: &Options,
+    removed: &[usize],
+) -> (Plan, Vec<NewNode>) {
     let mut removed: Vec<usize> = removed.to_vec();
     removed.sort_unstable();
     removed.dedup();
@@ -99,25 +148,6 @@ pub fn run(
     // A trial position that a swap filled holds the pod of its partner.
     let partner: std::collections::HashMap<usize, usize> = swaps.iter().copied().collect();
     let origin = |i: usize| partner.get(&i).copied().unwrap_or(i);
-
-    if let Some(u) = plan.unschedulable.first() {
-        return Err(format!(
-            "pod {} would not fit elsewhere: {}",
-            u.pod, u.reason
-        ));
-    }
-    for used in &plan.existing_nodes {
-        let joining = snapshot
-            .nodes
-            .iter()
-            .any(|n| n.name == used.name && !n.life.initialized);
-        if let (true, Some(p)) = (joining, used.pods.first()) {
-            return Err(format!(
-                "pod {p} would move to node {}, which is not initialized yet",
-                used.name
-            ));
-        }
-    }
     let replacements: Vec<NewNode> = plan
         .new_nodes
         .iter()
@@ -126,12 +156,7 @@ pub fn run(
             ..n.clone()
         })
         .collect();
-    let price_after = plan.new_price_per_hour();
-    Ok(Outcome {
-        plan,
-        replacements,
-        price_after,
-    })
+    (plan, replacements)
 }
 
 /// Moves the pending pods of `pods` to its end and splits them off: each pending pod before

@@ -17,7 +17,7 @@ use thiserror::Error;
 use crate::cloud_provider::{
     CloudError, CloudErrorKind, CloudProvider, LaunchRequest, LaunchedNode,
 };
-use crate::instance_type::InstanceType;
+use crate::instance_type::{CapacityType, InstanceType};
 
 /// The zone a launch without allowed zones lands in.
 pub const DEFAULT_ZONE: &str = "fake-zone-a";
@@ -72,6 +72,8 @@ pub enum FakeCall {
     Get(String),
     /// `list()`.
     List,
+    /// `mark_unavailable(type, zone, capacity type)`.
+    MarkUnavailable(String, String, CapacityType),
 }
 
 /// Which method a scripted failure is for.
@@ -95,6 +97,8 @@ struct State {
     /// By instance ID; terminated instances stay (with state `terminated`) until forgotten.
     instances: BTreeMap<String, LaunchedNode>,
     failures: BTreeMap<FakeMethod, VecDeque<FakeError>>,
+    /// Offerings marked unavailable: left out of `instance_types` (marks never expire here).
+    unavailable: Vec<(String, String, CapacityType)>,
     calls: Vec<FakeCall>,
     launched: u64,
 }
@@ -186,7 +190,17 @@ impl CloudProvider for FakeCloud {
             FakeMethod::InstanceTypes,
             FakeCall::InstanceTypes(provisioner.to_string()),
         )?;
-        Ok(state.instance_types.clone())
+        let mut types = state.instance_types.clone();
+        for t in &mut types {
+            for o in &mut t.offerings {
+                if state.unavailable.iter().any(|(name, zone, ct)| {
+                    name == &t.name && zone == &o.zone && *ct == o.capacity_type
+                }) {
+                    o.available = false;
+                }
+            }
+        }
+        Ok(types)
     }
 
     /// Launches the cheapest candidate in the first allowed zone, unless an instance for the
@@ -264,12 +278,22 @@ impl CloudProvider for FakeCloud {
             .cloned()
             .collect())
     }
+
+    fn mark_unavailable(&self, instance_type: &str, zone: &str, capacity_type: CapacityType) {
+        let mut state = self.lock();
+        let key = (instance_type.to_string(), zone.to_string(), capacity_type);
+        state.calls.push(FakeCall::MarkUnavailable(
+            key.0.clone(),
+            key.1.clone(),
+            capacity_type,
+        ));
+        state.unavailable.push(key);
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::CapacityType;
     use std::future::Future;
     use std::task::{Context, Poll, Waker};
 

@@ -1,0 +1,545 @@
+//! Interruption handling against moto's SQS through the real SDK, on `FakeCloud` and the
+//! scripted API: each event kind leads to its action; a replacement's claim is written before
+//! the interrupted claim is deleted (so before its drain starts); malformed, foreign,
+//! duplicate and stale messages are deleted and counted; a message whose handling fails stays
+//! in the queue and is handled when it comes back.
+
+mod cluster_fixture;
+mod lifecycle_fixture;
+mod support;
+
+use std::time::Duration;
+
+use http::Method;
+use joiner_apis::Provisioner;
+use joiner_aws::interruption::SqsQueue;
+use joiner_aws::AwsClients;
+use joiner_controller::interruption::{batch, connect, Memory, Outcome};
+use joiner_controller::metrics::{ActionLabels, KindLabels};
+use joiner_core::interruption::{EventKind, Rejected};
+use joiner_core::testing::FakeCall;
+use joiner_core::CapacityType;
+use joiner_moto::{MotoServer, MotoSession};
+use k8s_openapi::api::core::v1::Node;
+use serde_json::json;
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+
+use cluster_fixture::{
+    harness_full, joiner_claim, joiner_node, merge_node, running, Harness, CLAIMS,
+};
+use support::obj;
+
+/// Provisioner `web`: spot or on-demand; `rebalance` sets `spec.interruption.rebalance`.
+fn provisioner(rebalance: Option<&str>) -> Provisioner {
+    let mut spec = json!({
+        "providerRef": {"name": "default"},
+        "requirements": [
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]},
+        ],
+    });
+    if let Some(r) = rebalance {
+        spec["interruption"] = json!({"rebalance": r});
+    }
+    obj(json!({
+        "apiVersion": "joiner.sh/v1alpha1", "kind": "Provisioner",
+        "metadata": {"name": "web"},
+        "spec": spec,
+    }))
+}
+
+/// The instance ID of node `name` (`i-0000000a` for `a`).
+fn instance(name: &str) -> String {
+    format!("i-{:0>8}", name)
+}
+
+/// A spot c5.large node `name` on instance [`instance`], with its claim.
+fn spot_node(name: &str) -> (Node, joiner_apis::NodeClaim) {
+    let provider_id = format!("fake:///z-a/{}", instance(name));
+    let mut node = joiner_node(name, "c5.large", &provider_id);
+    merge_node(
+        &mut node,
+        json!({"metadata": {"labels": {"karpenter.sh/capacity-type": "spot"}}}),
+    );
+    let mut claim = joiner_claim(name, "c5.large", &provider_id);
+    claim.status.as_mut().expect("status").capacity_type = Some("spot".into());
+    (node, claim)
+}
+
+/// Spot nodes `names`, each with a 1.5-CPU pod (one per c5.large), under `prov`.
+fn cluster(names: &[&str], prov: Provisioner) -> Harness {
+    let (nodes, claims): (Vec<_>, Vec<_>) = names.iter().map(|n| spot_node(n)).unzip();
+    let pods = names
+        .iter()
+        .map(|n| running(&format!("app-{n}"), n, "1500m"))
+        .collect();
+    harness_full(nodes, claims, pods, vec![], vec![prov])
+}
+
+/// An EventBridge event body.
+fn event(
+    source: &str,
+    detail_type: &str,
+    id: &str,
+    time: &str,
+    detail: serde_json::Value,
+) -> String {
+    json!({
+        "version": "0", "id": id, "detail-type": detail_type, "source": source,
+        "account": "123456789012", "time": time, "region": "us-east-1",
+        "resources": [], "detail": detail,
+    })
+    .to_string()
+}
+
+const NOW: &str = "2026-11-30T14:00:00Z";
+
+fn spot_warning(node: &str, id: &str, time: &str) -> String {
+    event(
+        "aws.ec2",
+        "EC2 Spot Instance Interruption Warning",
+        id,
+        time,
+        json!({"instance-id": instance(node), "instance-action": "terminate"}),
+    )
+}
+
+fn rebalance(node: &str, id: &str) -> String {
+    event(
+        "aws.ec2",
+        "EC2 Instance Rebalance Recommendation",
+        id,
+        NOW,
+        json!({"instance-id": instance(node)}),
+    )
+}
+
+fn state_change(node: &str, state: &str, id: &str) -> String {
+    event(
+        "aws.ec2",
+        "EC2 Instance State-change Notification",
+        id,
+        NOW,
+        json!({"instance-id": instance(node), "state": state}),
+    )
+}
+
+fn scheduled_change(nodes: &[&str], id: &str) -> String {
+    let entities: Vec<_> = nodes
+        .iter()
+        .map(|n| json!({"entityValue": instance(n)}))
+        .collect();
+    event(
+        "aws.health",
+        "AWS Health Event",
+        id,
+        NOW,
+        json!({"service": "EC2", "eventTypeCategory": "scheduledChange",
+               "eventTypeCode": "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
+               "affectedEntities": entities}),
+    )
+}
+
+/// A moto queue `name` holding `bodies`, and the consumer's view of it (no long-poll wait,
+/// a 1 s visibility timeout).
+async fn queue(
+    moto: &MotoSession,
+    name: &str,
+    bodies: &[String],
+) -> (SqsQueue, aws_sdk_sqs::Client) {
+    let sqs = AwsClients::from_config(&moto.sdk_config("us-east-1").await)
+        .expect("clients")
+        .sqs;
+    let url = sqs
+        .create_queue()
+        .queue_name(name)
+        .send()
+        .await
+        .expect("queue")
+        .queue_url
+        .expect("url");
+    for body in bodies {
+        sqs.send_message()
+            .queue_url(&url)
+            .message_body(body)
+            .send()
+            .await
+            .expect("sent");
+    }
+    let q = SqsQueue::connect(sqs.clone(), name)
+        .await
+        .expect("connects")
+        .with_timing(0, 1);
+    (q, sqs)
+}
+
+/// Messages still in the queue, visible or in flight.
+async fn left(sqs: &aws_sdk_sqs::Client, q: &SqsQueue) -> u32 {
+    use aws_sdk_sqs::types::QueueAttributeName as A;
+    let out = sqs
+        .get_queue_attributes()
+        .queue_url(q.url())
+        .attribute_names(A::ApproximateNumberOfMessages)
+        .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await
+        .expect("attributes");
+    let attrs = out.attributes.unwrap_or_default();
+    [
+        A::ApproximateNumberOfMessages,
+        A::ApproximateNumberOfMessagesNotVisible,
+    ]
+    .iter()
+    .map(|a| {
+        attrs
+            .get(a)
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(0)
+    })
+    .sum()
+}
+
+/// Receives and handles until the queue gives nothing.
+async fn drain_queue(h: &Harness, q: &SqsQueue, memory: &Mutex<Memory>) -> Vec<Outcome> {
+    let mut out = Vec::new();
+    loop {
+        let report = batch(&h.ctx, q, memory).await.expect("batch");
+        if report.received == 0 {
+            return out;
+        }
+        out.extend(report.outcomes.into_iter().filter_map(|(_, o)| o.ok()));
+    }
+}
+
+/// Index of the first request matching `f`.
+fn first(h: &Harness, f: impl Fn(&support::Recorded) -> bool) -> Option<usize> {
+    h.api.requests().iter().position(f)
+}
+
+fn actions(h: &Harness, kind: EventKind, action: &str) -> u64 {
+    h.ctx
+        .metrics
+        .interruption_actions
+        .get_or_create(&ActionLabels {
+            kind: kind.as_str().into(),
+            action: action.into(),
+        })
+        .get()
+}
+
+fn rejected(h: &Harness, reason: Rejected) -> u64 {
+    h.ctx
+        .metrics
+        .interruption_rejected
+        .get_or_create(&KindLabels {
+            kind: reason.as_str().into(),
+        })
+        .get()
+}
+
+#[tokio::test]
+async fn a_spot_interruption_writes_the_replacement_before_the_old_claim_is_deleted() {
+    let moto = MotoServer::session().expect("moto server");
+    let h = cluster(&["a"], provisioner(None));
+    let (q, sqs) = queue(&moto, "spot", &[spot_warning("a", "ev-1", NOW)]).await;
+    let memory = Mutex::new(Memory::default());
+
+    let outcomes = drain_queue(&h, &q, &memory).await;
+    assert_eq!(
+        outcomes,
+        [Outcome::Acted {
+            kind: EventKind::SpotInterruption,
+            action: "replace",
+            claims: vec!["web-a".into()],
+        }]
+    );
+    assert_eq!(left(&sqs, &q).await, 0, "the handled message is deleted");
+
+    // The offering is marked before the replacement is planned, so the replacement avoids it.
+    let calls = h.cloud.calls();
+    let marked = calls
+        .iter()
+        .position(|c| {
+            *c == FakeCall::MarkUnavailable("c5.large".into(), "z-a".into(), CapacityType::Spot)
+        })
+        .expect("spot offering marked unavailable");
+    let launch = calls
+        .iter()
+        .position(|c| matches!(c, FakeCall::Create(_)))
+        .expect("replacement launched");
+    assert!(marked < launch);
+    let FakeCall::Create(request) = &calls[launch] else {
+        unreachable!()
+    };
+    assert!(
+        !(request.capacity_type == CapacityType::Spot
+            && request.candidates[0].0 == "c5.large"
+            && request.zones == ["z-a"]),
+        "the replacement is not the interrupted offering: {request:?}"
+    );
+
+    // Tainted, replacement claim written, then the old claim deleted (its drain starts there).
+    let tainted = first(&h, |r| {
+        r.method == Method::PATCH && r.path == "/api/v1/nodes/a"
+    })
+    .expect("node tainted");
+    let written = first(&h, |r| r.is(Method::POST, CLAIMS)).expect("replacement claim written");
+    let deleted = first(&h, |r| {
+        r.method == Method::DELETE && r.path == format!("{CLAIMS}/web-a")
+    })
+    .expect("old claim deleted");
+    assert!(
+        tainted < written && written < deleted,
+        "{:?}",
+        h.api.calls()
+    );
+    let taint = &h.api.requests()[tainted].body;
+    assert!(taint.to_string().contains("joiner.sh/disrupted"), "{taint}");
+
+    let events = h.events();
+    for kind in ["Node", "NodeClaim"] {
+        assert!(
+            events.iter().any(|(k, reason, message)| k == kind
+                && reason == "SpotInterrupted"
+                && message.contains("replacement web-")
+                && message.contains("draining")),
+            "{events:?}"
+        );
+    }
+    assert_eq!(actions(&h, EventKind::SpotInterruption, "replace"), 1);
+}
+
+#[tokio::test]
+async fn each_event_kind_leads_to_its_action() {
+    let moto = MotoServer::session().expect("moto server");
+    let h = cluster(&["a", "b", "c", "d", "e"], provisioner(None));
+    let bodies = [
+        rebalance("a", "ev-a"),
+        state_change("b", "stopping", "ev-b"),
+        state_change("c", "terminated", "ev-c"),
+        scheduled_change(&["d", "e"], "ev-de"),
+    ];
+    let (q, sqs) = queue(&moto, "kinds", &bodies).await;
+    let memory = Mutex::new(Memory::default());
+    let mut outcomes = drain_queue(&h, &q, &memory).await;
+    outcomes.sort_by_key(|o| format!("{o:?}"));
+    let acted: Vec<(EventKind, &str, Vec<String>)> = outcomes
+        .into_iter()
+        .filter_map(|o| match o {
+            Outcome::Acted {
+                kind,
+                action,
+                claims,
+            } => Some((kind, action, claims)),
+            Outcome::Rejected(_) => None,
+        })
+        .collect();
+    assert_eq!(acted.len(), 4, "{acted:?}");
+    assert!(acted.contains(&(
+        EventKind::RebalanceRecommendation,
+        "notify",
+        vec!["web-a".into()]
+    )));
+    assert!(acted.contains(&(EventKind::Stopping, "replace", vec!["web-b".into()])));
+    assert!(acted.contains(&(EventKind::Terminating, "replace", vec!["web-c".into()])));
+    assert!(acted.contains(&(
+        EventKind::ScheduledChange,
+        "replace",
+        vec!["web-d".into(), "web-e".into()]
+    )));
+    assert_eq!(left(&sqs, &q).await, 0);
+
+    let mut deleted = h.deleted();
+    deleted.sort();
+    assert_eq!(
+        deleted,
+        ["web-b", "web-c", "web-d", "web-e"],
+        "the rebalanced node stays"
+    );
+    let events = h.events();
+    assert!(events.iter().any(|(k, r, m)| k == "Node"
+        && r == "RebalanceRecommendation"
+        && m.contains("spec.interruption.rebalance: Notify")));
+    for reason in [
+        "InstanceStopping",
+        "InstanceTerminating",
+        "ScheduledMaintenance",
+    ] {
+        assert!(
+            events
+                .iter()
+                .any(|(k, r, _)| k == "NodeClaim" && r == reason),
+            "{reason}: {events:?}"
+        );
+    }
+    // No offering is marked for anything but a spot interruption.
+    assert!(!h
+        .cloud
+        .calls()
+        .iter()
+        .any(|c| matches!(c, FakeCall::MarkUnavailable(..))));
+    assert_eq!(actions(&h, EventKind::ScheduledChange, "replace"), 2);
+    assert_eq!(actions(&h, EventKind::RebalanceRecommendation, "notify"), 1);
+}
+
+#[tokio::test]
+async fn a_rebalance_recommendation_replaces_when_the_provisioner_opts_in() {
+    let moto = MotoServer::session().expect("moto server");
+    let h = cluster(&["a"], provisioner(Some("Replace")));
+    let (q, _) = queue(&moto, "rebalance", &[rebalance("a", "ev-r")]).await;
+    let memory = Mutex::new(Memory::default());
+    let outcomes = drain_queue(&h, &q, &memory).await;
+    assert_eq!(
+        outcomes,
+        [Outcome::Acted {
+            kind: EventKind::RebalanceRecommendation,
+            action: "replace",
+            claims: vec!["web-a".into()],
+        }]
+    );
+    let written = first(&h, |r| r.is(Method::POST, CLAIMS)).expect("replacement written");
+    let deleted = first(&h, |r| r.method == Method::DELETE).expect("old claim deleted");
+    assert!(written < deleted);
+}
+
+#[tokio::test]
+async fn malformed_foreign_duplicate_and_stale_messages_are_deleted_and_counted() {
+    let moto = MotoServer::session().expect("moto server");
+    let h = cluster(&["a"], provisioner(None));
+    let bodies = [
+        " ".to_string(),
+        "{\"version\": \"0\", \"source\": ".to_string(),
+        event("aws.s3", "Object Created", "ev-s3", NOW, json!({})),
+        json!({"version": "0", "id": "x", "detail-type": "EC2 Spot Instance Interruption Warning",
+               "source": "aws.ec2", "time": NOW, "detail": {}})
+        .to_string(),
+        // An instance no claim records (another node group's, or a warm-pool member's own stop).
+        spot_warning("ffff", "ev-foreign", NOW),
+        state_change("eeee", "stopped", "ev-warm"),
+        // Older than the claim: about the instance's life before it.
+        spot_warning("a", "ev-stale", "2025-06-01T00:00:00Z"),
+        format!("{{\"pad\": \"{}\"}}", "x".repeat(300 * 1024)),
+    ];
+    let (q, sqs) = queue(&moto, "junk", &bodies).await;
+    let memory = Mutex::new(Memory::default());
+    let outcomes = drain_queue(&h, &q, &memory).await;
+    assert_eq!(
+        outcomes.len(),
+        bodies.len(),
+        "every message handled: {outcomes:?}"
+    );
+    assert!(
+        outcomes.iter().all(|o| matches!(o, Outcome::Rejected(_))),
+        "{outcomes:?}"
+    );
+    assert_eq!(left(&sqs, &q).await, 0, "every message deleted");
+    for (reason, n) in [
+        (Rejected::Empty, 1),
+        (Rejected::NotJson, 1),
+        (Rejected::UnknownEvent, 1),
+        (Rejected::MissingField, 1),
+        (Rejected::NotOwned, 2),
+        (Rejected::Stale, 1),
+        (Rejected::TooLarge, 1),
+    ] {
+        assert_eq!(rejected(&h, reason), n, "{}", reason.as_str());
+    }
+    assert!(h.deleted().is_empty(), "no claim touched");
+    assert!(h.cloud.calls().is_empty(), "no cloud call");
+
+    // The same event delivered twice: acted on once.
+    let url = q.url().to_string();
+    for _ in 0..2 {
+        sqs.send_message()
+            .queue_url(&url)
+            .message_body(spot_warning("a", "ev-twice", NOW))
+            .send()
+            .await
+            .expect("sent");
+    }
+    let outcomes = drain_queue(&h, &q, &memory).await;
+    assert_eq!(outcomes.len(), 2);
+    assert_eq!(rejected(&h, Rejected::Duplicate), 1);
+    assert_eq!(h.deleted(), ["web-a"]);
+    assert_eq!(
+        h.ctx.metrics.interruption_deleted.get(),
+        (bodies.len() + 2) as u64
+    );
+}
+
+#[tokio::test]
+async fn a_message_whose_handling_fails_comes_back_and_is_handled_then() {
+    let moto = MotoServer::session().expect("moto server");
+    let h = cluster(&["a"], provisioner(None));
+    h.fail_deletes.store(1, std::sync::atomic::Ordering::SeqCst);
+    let (q, sqs) = queue(&moto, "retry", &[state_change("a", "stopping", "ev-1")]).await;
+    let memory = Mutex::new(Memory::default());
+
+    let first_try = batch(&h.ctx, &q, &memory).await.expect("batch");
+    assert_eq!(
+        (first_try.received, first_try.deleted, first_try.kept),
+        (1, 0, 1)
+    );
+    assert_eq!(h.deleted(), ["web-a"], "one DELETE, which failed");
+    assert_eq!(left(&sqs, &q).await, 1, "kept in the queue");
+
+    // Hidden until its visibility timeout, then back.
+    assert_eq!(batch(&h.ctx, &q, &memory).await.expect("batch").received, 0);
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let second = batch(&h.ctx, &q, &memory).await.expect("batch");
+    assert_eq!((second.received, second.deleted), (1, 1));
+    assert_eq!(h.deleted(), ["web-a", "web-a"], "tried again, and done");
+    assert_eq!(left(&sqs, &q).await, 0);
+    // The replacement written on the first try serves the retry: no second one is bought.
+    let written = h
+        .api
+        .requests()
+        .iter()
+        .filter(|r| r.is(Method::POST, CLAIMS))
+        .count();
+    assert_eq!(written, 1);
+}
+
+#[tokio::test]
+async fn a_queue_that_does_not_exist_yet_is_retried_until_it_does() {
+    let moto = MotoServer::session().expect("moto server");
+    let sqs = AwsClients::from_config(&moto.sdk_config("us-east-1").await)
+        .expect("clients")
+        .sqs;
+    let stop = CancellationToken::new();
+    let attempts = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let creator = {
+        let sqs = sqs.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            sqs.create_queue()
+                .queue_name("late")
+                .send()
+                .await
+                .expect("queue");
+        }
+    };
+    let connecting = connect(
+        || {
+            attempts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let sqs = sqs.clone();
+            async move { SqsQueue::connect(sqs, "late").await }
+        },
+        &stop,
+    );
+    let (queue, ()) = tokio::join!(connecting, creator);
+    assert!(queue.is_some(), "connected once the queue exists");
+    assert!(attempts.load(std::sync::atomic::Ordering::SeqCst) >= 2);
+
+    // A stop while the queue stays missing ends the attempts.
+    stop.cancel();
+    let none = connect(
+        || {
+            let sqs = sqs.clone();
+            async move { SqsQueue::connect(sqs, "never").await }
+        },
+        &stop,
+    )
+    .await;
+    assert!(none.is_none());
+}
