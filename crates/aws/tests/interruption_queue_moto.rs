@@ -71,6 +71,46 @@ async fn a_missing_queue_is_a_misconfiguration_naming_it() {
     assert!(err.to_string().contains("\"no-such-queue\""), "{err}");
 }
 
+/// Answers every call with AccessDenied, as SQS does for a role without the permission.
+#[derive(Debug)]
+struct Deny;
+
+impl aws_sdk_sqs::config::Intercept for Deny {
+    fn name(&self) -> &'static str {
+        "Deny"
+    }
+
+    fn modify_before_deserialization(
+        &self,
+        ctx: &mut aws_sdk_sqs::config::interceptors::BeforeDeserializationInterceptorContextMut<'_>,
+        _rc: &aws_sdk_sqs::config::RuntimeComponents,
+        _cfg: &mut aws_sdk_sqs::config::ConfigBag,
+    ) -> Result<(), aws_sdk_sqs::error::BoxError> {
+        let resp = ctx.response_mut();
+        *resp.status_mut() = aws_smithy_runtime_api::http::StatusCode::try_from(400)?;
+        resp.headers_mut()
+            .insert("content-type", "application/x-amz-json-1.0");
+        *resp.body_mut() = aws_smithy_types::body::SdkBody::from(
+            r#"{"__type":"com.amazon.coral.service#AccessDeniedException","message":"User: arn:aws:sts::123456789012:assumed-role/joiner/x is not authorized to perform: sqs:getqueueurl"}"#,
+        );
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn access_denied_is_a_misconfiguration_saying_what_the_role_needs() {
+    let moto = MotoServer::session().expect("moto server");
+    let client = sqs(&moto).await;
+    create(&client, "denied").await;
+    let denied = aws_sdk_sqs::Client::from_conf(client.config().to_builder().interceptor(Deny).build());
+    let err = SqsQueue::connect(denied, "denied").await.expect_err("denied");
+    assert!(matches!(err, QueueError::AccessDenied { .. }), "{err:?}");
+    assert_eq!(err.kind(), CloudErrorKind::Misconfigured);
+    let text = err.to_string();
+    assert!(text.contains("\"denied\"") && text.contains("sqs:ReceiveMessage"), "{text}");
+    assert!(text.contains("not authorized"), "AWS's words are kept: {text}");
+}
+
 #[tokio::test]
 async fn messages_come_parsed_and_deleted_ones_are_gone() {
     let moto = MotoServer::session().expect("moto server");
