@@ -13,6 +13,7 @@ pub mod disruption;
 pub mod drift;
 pub mod duration;
 pub mod error;
+pub mod karpenter;
 pub mod label_rules;
 pub mod lookup;
 pub mod node_claim;

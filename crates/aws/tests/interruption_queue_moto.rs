@@ -102,13 +102,22 @@ async fn access_denied_is_a_misconfiguration_saying_what_the_role_needs() {
     let moto = MotoServer::session().expect("moto server");
     let client = sqs(&moto).await;
     create(&client, "denied").await;
-    let denied = aws_sdk_sqs::Client::from_conf(client.config().to_builder().interceptor(Deny).build());
-    let err = SqsQueue::connect(denied, "denied").await.expect_err("denied");
+    let denied =
+        aws_sdk_sqs::Client::from_conf(client.config().to_builder().interceptor(Deny).build());
+    let err = SqsQueue::connect(denied, "denied")
+        .await
+        .expect_err("denied");
     assert!(matches!(err, QueueError::AccessDenied { .. }), "{err:?}");
     assert_eq!(err.kind(), CloudErrorKind::Misconfigured);
     let text = err.to_string();
-    assert!(text.contains("\"denied\"") && text.contains("sqs:ReceiveMessage"), "{text}");
-    assert!(text.contains("not authorized"), "AWS's words are kept: {text}");
+    assert!(
+        text.contains("\"denied\"") && text.contains("sqs:ReceiveMessage"),
+        "{text}"
+    );
+    assert!(
+        text.contains("not authorized"),
+        "AWS's words are kept: {text}"
+    );
 }
 
 #[tokio::test]

@@ -13,6 +13,7 @@ mod consolidate;
 mod controller;
 mod crds;
 mod error;
+mod import;
 mod manifest;
 mod output;
 mod plan;
@@ -43,6 +44,9 @@ enum Command {
     Crds(crds::CrdsArgs),
     /// Launch templates: `render` prints the settings and decoded user data joiner would use.
     LaunchTemplate(render::LaunchTemplateArgs),
+    /// Converts Karpenter Provisioner/AWSNodeTemplate (v1alpha5) and NodePool/EC2NodeClass
+    /// (v1beta1, v1) manifests into joiner's, noting every field without an equivalent.
+    ImportKarpenter(import::ImportArgs),
 }
 
 /// Arguments of `joiner plan`.
@@ -106,6 +110,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(&args),
         Command::Crds(args) => crds::run(&args),
         Command::LaunchTemplate(args) => render::run(&args),
+        Command::ImportKarpenter(args) => import::run(&args),
     };
     match result {
         Ok(text) => write_stdout(&text),

@@ -73,6 +73,16 @@ pub enum ManifestError {
         /// What is wrong.
         reason: String,
     },
+    /// A Karpenter object that cannot be converted.
+    #[error("{object}: {field}: {reason}")]
+    Converted {
+        /// `Kind name`.
+        object: String,
+        /// The field path.
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// An object with a field that is wrong or unsupported.
     #[error("{location} ({object}): {field}: {reason}")]
     Invalid {

@@ -145,6 +145,14 @@ pub(crate) fn read(
     loaded: &mut Loaded,
 ) -> Result<(), ManifestError> {
     let header = Header::of(&doc)?;
+    if joiner_apis::karpenter::is_karpenter(&header.api_version, &header.kind) {
+        let value = serde_json::to_value(&doc.value).map_err(|e| ManifestError::NotAnObject {
+            location: doc.location.clone(),
+            reason: format!("not representable as JSON: {e}"),
+        })?;
+        loaded.karpenter.push((doc.location, value));
+        return Ok(());
+    }
     let Some(namespaced) = known(&header.api_version, &header.kind) else {
         loaded.warnings.push(skip_warning(&header, &doc.location));
         return Ok(());
@@ -283,22 +291,7 @@ pub(crate) fn read(
         }
         "Provisioner" => {
             let p: joiner_apis::Provisioner = obj.parse(doc.value)?;
-            if let Some(why) = p.not_planned() {
-                loaded
-                    .warnings
-                    .push(format!("{}: skipped {}: {why}", doc.location, obj.label()));
-                loaded.skipped_provisioners += 1;
-                return Ok(());
-            }
-            let core = p
-                .to_core()
-                .map_err(|err| e(FieldError::new(err.field(), err.reason())))?;
-            let settings = p
-                .disruption_settings()
-                .map_err(|err| e(FieldError::new(err.field(), err.reason())))?;
-            loaded.disruption.insert(core.name.clone(), settings);
-            loaded.snapshot.provisioners.push(core);
-            loaded.provisioners.push(p);
+            add_provisioner(loaded, p, &doc.location, &obj.label()).map_err(e)?;
         }
         "NodeClaim" => {
             let c: joiner_apis::NodeClaim = obj.parse(doc.value)?;
@@ -318,6 +311,124 @@ pub(crate) fn read(
                 format!("kind {other} is recognised but not handled"),
             )));
         }
+    }
+    Ok(())
+}
+
+/// Adds Provisioner `p` (read from `location`, named `label` in messages) as the controller
+/// would plan with it: skipped with a warning while it is being deleted or not Ready, else
+/// validated with its disruption settings.
+fn add_provisioner(
+    loaded: &mut Loaded,
+    p: joiner_apis::Provisioner,
+    location: &Location,
+    label: &str,
+) -> Result<(), FieldError> {
+    if let Some(why) = p.not_planned() {
+        loaded
+            .warnings
+            .push(format!("{location}: skipped {label}: {why}"));
+        loaded.skipped_provisioners += 1;
+        return Ok(());
+    }
+    let core = p
+        .to_core()
+        .map_err(|err| FieldError::new(err.field(), err.reason()))?;
+    let settings = p
+        .disruption_settings()
+        .map_err(|err| FieldError::new(err.field(), err.reason()))?;
+    loaded.disruption.insert(core.name.clone(), settings);
+    loaded.snapshot.provisioners.push(core);
+    loaded.provisioners.push(p);
+    Ok(())
+}
+
+/// Reads the Karpenter objects of the input as joiner's, the way `joiner import-karpenter`
+/// converts them: each note becomes a warning; a name given twice (a joiner Provisioner and a
+/// NodePool of the same name) is an error.
+pub(crate) fn read_karpenter(loaded: &mut Loaded) -> Result<(), ManifestError> {
+    if loaded.karpenter.is_empty() {
+        return Ok(());
+    }
+    let karpenter = std::mem::take(&mut loaded.karpenter);
+    let values: Vec<serde_json::Value> = karpenter.iter().map(|(_, v)| v.clone()).collect();
+    // Where the Karpenter object `Kind name` (or, for a converted object, of one of `kinds`
+    // and that name) was read; the first Karpenter document when none matches.
+    let find = |kinds: &[&str], name: &str| -> Location {
+        karpenter
+            .iter()
+            .find(|(_, v)| {
+                v["metadata"]["name"].as_str() == Some(name)
+                    && kinds.contains(&v["kind"].as_str().unwrap_or_default())
+            })
+            .or(karpenter.first())
+            .map(|(l, _)| l.clone())
+            .unwrap_or_else(|| Location {
+                path: Default::default(),
+                document: 0,
+                item: None,
+            })
+    };
+    let location_of = |object: &str| {
+        let (kind, name) = object.split_once(' ').unwrap_or((object, ""));
+        find(&[kind], name)
+    };
+    let node_class_kinds = ["AWSNodeTemplate", "EC2NodeClass"];
+    let pool_kinds = ["Provisioner", "NodePool"];
+    let converted =
+        joiner_apis::karpenter::convert(&values).map_err(|err| ManifestError::Invalid {
+            location: location_of(&err.object),
+            object: err.object.clone(),
+            field: err.field.clone(),
+            reason: err.reason.clone(),
+        })?;
+    loaded.warnings.push(format!(
+        "read {} Karpenter object(s) as joiner's Provisioners and NodeTemplates (`joiner import-karpenter` writes them out)",
+        karpenter.len()
+    ));
+    for note in &converted.notes {
+        loaded
+            .warnings
+            .push(format!("{}: {note}", location_of(&note.object)));
+    }
+    for t in converted.node_templates {
+        let label = format!("NodeTemplate {}", t.name());
+        let location = find(&node_class_kinds, t.name());
+        if loaded.node_templates.iter().any(|n| n.name() == t.name()) {
+            return Err(ManifestError::Invalid {
+                location,
+                object: label,
+                field: "metadata.name".into(),
+                reason: "defined twice (as a NodeTemplate and as a Karpenter node class)".into(),
+            });
+        }
+        t.validate().map_err(|err| ManifestError::Invalid {
+            location: location.clone(),
+            object: label.clone(),
+            field: err.field().to_string(),
+            reason: err.reason().to_string(),
+        })?;
+        loaded.node_templates.push(t);
+    }
+    for p in converted.provisioners {
+        let label = format!("Provisioner {}", p.name());
+        let location = find(&pool_kinds, p.name());
+        if loaded.provisioners.iter().any(|q| q.name() == p.name()) {
+            return Err(ManifestError::Invalid {
+                location,
+                object: label,
+                field: "metadata.name".into(),
+                reason:
+                    "defined twice (as a Provisioner and as a Karpenter NodePool or Provisioner)"
+                        .into(),
+            });
+        }
+        add_provisioner(loaded, p, &location, &label).map_err(|err| ManifestError::Invalid {
+            location: location.clone(),
+            object: label.clone(),
+            field: err.field,
+            reason: err.reason,
+        })?;
     }
     Ok(())
 }

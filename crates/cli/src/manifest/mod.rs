@@ -50,6 +50,9 @@ pub struct Loaded {
     pub(crate) volumes: Vec<k8s_openapi::api::core::v1::PersistentVolume>,
     /// See `claims`.
     pub(crate) classes: Vec<k8s_openapi::api::storage::v1::StorageClass>,
+    /// Karpenter objects (NodePool, EC2NodeClass, v1alpha5 Provisioner, AWSNodeTemplate), read
+    /// as joiner's once every document is in (`joiner_apis::karpenter`).
+    pub(crate) karpenter: Vec<(error::Location, serde_json::Value)>,
 }
 
 /// Loads manifests from files and folders (every `*.yaml`/`*.yml` below a folder, sorted by
@@ -68,8 +71,52 @@ pub fn load(paths: &[PathBuf]) -> Result<Loaded, ManifestError> {
             paths: paths.to_vec(),
         });
     }
+    kinds::read_karpenter(&mut loaded)?;
     finish(&mut loaded);
     Ok(loaded)
+}
+
+/// The Karpenter objects in `paths` (as JSON, with where each was read), and a note per other
+/// document skipped: the input of `joiner import-karpenter`.
+pub fn karpenter_objects(
+    paths: &[PathBuf],
+) -> Result<(Vec<serde_json::Value>, Vec<String>), ManifestError> {
+    let mut objects = Vec::new();
+    let mut skipped = Vec::new();
+    let mut documents = 0;
+    for file in files::collect(paths)? {
+        let text = files::read(&file)?;
+        for doc in documents::split(&file, &text)? {
+            documents += 1;
+            let text = |k: &str| {
+                doc.value
+                    .get(k)
+                    .and_then(serde_yaml::Value::as_str)
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            let (api_version, kind) = (text("apiVersion"), text("kind"));
+            if !joiner_apis::karpenter::is_karpenter(&api_version, &kind) {
+                skipped.push(format!(
+                    "{}: skipped {api_version} {kind}: not a Karpenter kind joiner converts",
+                    doc.location
+                ));
+                continue;
+            }
+            let value =
+                serde_json::to_value(&doc.value).map_err(|e| ManifestError::NotAnObject {
+                    location: doc.location.clone(),
+                    reason: format!("not representable as JSON: {e}"),
+                })?;
+            objects.push(value);
+        }
+    }
+    if documents == 0 {
+        return Err(ManifestError::Empty {
+            paths: paths.to_vec(),
+        });
+    }
+    Ok((objects, skipped))
 }
 
 /// What follows reading every document: workloads reconciled with their dumped pods,
@@ -171,6 +218,7 @@ pub(crate) fn load_text(path: &str, text: &str) -> Result<Loaded, ManifestError>
         &mut kinds::Seen::default(),
         &mut loaded,
     )?;
+    kinds::read_karpenter(&mut loaded)?;
     finish(&mut loaded);
     Ok(loaded)
 }

@@ -305,12 +305,14 @@ fn unknown_kinds_warn_with_file_document_and_kind() {
         "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c}]}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\n---\napiVersion: karpenter.sh/v1alpha5\nkind: Provisioner\nmetadata: {name: default}\n---\napiVersion: apps/v1beta1\nkind: Deployment\nmetadata: {name: old}\n",
     );
     assert_eq!(l.snapshot.pods.len(), 1);
+    assert_eq!(l.provisioners.len(), 1);
     assert_eq!(
         l.warnings,
         [
             "test.yaml: document 2: skipped Service shop/web (v1): kind not used for planning",
-            "test.yaml: document 3: skipped Provisioner default (karpenter.sh/v1alpha5): a Karpenter object: convert it with `joiner import-karpenter`",
             "test.yaml: document 4: skipped Deployment old (apps/v1beta1): unsupported apiVersion for this kind",
+            // A Karpenter object is not skipped: it is converted as import-karpenter does.
+            "read 1 Karpenter object(s) as joiner's Provisioners and NodeTemplates (`joiner import-karpenter` writes them out)",
         ]
     );
 }

@@ -1,0 +1,178 @@
+//! Karpenter manifests into joiner's: `Provisioner` + `AWSNodeTemplate` (karpenter.sh/v1alpha5,
+//! karpenter.k8s.aws/v1alpha1), and `NodePool` + `EC2NodeClass` (v1beta1 and v1).
+//!
+//! Every field of the input is either converted or reported: each object is read through
+//! [`Fields`], which records the keys it consumed, and whatever is left unread at the end is a
+//! [`Note`] (`NodePool default: spec.template.spec.terminationGracePeriod: no joiner
+//! equivalent; not converted`). Notes also say where a conversion changes behaviour (a
+//! default that differs). Shared by `joiner import-karpenter` and `joiner plan`, so both read a
+//! Karpenter manifest the same way.
+
+mod fields;
+mod nodeclass;
+mod nodepool;
+mod v1alpha5;
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+use thiserror::Error;
+
+use crate::{NodeTemplate, Provisioner};
+pub use fields::Fields;
+
+/// Karpenter kinds this module reads, by (apiVersion, kind).
+pub fn is_karpenter(api_version: &str, kind: &str) -> bool {
+    matches!(
+        (api_version, kind),
+        ("karpenter.sh/v1alpha5", "Provisioner")
+            | ("karpenter.k8s.aws/v1alpha1", "AWSNodeTemplate")
+            | ("karpenter.sh/v1beta1" | "karpenter.sh/v1", "NodePool")
+            | (
+                "karpenter.k8s.aws/v1beta1" | "karpenter.k8s.aws/v1",
+                "EC2NodeClass"
+            )
+    )
+}
+
+/// Something of the input that was not converted as it was, for the user to read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Note {
+    /// `Kind name` of the Karpenter object.
+    pub object: String,
+    /// The field path (`spec.template.spec.expireAfter`).
+    pub field: String,
+    /// What happened to it.
+    pub message: String,
+}
+
+impl std::fmt::Display for Note {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}: {}", self.object, self.field, self.message)
+    }
+}
+
+/// A Karpenter object that cannot be read (a field of the wrong type, a required field
+/// missing), naming the object and field.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[error("{object}: {field}: {reason}")]
+pub struct KarpenterError {
+    /// `Kind name`.
+    pub object: String,
+    /// The field path.
+    pub field: String,
+    /// What is wrong.
+    pub reason: String,
+}
+
+/// The joiner objects made from a set of Karpenter objects, and the notes.
+#[derive(Clone, Debug, Default)]
+pub struct Converted {
+    /// One per Provisioner or NodePool.
+    pub provisioners: Vec<Provisioner>,
+    /// One per AWSNodeTemplate or EC2NodeClass.
+    pub node_templates: Vec<NodeTemplate>,
+    /// What was not converted, or changed meaning.
+    pub notes: Vec<Note>,
+}
+
+/// Converts `objects` (each a whole Karpenter manifest as JSON, of a kind [`is_karpenter`]
+/// accepts; others are refused). Node classes are read first: a v1 EC2NodeClass's kubelet
+/// settings go to the Provisioners that use it.
+pub fn convert(objects: &[Value]) -> Result<Converted, KarpenterError> {
+    let mut out = Converted::default();
+    let mut kubelets: BTreeMap<String, Value> = BTreeMap::new();
+    let header = |v: &Value| {
+        (
+            v["apiVersion"].as_str().unwrap_or_default().to_string(),
+            v["kind"].as_str().unwrap_or_default().to_string(),
+        )
+    };
+    for object in objects {
+        let (api_version, kind) = header(object);
+        match (api_version.as_str(), kind.as_str()) {
+            ("karpenter.k8s.aws/v1alpha1", "AWSNodeTemplate") => {
+                let t = v1alpha5::node_template(object, &mut out.notes)?;
+                out.node_templates.push(t);
+            }
+            (_, "EC2NodeClass") => {
+                let (t, kubelet) = nodeclass::node_class(object, &api_version, &mut out.notes)?;
+                if let Some(k) = kubelet {
+                    kubelets.insert(t.metadata.name.clone().unwrap_or_default(), k);
+                }
+                out.node_templates.push(t);
+            }
+            _ => {}
+        }
+    }
+    for object in objects {
+        let (api_version, kind) = header(object);
+        match (api_version.as_str(), kind.as_str()) {
+            ("karpenter.sh/v1alpha5", "Provisioner") => {
+                out.provisioners
+                    .push(v1alpha5::provisioner(object, &mut out.notes)?);
+            }
+            (_, "NodePool") => {
+                out.provisioners.push(nodepool::node_pool(
+                    object,
+                    &api_version,
+                    &kubelets,
+                    &mut out.notes,
+                )?);
+            }
+            (v, k) if !is_karpenter(v, k) => {
+                return Err(KarpenterError {
+                    object: format!(
+                        "{k} {}",
+                        object["metadata"]["name"].as_str().unwrap_or("<unnamed>")
+                    ),
+                    field: "apiVersion".into(),
+                    reason: format!("{v} {k} is not a Karpenter kind joiner converts"),
+                })
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+/// Reads the typed joiner object from `value`, built by a converter: a failure here is a
+/// converter bug, reported with the object's name.
+fn typed<T: serde::de::DeserializeOwned>(object: &str, value: Value) -> Result<T, KarpenterError> {
+    serde_json::from_value(value).map_err(|e| KarpenterError {
+        object: object.to_string(),
+        field: String::new(),
+        reason: format!("converted object does not read back: {e}"),
+    })
+}
+
+/// The kubelet settings joiner has, by their (shared) Karpenter names.
+const KUBELET_FIELDS: &[&str] = &[
+    "clusterDNS",
+    "maxPods",
+    "podsPerCore",
+    "systemReserved",
+    "kubeReserved",
+    "evictionHard",
+    "evictionSoft",
+    "evictionSoftGracePeriod",
+    "evictionMaxPodGracePeriod",
+    "imageGCHighThresholdPercent",
+    "imageGCLowThresholdPercent",
+    "cpuCFSQuota",
+];
+
+/// The kubelet settings of `kubelet` joiner has; the rest are noted.
+fn kubelet(kubelet: &Fields, notes: &mut Vec<Note>) -> Value {
+    let mut out = serde_json::Map::new();
+    for key in KUBELET_FIELDS {
+        if let Some(v) = kubelet.take(key) {
+            out.insert((*key).to_string(), v.clone());
+        }
+    }
+    kubelet.finish(notes);
+    Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests;

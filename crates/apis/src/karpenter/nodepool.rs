@@ -1,0 +1,171 @@
+//! Karpenter `NodePool` (v1beta1 and v1) into a joiner Provisioner.
+//!
+//! The template's labels, annotations, requirements, taints and node class move up to the
+//! Provisioner's spec; `disruption` becomes joiner's consolidation, TTLs and budgets:
+//! `WhenUnderutilized` / `WhenEmptyOrUnderutilized` turn consolidation on (with
+//! `consolidateAfter`), `WhenEmpty` becomes `ttlSecondsAfterEmpty`, `expireAfter` becomes
+//! `ttlSecondsUntilExpired`.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Map, Value};
+
+use super::v1alpha5::{metadata, requirements};
+use super::{kubelet, typed, Fields, KarpenterError, Note};
+use crate::Provisioner;
+
+/// Karpenter's default `expireAfter` (720h) for v1beta1 and v1 NodePools.
+const KARPENTER_EXPIRE_AFTER_SECONDS: u64 = 720 * 3600;
+
+/// Seconds of a Go duration at `key`, `None` for `Never` or absent; an error when malformed.
+fn seconds(from: &Fields, key: &str) -> Result<Option<u64>, KarpenterError> {
+    match from.string(key)? {
+        None | Some("Never") => Ok(None),
+        Some(d) => crate::duration::parse_seconds(d)
+            .map(Some)
+            .ok_or_else(|| from.error(key, &format!("{d:?} is not a duration"))),
+    }
+}
+
+/// A NodePool of `api_version`; `kubelets` are the v1 node classes' kubelet settings by name.
+pub(super) fn node_pool(
+    object: &Value,
+    api_version: &str,
+    kubelets: &BTreeMap<String, Value>,
+    notes: &mut Vec<Note>,
+) -> Result<Provisioner, KarpenterError> {
+    let (name, meta) = metadata(object, "NodePool")?;
+    let label = format!("NodePool {name}");
+    let spec = Fields::new(object.get("spec"), &label, "spec")?;
+    let template = spec.child("template")?;
+    let tmeta = template.child("metadata")?;
+    let tspec = template.child("spec")?;
+    let mut out = Map::new();
+    for key in ["labels", "annotations"] {
+        if let Some(v) = tmeta.take(key) {
+            out.insert(key.into(), v.clone());
+        }
+    }
+    tmeta.finish(notes);
+    out.insert("requirements".into(), requirements(&tspec, notes)?);
+    for key in ["taints", "startupTaints"] {
+        if let Some(v) = tspec.take(key) {
+            out.insert(key.into(), v.clone());
+        }
+    }
+    let class_ref = tspec.child("nodeClassRef")?;
+    let class = class_ref.string("name")?;
+    if let Some(c) = class {
+        out.insert("providerRef".into(), json!({"name": c}));
+    }
+    // They name the EC2NodeClass, which becomes the NodeTemplate of the same name.
+    for key in ["kind", "apiVersion", "group"] {
+        class_ref.take(key);
+    }
+    class_ref.finish(notes);
+    // v1beta1 keeps kubelet settings in the NodePool, v1 in the EC2NodeClass.
+    let k = tspec.child("kubelet")?;
+    let mut kube = kubelet(&k, notes);
+    if let Some(from_class) = class.and_then(|c| kubelets.get(c)) {
+        kube = from_class.clone();
+    }
+    if kube.as_object().is_some_and(|m| !m.is_empty()) {
+        out.insert("kubeletConfiguration".into(), kube);
+    }
+    if let Some(s) = seconds(&tspec, "expireAfter")? {
+        out.insert("ttlSecondsUntilExpired".into(), json!(s));
+    }
+
+    let disruption = spec.child("disruption")?;
+    let policy = disruption.string("consolidationPolicy")?;
+    let after = disruption.string("consolidateAfter")?;
+    match policy.unwrap_or(if api_version.ends_with("v1beta1") {
+        "WhenUnderutilized"
+    } else {
+        "WhenEmptyOrUnderutilized"
+    }) {
+        "WhenUnderutilized" | "WhenEmptyOrUnderutilized" => {
+            let mut c = json!({"enabled": true});
+            if let Some(a) = after {
+                c["consolidateAfter"] = json!(a);
+            }
+            out.insert("consolidation".into(), c);
+            notes.push(disruption.note(
+                "consolidationPolicy",
+                "joiner consolidates a node only when the savings outweigh the disruption (policy Balanced); set spec.consolidation.policy: Aggressive for Karpenter's any-saving behaviour",
+            ));
+        }
+        "WhenEmpty" => match after {
+            Some("Never") => {}
+            Some(a) => {
+                let s = crate::duration::parse_seconds(a).ok_or_else(|| {
+                    disruption.error("consolidateAfter", &format!("{a:?} is not a duration"))
+                })?;
+                out.insert("ttlSecondsAfterEmpty".into(), json!(s));
+            }
+            None => {
+                out.insert("ttlSecondsAfterEmpty".into(), json!(0));
+            }
+        },
+        other => {
+            return Err(
+                disruption.error("consolidationPolicy", &format!("unknown policy {other:?}"))
+            )
+        }
+    }
+    // v1beta1 kept expireAfter under disruption.
+    if let Some(s) = seconds(&disruption, "expireAfter")? {
+        out.insert("ttlSecondsUntilExpired".into(), json!(s));
+    }
+    // Karpenter defaults expireAfter to 720h (v1beta1 under disruption, v1 in the template);
+    // joiner's default is never, so an absent value is made explicit.
+    if tspec.take("expireAfter").is_none() && disruption.take("expireAfter").is_none() {
+        out.insert(
+            "ttlSecondsUntilExpired".into(),
+            json!(KARPENTER_EXPIRE_AFTER_SECONDS),
+        );
+        let at = if api_version.ends_with("v1beta1") {
+            &disruption
+        } else {
+            &tspec
+        };
+        notes.push(at.note(
+            "expireAfter",
+            "unset: Karpenter's default of 720h is kept as spec.ttlSecondsUntilExpired: 2592000 (joiner's own default is never)",
+        ));
+    }
+    let mut budgets = Vec::new();
+    for (i, b) in disruption.array("budgets")?.iter().enumerate() {
+        let budget = Fields::new(
+            Some(b),
+            &label,
+            &disruption.path_of(&format!("budgets[{i}]")),
+        )?;
+        let mut o = Map::new();
+        for key in ["nodes", "reasons", "schedule", "duration"] {
+            if let Some(v) = budget.take(key) {
+                o.insert(key.into(), v.clone());
+            }
+        }
+        budget.finish(notes);
+        budgets.push(Value::Object(o));
+    }
+    if !budgets.is_empty() {
+        out.insert("disruption".into(), json!({"budgets": budgets}));
+    }
+    disruption.finish(notes);
+
+    if let Some(Value::Object(limits)) = spec.take("limits") {
+        out.insert("limits".into(), json!({"resources": limits}));
+    }
+    if let Some(w) = spec.take("weight") {
+        out.insert("weight".into(), w.clone());
+    }
+    tspec.finish(notes);
+    template.finish(notes);
+    spec.finish(notes);
+    typed(
+        &label,
+        json!({"apiVersion": crate::API_VERSION, "kind": "Provisioner", "metadata": meta, "spec": out}),
+    )
+}

@@ -1,0 +1,179 @@
+//! Karpenter v1alpha5 `Provisioner` and v1alpha1 `AWSNodeTemplate`: joiner's Provisioner and
+//! NodeTemplate are their descendants, so most fields carry over as they are.
+
+use serde_json::{json, Map, Value};
+
+use super::{kubelet, typed, Fields, KarpenterError, Note};
+use crate::{NodeTemplate, Provisioner};
+
+/// Copies `keys` of `from` into `to` unchanged.
+fn copy(from: &Fields, to: &mut Map<String, Value>, keys: &[&str]) {
+    for key in keys {
+        if let Some(v) = from.take(key) {
+            to.insert((*key).to_string(), v.clone());
+        }
+    }
+}
+
+/// The object's metadata: its name (required) and labels/annotations; the rest is the API
+/// server's and is not converted (nor reported: it describes the stored object, not settings).
+pub(super) fn metadata(object: &Value, kind: &str) -> Result<(String, Value), KarpenterError> {
+    let name = object["metadata"]["name"]
+        .as_str()
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| KarpenterError {
+            object: format!("{kind} <unnamed>"),
+            field: "metadata.name".into(),
+            reason: "a name is required".into(),
+        })?;
+    let mut meta = Map::new();
+    meta.insert("name".into(), json!(name));
+    for key in ["labels", "annotations"] {
+        if let Some(v) = object["metadata"].get(key).filter(|v| v.is_object()) {
+            meta.insert(key.into(), v.clone());
+        }
+    }
+    Ok((name.to_string(), Value::Object(meta)))
+}
+
+/// Requirements as joiner reads them; `minValues` (no equivalent) is noted per requirement.
+pub(super) fn requirements(from: &Fields, notes: &mut Vec<Note>) -> Result<Value, KarpenterError> {
+    let mut out = Vec::new();
+    for (i, r) in from.array("requirements")?.iter().enumerate() {
+        let req = Fields::new(
+            Some(r),
+            from.object(),
+            &from.path_of(&format!("requirements[{i}]")),
+        )?;
+        let mut m = Map::new();
+        copy(&req, &mut m, &["key", "operator", "values"]);
+        if req.take("minValues").is_some() {
+            notes.push(req.note(
+                "minValues",
+                "joiner has no minimum of distinct values (it picks the cheapest type that fits, with every allowed type as a fallback in the launch); not converted",
+            ));
+        }
+        req.finish(notes);
+        out.push(Value::Object(m));
+    }
+    Ok(Value::Array(out))
+}
+
+/// A v1alpha5 Provisioner.
+pub(super) fn provisioner(
+    object: &Value,
+    notes: &mut Vec<Note>,
+) -> Result<Provisioner, KarpenterError> {
+    let (name, meta) = metadata(object, "Provisioner")?;
+    let label = format!("Provisioner {name}");
+    let spec = Fields::new(object.get("spec"), &label, "spec")?;
+    let mut out = Map::new();
+    out.insert("requirements".into(), requirements(&spec, notes)?);
+    copy(
+        &spec,
+        &mut out,
+        &[
+            "labels",
+            "annotations",
+            "taints",
+            "startupTaints",
+            "weight",
+            "ttlSecondsAfterEmpty",
+            "ttlSecondsUntilExpired",
+        ],
+    );
+    let limits = spec.child("limits")?;
+    if let Some(r) = limits.take("resources") {
+        out.insert("limits".into(), json!({"resources": r}));
+    }
+    limits.finish(notes);
+    let provider_ref = spec.child("providerRef")?;
+    if let Some(n) = provider_ref.string("name")? {
+        out.insert("providerRef".into(), json!({"name": n}));
+    }
+    // kind and apiVersion name the AWSNodeTemplate, which becomes the NodeTemplate of the same
+    // name.
+    provider_ref.take("kind");
+    provider_ref.take("apiVersion");
+    provider_ref.finish(notes);
+    if spec.take("provider").is_some() {
+        notes.push(spec.note(
+            "provider",
+            "inline provider settings are not converted: move them to an AWSNodeTemplate (a NodeTemplate) and reference it with providerRef",
+        ));
+    }
+    let consolidation = spec.child("consolidation")?;
+    if let Some(enabled) = consolidation.take("enabled") {
+        out.insert("consolidation".into(), json!({"enabled": enabled}));
+        if enabled.as_bool() == Some(true) {
+            notes.push(consolidation.note(
+                "enabled",
+                "joiner consolidates a node only when the savings outweigh the disruption (policy Balanced); set spec.consolidation.policy: Aggressive for Karpenter's any-saving behaviour",
+            ));
+        }
+    }
+    consolidation.finish(notes);
+    // With consolidation on, empty nodes are consolidation's; joiner (like Karpenter's own
+    // validation) refuses both, so the TTL becomes the wait before consolidating.
+    let consolidating = out
+        .get("consolidation")
+        .is_some_and(|c| c["enabled"].as_bool() == Some(true));
+    if let (true, Some(ttl)) = (consolidating, out.remove("ttlSecondsAfterEmpty")) {
+        if let Some(c) = out.get_mut("consolidation") {
+            c["consolidateAfter"] = json!(format!("{}s", ttl.as_u64().unwrap_or_default()));
+        }
+        notes.push(spec.note(
+            "ttlSecondsAfterEmpty",
+            "with consolidation enabled, empty nodes are removed by consolidation: converted to spec.consolidation.consolidateAfter",
+        ));
+    }
+    let k = spec.child("kubeletConfiguration")?;
+    let kubelet = kubelet(&k, notes);
+    if kubelet.as_object().is_some_and(|m| !m.is_empty()) {
+        out.insert("kubeletConfiguration".into(), kubelet);
+    }
+    spec.finish(notes);
+    typed(
+        &label,
+        json!({"apiVersion": crate::API_VERSION, "kind": "Provisioner", "metadata": meta, "spec": out}),
+    )
+}
+
+/// A v1alpha1 AWSNodeTemplate.
+pub(super) fn node_template(
+    object: &Value,
+    notes: &mut Vec<Note>,
+) -> Result<NodeTemplate, KarpenterError> {
+    let (name, meta) = metadata(object, "AWSNodeTemplate")?;
+    let label = format!("AWSNodeTemplate {name}");
+    let spec = Fields::new(object.get("spec"), &label, "spec")?;
+    let mut out = Map::new();
+    copy(
+        &spec,
+        &mut out,
+        &[
+            "subnetSelector",
+            "securityGroupSelector",
+            "amiSelector",
+            "instanceProfile",
+            "userData",
+            "tags",
+            "metadataOptions",
+            "detailedMonitoring",
+        ],
+    );
+    if let Some(b) = super::nodeclass::block_devices(&spec, notes)? {
+        out.insert("blockDeviceMappings".into(), b);
+    }
+    super::nodeclass::metadata_default(&spec, "karpenter.k8s.aws/v1alpha1", notes);
+    let family = spec.string("amiFamily")?;
+    out.insert(
+        "amiFamily".into(),
+        json!(super::nodeclass::family(&spec, family, "AL2", notes)),
+    );
+    spec.finish(notes);
+    typed(
+        &label,
+        json!({"apiVersion": crate::API_VERSION, "kind": "NodeTemplate", "metadata": meta, "spec": out}),
+    )
+}
