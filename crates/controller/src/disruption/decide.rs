@@ -14,7 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::pod_changes::PodChanges;
 use crate::context::Context;
-use crate::k8s::matching::node_of;
+use crate::k8s::matching::NodeIndex;
 use crate::provisioning::launch::Catalogs;
 
 /// A plan of at most one decision, with the catalog it was made on and what had to be left
@@ -73,8 +73,9 @@ pub async fn planned<P: CloudProvider>(
     // Drift the nodes cannot show: the hashes and launch facts their claims recorded against
     // their Provisioner and NodeTemplate now.
     let mut drifted: HashMap<String, String> = HashMap::new();
+    let index = NodeIndex::new(&nodes);
     for claim in ctx.state.claims() {
-        let node = node_of(&claim, &nodes);
+        let node = index.node_of(&claim);
         if claim.metadata.deletion_timestamp.is_some() {
             disrupting.insert(claim.name().to_string());
             disrupting.extend(node.and_then(|n| n.metadata.name.clone()));

@@ -5,12 +5,15 @@
 //! loop compares each node's pods with those of its previous pass and remembers when the set
 //! last differed. A node first seen by this replica (it just became leader, or the node is new)
 //! counts as changed then, so a new leader does not consolidate a node whose pods left just
-//! before it took over.
+//! before it took over. DaemonSet and mirror pods do not count: they come and go with the node
+//! (a DaemonSet rollout would otherwise postpone consolidation of every node), and
+//! consolidation does not move them.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 
+use joiner_core::disruption::candidates::leaves_with_node;
 use joiner_core::Snapshot;
 
 /// A pod as far as the fingerprint goes: namespace, name, creation time (a pod recreated
@@ -29,7 +32,7 @@ impl PodChanges {
     /// times into the snapshot's nodes (`life.pods_changed_at`).
     pub fn observe(&mut self, snapshot: &mut Snapshot, now: i64) {
         let mut prints: HashMap<&str, Vec<PodKey<'_>>> = HashMap::new();
-        for p in &snapshot.pods {
+        for p in snapshot.pods.iter().filter(|p| !leaves_with_node(p)) {
             if let Some(node) = p.node_name.as_deref() {
                 prints.entry(node).or_default().push((
                     p.namespace.as_str(),
@@ -106,5 +109,33 @@ mod tests {
         let mut s = snapshot(&[("db", "b"), ("web-1", "a")]);
         changes.observe(&mut s, 130);
         assert_eq!(changed(&s), [Some(120), Some(100)]);
+    }
+
+    #[test]
+    fn daemon_set_and_mirror_pods_coming_and_going_are_not_changes() {
+        let mut changes = PodChanges::default();
+        let mut s = snapshot(&[("web-1", "a"), ("db", "b")]);
+        changes.observe(&mut s, 100);
+        // A DaemonSet rollout replaces its pod on every node; a static pod appears on b.
+        let mut s = snapshot(&[
+            ("web-1", "a"),
+            ("db", "b"),
+            ("fluent-bit-x", "a"),
+            ("kube-proxy-b", "b"),
+        ]);
+        s.pods[2].owner = Some(joiner_core::Owner {
+            kind: "DaemonSet".into(),
+            name: "fluent-bit".into(),
+        });
+        s.pods[3].owner = Some(joiner_core::Owner {
+            kind: "Node".into(),
+            name: "b".into(),
+        });
+        changes.observe(&mut s, 200);
+        assert_eq!(changed(&s), [Some(100), Some(100)]);
+        // A workload pod arriving is a change.
+        let mut s = snapshot(&[("web-1", "a"), ("db", "b"), ("web-2", "b")]);
+        changes.observe(&mut s, 300);
+        assert_eq!(changed(&s), [Some(100), Some(300)]);
     }
 }

@@ -4,6 +4,7 @@
 //! kubelet may set its own labels (`--node-labels`), so a label cannot prove which instance a
 //! Node runs on. Every reconciler matches with these functions.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use joiner_apis::NodeClaim;
@@ -48,6 +49,45 @@ pub fn claim_of<'a>(node: &Node, claims: &'a [Arc<NodeClaim>]) -> Option<&'a Arc
     claims.iter().find(|c| is_claims_node(c, node))
 }
 
+/// Nodes by provider ID and by name, for passes that look up the node of every claim: the same
+/// rule as [`node_of`] at one hash lookup per claim instead of a scan of every node.
+pub struct NodeIndex<'a> {
+    by_id: HashMap<&'a str, &'a Arc<Node>>,
+    by_name: HashMap<&'a str, &'a Arc<Node>>,
+}
+
+impl<'a> NodeIndex<'a> {
+    /// Indexes `nodes`.
+    pub fn new(nodes: &'a [Arc<Node>]) -> Self {
+        let mut by_id = HashMap::with_capacity(nodes.len());
+        let mut by_name = HashMap::with_capacity(nodes.len());
+        for n in nodes {
+            if let Some(id) = node_provider_id(n) {
+                by_id.insert(id, n);
+            }
+            if let Some(name) = n.metadata.name.as_deref() {
+                by_name.insert(name, n);
+            }
+        }
+        NodeIndex { by_id, by_name }
+    }
+
+    /// The Node of `claim`: by provider ID first, else by the name its status records.
+    pub fn node_of(&self, claim: &NodeClaim) -> Option<&'a Arc<Node>> {
+        claim_provider_id(claim)
+            .and_then(|id| self.by_id.get(id))
+            .or_else(|| {
+                claim
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_deref())
+                    .filter(|n| !n.is_empty())
+                    .and_then(|n| self.by_name.get(n))
+            })
+            .copied()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,6 +128,15 @@ mod tests {
         assert_eq!(name(node_of(&c2, &nodes)), None);
         assert_eq!(name(node_of(&c3, &nodes)), Some("c".into()));
         assert_eq!(name(node_of(&c4, &nodes)), None);
+        let index = NodeIndex::new(&nodes);
+        for c in [&c1, &c2, &c3, &c4] {
+            assert_eq!(
+                name(index.node_of(c)),
+                name(node_of(c, &nodes)),
+                "{}",
+                c.name()
+            );
+        }
         let claims = vec![c1, c2, c3, c4];
         assert_eq!(
             claim_of(&nodes[0], &claims).map(|c| c.name()),
