@@ -26,7 +26,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 /// A node autoscaler for Kubernetes on AWS.
 #[derive(Parser)]
-#[command(name = "joiner", version, about)]
+#[command(name = "joiner", version = env!("JOINER_VERSION"), about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
