@@ -28,6 +28,12 @@ pub(super) fn family(
             "Custom".into()
         }
         None => {
+            if default == "Custom" {
+                notes.push(spec.note(
+                    "amiFamily",
+                    "unset and no AMI alias: converted as Custom, so the selected AMI and userData must join the node themselves",
+                ));
+            }
             if default == "AL2" {
                 notes.push(spec.note(
                     "amiFamily",
@@ -39,19 +45,70 @@ pub(super) fn family(
     }
 }
 
-/// Notes that an unset `metadataOptions` meant a hop limit of 2 in Karpenter before v1 (pods
-/// could reach the instance metadata service) and means 1 in joiner, as in Karpenter v1.
-pub(super) fn metadata_default(spec: &Fields, api_version: &str, notes: &mut Vec<Note>) {
-    if api_version.ends_with("/v1") || spec.take("metadataOptions").is_some() {
-        return;
+/// The instance metadata options Karpenter launched with for `api_version`, made explicit
+/// where they differ from joiner's defaults (endpoint enabled, IPv6 disabled, hop limit 1,
+/// tokens required — Karpenter v1's). Before v1 an unset `metadataOptions` meant hop limit 2
+/// (pods reach the metadata service); v1beta1 defaulted each missing field so; v1alpha1 passed
+/// a missing field to EC2, whose defaults are hop limit 1 and tokens optional. Returns the
+/// options to write (`None`: joiner's defaults already match), noting what differs.
+pub(super) fn metadata_options(
+    spec: &Fields,
+    api_version: &str,
+    notes: &mut Vec<Note>,
+) -> Option<Value> {
+    let given = spec.take("metadataOptions");
+    let karpenter_default = json!({"httpEndpoint": "enabled", "httpProtocolIPv6": "disabled",
+        "httpPutResponseHopLimit": 2, "httpTokens": "required"});
+    let ec2_default = json!({"httpEndpoint": "enabled", "httpProtocolIPv6": "disabled",
+        "httpPutResponseHopLimit": 1, "httpTokens": "optional"});
+    let joiner_default = json!({"httpEndpoint": "enabled", "httpProtocolIPv6": "disabled",
+        "httpPutResponseHopLimit": 1, "httpTokens": "required"});
+    let missing_from = match (
+        api_version.ends_with("/v1"),
+        api_version.ends_with("v1alpha1"),
+        given,
+    ) {
+        (true, _, _) => return given.cloned(),
+        (false, _, None) => &karpenter_default,
+        (false, true, Some(_)) => &ec2_default,
+        (false, false, Some(_)) => &karpenter_default,
+    };
+    let mut out = given
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let mut differs = Vec::new();
+    for key in [
+        "httpEndpoint",
+        "httpProtocolIPv6",
+        "httpPutResponseHopLimit",
+        "httpTokens",
+    ] {
+        if out.contains_key(key) {
+            continue;
+        }
+        let value = missing_from[key].clone();
+        if value != joiner_default[key] {
+            differs.push(format!("{key}: {value}"));
+        }
+        out.insert(key.to_string(), value);
     }
-    notes.push(spec.note(
-        "metadataOptions",
-        "unset: Karpenter's default for this API version was httpPutResponseHopLimit: 2 (pods reach the instance metadata service); joiner's is 1 (only the node, as in Karpenter v1) — set spec.metadataOptions.httpPutResponseHopLimit: 2 if pods rely on the node's role",
-    ));
+    if !differs.is_empty() {
+        notes.push(spec.note(
+            "metadataOptions",
+            format!(
+                "what Karpenter launched with for this API version is kept explicitly ({}); joiner's own default is hop limit 1 and tokens required (pods cannot reach the node's role) — consider it",
+                differs.join(", ")
+            ),
+        ));
+    }
+    Some(Value::Object(out))
 }
 
-/// A selector from Karpenter selector terms at `key` (`subnetSelectorTerms`, ...).
+/// A selector from Karpenter selector terms at `key` (`subnetSelectorTerms`, ...). Terms are
+/// alternatives (ORed) in Karpenter; joiner's selector is one AND of tags and `aws-ids`. So the
+/// first term decides: ID terms become one `aws-ids` list, or the first tag term is kept; every
+/// other term is noted, never ANDed into the one kept.
 fn selector(
     spec: &Fields,
     key: &str,
@@ -60,24 +117,27 @@ fn selector(
     let terms = spec.array(key)?;
     let mut ids: Vec<String> = Vec::new();
     let mut tags: Option<Value> = None;
+    let by_id = terms.first().is_some_and(|t| t.get("id").is_some());
     for (i, t) in terms.iter().enumerate() {
         let term = Fields::new(
             Some(t),
             spec.object(),
             &spec.path_of(&format!("{key}[{i}]")),
         )?;
-        if let Some(id) = term.string("id")? {
-            ids.push(id.to_string());
-        }
-        if let Some(t) = term.take("tags") {
-            if tags.is_none() {
-                tags = Some(t.clone());
-            } else {
-                notes.push(term.note(
-                    "tags",
-                    "joiner selects with one set of tags (all must match); this alternative term is not converted",
-                ));
-            }
+        let id = term.string("id")?;
+        let term_tags = term.take("tags");
+        match (by_id, id, term_tags) {
+            (true, Some(id), _) => ids.push(id.to_string()),
+            (false, _, Some(t)) if tags.is_none() => tags = Some(t.clone()),
+            (_, Some(_), _) => notes.push(term.note(
+                "id",
+                "an alternative to the tag term joiner keeps (joiner selects by tags or by IDs, not either); not converted",
+            )),
+            (_, None, Some(_)) => notes.push(term.note(
+                "tags",
+                "an alternative term (Karpenter ORs terms; joiner selects with one set of tags, or IDs); not converted",
+            )),
+            (_, None, None) => {}
         }
         term.finish(notes);
     }
@@ -103,7 +163,18 @@ fn amis(
     let mut family = None;
     let mut ids = Vec::new();
     let mut sel = Map::new();
-    for (i, t) in spec.array("amiSelectorTerms")?.iter().enumerate() {
+    let terms = spec.array("amiSelectorTerms")?;
+    // Terms are ORed in Karpenter: the first selecting term decides between IDs and criteria
+    // (tags, name, owner); the other kind is noted, never ANDed with it.
+    let by_id = terms
+        .iter()
+        .find(|t| {
+            ["id", "tags", "name", "owner"]
+                .iter()
+                .any(|k| t.get(*k).is_some())
+        })
+        .is_some_and(|t| t.get("id").is_some());
+    for (i, t) in terms.iter().enumerate() {
         let term = Fields::new(
             Some(t),
             spec.object(),
@@ -131,9 +202,16 @@ fn amis(
             }
         }
         if let Some(id) = term.string("id")? {
-            ids.push(id.to_string());
+            if by_id {
+                ids.push(id.to_string());
+            } else {
+                notes.push(term.note(
+                    "id",
+                    "an alternative to the AMI criteria joiner keeps (joiner selects by criteria or by IDs, not either); not converted",
+                ));
+            }
         }
-        let any_selector = !sel.is_empty();
+        let any_selector = by_id || !sel.is_empty();
         let mut add = |k: &str, v: Value| {
             if any_selector {
                 notes.push(term.note(k, "joiner selects AMIs with one set of criteria; this alternative term is not converted"));
@@ -160,6 +238,19 @@ fn amis(
     Ok((family, (!sel.is_empty()).then_some(Value::Object(sel))))
 }
 
+/// A Custom family without block devices: Karpenter launched with the AMI's own mappings,
+/// joiner attaches its default root volume.
+pub(super) fn custom_root_note(spec: &Fields, out: &Map<String, Value>, notes: &mut Vec<Note>) {
+    if out.get("amiFamily").and_then(Value::as_str) == Some("Custom")
+        && !out.contains_key("blockDeviceMappings")
+    {
+        notes.push(spec.note(
+            "blockDeviceMappings",
+            "unset with a custom AMI: Karpenter used the AMI's own block devices; joiner attaches its default root volume (20 GiB /dev/xvda) — set blockDeviceMappings to match the AMI",
+        ));
+    }
+}
+
 /// Block devices, field by field (so a field joiner lacks is noted, not dropped).
 pub(super) fn block_devices(
     spec: &Fields,
@@ -172,6 +263,12 @@ pub(super) fn block_devices(
             spec.object(),
             &spec.path_of(&format!("blockDeviceMappings[{i}]")),
         )?;
+        if mapping.string("deviceName")?.is_none() {
+            return Err(mapping.error(
+                "deviceName",
+                "joiner needs the device name of each mapping (the AMI's root device, e.g. /dev/xvda)",
+            ));
+        }
         let mut o = Map::new();
         for key in ["deviceName", "rootVolume"] {
             if let Some(v) = mapping.take(key) {
@@ -257,7 +354,10 @@ pub(super) fn node_class(
     if let Some(b) = block_devices(&spec, notes)? {
         out.insert("blockDeviceMappings".into(), b);
     }
-    metadata_default(&spec, api_version, notes);
+    custom_root_note(&spec, &out, notes);
+    if let Some(m) = metadata_options(&spec, api_version, notes) {
+        out.insert("metadataOptions".into(), m);
+    }
     if let Some(role) = spec.string("role")? {
         notes.push(spec.note(
             "role",

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
-use super::v1alpha5::{metadata, requirements};
+use super::v1alpha5::{has_key, metadata, requirements};
 use super::{kubelet, typed, Fields, KarpenterError, Note};
 use crate::Provisioner;
 
@@ -47,7 +47,19 @@ pub(super) fn node_pool(
         }
     }
     tmeta.finish(notes);
-    out.insert("requirements".into(), requirements(&tspec, notes)?);
+    let mut reqs = requirements(&tspec, notes)?;
+    // From v1beta1 on, a NodePool without a capacity-type requirement may launch spot (and
+    // prefers it); joiner's default is on-demand only.
+    if !has_key(&reqs, &["karpenter.sh/capacity-type"]) {
+        if let Some(a) = reqs.as_array_mut() {
+            a.push(json!({"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]}));
+        }
+        notes.push(tspec.note(
+            "requirements",
+            "no karpenter.sh/capacity-type requirement: Karpenter allows spot and on-demand (joiner's default is on-demand only), converted to an explicit In [spot, on-demand]",
+        ));
+    }
+    out.insert("requirements".into(), reqs);
     for key in ["taints", "startupTaints"] {
         if let Some(v) = tspec.take(key) {
             out.insert(key.into(), v.clone());
@@ -67,6 +79,12 @@ pub(super) fn node_pool(
     let k = tspec.child("kubelet")?;
     let mut kube = kubelet(&k, notes);
     if let Some(from_class) = class.and_then(|c| kubelets.get(c)) {
+        if kube.as_object().is_some_and(|m| !m.is_empty()) {
+            notes.push(tspec.note(
+                "kubelet",
+                "the EC2NodeClass also has kubelet settings: those are used (as Karpenter v1 does), these are not converted",
+            ));
+        }
         kube = from_class.clone();
     }
     if kube.as_object().is_some_and(|m| !m.is_empty()) {
@@ -84,16 +102,30 @@ pub(super) fn node_pool(
     } else {
         "WhenEmptyOrUnderutilized"
     }) {
-        "WhenUnderutilized" | "WhenEmptyOrUnderutilized" => {
+        p @ ("WhenUnderutilized" | "WhenEmptyOrUnderutilized" | "Balanced") => {
             let mut c = json!({"enabled": true});
-            if let Some(a) = after {
-                c["consolidateAfter"] = json!(a);
+            match after {
+                Some(a) => c["consolidateAfter"] = json!(a),
+                // v1 defaults consolidateAfter to 0s; v1beta1's WhenUnderutilized had none.
+                None if !api_version.ends_with("v1beta1") => c["consolidateAfter"] = json!("0s"),
+                None => notes.push(disruption.note(
+                    "consolidateAfter",
+                    "unset: joiner waits 30s after a node's pods last changed before consolidating it (spec.consolidation.consolidateAfter)",
+                )),
+            }
+            if p == "Balanced" {
+                c["policy"] = json!("Balanced");
+                notes.push(disruption.note(
+                    "consolidationPolicy",
+                    "Balanced: joiner's Balanced policy weighs savings against disruption with its own threshold, not Karpenter's consolidation score",
+                ));
+            } else {
+                notes.push(disruption.note(
+                    "consolidationPolicy",
+                    "joiner consolidates a node only when the savings outweigh the disruption (policy Balanced); set spec.consolidation.policy: Aggressive for Karpenter's any-saving behaviour",
+                ));
             }
             out.insert("consolidation".into(), c);
-            notes.push(disruption.note(
-                "consolidationPolicy",
-                "joiner consolidates a node only when the savings outweigh the disruption (policy Balanced); set spec.consolidation.policy: Aggressive for Karpenter's any-saving behaviour",
-            ));
         }
         "WhenEmpty" => match after {
             Some("Never") => {}
@@ -134,6 +166,12 @@ pub(super) fn node_pool(
             "unset: Karpenter's default of 720h is kept as spec.ttlSecondsUntilExpired: 2592000 (joiner's own default is never)",
         ));
     }
+    if api_version.ends_with("v1beta1") && out.contains_key("ttlSecondsUntilExpired") {
+        notes.push(disruption.note(
+            "expireAfter",
+            "joiner expires nodes whatever the disruption budgets say (as Karpenter v1 does); in v1beta1 budgets also held back expiration",
+        ));
+    }
     let mut budgets = Vec::new();
     for (i, b) in disruption.array("budgets")?.iter().enumerate() {
         let budget = Fields::new(
@@ -156,6 +194,13 @@ pub(super) fn node_pool(
     disruption.finish(notes);
 
     if let Some(Value::Object(limits)) = spec.take("limits") {
+        let mut limits = limits.clone();
+        if limits.remove("nodes").is_some() {
+            notes.push(spec.note(
+                "limits",
+                "nodes: joiner limits resources (cpu, memory, ...), not a count of nodes; the node limit is not converted",
+            ));
+        }
         out.insert("limits".into(), json!({"resources": limits}));
     }
     if let Some(w) = spec.take("weight") {

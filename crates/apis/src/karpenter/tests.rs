@@ -42,7 +42,23 @@ fn the_seed_converts_field_for_field() {
     assert_eq!(c.node_templates.len(), 1);
     let p = &c.provisioners[0];
     assert_eq!(p.name(), "default");
-    assert_eq!(p.spec.requirements.len(), 3);
+    // The three given, then the v1alpha5 webhook's defaults the seed did not override (an
+    // instance family is named, so no category or generation default).
+    let reqs: Vec<String> = p
+        .spec
+        .requirements
+        .iter()
+        .map(|r| format!("{} {} {:?}", r.key, r.operator, r.values))
+        .collect();
+    assert_eq!(
+        reqs[3..],
+        [
+            "kubernetes.io/os In [\"linux\"]",
+            "kubernetes.io/arch In [\"amd64\"]",
+            "karpenter.sh/capacity-type In [\"on-demand\"]"
+        ],
+        "{reqs:?}"
+    );
     assert_eq!(p.spec.requirements[1].values, ["small", "medium", "large"]);
     assert_eq!(
         p.spec.provider_ref.as_ref().map(|r| r.name.as_str()),
@@ -80,6 +96,7 @@ fn the_seed_converts_field_for_field() {
         [
             "spec.metadataOptions",
             "spec.amiFamily",
+            "spec.requirements",
             "spec.consolidation.enabled",
             "spec.ttlSecondsAfterEmpty"
         ],
@@ -325,4 +342,133 @@ fn an_unset_expire_after_keeps_karpenters_default_of_720h() {
     .expect("converts");
     assert_eq!(never.provisioners[0].spec.ttl_seconds_until_expired, None);
     assert!(!never.notes.iter().any(|n| n.field.ends_with("expireAfter")));
+}
+
+#[test]
+fn v1_operators_and_reserved_capacity_convert_or_are_reported() {
+    let c = convert(&yaml(
+        r#"
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: p}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: nc}
+      requirements:
+        - {key: karpenter.k8s.aws/instance-generation, operator: Gte, values: ["6"]}
+        - {key: karpenter.k8s.aws/instance-cpu, operator: Lte, values: ["16"]}
+        - {key: karpenter.sh/capacity-type, operator: In, values: [reserved, on-demand]}
+  limits: {cpu: "100", nodes: "10"}
+  disruption: {consolidationPolicy: Balanced}
+"#,
+    ))
+    .expect("converts");
+    let p = &c.provisioners[0];
+    let reqs: Vec<String> = p
+        .spec
+        .requirements
+        .iter()
+        .map(|r| format!("{} {} {:?}", r.key, r.operator, r.values))
+        .collect();
+    // Gte 6 is Gt 5, Lte 16 is Lt 17 on integers; reserved has no joiner equivalent.
+    assert_eq!(
+        reqs,
+        [
+            "karpenter.k8s.aws/instance-generation Gt [\"5\"]",
+            "karpenter.k8s.aws/instance-cpu Lt [\"17\"]",
+            "karpenter.sh/capacity-type In [\"on-demand\"]"
+        ]
+    );
+    assert!(p.to_core().is_ok(), "{:?}", p.to_core().err());
+    let limits = &p.spec.limits.as_ref().expect("limits").resources;
+    assert!(
+        limits.contains_key("cpu") && !limits.contains_key("nodes"),
+        "{limits:?}"
+    );
+    let c2 = p.spec.consolidation.as_ref().expect("consolidation");
+    assert_eq!(c2.enabled, Some(true));
+    // v1's documented default consolidateAfter is 0s, written out (joiner's is 30s).
+    assert_eq!(c2.consolidate_after.as_deref(), Some("0s"));
+    let fields: Vec<&str> = c.notes.iter().map(|n| n.field.as_str()).collect();
+    for f in [
+        "spec.template.spec.requirements[2].values",
+        "spec.limits",
+        "spec.disruption.consolidationPolicy",
+    ] {
+        assert!(fields.contains(&f), "{f}: {fields:?}");
+    }
+}
+
+#[test]
+fn a_node_pool_without_capacity_type_may_use_spot_as_in_karpenter() {
+    let c = convert(&yaml(
+        "apiVersion: karpenter.sh/v1beta1\nkind: NodePool\nmetadata: {name: p}\nspec:\n  template:\n    spec:\n      requirements: []\n      nodeClassRef: {name: nc}\n",
+    ))
+    .expect("converts");
+    let r = &c.provisioners[0].spec.requirements;
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].key, "karpenter.sh/capacity-type");
+    assert_eq!(r[0].values, ["spot", "on-demand"]);
+}
+
+#[test]
+fn selector_terms_are_alternatives_never_anded() {
+    // Karpenter ORs terms: tags X, or subnet-1. joiner keeps the first kind and reports the
+    // other, rather than requiring both (which would select nothing).
+    let c = convert(&yaml(
+        r#"
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: nc}
+spec:
+  amiSelectorTerms: [{alias: al2023@latest}]
+  role: r
+  subnetSelectorTerms: [{tags: {team: a}}, {id: subnet-1}]
+  securityGroupSelectorTerms: [{id: sg-1}, {tags: {team: a}}, {id: sg-2}]
+"#,
+    ))
+    .expect("converts");
+    let t = &c.node_templates[0];
+    assert_eq!(
+        t.spec.subnet_selector.get("team").map(String::as_str),
+        Some("a")
+    );
+    assert!(!t.spec.subnet_selector.contains_key("aws-ids"));
+    assert_eq!(t.spec.security_group_selector["aws-ids"], "sg-1,sg-2");
+    assert!(!t.spec.security_group_selector.contains_key("team"));
+    let fields: Vec<&str> = c.notes.iter().map(|n| n.field.as_str()).collect();
+    assert!(
+        fields.contains(&"spec.subnetSelectorTerms[1].id"),
+        "{fields:?}"
+    );
+    assert!(
+        fields.contains(&"spec.securityGroupSelectorTerms[1].tags"),
+        "{fields:?}"
+    );
+}
+
+#[test]
+fn metadata_options_keep_what_karpenter_launched_with() {
+    // v1alpha1 with only httpEndpoint set: EC2's defaults applied to the rest (tokens optional).
+    let c = convert(&yaml(
+        "apiVersion: karpenter.k8s.aws/v1alpha1\nkind: AWSNodeTemplate\nmetadata: {name: t}\nspec:\n  amiFamily: AL2023\n  subnetSelector: {a: b}\n  securityGroupSelector: {a: b}\n  metadataOptions: {httpEndpoint: enabled}\n",
+    ))
+    .expect("converts");
+    let m = &c.node_templates[0].spec.metadata_options;
+    assert_eq!(m.http_tokens, "optional");
+    assert_eq!(m.http_put_response_hop_limit, 1);
+    // v1beta1 unset: hop limit 2, tokens required.
+    let c = convert(&yaml(
+        "apiVersion: karpenter.k8s.aws/v1beta1\nkind: EC2NodeClass\nmetadata: {name: t}\nspec:\n  amiFamily: AL2023\n  role: r\n  subnetSelectorTerms: [{tags: {a: b}}]\n  securityGroupSelectorTerms: [{tags: {a: b}}]\n",
+    ))
+    .expect("converts");
+    let m = &c.node_templates[0].spec.metadata_options;
+    assert_eq!(m.http_tokens, "required");
+    assert_eq!(m.http_put_response_hop_limit, 2);
+    assert!(
+        c.notes.iter().any(|n| n.field == "spec.metadataOptions"),
+        "{:?}",
+        c.notes
+    );
 }

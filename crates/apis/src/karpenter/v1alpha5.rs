@@ -37,6 +37,9 @@ pub(super) fn metadata(object: &Value, kind: &str) -> Result<(String, Value), Ka
 }
 
 /// Requirements as joiner reads them; `minValues` (no equivalent) is noted per requirement.
+/// Karpenter v1's `Gte`/`Lte` become `Gt n-1`/`Lt n+1` (integers either way); the `reserved`
+/// capacity type (capacity reservations, which joiner does not launch into) is dropped with a
+/// note.
 pub(super) fn requirements(from: &Fields, notes: &mut Vec<Note>) -> Result<Value, KarpenterError> {
     let mut out = Vec::new();
     for (i, r) in from.array("requirements")?.iter().enumerate() {
@@ -53,10 +56,104 @@ pub(super) fn requirements(from: &Fields, notes: &mut Vec<Note>) -> Result<Value
                 "joiner has no minimum of distinct values (it picks the cheapest type that fits, with every allowed type as a fallback in the launch); not converted",
             ));
         }
+        let op = m
+            .get("operator")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        if let Some(op @ ("Gte" | "Lte")) = op.as_deref() {
+            let n = m
+                .get("values")
+                .and_then(|v| v.get(0))
+                .and_then(Value::as_str)
+                .and_then(|v| v.parse::<i64>().ok())
+                .ok_or_else(|| req.error("values", &format!("{op} needs one integer value")))?;
+            let (op, n) = if op == "Gte" {
+                ("Gt", n - 1)
+            } else {
+                ("Lt", n + 1)
+            };
+            m.insert("operator".into(), json!(op));
+            m.insert("values".into(), json!([n.to_string()]));
+        }
+        let capacity = m.get("key").and_then(Value::as_str) == Some("karpenter.sh/capacity-type");
+        if let (true, Some(Value::Array(values))) = (capacity, m.get_mut("values")) {
+            let before = values.len();
+            values.retain(|v| v.as_str() != Some("reserved"));
+            if values.len() != before {
+                notes.push(req.note(
+                    "values",
+                    "capacity type reserved (capacity reservations) has no joiner equivalent: removed",
+                ));
+                if values.is_empty() {
+                    req.finish(notes);
+                    continue;
+                }
+            }
+        }
         req.finish(notes);
         out.push(Value::Object(m));
     }
     Ok(Value::Array(out))
+}
+
+/// True when `requirements` (converted) constrain `key`.
+pub(super) fn has_key(requirements: &Value, keys: &[&str]) -> bool {
+    requirements.as_array().is_some_and(|rs| {
+        rs.iter()
+            .any(|r| r["key"].as_str().is_some_and(|k| keys.contains(&k)))
+    })
+}
+
+/// Karpenter's v1alpha5 webhook defaults (up to v0.31), made explicit: linux, amd64, on-demand,
+/// and — when no instance type, family, category or generation is named — categories c, m, r
+/// of generation > 2. joiner's own defaults differ (no arch default), so the converted
+/// Provisioner carries them.
+fn webhook_defaults(spec: &Fields, requirements: &mut Value, notes: &mut Vec<Note>) {
+    let mut added = Vec::new();
+    let mut add = |key: &str, op: &str, values: &[&str], reqs: &mut Value| {
+        if let Some(a) = reqs.as_array_mut() {
+            a.push(json!({"key": key, "operator": op, "values": values}));
+        }
+        added.push(format!("{key} {op} {values:?}"));
+    };
+    for (key, values) in [
+        ("kubernetes.io/os", ["linux"]),
+        ("kubernetes.io/arch", ["amd64"]),
+        ("karpenter.sh/capacity-type", ["on-demand"]),
+    ] {
+        if !has_key(requirements, &[key]) {
+            add(key, "In", &values, requirements);
+        }
+    }
+    let shapes = [
+        "node.kubernetes.io/instance-type",
+        "karpenter.k8s.aws/instance-family",
+        "karpenter.k8s.aws/instance-category",
+        "karpenter.k8s.aws/instance-generation",
+    ];
+    if !has_key(requirements, &shapes) {
+        add(
+            "karpenter.k8s.aws/instance-category",
+            "In",
+            &["c", "m", "r"],
+            requirements,
+        );
+        add(
+            "karpenter.k8s.aws/instance-generation",
+            "Gt",
+            &["2"],
+            requirements,
+        );
+    }
+    if !added.is_empty() {
+        notes.push(spec.note(
+            "requirements",
+            format!(
+                "Karpenter's v1alpha5 defaults made explicit: {}",
+                added.join(", ")
+            ),
+        ));
+    }
 }
 
 /// A v1alpha5 Provisioner.
@@ -68,7 +165,9 @@ pub(super) fn provisioner(
     let label = format!("Provisioner {name}");
     let spec = Fields::new(object.get("spec"), &label, "spec")?;
     let mut out = Map::new();
-    out.insert("requirements".into(), requirements(&spec, notes)?);
+    let mut reqs = requirements(&spec, notes)?;
+    webhook_defaults(&spec, &mut reqs, notes);
+    out.insert("requirements".into(), reqs);
     copy(
         &spec,
         &mut out,
@@ -165,12 +264,16 @@ pub(super) fn node_template(
     if let Some(b) = super::nodeclass::block_devices(&spec, notes)? {
         out.insert("blockDeviceMappings".into(), b);
     }
-    super::nodeclass::metadata_default(&spec, "karpenter.k8s.aws/v1alpha1", notes);
+    if let Some(m) = super::nodeclass::metadata_options(&spec, "karpenter.k8s.aws/v1alpha1", notes)
+    {
+        out.insert("metadataOptions".into(), m);
+    }
     let family = spec.string("amiFamily")?;
     out.insert(
         "amiFamily".into(),
         json!(super::nodeclass::family(&spec, family, "AL2", notes)),
     );
+    super::nodeclass::custom_root_note(&spec, &out, notes);
     spec.finish(notes);
     typed(
         &label,

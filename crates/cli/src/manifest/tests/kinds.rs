@@ -313,6 +313,8 @@ fn unknown_kinds_warn_with_file_document_and_kind() {
             "test.yaml: document 4: skipped Deployment old (apps/v1beta1): unsupported apiVersion for this kind",
             // A Karpenter object is not skipped: it is converted as import-karpenter does.
             "read 1 Karpenter object(s) as joiner's Provisioners and NodeTemplates (`joiner import-karpenter` writes them out)",
+            // Its notes carry where it was read.
+            "test.yaml: document 3: Provisioner default: spec.requirements: Karpenter's v1alpha5 defaults made explicit: kubernetes.io/os In [\"linux\"], kubernetes.io/arch In [\"amd64\"], karpenter.sh/capacity-type In [\"on-demand\"], karpenter.k8s.aws/instance-category In [\"c\", \"m\", \"r\"], karpenter.k8s.aws/instance-generation Gt [\"2\"]",
         ]
     );
 }
