@@ -142,7 +142,8 @@ fn every_template_is_yaml_and_names_its_object() {
             "Role",
             "RoleBinding",
             "Service",
-            "ServiceAccount"
+            "ServiceAccount",
+            "ServiceMonitor"
         ]
     );
 }
@@ -366,8 +367,15 @@ fn the_deployment_has_probes_security_and_placement() {
     );
     assert!(pod["priorityClassName"].as_str().is_some());
 
-    let pdb = object("PodDisruptionBudget");
-    assert_eq!(pdb["spec"]["maxUnavailable"].as_u64(), Some(1));
+    // The PDB's value comes from values.yaml (rendered in chart_render.rs).
+    let values: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(chart().join("values.yaml")).expect("values"),
+    )
+    .expect("values YAML");
+    assert_eq!(
+        values["podDisruptionBudget"]["maxUnavailable"].as_u64(),
+        Some(1)
+    );
     let svc = object("Service");
     assert_eq!(
         svc["spec"]["ports"][0]["targetPort"].as_str(),
