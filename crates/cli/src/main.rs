@@ -17,6 +17,7 @@ mod import;
 mod manifest;
 mod output;
 mod plan;
+mod reference;
 mod render;
 
 use std::path::PathBuf;
@@ -47,6 +48,9 @@ enum Command {
     /// Converts Karpenter Provisioner/AWSNodeTemplate (v1alpha5) and NodePool/EC2NodeClass
     /// (v1beta1, v1) manifests into joiner's, noting every field without an equivalent.
     ImportKarpenter(import::ImportArgs),
+    /// Prints the reference (every flag, CRD field, label, annotation and metric) as Markdown:
+    /// docs/reference.md.
+    Reference(reference::ReferenceArgs),
 }
 
 /// Arguments of `joiner plan`.
@@ -111,6 +115,7 @@ fn main() -> ExitCode {
         Command::Crds(args) => crds::run(&args),
         Command::LaunchTemplate(args) => render::run(&args),
         Command::ImportKarpenter(args) => import::run(&args),
+        Command::Reference(args) => reference::run(&args),
     };
     match result {
         Ok(text) => write_stdout(&text),
