@@ -114,6 +114,33 @@ pub fn annotate(claim: &mut NodeClaim, prov: &Provisioner, node_template: Option
     }
 }
 
+/// The hash annotations to write on `claim` when it was hashed another way (an older release)
+/// or not at all: the current hashes of its Provisioner and NodeTemplate, as Karpenter
+/// re-stamps claims after an upgrade. Settings changed before the re-stamp are not drift (they
+/// cannot be told apart from a change in what is hashed); settings changed after it are.
+/// `None` when the claim's hashes are current.
+pub fn restamp(
+    claim: &NodeClaim,
+    prov: &Provisioner,
+    node_template: Option<&NodeTemplate>,
+) -> Option<BTreeMap<String, String>> {
+    let version = claim
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(HASH_VERSION));
+    if version.map(String::as_str) == Some(CURRENT_HASH_VERSION) {
+        return None;
+    }
+    let mut out = BTreeMap::new();
+    out.insert(HASH_VERSION.to_string(), CURRENT_HASH_VERSION.to_string());
+    out.insert(PROVISIONER_HASH.to_string(), provisioner_hash(&prov.spec));
+    if let Some(nt) = node_template {
+        out.insert(NODE_TEMPLATE_HASH.to_string(), node_template_hash(&nt.spec));
+    }
+    Some(out)
+}
+
 /// Why the node of `claim` (with labels `node_labels`) no longer matches `prov` and its
 /// NodeTemplate `node_template`, in words, or `None`. A claim recorded without hashes, or
 /// hashed another way, is compared only on what its status shows; a NodeTemplate not resolved
@@ -290,6 +317,30 @@ spec:
         // The order of taints is not a change.
         changed.spec.taints.reverse();
         assert_eq!(claim_drift(&claim, &changed, Some(&nt), &amd64()), None);
+    }
+
+    #[test]
+    fn a_claim_hashed_another_way_is_restamped_and_later_changes_are_drift() {
+        let prov = provisioner(PROV);
+        let mut nt = node_template(NT);
+        resolved(&mut nt);
+        let mut claim = launched_claim(&prov, &nt);
+        assert_eq!(restamp(&claim, &prov, Some(&nt)), None, "current hashes");
+        // An older release's hashes: not drift, and re-stamped with today's.
+        let annotations = claim.metadata.annotations.as_mut().expect("annotations");
+        annotations.insert(HASH_VERSION.into(), "v0".into());
+        annotations.insert(PROVISIONER_HASH.into(), "0123456789abcdef".into());
+        assert_eq!(claim_drift(&claim, &prov, Some(&nt), &amd64()), None);
+        let stamped = restamp(&claim, &prov, Some(&nt)).expect("re-stamped");
+        assert_eq!(stamped[HASH_VERSION], CURRENT_HASH_VERSION);
+        claim.metadata.annotations = Some(stamped);
+        assert_eq!(claim_drift(&claim, &prov, Some(&nt), &amd64()), None);
+        let mut changed = prov.clone();
+        changed.spec.labels.insert("team".into(), "payments".into());
+        assert!(claim_drift(&claim, &changed, Some(&nt), &amd64()).is_some());
+        // A claim with no hashes at all (written before hashing) is stamped too.
+        claim.metadata.annotations = None;
+        assert!(restamp(&claim, &prov, Some(&nt)).is_some());
     }
 
     #[test]

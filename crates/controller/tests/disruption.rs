@@ -334,3 +334,45 @@ async fn a_node_on_the_current_ami_stays() {
         .expect("pass");
     assert_eq!(outcome, Outcome::Idle);
 }
+
+#[tokio::test]
+async fn claims_hashed_by_another_release_are_restamped_not_called_drifted() {
+    // A claim written by an older release (another hash version) is not drifted by hash; the
+    // loop writes the current hashes on it, so a later change of its Provisioner is drift.
+    let mut old = joiner_claim("a", "c5.large", "fake:///z-a/i-a");
+    old.metadata.annotations = Some(
+        [
+            (HASH_VERSION.to_string(), "v0".to_string()),
+            (PROVISIONER_HASH.to_string(), "0000000000000000".to_string()),
+        ]
+        .into(),
+    );
+    let h = harness_with(
+        vec![joiner_node("a", "c5.large", "fake:///z-a/i-a")],
+        vec![old],
+        vec![running("web-a", "a", "1500m")],
+        vec![],
+    );
+    let mut memory = Memory::default();
+    let outcome = pass(&h.ctx, &mut memory, Instant::now())
+        .await
+        .expect("pass");
+    assert_eq!(
+        outcome,
+        Outcome::Idle,
+        "not drifted by a hash of another version"
+    );
+    let patch = h
+        .api
+        .requests()
+        .into_iter()
+        .find(|r| r.is(Method::PATCH, &format!("{CLAIMS}/web-a")))
+        .expect("the claim is re-stamped");
+    let annotations = &patch.body["metadata"]["annotations"];
+    assert_eq!(annotations[HASH_VERSION], "v1");
+    let prov = h.ctx.state.provisioners.state()[0].clone();
+    assert_eq!(
+        annotations[PROVISIONER_HASH].as_str(),
+        Some(joiner_apis::drift::provisioner_hash(&prov.spec).as_str())
+    );
+}

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use joiner_apis::drift::claim_drift;
+use joiner_apis::drift::{claim_drift, restamp};
 use joiner_apis::ObjectLookup;
 use joiner_core::disruption::{plan, DisruptionPlan, DisruptionSettings, Input};
 use joiner_core::scheduling::Options;
@@ -26,6 +26,9 @@ pub struct Planned {
     pub catalog: Vec<InstanceType>,
     /// Provisioners or objects left out, in words.
     pub warnings: Vec<String>,
+    /// Claims hashed by an older release (or not at all), with the hash annotations to write
+    /// so that later changes of their settings show as drift.
+    pub restamps: Vec<(String, BTreeMap<String, String>)>,
 }
 
 /// Most single-node consolidations one pass simulates. On a packed cluster of thousands
@@ -73,6 +76,7 @@ pub async fn planned<P: CloudProvider>(
     // Drift the nodes cannot show: the hashes and launch facts their claims recorded against
     // their Provisioner and NodeTemplate now.
     let mut drifted: HashMap<String, String> = HashMap::new();
+    let mut restamps = Vec::new();
     let index = NodeIndex::new(&nodes);
     for claim in ctx.state.claims() {
         let node = index.node_of(&claim);
@@ -96,6 +100,9 @@ pub async fn planned<P: CloudProvider>(
             .and_then(|r| ctx.state.node_template(&r.name));
         let no_labels = BTreeMap::new();
         let labels = node.metadata.labels.as_ref().unwrap_or(&no_labels);
+        if let Some(annotations) = restamp(&claim, prov, node_template.as_deref()) {
+            restamps.push((claim.name().to_string(), annotations));
+        }
         if let (Some(name), Some(why)) = (
             node.metadata.name.clone(),
             claim_drift(&claim, prov, node_template.as_deref(), labels),
@@ -120,5 +127,6 @@ pub async fn planned<P: CloudProvider>(
         plan,
         catalog,
         warnings,
+        restamps,
     }
 }

@@ -134,6 +134,16 @@ pub async fn pass<P: CloudProvider>(
     for w in &planned.warnings {
         tracing::debug!(warning = %w, "left out of the disruption plan");
     }
+    for (claim, annotations) in &planned.restamps {
+        match crate::k8s::claims::patch_claim_annotations(&ctx.client, claim, annotations).await {
+            Ok(_) => {
+                tracing::info!(claim = %claim, "drift hashes re-stamped: the claim was hashed by another release")
+            }
+            Err(e) => {
+                tracing::warn!(claim = %claim, error = %e, "cannot re-stamp the claim's drift hashes")
+            }
+        }
+    }
     tell_kept(ctx, memory, &planned.plan.kept).await;
     let decision = planned.plan.decisions.first();
     let (verdict, dropped) = validation::check(&mut memory.pending, decision, now);

@@ -72,6 +72,18 @@ pub async fn patch_claim_status(
         .await
 }
 
+/// Merge patch of `name`'s annotations with `annotations` (others are kept).
+pub async fn patch_claim_annotations(
+    client: &kube::Client,
+    name: &str,
+    annotations: &std::collections::BTreeMap<String, String>,
+) -> Result<NodeClaim, kube::Error> {
+    let api: Api<NodeClaim> = Api::all(client.clone());
+    let body = json!({"metadata": {"annotations": annotations}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(body))
+        .await
+}
+
 /// Deletes the NodeClaim `name` (termination then drains and releases it). `Ok(false)` when it
 /// was already gone (404): someone deleted it first.
 pub async fn delete_claim(client: &kube::Client, name: &str) -> Result<bool, kube::Error> {

@@ -98,7 +98,7 @@ pub fn running(name: &str, on: &str, cpu: &str) -> Pod {
     )
 }
 
-/// An API server holding NodeClaims: creates, status writes, deletes and Events; Node
+/// An API server holding NodeClaims: creates, status and metadata writes, deletes and Events; Node
 /// patches are answered with the node unchanged. While `fail_deletes` is above zero a claim
 /// DELETE fails with 500 (and counts it down).
 pub fn api_server(
@@ -134,6 +134,13 @@ pub fn api_server(
                     return Reply::not_found(name);
                 };
                 merge(claim, json!({"status": req.body["status"].clone()}));
+                Reply::ok(claim.clone())
+            }
+            (&Method::PATCH, Some(name)) => {
+                let Some(claim) = claims.get_mut(name) else {
+                    return Reply::not_found(name);
+                };
+                merge(claim, json!({"metadata": req.body["metadata"].clone()}));
                 Reply::ok(claim.clone())
             }
             (&Method::DELETE, Some(_))
