@@ -275,3 +275,5 @@ pub(crate) fn shell_quote(text: &str) -> String {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod warm_sandbox;

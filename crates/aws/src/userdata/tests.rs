@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::*;
 
-fn bootstrap() -> NodeBootstrap {
+pub(super) fn bootstrap() -> NodeBootstrap {
     NodeBootstrap {
         cluster: ClusterInfo {
             name: "prod".into(),

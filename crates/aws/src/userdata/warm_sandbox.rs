@@ -1,0 +1,181 @@
+//! The warm-pool user data run for real, in a sandbox: a temporary folder stands for `/`
+//! (the script's absolute paths are moved under it), and stubs stand for `systemctl`, `nodeadm`
+//! and `/etc/eks/bootstrap.sh`, recording each call. Boot 1 (warm-up) runs the first-boot
+//! script as cloud-init would; boots 2 and 3 run what systemd would run for the installed unit
+//! (its `ConditionPathExists`, `ExecStart`, `ExecStartPost`). The node must neither bootstrap
+//! nor start kubelet while warming, join exactly once on the first start after it is claimed,
+//! and never again. (No metadata-service stub is needed: the mechanism reads no instance tag;
+//! see `warm`.)
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use joiner_apis::AmiFamily;
+
+use super::tests::bootstrap;
+use super::{mime, render, warm};
+
+/// Paths the scripts write or call, moved under the sandbox root.
+const MOVED: &[&str] = &[
+    "/etc/joiner",
+    "/etc/systemd/system",
+    "/var/lib/joiner",
+    "/etc/eks",
+];
+
+struct Sandbox {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    bin: PathBuf,
+    calls: PathBuf,
+}
+
+impl Sandbox {
+    fn new() -> Sandbox {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path().join("root");
+        let bin = dir.path().join("bin");
+        let calls = dir.path().join("calls.log");
+        // What the AMI has: systemd's unit folder and (AL2) the bootstrap script.
+        std::fs::create_dir_all(root.join("etc/eks")).expect("mkdir");
+        std::fs::create_dir_all(root.join("etc/systemd/system")).expect("mkdir");
+        std::fs::create_dir_all(&bin).expect("mkdir");
+        let stub = |path: &Path, name: &str| {
+            // Records its name and arguments; nodeadm also checks that the NodeConfig it is
+            // given exists (a join without cluster settings would fail on a real node).
+            let body = format!(
+                "#!/bin/sh\necho \"{name} $*\" >> '{}'\ncase \"$*\" in *file://*) f=\"${{*##*file://}}\"; f=\"${{f%\\'}}\"; test -s \"$f\" || {{ echo \"no NodeConfig at $f\" >&2; exit 3; }};; esac\n",
+                calls.display()
+            );
+            std::fs::write(path, body).expect("stub");
+            let _ = Command::new("chmod").arg("0755").arg(path).status();
+        };
+        stub(&bin.join("systemctl"), "systemctl");
+        stub(&bin.join("nodeadm"), "nodeadm");
+        stub(&root.join("etc/eks/bootstrap.sh"), "bootstrap.sh");
+        Sandbox {
+            _dir: dir,
+            root,
+            bin,
+            calls,
+        }
+    }
+
+    /// `text` with the moved paths under the root.
+    fn moved(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for p in MOVED {
+            out = out.replace(p, &format!("{}{p}", self.root.display()));
+        }
+        out
+    }
+
+    fn run(&self, script: &str) {
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(script)
+            .env("PATH", format!("{}:/usr/bin:/bin", self.bin.display()))
+            .output()
+            .expect("bash runs");
+        assert!(
+            out.status.success(),
+            "script failed: {}\n{}\n{script}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+
+    fn calls(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.calls)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// One boot after warm-up, as systemd runs an enabled oneshot unit.
+    fn boot(&self) {
+        let unit_path = self.root.join("etc/systemd/system").join(warm::UNIT);
+        let unit = std::fs::read_to_string(&unit_path).expect("the unit was installed");
+        let value = |key: &str| {
+            unit.lines()
+                .find_map(|l| l.strip_prefix(&format!("{key}=")))
+                .unwrap_or_else(|| panic!("{key} in {unit}"))
+                .to_string()
+        };
+        let condition = value("ConditionPathExists");
+        let must_be_absent = condition.strip_prefix('!').expect("a negated condition");
+        assert!(self
+            .calls()
+            .iter()
+            .any(|c| c == &format!("systemctl enable {}", warm::UNIT)));
+        if Path::new(must_be_absent).exists() {
+            return;
+        }
+        self.run(&value("ExecStart"));
+        self.run(&value("ExecStartPost"));
+    }
+}
+
+fn joins(calls: &[String]) -> Vec<&String> {
+    calls
+        .iter()
+        .filter(|c| {
+            c.starts_with("bootstrap.sh") || c.starts_with("nodeadm init") || c.contains("kubelet")
+        })
+        .collect()
+}
+
+#[test]
+fn a_warm_instance_does_not_join_while_warming_and_joins_once_when_claimed() {
+    let mut b = bootstrap();
+    b.warm_pool = true;
+    for family in [AmiFamily::Al2, AmiFamily::Al2023] {
+        let doc = render(family, "nt", "default", None, &b)
+            .expect("renders")
+            .decoded;
+        let parts = mime::user_parts("nt", &doc).expect("parts");
+        // The only part cloud-init runs is joiner's script; AL2023 gets no NodeConfig part
+        // nodeadm's own units would join with.
+        assert!(!doc.contains(mime::NODE_CONFIG), "{family:?}");
+        let script = &parts.last().expect("a part").body;
+        let sandbox = Sandbox::new();
+
+        // Boot 1: warm-up.
+        sandbox.run(&sandbox.moved(script));
+        let warm_calls = sandbox.calls();
+        assert!(
+            joins(&warm_calls).is_empty(),
+            "{family:?} joined while warming: {warm_calls:?}"
+        );
+        assert!(
+            warm_calls.contains(&format!("systemctl enable {}", warm::UNIT)),
+            "{warm_calls:?}"
+        );
+        assert!(
+            !warm_calls.iter().any(|c| c.starts_with("systemctl start")),
+            "{warm_calls:?}"
+        );
+
+        // Boot 2: started for a claim. It joins, once.
+        sandbox.boot();
+        let claimed = sandbox.calls();
+        let joined = joins(&claimed);
+        assert_eq!(joined.len(), 1, "{family:?}: {claimed:?}");
+        match family {
+            AmiFamily::Al2 => {
+                assert!(joined[0].starts_with("bootstrap.sh prod "), "{joined:?}");
+                assert!(joined[0].contains("--max-pods=29"), "{joined:?}");
+            }
+            _ => assert!(
+                joined[0].starts_with("nodeadm init --config-source file://"),
+                "{joined:?}"
+            ),
+        }
+        assert!(sandbox.root.join("var/lib/joiner/joined").exists());
+
+        // Boot 3 (stopped again, restarted): never bootstraps twice.
+        sandbox.boot();
+        assert_eq!(joins(&sandbox.calls()).len(), 1, "{family:?} joined twice");
+    }
+}
