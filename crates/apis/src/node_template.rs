@@ -20,7 +20,9 @@ use crate::selector::NodeSelectorRequirement;
     kind = "NodeTemplate",
     status = "NodeTemplateStatus",
     shortname = "nt",
-    printcolumn = r#"{"name":"AMIFamily","type":"string","jsonPath":".spec.amiFamily"}"#
+    printcolumn = r#"{"name":"AMIFamily","type":"string","jsonPath":".spec.amiFamily"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct NodeTemplateSpec {

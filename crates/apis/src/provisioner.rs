@@ -23,7 +23,9 @@ use crate::taint::Taint;
     status = "ProvisionerStatus",
     shortname = "prov",
     printcolumn = r#"{"name":"Template","type":"string","jsonPath":".spec.providerRef.name"}"#,
-    printcolumn = r#"{"name":"Weight","type":"integer","jsonPath":".spec.weight"}"#
+    printcolumn = r#"{"name":"Weight","type":"integer","jsonPath":".spec.weight"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ProvisionerSpec {

@@ -228,3 +228,138 @@ fn the_ownership_check_rejects_the_cluster_tag_alone() {
     });
     assert_eq!(ownership_conditions(&after), ["aws:ResourceTag"]);
 }
+
+/// The statements of the policy as designed: Sid → (actions, resources, condition keys and the
+/// values they must have). The file must hold exactly these, so a statement added, widened or
+/// stripped of a condition fails here even when its actions are granted elsewhere too.
+fn designed() -> Vec<(
+    &'static str,
+    Vec<&'static str>,
+    Vec<&'static str>,
+    Vec<(&'static str, &'static str, serde_json::Value)>,
+)> {
+    use serde_json::json;
+    let region = (
+        "StringEquals",
+        "aws:RequestedRegion",
+        json!("${AWS_REGION}"),
+    );
+    let rt_cluster = (
+        "StringEquals",
+        "aws:ResourceTag/kubernetes.io/cluster/${CLUSTER_NAME}",
+        json!("owned"),
+    );
+    let rt_prov = (
+        "Null",
+        "aws:ResourceTag/joiner.sh/provisioner-name",
+        json!("false"),
+    );
+    let rt_managed = (
+        "StringEquals",
+        "aws:ResourceTag/joiner.sh/managed-by",
+        json!("joiner"),
+    );
+    let rq_cluster = (
+        "StringEquals",
+        "aws:RequestTag/kubernetes.io/cluster/${CLUSTER_NAME}",
+        json!("owned"),
+    );
+    let rq_prov = (
+        "Null",
+        "aws:RequestTag/joiner.sh/provisioner-name",
+        json!("false"),
+    );
+    let ec2 = |kind: &'static str| -> &'static str {
+        match kind {
+            "image" => "arn:${AWS_PARTITION}:ec2:${AWS_REGION}::image/*",
+            "snapshot" => "arn:${AWS_PARTITION}:ec2:${AWS_REGION}::snapshot/*",
+            "security-group" => "arn:${AWS_PARTITION}:ec2:${AWS_REGION}:*:security-group/*",
+            "subnet" => "arn:${AWS_PARTITION}:ec2:${AWS_REGION}:*:subnet/*",
+            "network-interface" => "arn:${AWS_PARTITION}:ec2:${AWS_REGION}:*:network-interface/*",
+            "spot-instances-request" => {
+                "arn:${AWS_PARTITION}:ec2:${AWS_REGION}:*:spot-instances-request/*"
+            }
+            "launch-template" => "arn:${AWS_PARTITION}:ec2:${AWS_REGION}:*:launch-template/*",
+            "fleet" => "arn:${AWS_PARTITION}:ec2:${AWS_REGION}:*:fleet/*",
+            "instance" => "arn:${AWS_PARTITION}:ec2:${AWS_REGION}:*:instance/*",
+            "volume" => "arn:${AWS_PARTITION}:ec2:${AWS_REGION}:*:volume/*",
+            other => panic!("{other}"),
+        }
+    };
+    vec![
+        ("Discovery", vec!["ec2:DescribeSubnets", "ec2:DescribeSecurityGroups", "ec2:DescribeImages", "ec2:DescribeLaunchTemplates", "ec2:DescribeInstances", "ec2:DescribeInstanceTypes", "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeSpotPriceHistory"], vec!["*"], vec![region]),
+        ("InterruptionQueue", vec!["sqs:GetQueueUrl", "sqs:GetQueueAttributes", "sqs:ReceiveMessage", "sqs:DeleteMessage"], vec!["arn:${AWS_PARTITION}:sqs:${AWS_REGION}:${AWS_ACCOUNT_ID}:${INTERRUPTION_QUEUE_NAME}"], vec![]),
+        ("Pricing", vec!["pricing:GetProducts"], vec!["*"], vec![]),
+        ("AmiParameters", vec!["ssm:GetParameter"], vec!["arn:${AWS_PARTITION}:ssm:${AWS_REGION}::parameter/aws/service/*"], vec![]),
+        ("LaunchIntoNetworkAndImages", vec!["ec2:CreateFleet", "ec2:RunInstances"], ["image", "snapshot", "security-group", "subnet", "network-interface", "spot-instances-request"].map(ec2).to_vec(), vec![]),
+        ("LaunchWithOwnedTemplates", vec!["ec2:CreateFleet", "ec2:RunInstances"], vec![ec2("launch-template")], vec![rt_cluster.clone(), rt_prov.clone(), rt_managed.clone()]),
+        ("LaunchTaggedResources", vec!["ec2:CreateFleet", "ec2:RunInstances"], ["fleet", "instance", "volume"].map(ec2).to_vec(), vec![rq_cluster.clone(), rq_prov.clone(), ("StringLike", "aws:RequestTag/joiner.sh/nodeclaim", json!("*"))]),
+        ("CreateOwnedLaunchTemplates", vec!["ec2:CreateLaunchTemplate"], vec![ec2("launch-template")], vec![rq_cluster.clone(), rq_prov.clone(), ("StringEquals", "aws:RequestTag/joiner.sh/managed-by", json!("joiner"))]),
+        ("TagOnCreate", vec!["ec2:CreateTags"], ["fleet", "instance", "volume", "launch-template"].map(ec2).to_vec(), vec![rq_cluster, rq_prov, ("StringEquals", "ec2:CreateAction", json!(["CreateFleet", "RunInstances", "CreateLaunchTemplate"]))]),
+        ("TerminateOwnedInstances", vec!["ec2:TerminateInstances"], vec![ec2("instance")], vec![rt_cluster.clone(), rt_prov.clone()]),
+        ("DeleteOwnedLaunchTemplates", vec!["ec2:DeleteLaunchTemplate"], vec![ec2("launch-template")], vec![rt_cluster, rt_prov, rt_managed]),
+        ("PassNodeRole", vec!["iam:PassRole"], vec!["arn:${AWS_PARTITION}:iam::${AWS_ACCOUNT_ID}:role/${NODE_ROLE_NAME}"], vec![("StringEquals", "iam:PassedToService", json!("ec2.amazonaws.com"))]),
+    ]
+}
+
+#[test]
+fn every_statement_is_exactly_as_designed() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../iam/controller-policy.json");
+    let policy: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("policy")).expect("json");
+    let statements = policy["Statement"].as_array().expect("statements");
+    let design = designed();
+    let sids: Vec<&str> = statements
+        .iter()
+        .filter_map(|s| s["Sid"].as_str())
+        .collect();
+    let want: Vec<&str> = design.iter().map(|d| d.0).collect();
+    assert_eq!(
+        sids, want,
+        "statements added, removed or renamed: update the design with the reason"
+    );
+    for (s, (sid, actions, resources, conditions)) in statements.iter().zip(&design) {
+        assert_eq!(s["Effect"], "Allow", "{sid}");
+        let got: BTreeSet<String> = actions_of(s).into_iter().collect();
+        let expected: BTreeSet<String> = actions.iter().map(|a| a.to_string()).collect();
+        assert_eq!(got, expected, "{sid}: actions");
+        let got_resources: BTreeSet<String> = match &s["Resource"] {
+            serde_json::Value::String(r) => [r.clone()].into(),
+            serde_json::Value::Array(rs) => rs
+                .iter()
+                .filter_map(|r| r.as_str().map(str::to_string))
+                .collect(),
+            other => panic!("{sid}: Resource {other}"),
+        };
+        let want_resources: BTreeSet<String> = resources.iter().map(|r| r.to_string()).collect();
+        assert_eq!(got_resources, want_resources, "{sid}: resources");
+        let mut count = 0;
+        for (op, key, value) in conditions {
+            assert_eq!(
+                &s["Condition"][op][key], value,
+                "{sid}: condition {op} {key}"
+            );
+            count += 1;
+        }
+        let present: usize = s["Condition"]
+            .as_object()
+            .map(|ops| {
+                ops.values()
+                    .filter_map(|v| v.as_object())
+                    .map(|m| m.len())
+                    .sum()
+            })
+            .unwrap_or(0);
+        assert_eq!(present, count, "{sid}: conditions beyond the design");
+        // Only read actions may be granted on every resource.
+        if want_resources.contains("*") {
+            for a in &expected {
+                let verb = a.split(':').nth(1).unwrap_or_default();
+                assert!(
+                    verb.starts_with("Describe") || verb.starts_with("Get"),
+                    "{sid}: {a} on *"
+                );
+            }
+        }
+    }
+}

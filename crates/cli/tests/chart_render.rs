@@ -287,6 +287,19 @@ fn non_default_values_render_valid_manifests_that_carry_them() {
     ] {
         assert!(env.contains(&want), "{want:?} not in {env:?}");
     }
+    // The Lease's Role and binding live where the Lease is; the binding names the pods'
+    // service account in the release's namespace.
+    for kind in ["Role", "RoleBinding"] {
+        assert_eq!(
+            find(&docs, kind)["metadata"]["namespace"],
+            "joiner-system",
+            "{kind}"
+        );
+    }
+    assert_eq!(
+        find(&docs, "RoleBinding")["subjects"][0]["namespace"],
+        "kube-system"
+    );
     // The bindings name the service account the pods run as.
     for kind in ["ClusterRoleBinding", "RoleBinding"] {
         assert_eq!(

@@ -249,8 +249,18 @@ fn every_joiner_command_in_the_docs_is_one_the_binary_accepts() {
             .filter(|w| w.starts_with('-') && w.len() > 1 && *w != "-")
         {
             let name = flag.split('=').next().unwrap_or(flag);
+            // Only the option lines of the help count (`  -f, --filename <FILES>`), not prose.
             let known = help
-                .split(|c: char| c.is_whitespace() || c == ',')
+                .lines()
+                .map(str::trim_start)
+                .filter(|l| l.starts_with('-'))
+                .flat_map(|l| {
+                    l.split(|c: char| c.is_whitespace() || c == ',')
+                        .take_while(|t| !t.starts_with('<'))
+                        .filter(|t| t.starts_with('-'))
+                        .map(str::to_string)
+                        .collect::<Vec<_>>()
+                })
                 .any(|t| t == name);
             assert!(
                 known,

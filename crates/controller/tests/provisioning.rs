@@ -932,3 +932,29 @@ async fn run_plans_nothing_before_the_claims_are_listed() {
     assert!(instances(&h.clients).await.is_empty());
     drop(unlisted);
 }
+
+#[tokio::test]
+async fn the_pending_gauge_returns_to_zero_when_nothing_is_pending() {
+    // The last batch's count must not outlive it: alerts on pods pending too long read it.
+    let h = harness(vec![], vec![], Script::default()).await;
+    let ctx = Arc::new(Context::new(
+        h.ctx.client.clone(),
+        h.ctx.state.clone(),
+        h.ctx.cloud.clone(),
+        Settings::new(CLUSTER),
+    ));
+    ctx.metrics.pods_pending.set(5);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(provisioning::run(ctx.clone(), stop.clone()));
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    while ctx.metrics.pods_pending.get() != 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    stop.cancel();
+    tokio::time::timeout(std::time::Duration::from_secs(30), task)
+        .await
+        .expect("run returns after cancel")
+        .expect("run does not panic");
+    assert_eq!(ctx.metrics.pods_pending.get(), 0);
+    assert!(claim_posts(&h.api).is_empty());
+}

@@ -462,6 +462,11 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>, stop: Cancell
         let now = Instant::now();
         let pending = pending_keys(&ctx.state);
         let waiting = !pending.is_empty();
+        if !waiting {
+            // Nothing pending: no batch runs to say so, and the gauge must not keep the last
+            // batch's count (alerts on pods pending too long read it).
+            ctx.metrics.pods_pending.set(0);
+        }
         batcher.observe(pending, now);
         if waiting
             && !batcher.is_open()
