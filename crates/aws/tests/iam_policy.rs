@@ -229,15 +229,20 @@ fn the_ownership_check_rejects_the_cluster_tag_alone() {
     assert_eq!(ownership_conditions(&after), ["aws:ResourceTag"]);
 }
 
-/// The statements of the policy as designed: Sid → (actions, resources, condition keys and the
-/// values they must have). The file must hold exactly these, so a statement added, widened or
-/// stripped of a condition fails here even when its actions are granted elsewhere too.
-fn designed() -> Vec<(
+/// A condition: (operator, key, value).
+type Condition = (&'static str, &'static str, serde_json::Value);
+/// A statement as designed: (Sid, actions, resources, conditions).
+type Designed = (
     &'static str,
     Vec<&'static str>,
     Vec<&'static str>,
-    Vec<(&'static str, &'static str, serde_json::Value)>,
-)> {
+    Vec<Condition>,
+);
+
+/// The statements of the policy as designed: Sid → (actions, resources, condition keys and the
+/// values they must have). The file must hold exactly these, so a statement added, widened or
+/// stripped of a condition fails here even when its actions are granted elsewhere too.
+fn designed() -> Vec<Designed> {
     use serde_json::json;
     let region = (
         "StringEquals",
