@@ -28,6 +28,7 @@ pub use pods::{
     controller_owner, convert as pod_spec, finished_phase, is_bound, not_planned, pod,
     pod_disruption, PodIdentity,
 };
+pub use selectors::workload_selector;
 pub use tolerations::tolerations;
 
 /// A problem with one field of an object, before the caller names the object (and, for the

@@ -30,6 +30,7 @@ pub fn convert(id: PodIdentity, spec: &PodSpec, prefix: &str) -> Result<Pod, Fie
             "a pod needs at least one container",
         ));
     }
+    container_names(spec, prefix)?;
     for (k, v) in &id.labels {
         // Workload templates carry theirs at spec.template.metadata.labels.
         let at = match prefix.strip_suffix(".spec") {
@@ -77,6 +78,55 @@ pub fn convert(id: PodIdentity, spec: &PodSpec, prefix: &str) -> Result<Pod, Fie
         // From the object's annotations, when there is one: `pod_disruption`.
         disruption: PodDisruption::default(),
     })
+}
+
+/// Container names as the API server checks them: each a DNS-1123 label, unique among the
+/// pod's containers, init containers and ephemeral containers.
+fn container_names(spec: &PodSpec, prefix: &str) -> Result<(), FieldError> {
+    let mut seen = std::collections::BTreeSet::new();
+    let lists = [
+        (
+            "containers",
+            spec.containers
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect::<Vec<_>>(),
+        ),
+        (
+            "initContainers",
+            spec.init_containers
+                .iter()
+                .flatten()
+                .map(|c| c.name.as_str())
+                .collect(),
+        ),
+        (
+            "ephemeralContainers",
+            spec.ephemeral_containers
+                .iter()
+                .flatten()
+                .map(|c| c.name.as_str())
+                .collect(),
+        ),
+    ];
+    for (list, names) in lists {
+        for (i, name) in names.into_iter().enumerate() {
+            let at = format!("{prefix}.{list}[{i}].name");
+            if name.is_empty() {
+                return Err(FieldError::new(at, "a container needs a name"));
+            }
+            if let Some(why) = crate::syntax::dns_label(name) {
+                return Err(FieldError::new(at, why));
+            }
+            if !seen.insert(name) {
+                return Err(FieldError::new(
+                    at,
+                    format!("{name:?}: duplicate container name"),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The annotation that opts a pod's node out of voluntary disruption ("true"), and the one

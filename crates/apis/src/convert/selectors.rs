@@ -100,3 +100,27 @@ pub(super) fn add_expression(
     out.add(key, req);
     Ok(())
 }
+
+/// A workload's `spec.selector` as the API server checks it: not empty, and matching its pod
+/// template's labels (otherwise the workload could never own the pods it creates).
+pub fn workload_selector(
+    sel: &LabelSelector,
+    template_labels: &BTreeMap<String, String>,
+) -> Result<(), FieldError> {
+    let empty = sel.match_labels.as_ref().is_none_or(BTreeMap::is_empty)
+        && sel.match_expressions.as_ref().is_none_or(Vec::is_empty);
+    if empty {
+        return Err(FieldError::new(
+            "spec.selector",
+            "an empty selector is invalid for a workload (it would select every pod)",
+        ));
+    }
+    let required = label_selector(sel, "spec.selector", &BTreeMap::new(), &[])?;
+    if !required.matches_labels(template_labels) {
+        return Err(FieldError::new(
+            "spec.template.metadata.labels",
+            "the selector (spec.selector) does not match the template's labels",
+        ));
+    }
+    Ok(())
+}

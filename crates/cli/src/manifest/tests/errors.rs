@@ -237,8 +237,27 @@ fn pods_the_api_server_would_refuse_are_refused_naming_the_field() {
             "  topologySpreadConstraints: [{maxSkew: 1, topologyKey: \"Zone/x\", whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: web}}}]\n  containers: [{name: a}]\n",
             r#"spec.topologySpreadConstraints[0].topologyKey: "Zone/x": prefix "Zone" must consist of lower case alphanumerics, '-' or '.', and start and end with an alphanumeric"#,
         ),
+        // Container names: present, DNS-1123 labels, unique across the pod's containers.
+        (
+            "  containers: [{image: nginx}]\n",
+            "spec.containers[0].name: a container needs a name",
+        ),
+        (
+            "  containers: [{name: Web_1}]\n",
+            "spec.containers[0].name: ",
+        ),
+        (
+            "  initContainers: [{name: a}]\n  containers: [{name: b}, {name: a}]\n",
+            "spec.initContainers[0].name: \"a\": duplicate container name",
+        ),
     ] {
-        assert_eq!(pod_err(spec), format!("{at}{want}"), "{spec}");
+        let got = pod_err(spec);
+        if want.ends_with(": ") {
+            // The syntax rule's own words follow the field.
+            assert!(got.starts_with(&format!("{at}{want}")), "{spec}: {got}");
+            continue;
+        }
+        assert_eq!(got, format!("{at}{want}"), "{spec}");
     }
     let e = load_err(
         "apiVersion: v1\nkind: Pod\nmetadata: {name: Web_1}\nspec: {containers: [{name: a}]}\n",
@@ -293,4 +312,29 @@ fn only_extended_resources_and_huge_pages_must_be_requested_at_their_limit() {
     load_ok(&pod_yaml(
         "  containers: [{name: a, resources: {requests: {example.kubernetes.io/x: 500m, memory: 1Gi}, limits: {example.kubernetes.io/x: 2, memory: 2Gi}}}]\n",
     ));
+}
+
+#[test]
+fn a_workload_whose_selector_misses_its_template_is_refused() {
+    // The API server refuses both: the workload could never own the pods it creates.
+    let wl = |selector: &str| {
+        format!("apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web}}\nspec:\n  selector: {selector}\n  template:\n    metadata: {{labels: {{app: web, tier: front}}}}\n    spec: {{containers: [{{name: web}}]}}\n")
+    };
+    assert_eq!(
+        load_err(&wl("{matchLabels: {app: api}}")),
+        "test.yaml: document 1 (Deployment default/web): spec.template.metadata.labels: the selector (spec.selector) does not match the template's labels"
+    );
+    assert_eq!(
+        load_err(&wl("{}")),
+        "test.yaml: document 1 (Deployment default/web): spec.selector: an empty selector is invalid for a workload (it would select every pod)"
+    );
+    // A selector naming some of the template's labels, or an expression they satisfy, is fine.
+    for ok in [
+        "{matchLabels: {app: web}}",
+        "{matchExpressions: [{key: tier, operator: In, values: [front, back]}]}",
+    ] {
+        let text = wl(ok);
+        let loaded = super::super::load_text("test.yaml", &text).expect("loads");
+        assert_eq!(loaded.snapshot.pods.len(), 1, "{ok}");
+    }
 }
