@@ -183,6 +183,50 @@ fn provisioner_values(
     out
 }
 
+/// The cheapest offering per value of `key` among the instance types a Provisioner allows
+/// whose nodes hold `pod`: between domains a spread counts equally, the pod goes where its node
+/// costs least (spreading four pods over instance types buys the four cheapest that fit, not
+/// the first four by name). Zone, capacity type and hostname are not priced here: their ties
+/// are broken by name as before (offerings of one type cost the same across zones on demand).
+fn cheapest_per_value(
+    key: &str,
+    pod: &Pod,
+    provs: &[&Provisioner],
+    prov_reqs: &[Requirements],
+    catalog: &[InstanceType],
+) -> BTreeMap<String, f64> {
+    let mut out: BTreeMap<String, f64> = BTreeMap::new();
+    for (prov, reqs) in provs.iter().zip(prov_reqs) {
+        let fixed = reqs.get(key).and_then(|r| r.in_values());
+        for t in catalog {
+            if t.first_label_conflict(reqs).is_some()
+                || !pod.requests.fits(&prov.kubelet.allocatable(t))
+            {
+                continue;
+            }
+            let Some(price) = t
+                .offerings
+                .iter()
+                .filter(|o| o.available && offering_allowed(o, reqs))
+                .map(|o| o.price)
+                .min_by(f64::total_cmp)
+            else {
+                continue;
+            };
+            let values: Vec<String> = match (t.labels.get(key), fixed) {
+                (Some(v), _) => vec![v.clone()],
+                (None, Some(vs)) => vs.to_vec(),
+                (None, None) => Vec::new(),
+            };
+            for v in values {
+                let e = out.entry(v).or_insert(f64::INFINITY);
+                *e = e.min(price);
+            }
+        }
+    }
+    out
+}
+
 /// True when some of the node terms allow the domain value.
 fn terms_allow(terms: &[Requirements], key: &str, value: &str) -> bool {
     terms.is_empty()
@@ -437,6 +481,18 @@ pub fn pin(
                 .collect()
             })
             .collect();
+        let prices: Vec<BTreeMap<String, f64>> = (0..keys.len())
+            .map(|k| {
+                let priced = !t[k].spreads.is_empty()
+                    && ![labels::ZONE, labels::CAPACITY_TYPE, labels::HOSTNAME]
+                        .contains(&keys[k].as_str());
+                if priced {
+                    cheapest_per_value(&keys[k], p, provs, &prov_reqs, catalog)
+                } else {
+                    BTreeMap::new()
+                }
+            })
+            .collect();
         // The domains left to a pod once those closed to it are taken out (per pod: a domain
         // closed to one pod of a class stays open to the others).
         let domains_for = |shut: &BTreeSet<(String, String)>| -> Vec<Domains> {
@@ -452,7 +508,11 @@ pub fn pin(
                         .filter(|d| terms_allow(&p.node_terms, &keys[k], d))
                         .cloned()
                         .collect();
-                    Domains { all, allowed }
+                    Domains {
+                        all,
+                        allowed,
+                        prices: prices[k].clone(),
+                    }
                 })
                 .collect()
         };
@@ -593,6 +653,8 @@ fn affinity_order(terms: &[Vec<Terms>], groups: usize) -> Vec<usize> {
 struct Domains {
     all: Vec<String>,
     allowed: Vec<String>,
+    /// The cheapest node for the pod per value (keys `cheapest_per_value` prices).
+    prices: BTreeMap<String, f64>,
 }
 
 /// The domain for the next pod of a class, or why there is none.
@@ -677,15 +739,23 @@ fn choose(
             describe_selector(&groups[s.group].scope)
         ));
     }
-    // Fewest matching pods first (the spreads, then any group the class counts in), then name.
+    // Fewest matching pods first (the spreads, then any group the class counts in), then the
+    // cheapest node for the pod (priced keys only; a value no type offers is one only existing
+    // nodes carry, which cost nothing more), then name.
     let score = |d: &str| -> (i64, i64) {
         let first = t.spreads.first().map_or(0, |s| get(&count[s.group], d));
         let rest: i64 = t.matches.iter().map(|&g| get(&count[g], d)).sum();
         (first, rest)
     };
+    let price = |d: &str| domains.prices.get(d).copied().unwrap_or(0.0);
     cands
         .into_iter()
-        .min_by(|a, b| score(a).cmp(&score(b)).then(a.cmp(b)))
+        .min_by(|a, b| {
+            score(a)
+                .cmp(&score(b))
+                .then(price(a).total_cmp(&price(b)))
+                .then(a.cmp(b))
+        })
         .cloned()
         .ok_or_else(|| format!("no {key} is allowed for the pod"))
 }

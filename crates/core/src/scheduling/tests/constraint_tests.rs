@@ -1325,3 +1325,42 @@ fn a_zone_a_provisioner_limit_fills_only_in_part_keeps_the_others_within_max_ske
     );
     assert_eq!(p.unschedulable.len(), 4, "nothing is lost");
 }
+
+#[test]
+fn spread_on_the_instance_type_buys_the_cheapest_types_that_fit() {
+    // Four pods, maxSkew 1 over instance types: four different types. Every type is an equally
+    // good domain for the spread, so the kube-scheduler would accept any four; the cheapest
+    // four that hold a pod are what an operator expects to pay for, not the first by name.
+    let pods = spread_pods(4, labels::INSTANCE_TYPE);
+    let request = pods[0].requests.clone();
+    let plan = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
+    let types: std::collections::BTreeSet<&str> = plan
+        .new_nodes
+        .iter()
+        .map(|n| n.instance_type.as_str())
+        .collect();
+    assert_eq!(types.len(), 4, "{plan:#?}");
+    // The four cheapest on-demand types of the catalog that hold one pod, by brute force.
+    let mut cheapest: Vec<f64> = catalog()
+        .iter()
+        .filter(|t| request.fits(&t.allocatable))
+        .filter_map(|t| {
+            t.offerings
+                .iter()
+                .filter(|o| o.available && o.capacity_type == CapacityType::OnDemand)
+                .map(|o| o.price)
+                .min_by(f64::total_cmp)
+        })
+        .collect();
+    cheapest.sort_by(f64::total_cmp);
+    let floor: f64 = cheapest.iter().take(4).sum();
+    let paid: f64 = plan.new_nodes.iter().map(|n| n.price_per_hour).sum();
+    assert!(
+        paid <= floor + 1e-9,
+        "paid {paid:.4}/h for {types:?}; the four cheapest types that fit cost {floor:.4}/h"
+    );
+}
