@@ -505,3 +505,23 @@ fn bad_inputs_are_refused_with_the_words_on_record() {
         differ.join("\n")
     );
 }
+
+#[test]
+fn a_pod_its_spread_leaves_only_a_full_zone_is_refused_naming_the_spread() {
+    // kube-scheduler semantics: with one node in us-east-1c holding one pod, a and b may hold
+    // two each (maxSkew 1 against c's one); the sixth pod has no zone that keeps the skew.
+    let out = plan_json("crates/cli/tests/fixtures/plan/spread-pinned-to-a-full-zone.yaml");
+    let plan: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let refused = plan["unschedulable"].as_array().expect("unschedulable");
+    assert_eq!(refused.len(), 1, "{plan}");
+    assert_eq!(
+        plan["new_nodes"].as_array().map(Vec::len),
+        Some(4),
+        "{plan}"
+    );
+    let reason = refused[0]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.starts_with("its topology spread or pod (anti-)affinity leaves it only topology.kubernetes.io/zone In [us-east-1c]"),
+        "{reason}"
+    );
+}

@@ -551,7 +551,21 @@ impl<'a> Pass<'a> {
             if self.remaining[ci] <= 0 {
                 continue;
             }
-            let reason = reasons::combine(&self.refusals[ci]);
+            let mut reason = reasons::combine(&self.refusals[ci]);
+            // A refusal on a key the topology pass pinned the class to is the pin's doing:
+            // name the rule, not only the requirement it became.
+            let pins: Vec<String> = class
+                .pinned
+                .iter()
+                .filter(|(k, _)| reason.contains(k.as_str()))
+                .map(|(k, r)| format!("{k} {r}"))
+                .collect();
+            if !pins.is_empty() {
+                reason = format!(
+                    "its topology spread or pod (anti-)affinity leaves it only {} (other domains would exceed maxSkew, are full or are closed to it): {reason}",
+                    pins.join(", ")
+                );
+            }
             for &i in &class.pods[self.cursor[ci]..] {
                 let reason = self
                     .unreachable_volume(&pods[i])
