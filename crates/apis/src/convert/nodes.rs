@@ -18,6 +18,9 @@ pub fn node(n: &k8s::Node, name: &str) -> Result<Node, FieldError> {
         Some(a) => requests::parse_map(a, "status.allocatable")?,
         None => capacity.clone(),
     };
+    for (k, v) in n.metadata.labels.iter().flatten() {
+        super::check_label("metadata.labels", k, v)?;
+    }
     let spec = n.spec.as_ref();
     let mut taints = Vec::new();
     for (i, t) in spec
@@ -98,6 +101,13 @@ pub fn taint(key: &str, value: Option<&str>, effect: &str, at: &str) -> Result<T
     })?;
     if key.is_empty() {
         return Err(FieldError::new(format!("{at}.key"), "taint key is empty"));
+    }
+    // The API server's rules: the key a qualified name, the value a label value.
+    if let Some(why) = crate::syntax::qualified_name(key) {
+        return Err(FieldError::new(format!("{at}.key"), why));
+    }
+    if let Some(why) = value.and_then(crate::syntax::label_value) {
+        return Err(FieldError::new(format!("{at}.value"), why));
     }
     Ok(Taint {
         key: key.to_string(),

@@ -338,3 +338,34 @@ fn a_workload_whose_selector_misses_its_template_is_refused() {
         assert_eq!(loaded.snapshot.pods.len(), 1, "{ok}");
     }
 }
+
+#[test]
+fn nodes_the_api_server_would_refuse_are_refused_naming_the_field() {
+    let node = |extra: &str| {
+        format!("apiVersion: v1\nkind: Node\nmetadata:\n  name: n1\n{extra}status: {{allocatable: {{cpu: '2', memory: 4Gi, pods: '29'}}}}\n")
+    };
+    let e = load_err(&node("  labels: {\"example.com/rack name\": a}\n"));
+    assert!(
+        e.starts_with(
+            r#"test.yaml: document 1 (Node n1): metadata.labels["example.com/rack name"]: "#
+        ),
+        "{e}"
+    );
+    let e = load_err(&node(
+        "spec: {taints: [{key: \"bad key\", effect: NoSchedule}]}\n",
+    ));
+    assert!(
+        e.starts_with("test.yaml: document 1 (Node n1): spec.taints[0].key: "),
+        "{e}"
+    );
+    let e = load_err(&node(
+        "spec: {taints: [{key: dedicated, value: \"-gpu\", effect: NoSchedule}]}\n",
+    ));
+    assert!(
+        e.starts_with("test.yaml: document 1 (Node n1): spec.taints[0].value: "),
+        "{e}"
+    );
+    // Well-formed labels and taints load.
+    let ok = node("  labels: {topology.kubernetes.io/zone: us-east-1a}\nspec: {taints: [{key: nvidia.com/gpu, value: \"true\", effect: NoSchedule}]}\n");
+    assert!(super::super::load_text("test.yaml", &ok).is_ok());
+}
