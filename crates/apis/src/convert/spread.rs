@@ -49,6 +49,12 @@ pub fn topology_spread(
                 ))
             }
         };
+        if !hard && c.min_domains.is_some() {
+            return Err(FieldError::new(
+                at("minDomains"),
+                "can only be set when whenUnsatisfiable is DoNotSchedule",
+            ));
+        }
         let Some(sel) = &c.label_selector else {
             continue;
         };

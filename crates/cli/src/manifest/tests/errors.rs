@@ -369,3 +369,14 @@ fn nodes_the_api_server_would_refuse_are_refused_naming_the_field() {
     let ok = node("  labels: {topology.kubernetes.io/zone: us-east-1a}\nspec: {taints: [{key: nvidia.com/gpu, value: \"true\", effect: NoSchedule}]}\n");
     assert!(super::super::load_text("test.yaml", &ok).is_ok());
 }
+
+#[test]
+fn min_domains_needs_do_not_schedule() {
+    let e = load_err(&pod_yaml(
+        "  topologySpreadConstraints: [{maxSkew: 1, minDomains: 3, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: ScheduleAnyway, labelSelector: {matchLabels: {app: web}}}]\n  containers: [{name: a}]\n",
+    ));
+    assert_eq!(
+        e,
+        "test.yaml: document 1 (Pod default/p): spec.topologySpreadConstraints[0].minDomains: can only be set when whenUnsatisfiable is DoNotSchedule"
+    );
+}
