@@ -184,9 +184,11 @@ pub fn explain(
 ) -> Option<Explanation> {
     let idx = snapshot.pods.iter().position(|p| p.key() == key)?;
     let pod = &snapshot.pods[idx];
-    // The same pass the simulation runs (on the snapshot as given, before any preference is
-    // relaxed), so the pin, the rules and the views are the ones it used.
-    let mut pass = Pass::new(snapshot, catalog, &Options::default());
+    // The same pass the simulation ends with (on the snapshot as given, before any preference
+    // is relaxed, with the domains its earlier passes closed), so the pin, the rules and the
+    // views are the ones the plan used.
+    let (_, closed) = super::settle(snapshot, catalog, &Options::default());
+    let mut pass = Pass::with_closed(snapshot, catalog, &Options::default(), &closed);
     let class = pass.class_of(idx);
     let pinned = class
         .map(|c| pass.classes()[c].pinned.clone())

@@ -57,6 +57,16 @@ pub fn simulate(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -
 /// none of them, beside pod-affinity partners that were refused, or over a spread's maxSkew
 /// once refusals are counted (see [`closing`]).
 fn place(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -> Plan {
+    settle(snapshot, catalog, opts).0
+}
+
+/// [`place`]'s passes, returning with the plan the domains closed on the way: `explain`
+/// builds its pass on the same ones, so the pin it shows is the one the plan used.
+pub(crate) fn settle(
+    snapshot: &Snapshot,
+    catalog: &[InstanceType],
+    opts: &Options,
+) -> (Plan, topology::Closed) {
     let mut closed = topology::Closed::default();
     loop {
         let pass = Pass::with_closed(snapshot, catalog, opts, &closed);
@@ -68,10 +78,10 @@ fn place(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -> Plan 
             .collect();
         let plan = pass.run();
         if plan.unschedulable.is_empty() || pinned.is_empty() {
-            return plan;
+            return (plan, closed);
         }
         if !closing::close_between_passes(snapshot, &plan, &pinned, &mut closed) {
-            return plan;
+            return (plan, closed);
         }
     }
 }

@@ -1364,3 +1364,34 @@ fn spread_on_the_instance_type_buys_the_cheapest_types_that_fit() {
         "paid {paid:.4}/h for {types:?}; the four cheapest types that fit cost {floor:.4}/h"
     );
 }
+
+#[test]
+fn explain_shows_the_pin_the_plan_used_after_closing_a_domain() {
+    // The first pass pins pods to z-c, whose only Provisioner has no cpu left; the plan closes
+    // z-c and places them in z-a and z-b. `--explain` must show that final pin, not the first.
+    use crate::scheduling::explain::explain;
+    let mut ab = provisioner_in(&["z-a", "z-b"]);
+    ab.name = "ab".into();
+    let mut c = provisioner_in(&["z-c"]);
+    c.name = "c".into();
+    c.weight = 10;
+    c.limits.cpu = Some(0);
+    let s = Snapshot {
+        pods: spread_pods(6, labels::ZONE),
+        provisioners: vec![ab, c],
+        ..Snapshot::default()
+    };
+    let plan = run(&s);
+    assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
+    for n in &plan.new_nodes {
+        for key in &n.pods {
+            let e = explain(&s, &catalog(), &plan, key).expect("pod exists");
+            let pin = e.pinned.unwrap_or_default();
+            assert!(
+                pin.contains(&format!("[{}]", n.zone)),
+                "{key} runs in {} but --explain says it is pinned to {pin}",
+                n.zone
+            );
+        }
+    }
+}
