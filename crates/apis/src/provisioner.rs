@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -78,7 +79,8 @@ pub struct ProvisionerSpec {
     /// Disruption budgets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disruption: Option<Disruption>,
-    /// Stopped, pre-initialized instances kept ready for fast scale-out.
+    /// Stopped, pre-initialized instances kept ready for fast scale-out. Validated but not acted
+    /// on yet: the warm pool is not built (docs/warm-pool-design.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warm_pool: Option<WarmPool>,
     /// What to do on the interruption queue's hints about this Provisioner's nodes.
@@ -207,17 +209,46 @@ pub struct KubeletConfiguration {
     pub cpu_cfs_quota: Option<bool>,
 }
 
-/// `spec.warmPool`: how many stopped, initialized instances to keep for this Provisioner.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+/// `spec.warmPool`: stopped (or hibernated) instances initialized ahead of demand, started
+/// before any new launch. Accepted and validated; the pool itself is not built yet
+/// (docs/warm-pool-design.md).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WarmPool {
-    /// Instances kept warm at all times.
-    #[serde(default)]
-    #[schemars(range(min = 0))]
-    pub min_size: i32,
-    /// Most instances kept warm; unset means `minSize`.
+    /// Instances kept ready: a count, or `auto` (the peak of claims per 10 minutes over the
+    /// last day, at most `maxSize`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<IntOrString>,
+    /// The most instances `size: auto` keeps (default 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 1000))]
     pub max_size: Option<i32>,
+    /// Instance types of the members, several so that a shortage of one does not empty the
+    /// pool. Default: the cheapest allowed types that hold the Provisioner's largest recent
+    /// pod.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instance_types: Vec<String>,
+    /// Zones of the members; default: the Provisioner's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub zones: Vec<String>,
+    /// What a ready member is: `Stopped` (the default: only its volumes cost), `Hibernated`
+    /// (memory kept on an encrypted root volume; hibernation-capable types, not Bottlerocket)
+    /// or `Running`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(Stopped|Hibernated|Running)$"))]
+    pub state: Option<String>,
+    /// Images pulled while a member warms, so its pods start without pulling.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pre_pull_images: Vec<String>,
+    /// A drained node that is not drifted goes back to the pool instead of being terminated,
+    /// while the pool is short.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reuse_on_scale_in: bool,
+    /// How much dearer than the cheapest fitting new instance a warm one may be and still be
+    /// used, as a percentage ("25%", the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]|[1-9][0-9]|[1-9][0-9][0-9])%$"))]
+    pub max_price_premium: Option<String>,
 }
 
 /// `status` of a [`Provisioner`].

@@ -216,18 +216,7 @@ impl Provisioner {
         settings::rebalance_replaces(&check, spec)?;
 
         if let Some(w) = &spec.warm_pool {
-            if w.min_size < 0 {
-                return Err(check.invalid(
-                    "spec.warmPool.minSize",
-                    format!("must not be negative, got {}", w.min_size),
-                ));
-            }
-            if let Some(max) = w.max_size.filter(|m| *m < w.min_size) {
-                return Err(check.invalid(
-                    "spec.warmPool.maxSize",
-                    format!("{max} is below minSize {}", w.min_size),
-                ));
-            }
+            warm_pool(&check, w)?;
         }
 
         let mut node_template = None;
@@ -341,6 +330,80 @@ fn convert_taints(
 }
 
 /// Validates `spec.kubeletConfiguration` and reads what changes the nodes' allocatable.
+/// `spec.warmPool`: a size that is a count or `auto`, a state the pool knows, a premium that
+/// is a percentage, and names that could be instance types and zones.
+fn warm_pool(check: &Check, w: &crate::WarmPool) -> Result<(), ApiError> {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    match &w.size {
+        Some(IntOrString::Int(n)) if *n < 0 => {
+            return Err(check.invalid(
+                "spec.warmPool.size",
+                format!("must not be negative, got {n}"),
+            ))
+        }
+        Some(IntOrString::Int(n)) if *n > 1000 => {
+            return Err(check.invalid("spec.warmPool.size", format!("{n} is more than 1000")))
+        }
+        Some(IntOrString::String(s)) if s != "auto" => {
+            return Err(check.invalid(
+                "spec.warmPool.size",
+                format!("{s:?} is neither a count nor \"auto\""),
+            ))
+        }
+        _ => {}
+    }
+    if let Some(m) = w.max_size.filter(|m| !(0..=1000).contains(m)) {
+        return Err(check.invalid(
+            "spec.warmPool.maxSize",
+            format!("must be 0 to 1000, got {m}"),
+        ));
+    }
+    if let (Some(IntOrString::Int(n)), Some(m)) = (&w.size, w.max_size) {
+        if m < *n {
+            return Err(check.invalid("spec.warmPool.maxSize", format!("{m} is below size {n}")));
+        }
+    }
+    if let Some(state) = w.state.as_deref() {
+        if !matches!(state, "Stopped" | "Hibernated" | "Running") {
+            return Err(check.invalid(
+                "spec.warmPool.state",
+                format!("unknown state {state:?} (expected Stopped, Hibernated or Running)"),
+            ));
+        }
+    }
+    if let Some(p) = w.max_price_premium.as_deref() {
+        let ok = p
+            .strip_suffix('%')
+            .and_then(|n| n.parse::<u32>().ok())
+            .is_some_and(|n| n <= 999);
+        if !ok {
+            return Err(check.invalid(
+                "spec.warmPool.maxPricePremium",
+                format!("{p:?} is not a percentage such as \"25%\""),
+            ));
+        }
+    }
+    for (i, t) in w.instance_types.iter().enumerate() {
+        if t.is_empty() || !t.contains('.') || t.chars().any(char::is_whitespace) {
+            return Err(check.invalid(
+                format!("spec.warmPool.instanceTypes[{i}]"),
+                format!("{t:?} is not an instance type name (family.size, e.g. m6i.large)"),
+            ));
+        }
+    }
+    for (i, z) in w.zones.iter().enumerate() {
+        let why = if z.is_empty() {
+            Some("a zone name is required".to_string())
+        } else {
+            crate::syntax::label_value(z)
+        };
+        if let Some(why) = why {
+            return Err(check.invalid(format!("spec.warmPool.zones[{i}]"), why));
+        }
+    }
+    Ok(())
+}
+
 fn kubelet_settings(check: &Check, k: &KubeletConfiguration) -> Result<KubeletSettings, ApiError> {
     const P: &str = "spec.kubeletConfiguration";
     for (leaf, v) in [("maxPods", k.max_pods), ("podsPerCore", k.pods_per_core)] {

@@ -65,8 +65,13 @@ spec:
         schedule: "0 9 * * mon-fri"
         duration: 8h
   warmPool:
-    minSize: 2
-    maxSize: 4
+    size: 2
+    instanceTypes: [m6i.large, m6a.large, m5.large]
+    zones: [us-east-1a, us-east-1b]
+    state: Stopped
+    prePullImages: [public.ecr.aws/nginx/nginx:1.27]
+    reuseOnScaleIn: true
+    maxPricePremium: "25%"
 "#;
 
 fn provisioner(yaml: &str) -> Provisioner {
@@ -443,10 +448,24 @@ fn disruption_settings_are_read_for_the_planner() {
 
 #[test]
 fn warm_pool_and_provider_ref_errors() {
-    let e = err(&with_spec("  warmPool: {minSize: -1}\n"));
-    assert_eq!(e.field(), "spec.warmPool.minSize");
-    let e = err(&with_spec("  warmPool: {minSize: 3, maxSize: 2}\n"));
-    assert_eq!(e.field(), "spec.warmPool.maxSize");
+    for (body, field) in [
+        ("{size: -1}", "spec.warmPool.size"),
+        ("{size: lots}", "spec.warmPool.size"),
+        ("{size: 3, maxSize: 2}", "spec.warmPool.maxSize"),
+        ("{size: auto, maxSize: 5000}", "spec.warmPool.maxSize"),
+        ("{state: Frozen}", "spec.warmPool.state"),
+        ("{maxPricePremium: \"25\"}", "spec.warmPool.maxPricePremium"),
+        ("{instanceTypes: [large]}", "spec.warmPool.instanceTypes[0]"),
+        ("{zones: [\"us east\"]}", "spec.warmPool.zones[0]"),
+    ] {
+        let e = err(&with_spec(&format!("  warmPool: {body}\n")));
+        assert_eq!(e.field(), field, "{body}: {e}");
+    }
+    // `auto` and a count both read.
+    for ok in ["{size: auto, maxSize: 8}", "{size: 3}", "{size: 0}"] {
+        let p = with_spec(&format!("  warmPool: {ok}\n"));
+        assert!(p.to_core().is_ok(), "{ok}: {:?}", p.to_core().err());
+    }
     let e = err(&with_spec("  providerRef: {name: \"\"}\n"));
     assert_eq!(e.field(), "spec.providerRef.name");
     let e = err(&with_spec("  providerRef: {name: x, kind: ConfigMap}\n"));
