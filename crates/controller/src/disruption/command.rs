@@ -22,8 +22,7 @@ use crate::k8s::events::{publish_on_claim, publish_on_node, EventType};
 use crate::k8s::matching::{claim_of, node_of};
 use crate::lifecycle::delete_claim;
 use crate::lifecycle::registration::is_initialized;
-use crate::metrics::ProvisionerLabels;
-use crate::provisioning::claims::create_claim;
+use crate::provisioning::claims::create_recorded;
 use crate::provisioning::launch_claim;
 
 /// How long replacements may take to be Initialized before the decision is given up (the
@@ -126,14 +125,7 @@ pub async fn start<P: CloudProvider>(
             .ok_or_else(|| DisruptionError::UnknownProvisioner {
                 provisioner: node.provisioner.clone(),
             })?;
-        let stored = create_claim(&ctx.client, &ctx.state, prov, node).await?;
-        ctx.state.created.remember(stored.clone());
-        ctx.metrics
-            .claims_created
-            .get_or_create(&ProvisionerLabels {
-                provisioner: prov.name().to_string(),
-            })
-            .inc();
+        let stored = create_recorded(ctx, prov, node).await?;
         // A failed launch leaves the claim to the provisioning loop's retries; the command
         // waits for it like for any other.
         if let Err(e) = launch_claim(ctx, &stored, Some(node), catalog).await {

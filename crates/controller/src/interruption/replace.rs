@@ -24,8 +24,7 @@ use crate::context::Context;
 use crate::k8s::node_patch::taint_patch;
 use crate::lifecycle::delete_claim;
 use crate::lifecycle::termination::disrupted_taint;
-use crate::metrics::ProvisionerLabels;
-use crate::provisioning::claims::create_claim;
+use crate::provisioning::claims::create_recorded;
 use crate::provisioning::launch::Catalogs;
 use crate::provisioning::launch_claim;
 
@@ -150,14 +149,7 @@ pub async fn replace<P: CloudProvider>(
             let Some(prov) = provisioners.iter().find(|p| p.name() == node.provisioner) else {
                 continue;
             };
-            let stored = create_claim(&ctx.client, &ctx.state, prov, &node).await?;
-            ctx.state.created.remember(stored.clone());
-            ctx.metrics
-                .claims_created
-                .get_or_create(&ProvisionerLabels {
-                    provisioner: prov.name().to_string(),
-                })
-                .inc();
+            let stored = create_recorded(ctx, prov, &node).await?;
             out.replacements.push(stored.name().to_string());
             planned.push((stored, node));
         }

@@ -51,6 +51,26 @@ pub fn random_suffix() -> String {
         .collect()
 }
 
+/// [`create_claim`] as a controller pass writes a claim: the stored claim is remembered (the
+/// stores may not show it yet, and the next pass must count it as in flight) and counted in
+/// `joiner_nodeclaims_created_total`. Provisioning, disruption and interruption all write their
+/// claims through it.
+pub async fn create_recorded<P: joiner_core::CloudProvider>(
+    ctx: &crate::context::Context<P>,
+    prov: &Provisioner,
+    node: &NewNode,
+) -> Result<NodeClaim, ProvisioningError> {
+    let stored = create_claim(&ctx.client, &ctx.state, prov, node).await?;
+    ctx.state.created.remember(stored.clone());
+    ctx.metrics
+        .claims_created
+        .get_or_create(&crate::metrics::ProvisionerLabels {
+            provisioner: prov.name().to_string(),
+        })
+        .inc();
+    Ok(stored)
+}
+
 /// Writes a claim for `node`, named `<provisioner>-<random suffix>`, annotated with the hashes
 /// of its Provisioner's and NodeTemplate's settings (found in `objects`) so drift can be told
 /// later. A 409 AlreadyExists (the name was taken) is answered by trying a fresh name, a few

@@ -25,7 +25,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::context::Context;
-use crate::metrics::ProvisionerLabels;
 use crate::state::{is_provisionable, ClusterState};
 
 pub use batcher::Batcher;
@@ -312,17 +311,10 @@ pub async fn provision_batch<P: CloudProvider>(
                         provisioner: node.provisioner.clone(),
                     }));
                 };
-                let stored = match claims::create_claim(&ctx.client, &ctx.state, &prov, node).await {
+                let stored = match claims::create_recorded(ctx, &prov, node).await {
                     Ok(c) => c,
                     Err(e) => return (node, Err(e)),
                 };
-                ctx.state.created.remember(stored.clone());
-                ctx.metrics
-                    .claims_created
-                    .get_or_create(&ProvisionerLabels {
-                        provisioner: prov.name().to_string(),
-                    })
-                    .inc();
                 tracing::info!(claim = %stored.name(), provisioner = %prov.name(),
                     instance_type = %node.instance_type, pods = node.pods.len(), "NodeClaim created");
                 let launched = launch_claim(ctx, &stored, Some(node), catalog).await;

@@ -1080,21 +1080,27 @@ fn a_node_with_room_the_pod_tolerates_is_a_spread_domain_and_a_tainted_one_is_no
     assert_all_placed_with_zone_counts(&p, &[("z-a", 3), ("z-b", 3)]);
 }
 
-#[test]
-fn a_zone_a_provisioner_limit_closes_gives_its_share_to_the_others() {
-    // z-c is reached only through a Provisioner whose cpu limit is spent: the pods first pinned
-    // there go to z-a and z-b, and the counts stay within maxSkew where the pods really run.
+/// Six pods spreading over zones, z-c reachable only through a Provisioner (weight 10) whose
+/// cpu limit is spent; z-a and z-b through another.
+fn spent_zone_c() -> Snapshot {
     let mut ab = provisioner_in(&["z-a", "z-b"]);
     ab.name = "ab".into();
     let mut c = provisioner_in(&["z-c"]);
     c.name = "c".into();
     c.weight = 10;
     c.limits.cpu = Some(0);
-    let p = run(&Snapshot {
+    Snapshot {
         pods: spread_pods(6, labels::ZONE),
         provisioners: vec![ab, c],
         ..Snapshot::default()
-    });
+    }
+}
+
+#[test]
+fn a_zone_a_provisioner_limit_closes_gives_its_share_to_the_others() {
+    // z-c is reached only through a Provisioner whose cpu limit is spent: the pods first pinned
+    // there go to z-a and z-b, and the counts stay within maxSkew where the pods really run.
+    let p = run(&spent_zone_c());
     assert_all_placed_with_zone_counts(&p, &[("z-a", 3), ("z-b", 3)]);
 }
 
@@ -1370,17 +1376,7 @@ fn explain_shows_the_pin_the_plan_used_after_closing_a_domain() {
     // The first pass pins pods to z-c, whose only Provisioner has no cpu left; the plan closes
     // z-c and places them in z-a and z-b. `--explain` must show that final pin, not the first.
     use crate::scheduling::explain::explain;
-    let mut ab = provisioner_in(&["z-a", "z-b"]);
-    ab.name = "ab".into();
-    let mut c = provisioner_in(&["z-c"]);
-    c.name = "c".into();
-    c.weight = 10;
-    c.limits.cpu = Some(0);
-    let s = Snapshot {
-        pods: spread_pods(6, labels::ZONE),
-        provisioners: vec![ab, c],
-        ..Snapshot::default()
-    };
+    let s = spent_zone_c();
     let plan = run(&s);
     assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
     for n in &plan.new_nodes {
