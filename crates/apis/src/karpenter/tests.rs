@@ -12,6 +12,15 @@ fn yaml(text: &str) -> Vec<Value> {
 
 use serde::Deserialize;
 
+/// A Provisioner's requirements as `key operator ["values"]` lines.
+fn requirement_lines(p: &crate::Provisioner) -> Vec<String> {
+    p.spec
+        .requirements
+        .iter()
+        .map(|r| format!("{} {} {:?}", r.key, r.operator, r.values))
+        .collect()
+}
+
 /// The issue's seed: a v1alpha5 Provisioner and v1alpha1 AWSNodeTemplate.
 const SEED: &str = r#"
 apiVersion: karpenter.sh/v1alpha5
@@ -44,12 +53,7 @@ fn the_seed_converts_field_for_field() {
     assert_eq!(p.name(), "default");
     // The three given, then the v1alpha5 webhook's defaults the seed did not override (an
     // instance family is named, so no category or generation default).
-    let reqs: Vec<String> = p
-        .spec
-        .requirements
-        .iter()
-        .map(|r| format!("{} {} {:?}", r.key, r.operator, r.values))
-        .collect();
+    let reqs = requirement_lines(p);
     assert_eq!(
         reqs[3..],
         [
@@ -365,12 +369,7 @@ spec:
     ))
     .expect("converts");
     let p = &c.provisioners[0];
-    let reqs: Vec<String> = p
-        .spec
-        .requirements
-        .iter()
-        .map(|r| format!("{} {} {:?}", r.key, r.operator, r.values))
-        .collect();
+    let reqs = requirement_lines(p);
     // Gte 6 is Gt 5, Lte 16 is Lt 17 on integers; reserved has no joiner equivalent.
     assert_eq!(
         reqs,
