@@ -119,6 +119,9 @@ pub enum Rejected {
     Duplicate,
     /// The event is older than the instance's claim.
     Stale,
+    /// The instance is a warm-pool member not handed to a workload yet (its claim carries the
+    /// `joiner.sh/warm-pool` label): its stops and starts are joiner's own doing.
+    WarmPool,
 }
 
 impl Rejected {
@@ -135,11 +138,12 @@ impl Rejected {
             Rejected::NotOwned => "not_owned",
             Rejected::Duplicate => "duplicate",
             Rejected::Stale => "stale",
+            Rejected::WarmPool => "warm_pool",
         }
     }
 
     /// Every reason, for tests and metric documentation.
-    pub const ALL: [Rejected; 10] = [
+    pub const ALL: [Rejected; 11] = [
         Rejected::Empty,
         Rejected::TooLarge,
         Rejected::NotJson,
@@ -150,6 +154,7 @@ impl Rejected {
         Rejected::NotOwned,
         Rejected::Duplicate,
         Rejected::Stale,
+        Rejected::WarmPool,
     ];
 }
 

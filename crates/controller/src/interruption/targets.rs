@@ -6,7 +6,9 @@
 //! bound to a claim and anything already forgotten are not acted on. An event older than the
 //! claim (beyond [`CLOCK_SKEW`]) is about the instance's life before the claim — a warm-pool
 //! member's own stop during warm-up — and is stale. A claim already being deleted is on its
-//! way out: a second event about it changes nothing.
+//! way out: a second event about it changes nothing. A claim labelled `joiner.sh/warm-pool` is
+//! a warm-pool member not handed to a workload: joiner stops and starts it itself, so its
+//! state changes are not interruptions.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -74,6 +76,14 @@ impl<'a> Owned<'a> {
         if claim.metadata.deletion_timestamp.is_some() {
             return Err(Rejected::Duplicate);
         }
+        let warm = claim
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(joiner_core::labels::WARM_POOL));
+        if warm {
+            return Err(Rejected::WarmPool);
+        }
         Ok(Target {
             claim: (*claim).clone(),
             node: node_of(claim, self.nodes).cloned(),
@@ -82,9 +92,9 @@ impl<'a> Owned<'a> {
 }
 
 /// The rejection that best explains a message none of whose instances is acted on: stale
-/// before duplicate before not owned (the most specific first).
+/// before duplicate before warm pool before not owned (the most specific first).
 pub fn strongest(reasons: &[Rejected]) -> Rejected {
-    for r in [Rejected::Stale, Rejected::Duplicate] {
+    for r in [Rejected::Stale, Rejected::Duplicate, Rejected::WarmPool] {
         if reasons.contains(&r) {
             return r;
         }
@@ -111,6 +121,33 @@ mod tests {
         text.parse::<k8s_openapi::jiff::Timestamp>()
             .expect("time")
             .as_second()
+    }
+
+    #[test]
+    fn a_warm_pool_members_state_changes_are_joiners_own() {
+        // A member stopped by the pool is labelled as such: its stop is no interruption. The
+        // same instance, once handed to a workload (the label gone), is acted on.
+        let member = claim(
+            "warm-1",
+            json!({"metadata": {"labels": {"joiner.sh/warm-pool": "web"}},
+                "status": {"instanceID": "i-0000000w"}}),
+        );
+        let claims = vec![member];
+        let owned = Owned::new(&claims, &[]);
+        let t = at("2026-11-30T15:00:00Z");
+        assert_eq!(
+            owned.target("i-0000000w", t).err(),
+            Some(Rejected::WarmPool)
+        );
+        let bound = vec![claim(
+            "web-1",
+            json!({"status": {"instanceID": "i-0000000w"}}),
+        )];
+        assert!(Owned::new(&bound, &[]).target("i-0000000w", t).is_ok());
+        assert_eq!(
+            strongest(&[Rejected::NotOwned, Rejected::WarmPool]),
+            Rejected::WarmPool
+        );
     }
 
     #[test]
