@@ -2,7 +2,7 @@
 //! constraint.
 //!
 //! Workloads mix topology spread (DoNotSchedule) on the zone, the capacity type, a Provisioner
-//! label and the hostname; pod anti-affinity and affinity on the same keys; host ports; pods
+//! label, the architecture, the instance type and the hostname; pod anti-affinity and affinity on the same keys; host ports; pods
 //! requiring on-demand; pods in two namespaces whose terms look in their own namespace, in
 //! named ones, or in those a namespaceSelector picks (`{}` = all); and existing nodes running
 //! labeled pods, some of them anti-affine by hostname or zone. The checks rebuild every node's
@@ -30,8 +30,15 @@ const ZONES: [&str; 3] = ["z-a", "z-b", "z-c"];
 /// A label of the two Provisioners (`x` and `y`) and of existing nodes.
 const POOL: &str = "example.com/pool";
 const POOLS: [&str; 2] = ["x", "y"];
-/// The keys spreads and (anti-)affinity use besides the hostname.
-const KEYS: [&str; 3] = [labels::ZONE, POOL, labels::CAPACITY_TYPE];
+/// The keys spreads and (anti-)affinity use besides the hostname: the zone, a Provisioner
+/// label, the capacity type, and two instance labels (architecture, instance type).
+const KEYS: [&str; 5] = [
+    labels::ZONE,
+    POOL,
+    labels::CAPACITY_TYPE,
+    labels::ARCH,
+    labels::INSTANCE_TYPE,
+];
 const NAMESPACES: [&str; 2] = ["default", "team"];
 
 #[derive(Clone, Debug)]
@@ -300,6 +307,8 @@ pub(super) fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
         l.insert(labels::HOSTNAME.to_string(), name.clone());
         l.insert(labels::CAPACITY_TYPE.to_string(), "on-demand".to_string());
         l.insert(POOL.to_string(), POOLS[n.pool].to_string());
+        l.insert(labels::ARCH.to_string(), "amd64".to_string());
+        l.insert(labels::INSTANCE_TYPE.to_string(), "m5.xlarge".to_string());
         snap_nodes.push(Node {
             name: name.clone(),
             labels: l,
