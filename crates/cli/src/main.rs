@@ -67,7 +67,7 @@ pub struct PlanArgs {
     #[arg(long, default_value = "us-east-1", env = "JOINER_REGION")]
     pub region: String,
     /// Explains one pod's placement (`namespace/name` of a pod, or of a workload for its first
-    /// pending pod; repeatable): per Provisioner, how many instance types each requirement,
+    /// unschedulable, else first pending, pod; repeatable): per Provisioner, how many instance types each requirement,
     /// resource, taint, host port, limit or topology rule excluded, and where the pod goes.
     #[arg(long = "explain", value_name = "NAMESPACE/POD_OR_WORKLOAD")]
     pub explain: Vec<String>,

@@ -87,24 +87,36 @@ pub fn default_provisioner() -> Provisioner {
     p
 }
 
-/// The pod `--explain key` is about: the pod `namespace/name`, or else the first pod of the
+/// The pod `--explain key` is about: the pod `namespace/name`, or else a pending pod of the
 /// workload of that name (its controller, or for a Deployment one of its ReplicaSets,
-/// `<name>-<hash>`). A workload's pods share their constraints, so one stands for all.
-fn pod_to_explain(pods: &[joiner_core::Pod], key: &str) -> Option<String> {
+/// `<name>-<hash>`): the first the plan leaves unschedulable, since that is the one the user
+/// asks about, else the first. Pods of a workload share their constraints, but topology can
+/// place some and refuse others.
+fn pod_to_explain(
+    pods: &[joiner_core::Pod],
+    key: &str,
+    unschedulable: &std::collections::HashSet<&str>,
+) -> Option<String> {
     if pods.iter().any(|p| p.key() == key) {
         return Some(key.to_string());
     }
     let (namespace, name) = key.split_once('/')?;
     let replica_set_prefix = format!("{name}-");
-    pods.iter()
+    let mut pending = pods
+        .iter()
         .filter(|p| p.namespace == namespace && p.node_name.is_none())
-        .find(|p| {
+        .filter(|p| {
             p.owner.as_ref().is_some_and(|o| {
                 o.name == name
                     || (o.kind == "ReplicaSet" && o.name.starts_with(&replica_set_prefix))
             })
         })
         .map(joiner_core::Pod::key)
+        .peekable();
+    let first = pending.peek().cloned();
+    pending
+        .find(|k| unschedulable.contains(k.as_str()))
+        .or(first)
 }
 
 /// Loads the manifests, simulates against the region's catalog and renders the plan.
@@ -171,8 +183,10 @@ pub fn run(args: &PlanArgs) -> Result<String, CliError> {
         ));
     }
     let mut explanations: Vec<Explanation> = Vec::new();
+    let refused: std::collections::HashSet<&str> =
+        plan.unschedulable.iter().map(|u| u.pod.as_str()).collect();
     for key in &args.explain {
-        let pod = pod_to_explain(&loaded.snapshot.pods, key).ok_or_else(|| {
+        let pod = pod_to_explain(&loaded.snapshot.pods, key, &refused).ok_or_else(|| {
             CliError::Usage(format!(
                 "--explain {key}: no pod and no workload {key} in the manifests (expected \
                  namespace/name of a pod, Deployment, StatefulSet, ReplicaSet or Job)"
@@ -221,12 +235,21 @@ mod tests {
             pod("db-0", "StatefulSet", "db", None),
             pod("webhook-0", "StatefulSet", "webhook", None),
         ];
-        let find = |key: &str| pod_to_explain(&pods, key);
+        let none = std::collections::HashSet::new();
+        let find = |key: &str| pod_to_explain(&pods, key, &none);
         assert_eq!(find("shop/web").as_deref(), Some("shop/web-7d9f-b"));
         assert_eq!(find("shop/db").as_deref(), Some("shop/db-0"));
         assert_eq!(find("shop/db-0").as_deref(), Some("shop/db-0"));
         assert_eq!(find("other/db"), None);
         assert_eq!(find("shop/we"), None);
+        // When the plan refuses some of a workload's pods, the first refused one is explained.
+        let mut more = pods.clone();
+        more.push(pod("web-7d9f-c", "ReplicaSet", "web-7d9f", None));
+        let refused = std::collections::HashSet::from(["shop/web-7d9f-c"]);
+        assert_eq!(
+            pod_to_explain(&more, "shop/web", &refused).as_deref(),
+            Some("shop/web-7d9f-c")
+        );
     }
 
     #[test]
