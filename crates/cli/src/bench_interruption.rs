@@ -30,7 +30,6 @@ use joiner_core::testing::FakeCloud;
 use joiner_core::{CloudError, CloudErrorKind, InstanceType};
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::reflector::store::Writer;
-use kube::runtime::watcher::Event;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -140,13 +139,7 @@ where
     K: kube::Resource + Clone + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
-    let mut w = Writer::default();
-    w.apply_watcher_event(&Event::Init);
-    for item in items {
-        w.apply_watcher_event(&Event::InitApply(item));
-    }
-    w.apply_watcher_event(&Event::InitDone);
-    w
+    joiner_controller::watch::filled(items)
 }
 
 fn from<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, CliError> {

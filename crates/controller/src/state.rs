@@ -149,12 +149,7 @@ where
     K: kube::Resource + Clone + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
-    use kube::runtime::reflector::store::Writer;
-    use kube::runtime::watcher::Event;
-    let mut writer = Writer::default();
-    writer.apply_watcher_event(&Event::Init);
-    writer.apply_watcher_event(&Event::InitDone);
-    writer.as_reader()
+    crate::watch::filled(Vec::new()).as_reader()
 }
 
 /// `namespace/name` of a namespaced object, for warnings.

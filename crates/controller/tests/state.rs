@@ -24,13 +24,7 @@ where
     K: kube::Resource + Clone + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
-    let mut w = Writer::default();
-    w.apply_watcher_event(&Event::Init);
-    for item in items {
-        w.apply_watcher_event(&Event::InitApply(item));
-    }
-    w.apply_watcher_event(&Event::InitDone);
-    w
+    joiner_controller::watch::filled(items)
 }
 
 fn pod(name: &str, spec: Value, status: Value) -> Pod {

@@ -206,14 +206,7 @@ where
     K: kube::Resource + Clone + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
-    use kube::runtime::watcher::Event;
-    let mut w = kube::runtime::reflector::store::Writer::default();
-    w.apply_watcher_event(&Event::Init);
-    for item in items {
-        w.apply_watcher_event(&Event::InitApply(item));
-    }
-    w.apply_watcher_event(&Event::InitDone);
-    w
+    joiner_controller::watch::filled(items)
 }
 
 /// Parses a test object.

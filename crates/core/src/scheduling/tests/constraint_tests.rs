@@ -925,6 +925,14 @@ fn provisioner_in(zones: &[&str]) -> Provisioner {
     prov
 }
 
+/// The instance types of a plan's new nodes.
+fn instance_types_of(plan: &Plan) -> std::collections::BTreeSet<&str> {
+    plan.new_nodes
+        .iter()
+        .map(|n| n.instance_type.as_str())
+        .collect()
+}
+
 fn spread_pods(n: usize, key: &str) -> Vec<Pod> {
     let mut pods = deployment("web", n, 500, 512);
     for p in &mut pods {
@@ -1246,11 +1254,7 @@ fn spread_on_the_instance_type_uses_two_types() {
         ..Snapshot::default()
     });
     assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
-    let types: std::collections::BTreeSet<&str> = plan
-        .new_nodes
-        .iter()
-        .map(|n| n.instance_type.as_str())
-        .collect();
+    let types = instance_types_of(&plan);
     assert_eq!(
         types,
         ["c5.large", "m5.large"].into_iter().collect(),
@@ -1344,11 +1348,7 @@ fn spread_on_the_instance_type_buys_the_cheapest_types_that_fit() {
         ..Snapshot::default()
     });
     assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
-    let types: std::collections::BTreeSet<&str> = plan
-        .new_nodes
-        .iter()
-        .map(|n| n.instance_type.as_str())
-        .collect();
+    let types = instance_types_of(&plan);
     assert_eq!(types.len(), 4, "{plan:#?}");
     // The four cheapest on-demand types of the catalog that hold one pod, by brute force.
     let mut cheapest: Vec<f64> = catalog()
