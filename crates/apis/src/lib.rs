@@ -31,6 +31,7 @@ pub use error::ApiError;
 pub use lookup::{ObjectLookup, StaticObjects};
 pub use node_claim::{
     NodeClaim, NodeClaimResources, NodeClaimSpec, NodeClaimStatus, NodeTemplateRef,
+    WarmMemberStatus,
 };
 pub use node_template::{
     AmiFamily, BlockDevice, BlockDeviceMapping, MetadataOptions, NodeTemplate, NodeTemplateSpec,
@@ -39,7 +40,7 @@ pub use node_template::{
 pub use object::ObjectRef;
 pub use provisioner::{
     Consolidation, KubeletConfiguration, Limits, ProviderRef, Provisioner, ProvisionerSpec,
-    ProvisionerStatus, WarmPool,
+    ProvisionerStatus, WarmPool, WarmPoolStatus,
 };
 pub use resolution::{NodeTemplateResolver, ResolveError, ResolveFailure, Resolved};
 pub use selector::NodeSelectorRequirement;

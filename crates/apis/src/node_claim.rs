@@ -23,7 +23,8 @@ use crate::taint::Taint;
     shortname = "nc",
     printcolumn = r#"{"name":"Type","type":"string","jsonPath":".status.instanceType"}"#,
     printcolumn = r#"{"name":"Zone","type":"string","jsonPath":".status.zone"}"#,
-    printcolumn = r#"{"name":"Capacity","type":"string","jsonPath":".status.capacityType"}"#
+    printcolumn = r#"{"name":"Capacity","type":"string","jsonPath":".status.capacityType"}"#,
+    printcolumn = r#"{"name":"Warm","type":"string","jsonPath":".status.warmPool.phase","priority":1}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct NodeClaimSpec {
@@ -121,7 +122,36 @@ pub struct NodeClaimStatus {
     /// Launched, Registered, Initialized.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// Set on a warm-pool member (a claim labelled `joiner.sh/warm-pool`): where it is in the
+    /// pool. Absent on claims opened for pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_pool: Option<WarmMemberStatus>,
 }
+
+/// `status.warmPool` of a warm-pool member: every member is at all times `Warming` (launched,
+/// initializing), `Warm` (stopped, ready to be taken) or `Claimed` (handed to the NodeClaim
+/// `claimedBy`, starting); a member being deleted is being terminated (or, once handed over,
+/// only released: its instance belongs to the claim).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WarmMemberStatus {
+    /// `Warming`, `Warm` or `Claimed`.
+    #[schemars(regex(pattern = r"^(Warming|Warm|Claimed)$"))]
+    pub phase: String,
+    /// The NodeClaim the member was handed to (phase `Claimed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claimed_by: Option<String>,
+    /// Why the member is not progressing, when it is not (a failed stop, a refused start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Phase of a member launched and initializing.
+pub const WARMING: &str = "Warming";
+/// Phase of a member stopped and ready to be taken.
+pub const WARM: &str = "Warm";
+/// Phase of a member handed to a claim and starting.
+pub const CLAIMED: &str = "Claimed";
 
 impl NodeClaim {
     /// metadata.name, empty when missing.
@@ -142,6 +172,29 @@ impl NodeClaim {
     /// True once the node is ready for pods.
     pub fn is_initialized(&self) -> bool {
         self.has_condition(condition::INITIALIZED)
+    }
+
+    /// The Provisioner whose warm pool the claim is a member of, when it is one (label
+    /// `joiner.sh/warm-pool`). Members serve no pods: they are not in-flight capacity, never
+    /// register while in the pool, and are not disrupted or interrupted as nodes.
+    pub fn warm_pool(&self) -> Option<&str> {
+        self.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(joiner_core::labels::WARM_POOL))
+            .map(String::as_str)
+    }
+
+    /// The member's phase (`Warming` until its status says otherwise); `None` for claims that
+    /// are not warm-pool members.
+    pub fn warm_phase(&self) -> Option<&str> {
+        self.warm_pool()?;
+        Some(
+            self.status
+                .as_ref()
+                .and_then(|s| s.warm_pool.as_ref())
+                .map_or(WARMING, |w| w.phase.as_str()),
+        )
     }
 
     fn has_condition(&self, type_: &str) -> bool {

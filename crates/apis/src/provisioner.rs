@@ -79,8 +79,9 @@ pub struct ProvisionerSpec {
     /// Disruption budgets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disruption: Option<Disruption>,
-    /// Stopped, pre-initialized instances kept ready for fast scale-out. Validated but not acted
-    /// on yet: the warm pool is not built (docs/warm-pool-design.md).
+    /// Stopped, pre-initialized instances kept ready for fast scale-out: a new claim whose
+    /// types and zones admit a ready member starts it instead of launching
+    /// (docs/warm-pool-design.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warm_pool: Option<WarmPool>,
     /// What to do on the interruption queue's hints about this Provisioner's nodes.
@@ -209,9 +210,8 @@ pub struct KubeletConfiguration {
     pub cpu_cfs_quota: Option<bool>,
 }
 
-/// `spec.warmPool`: stopped (or hibernated) instances initialized ahead of demand, started
-/// before any new launch. Accepted and validated; the pool itself is not built yet
-/// (docs/warm-pool-design.md).
+/// `spec.warmPool`: stopped instances initialized ahead of demand, started before any new
+/// launch (docs/warm-pool-design.md says which fields are acted on so far).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WarmPool {
@@ -261,6 +261,31 @@ pub struct ProvisionerStatus {
     /// Capacity of the nodes it owns now, by resource name (compared against limits).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub resources: BTreeMap<String, Quantity>,
+    /// The warm pool's members by phase and what the pool costs while idle; absent without
+    /// `spec.warmPool`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_pool: Option<WarmPoolStatus>,
+}
+
+/// `status.warmPool` of a Provisioner.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WarmPoolStatus {
+    /// The size the pool is kept at now.
+    pub desired: i32,
+    /// Members launched and initializing.
+    pub warming: i32,
+    /// Members stopped and ready to be taken.
+    pub ready: i32,
+    /// Members handed to a claim and starting.
+    pub claimed: i32,
+    /// What the pool costs per hour while nobody uses it, USD: the root volumes of stopped
+    /// members and the instance price of members still warming.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_cost_per_hour: Option<f64>,
+    /// Why the pool cannot be kept at its size, when it cannot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 impl Provisioner {

@@ -35,6 +35,7 @@ use crate::resolve::{self, Lookups, ResolvedNodeTemplate};
 use crate::tags::{self, cluster_tag_key, OWNED};
 use crate::unavailable::{OfferingKey, UnavailableOfferings};
 use crate::userdata::ClusterInfo;
+use crate::warm_pool::{WarmError, WarmMembers, WarmRefusal};
 use crate::{AwsClients, AwsError, CatalogError};
 
 /// What the provider needs to know of its cluster and environment.
@@ -166,9 +167,21 @@ pub enum ProviderError {
     /// Terminate was refused by the ownership guard (or the instance is unknown).
     #[error(transparent)]
     TerminateRefused(#[from] TerminateRefusal),
+    /// A warm-pool start or stop was refused by its guard (or the instance is unknown).
+    #[error(transparent)]
+    WarmRefused(#[from] WarmRefusal),
     /// Another AWS call failed.
     #[error(transparent)]
     Aws(#[from] AwsError),
+}
+
+impl From<WarmError> for ProviderError {
+    fn from(err: WarmError) -> Self {
+        match err {
+            WarmError::Refused(r) => ProviderError::WarmRefused(r),
+            WarmError::Aws(e) => ProviderError::Aws(e),
+        }
+    }
 }
 
 impl From<DiscoveryError> for ProviderError {
@@ -204,6 +217,7 @@ pub struct AwsCloudProvider {
     templates: LaunchTemplates,
     fleet: Fleet,
     instances: Instances,
+    warm: WarmMembers,
     objects: Arc<dyn ObjectLookup>,
     sqs: aws_sdk_sqs::Client,
 }
@@ -235,6 +249,7 @@ impl AwsCloudProvider {
             templates: LaunchTemplates::new(clients.ec2.clone(), &cluster),
             fleet: Fleet::new(&clients.ec2, unavailable.clone()),
             instances: Instances::new(clients.ec2.clone(), &cluster),
+            warm: WarmMembers::new(clients.ec2.clone(), &cluster),
             sqs: clients.sqs.clone(),
             objects,
             config,
@@ -371,7 +386,10 @@ impl AwsCloudProvider {
         let mut templates = Vec::new();
         let mut images = HashMap::new();
         for (i, (facts, candidates)) in groups.iter().enumerate() {
-            match self.template_for(nt, prov, facts, security_group_ids).await {
+            match self
+                .template_for(nt, prov, facts, security_group_ids, req.warm_pool)
+                .await
+            {
                 Ok((launch_template, image_id)) => {
                     for (name, _) in candidates {
                         images.insert(name.clone(), image_id.clone());
@@ -409,6 +427,7 @@ impl AwsCloudProvider {
         prov: &Provisioner,
         facts: &InstanceFacts,
         security_group_ids: &[String],
+        warm_pool: bool,
     ) -> Result<(LaunchTemplateRef, String), ProviderError> {
         let image_id = self.image_for(nt, facts.arch, facts.variant).await?;
         let resolved = build(&LaunchContext {
@@ -419,7 +438,7 @@ impl AwsCloudProvider {
             image_id: &image_id,
             security_group_ids,
             default_instance_profile: self.config.default_instance_profile.as_deref(),
-            warm_pool: false,
+            warm_pool,
         })?;
         Ok((self.templates.ensure_spec(&resolved.spec).await?, image_id))
     }
@@ -510,6 +529,8 @@ impl CloudError for ProviderError {
             ProviderError::TerminateRefused(TerminateRefusal::NotOwned { .. }) => {
                 CloudErrorKind::NotOwned
             }
+            ProviderError::WarmRefused(WarmRefusal::NotFound { .. }) => CloudErrorKind::NotFound,
+            ProviderError::WarmRefused(_) => CloudErrorKind::NotOwned,
             ProviderError::Aws(AwsError::Api { code, .. }) => api_kind(code),
             ProviderError::Aws(AwsError::NoRegion)
             | ProviderError::UnknownProvisioner { .. }
@@ -531,9 +552,12 @@ impl CloudError for ProviderError {
             ProviderError::Launch(LaunchError::InsufficientCapacity { code, .. })
             | ProviderError::Launch(LaunchError::Api { code, .. })
             | ProviderError::Aws(AwsError::Api { code, .. }) => Some(code.as_str()),
-            ProviderError::TerminateRefused(TerminateRefusal::NotFound { .. }) => {
+            ProviderError::TerminateRefused(TerminateRefusal::NotFound { .. })
+            | ProviderError::WarmRefused(WarmRefusal::NotFound { .. }) => {
                 Some("InvalidInstanceID.NotFound")
             }
+            ProviderError::WarmRefused(WarmRefusal::TakenByOther { .. }) => Some("TakenByOther"),
+            ProviderError::WarmRefused(_) => Some("NotWarmPoolMember"),
             _ => None,
         };
         code.filter(|c| !c.is_empty())
@@ -619,6 +643,12 @@ impl CloudProvider for AwsCloudProvider {
         );
         fleet_tags.insert(tags::PROVISIONER_NAME.to_string(), prov.name().to_string());
         fleet_tags.insert(tags::NODECLAIM.to_string(), req.claim_name.clone());
+        if req.warm_pool {
+            fleet_tags.insert(
+                crate::warm_pool::WARM_POOL.to_string(),
+                prov.name().to_string(),
+            );
+        }
 
         // A template deleted behind the cache's back (by a person, or another replica's
         // clean-up) fails the launch once: the cache forgets it, the templates are ensured
@@ -668,7 +698,7 @@ impl CloudProvider for AwsCloudProvider {
             image_id,
             subnet_id: launched.subnet_id,
             security_group_ids,
-            warm_pool: false,
+            warm_pool: req.warm_pool,
         })
     }
 
@@ -688,6 +718,19 @@ impl CloudProvider for AwsCloudProvider {
     async fn list(&self) -> Result<Vec<LaunchedNode>, ProviderError> {
         let found = self.instances.list_by_cluster().await?;
         Ok(found.into_iter().map(|i| self.node(i)).collect())
+    }
+
+    async fn start_warm(
+        &self,
+        instance_id: &str,
+        claim_name: &str,
+    ) -> Result<LaunchedNode, ProviderError> {
+        let instance = self.warm.start(instance_id, claim_name).await?;
+        Ok(self.node(instance))
+    }
+
+    async fn stop_warm(&self, instance_id: &str) -> Result<(), ProviderError> {
+        Ok(self.warm.stop(instance_id).await?)
     }
 
     fn mark_unavailable(&self, instance_type: &str, zone: &str, capacity_type: CapacityType) {

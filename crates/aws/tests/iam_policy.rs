@@ -176,16 +176,34 @@ fn every_mutating_grant_requires_both_ownership_tags() {
         }
         assert_eq!(statement["Effect"], "Allow", "{statement}");
         let contexts = ownership_conditions(statement);
-        let want = if actions.iter().any(|a| a == "ec2:CreateTags") {
-            // CreateTags is only allowed as part of a create call, on the request's tags.
-            assert!(
-                statement["Condition"]["StringEquals"]["ec2:CreateAction"].is_array(),
-                "CreateTags must be limited to tag-on-create: {statement}"
-            );
+        let tag_on_create = statement["Condition"]["StringEquals"]["ec2:CreateAction"].is_array();
+        let want = if actions.iter().any(|a| a == "ec2:CreateTags") && tag_on_create {
             "aws:RequestTag"
         } else {
             "aws:ResourceTag"
         };
+        if actions.iter().any(|a| a == "ec2:CreateTags") && !tag_on_create {
+            // CreateTags on an existing instance: a warm-pool member only, and only the claim
+            // tag, so no grant can re-tag a node into joiner's ownership.
+            assert_eq!(
+                statement["Condition"]["Null"]["aws:ResourceTag/joiner.sh/warm-pool"], "false",
+                "CreateTags on existing resources must be limited to warm-pool members: {statement}"
+            );
+            assert_eq!(
+                statement["Condition"]["ForAllValues:StringEquals"]["aws:TagKeys"],
+                serde_json::json!(["joiner.sh/nodeclaim"]),
+                "CreateTags on existing resources must be limited to the claim tag: {statement}"
+            );
+        }
+        if actions
+            .iter()
+            .any(|a| a == "ec2:StopInstances" || a == "ec2:StartInstances")
+        {
+            assert_eq!(
+                statement["Condition"]["Null"]["aws:ResourceTag/joiner.sh/warm-pool"], "false",
+                "Start/Stop must be limited to warm-pool members: {statement}"
+            );
+        }
         assert!(
             contexts.iter().any(|c| c == want),
             "{guarded:?} granted without `{want}/kubernetes.io/cluster/${{CLUSTER_NAME}}=owned` and \
@@ -193,10 +211,11 @@ fn every_mutating_grant_requires_both_ownership_tags() {
         );
         checked.extend(guarded.into_iter().cloned());
     }
-    // The actions the code calls today are among those checked (Stop/Start come with the
-    // warm pool and fall under the same rule when they are added).
+    // The actions the code calls are among those checked.
     for action in [
         "ec2:TerminateInstances",
+        "ec2:StartInstances",
+        "ec2:StopInstances",
         "ec2:CreateTags",
         "ec2:DeleteLaunchTemplate",
     ] {
@@ -259,6 +278,11 @@ fn designed() -> Vec<Designed> {
         "aws:ResourceTag/joiner.sh/provisioner-name",
         json!("false"),
     );
+    let rt_warm = (
+        "Null",
+        "aws:ResourceTag/joiner.sh/warm-pool",
+        json!("false"),
+    );
     let rt_managed = (
         "StringEquals",
         "aws:ResourceTag/joiner.sh/managed-by",
@@ -302,6 +326,8 @@ fn designed() -> Vec<Designed> {
         ("CreateOwnedLaunchTemplates", vec!["ec2:CreateLaunchTemplate"], vec![ec2("launch-template")], vec![rq_cluster.clone(), rq_prov.clone(), ("StringEquals", "aws:RequestTag/joiner.sh/managed-by", json!("joiner"))]),
         ("TagOnCreate", vec!["ec2:CreateTags"], ["fleet", "instance", "volume", "launch-template"].map(ec2).to_vec(), vec![rq_cluster, rq_prov, ("StringEquals", "ec2:CreateAction", json!(["CreateFleet", "RunInstances", "CreateLaunchTemplate"]))]),
         ("TerminateOwnedInstances", vec!["ec2:TerminateInstances"], vec![ec2("instance")], vec![rt_cluster.clone(), rt_prov.clone()]),
+        ("StartStopWarmPoolMembers", vec!["ec2:StartInstances", "ec2:StopInstances"], vec![ec2("instance")], vec![rt_cluster.clone(), rt_prov.clone(), rt_warm.clone()]),
+        ("TagWarmPoolMembersForClaims", vec!["ec2:CreateTags"], vec![ec2("instance")], vec![rt_cluster.clone(), rt_prov.clone(), rt_warm, ("ForAllValues:StringEquals", "aws:TagKeys", json!(["joiner.sh/nodeclaim"]))]),
         ("DeleteOwnedLaunchTemplates", vec!["ec2:DeleteLaunchTemplate"], vec![ec2("launch-template")], vec![rt_cluster, rt_prov, rt_managed]),
         ("PassNodeRole", vec!["iam:PassRole"], vec!["arn:${AWS_PARTITION}:iam::${AWS_ACCOUNT_ID}:role/${NODE_ROLE_NAME}"], vec![("StringEquals", "iam:PassedToService", json!("ec2.amazonaws.com"))]),
     ]

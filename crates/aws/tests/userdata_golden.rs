@@ -323,7 +323,11 @@ fn warm_pool_al2_first_boot_installs_the_unit_and_does_not_join() {
     let calls_text = std::fs::read_to_string(&calls).expect("systemctl was called");
     assert_eq!(
         calls_text.lines().collect::<Vec<_>>(),
-        ["daemon-reload", "enable joiner-join.service"]
+        [
+            "daemon-reload",
+            "enable joiner-join.service",
+            "--no-block poweroff"
+        ]
     );
     let unit = std::fs::read_to_string(root.join("etc/systemd/system/joiner-join.service"))
         .expect("unit installed");

@@ -20,7 +20,8 @@ use joiner_core::scheduling::daemons::daemon_overhead;
 use joiner_core::{labels, DaemonSet, InstanceType, Node, Provisioner, Requirements};
 use k8s_openapi::api::core::v1 as k8s;
 
-/// The in-flight nodes of `claims`: one per claim that is not being deleted and whose node has
+/// The in-flight nodes of `claims`: one per claim that is not being deleted, not a warm-pool
+/// member, and whose node has
 /// not registered (no Node carries its `status.providerID` in `spec.providerID`, none is named
 /// `status.nodeName`). A claim that cannot be sized is skipped with a warning
 /// (`NodeClaim name: field: reason`) rather than failing the snapshot.
@@ -56,7 +57,12 @@ pub fn in_flight_nodes(
 
 /// True while the claim stands for capacity that has no Node yet.
 fn is_in_flight(claim: &NodeClaim, provider_ids: &HashSet<&str>, names: &HashSet<&str>) -> bool {
-    if claim.metadata.deletion_timestamp.is_some() || claim.name().is_empty() {
+    // A warm-pool member is capacity for no pod: a pod waiting for it would wait for a
+    // start that only a claim of its own triggers.
+    if claim.metadata.deletion_timestamp.is_some()
+        || claim.name().is_empty()
+        || claim.warm_pool().is_some()
+    {
         return false;
     }
     let status = claim.status.as_ref();

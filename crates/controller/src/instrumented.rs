@@ -81,6 +81,18 @@ impl<P: CloudProvider> CloudProvider for Instrumented<P> {
         self.measure("list", self.inner.list())
     }
 
+    fn start_warm(
+        &self,
+        instance_id: &str,
+        claim_name: &str,
+    ) -> impl Future<Output = Result<LaunchedNode, Self::Error>> + Send {
+        self.measure("start_warm", self.inner.start_warm(instance_id, claim_name))
+    }
+
+    fn stop_warm(&self, instance_id: &str) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.measure("stop_warm", self.inner.stop_warm(instance_id))
+    }
+
     fn mark_unavailable(&self, instance_type: &str, zone: &str, capacity_type: CapacityType) {
         // No call to the cloud: nothing to time.
         self.inner
@@ -149,6 +161,12 @@ mod tests {
         async fn list(&self) -> Result<Vec<LaunchedNode>, Missing> {
             Ok(vec![node()])
         }
+        async fn start_warm(&self, id: &str, _: &str) -> Result<LaunchedNode, Missing> {
+            Err(Missing(id.into()))
+        }
+        async fn stop_warm(&self, id: &str) -> Result<(), Missing> {
+            Err(Missing(id.into()))
+        }
         fn mark_unavailable(&self, _: &str, _: &str, _: CapacityType) {}
     }
 
@@ -189,6 +207,7 @@ mod tests {
             capacity_type: CapacityType::OnDemand,
             candidates: vec![("m5.large".into(), 0.096)],
             zones: Vec::new(),
+            warm_pool: false,
         };
         let err = cloud.create(&request).await.err().map(|e| e.to_string());
         assert_eq!(err.as_deref(), Some("no such instance c"));

@@ -25,6 +25,7 @@ pub mod runtime;
 pub mod settings;
 pub mod state;
 pub mod status;
+pub mod warm_pool;
 pub mod watch;
 
 pub use context::Context;

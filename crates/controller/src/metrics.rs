@@ -98,6 +98,49 @@ pub struct Metrics {
     pub interruption_deleted: Counter,
     /// Time from a message's arrival in the queue to its deletion.
     pub interruption_latency: Histogram,
+    /// Warm-pool members, per Provisioner and phase (`Warming`, `Warm`, `Claimed`).
+    pub warm_pool_members: Family<PhaseLabels, Gauge>,
+    /// Warm-pool takes, per Provisioner and outcome: `hit` (a member was started for a claim),
+    /// `miss` (the pool had no member that fits within the premium), `fallback` (a member was
+    /// chosen but its start failed, so the claim was launched).
+    pub warm_pool_takes: Family<OutcomeLabels, Counter>,
+    /// What each Provisioner's warm pool costs per hour while idle, USD.
+    pub warm_pool_idle_cost: Family<ProvisionerLabels, Gauge<f64, AtomicU64>>,
+    /// Time from a claim's creation to its Node being initialized, per source (`warm`: a
+    /// warm-pool member was started; `cold`: a new instance was launched).
+    pub claim_ready_duration: Family<SourceLabels, Histogram>,
+}
+
+/// `provisioner` and `phase` labels of warm-pool members.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    /// The Provisioner.
+    pub provisioner: String,
+    /// The member phase.
+    pub phase: String,
+}
+
+/// `provisioner` and `outcome` labels of warm-pool takes.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// The Provisioner.
+    pub provisioner: String,
+    /// `hit`, `miss` or `fallback`.
+    pub outcome: String,
+}
+
+/// `source` label of claim-to-ready times.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabels {
+    /// `warm` or `cold`.
+    pub source: String,
+}
+
+fn ready_histogram() -> Histogram {
+    // A warm start takes tens of seconds, a cold launch minutes.
+    Histogram::new([
+        5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 240.0, 300.0, 450.0, 600.0,
+    ])
 }
 
 /// `kind` label of an interruption message.
@@ -146,6 +189,10 @@ impl Default for Metrics {
             interruption_actions: Family::default(),
             interruption_deleted: Counter::default(),
             interruption_latency: seconds_histogram(),
+            warm_pool_members: Family::default(),
+            warm_pool_takes: Family::default(),
+            warm_pool_idle_cost: Family::default(),
+            claim_ready_duration: Family::new_with_constructor(ready_histogram),
         }
     }
 }
@@ -240,11 +287,41 @@ impl Metrics {
             m.interruption_latency.clone(),
         );
         registry.register(
+            "joiner_warm_pool_members",
+            "Warm-pool members, by provisioner and phase",
+            m.warm_pool_members.clone(),
+        );
+        registry.register(
+            "joiner_warm_pool_takes",
+            "Warm-pool takes, by provisioner and outcome (hit, miss, fallback)",
+            m.warm_pool_takes.clone(),
+        );
+        registry.register(
+            "joiner_warm_pool_idle_cost_per_hour",
+            "What each warm pool costs per hour while idle (USD)",
+            m.warm_pool_idle_cost.clone(),
+        );
+        registry.register(
+            "joiner_nodeclaim_ready_seconds",
+            "Time from a NodeClaim's creation to its node being initialized, by source (warm, cold)",
+            m.claim_ready_duration.clone(),
+        );
+        registry.register(
             "joiner_reconcile_errors",
             "Reconcile passes that failed, per reconciler",
             m.reconcile_errors.clone(),
         );
         m
+    }
+
+    /// Counts a warm-pool take of `provisioner` that came to `outcome`.
+    pub fn warm_take(&self, provisioner: &str, outcome: &str) {
+        self.warm_pool_takes
+            .get_or_create(&OutcomeLabels {
+                provisioner: provisioner.to_string(),
+                outcome: outcome.to_string(),
+            })
+            .inc();
     }
 
     /// Counts a disruption decision for `reason` that came to `outcome`.

@@ -20,6 +20,12 @@ pub struct Settings {
     pub orphan_grace: Duration,
     /// How often the garbage collector and the claim liveness checks run.
     pub sweep_interval: Duration,
+    /// How often the warm pools are reconciled (15 s).
+    pub warm_pool_interval: Duration,
+    /// The longest a warm-pool member may run to initialize before it is stopped (10 min).
+    /// Members normally power themselves off when their warm-up is done; this bounds one
+    /// whose warm-up hangs.
+    pub warm_pool_warmup: Duration,
 }
 
 impl Settings {
@@ -33,6 +39,8 @@ impl Settings {
             registration_timeout: Duration::from_secs(15 * 60),
             orphan_grace: Duration::from_secs(5 * 60),
             sweep_interval: Duration::from_secs(30),
+            warm_pool_interval: Duration::from_secs(15),
+            warm_pool_warmup: Duration::from_secs(10 * 60),
         }
     }
 }

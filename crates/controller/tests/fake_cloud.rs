@@ -112,10 +112,12 @@ async fn an_orphan_is_collected_and_a_claimed_instance_is_not() {
         .create(&launch_request("ghost"))
         .await
         .expect("launch");
-    let warm = LaunchedNode {
-        claim_name: None,
-        instance_id: "i-warm".into(),
-        provider_id: "fake:///z/i-warm".into(),
+    // Warm-pool members are claims too: one whose member claim exists is kept, one whose
+    // member claim is gone is an orphan like any other (no blanket exemption by tag).
+    let member = |id: &str, claim: &str| LaunchedNode {
+        claim_name: Some(claim.into()),
+        instance_id: id.into(),
+        provider_id: format!("fake:///z/{id}"),
         instance_type: "m5.large".into(),
         zone: "z".into(),
         capacity_type: CapacityType::OnDemand,
@@ -126,11 +128,18 @@ async fn an_orphan_is_collected_and_a_claimed_instance_is_not() {
         security_group_ids: vec![],
         warm_pool: true,
     };
-    cloud.add_instance(warm);
+    cloud.add_instance(member("i-warm", "web-warm-1"));
+    cloud.add_instance(member("i-warm-lost", "web-warm-gone"));
+    let mut member_claim = launched("web-warm-1", "i-warm", 30);
+    member_claim
+        .metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert("joiner.sh/warm-pool".into(), "web".into());
     let stores = Stores::new(
         vec![],
         vec![],
-        vec![launched("web-1", &kept.instance_id, 30)],
+        vec![launched("web-1", &kept.instance_id, 30), member_claim],
     );
     let (client, api) = mock_api(|_| Reply::not_found("unexpected"));
     let ctx = Context::new(client, stores.state(), cloud.clone(), settings());
@@ -144,6 +153,7 @@ async fn an_orphan_is_collected_and_a_claimed_instance_is_not() {
     assert!(states.contains(&(orphan.instance_id.clone(), "terminated".into())));
     assert!(states.contains(&(kept.instance_id.clone(), "running".into())));
     assert!(states.contains(&("i-warm".into(), "stopped".into())));
+    assert!(states.contains(&("i-warm-lost".into(), "terminated".into())));
 }
 
 /// `FakeCloud` whose launches take a second of (paused) time, counting how many run at once.
@@ -182,6 +192,14 @@ impl CloudProvider for SlowLaunches {
 
     async fn list(&self) -> Result<Vec<LaunchedNode>, Self::Error> {
         self.cloud.list().await
+    }
+
+    async fn start_warm(&self, id: &str, claim: &str) -> Result<LaunchedNode, Self::Error> {
+        self.cloud.start_warm(id, claim).await
+    }
+
+    async fn stop_warm(&self, id: &str) -> Result<(), Self::Error> {
+        self.cloud.stop_warm(id).await
     }
 
     fn mark_unavailable(&self, t: &str, zone: &str, ct: joiner_core::CapacityType) {

@@ -27,6 +27,10 @@ pub struct LaunchRequest {
     pub candidates: Vec<(String, f64)>,
     /// Zones the claim may land in; empty means any zone the provider can reach.
     pub zones: Vec<String>,
+    /// A launch into the Provisioner's warm pool: the instance is tagged as a member, boots
+    /// with user data that does not join the cluster, and is stopped once warm; a claim takes
+    /// it later through [`CloudProvider::start_warm`].
+    pub warm_pool: bool,
 }
 
 /// A node the cloud has (or is starting), as the controller tracks it.
@@ -124,6 +128,22 @@ pub trait CloudProvider: Send + Sync {
 
     /// Every live node of the cluster, for garbage collection of instances without a claim.
     fn list(&self) -> impl Future<Output = Result<Vec<LaunchedNode>, Self::Error>> + Send;
+
+    /// Hands warm-pool member `instance_id` to NodeClaim `claim_name` and starts it: the
+    /// instance is recorded as the claim's first (so [`CloudProvider::get`] finds it from
+    /// then on and a crash never starts a second member), then started. Starting a member
+    /// that already runs for the claim is not an error. An instance that is not a warm-pool
+    /// member of this cluster is refused ([`CloudErrorKind::NotOwned`]).
+    fn start_warm(
+        &self,
+        instance_id: &str,
+        claim_name: &str,
+    ) -> impl Future<Output = Result<LaunchedNode, Self::Error>> + Send;
+
+    /// Stops warm-pool member `instance_id` at the end of its warm-up, so it waits in the pool
+    /// costing only its volumes. Refuses an instance that is not a warm-pool member of this
+    /// cluster, so it can never stop a node that serves pods.
+    fn stop_warm(&self, instance_id: &str) -> impl Future<Output = Result<(), Self::Error>> + Send;
 
     /// Marks the offering (`instance_type`, `zone`, `capacity_type`) unavailable for a while,
     /// as a capacity error would: the cloud said it is taking such capacity back (a spot

@@ -35,6 +35,13 @@ pub const JOINED_MARKER: &str = "/var/lib/joiner/joined";
 /// Where AL2023 warm-pool user data keeps joiner's NodeConfig.
 pub const NODE_CONFIG_FILE: &str = "/etc/joiner/nodeconfig.yaml";
 
+/// The last command of the warm-up: the instance powers itself off (EC2 stops an EBS-backed
+/// instance that shuts down, the default shutdown behavior), so the pool sees a member ready as
+/// soon as its initialization is over. `--no-block` queues the shutdown and lets cloud-init
+/// finish. The warm-pool reconciler stops a member that is still running after its warm-up
+/// deadline, so a script that never gets here does not leave a member running.
+pub const POWER_OFF: &str = "systemctl --no-block poweroff";
+
 /// The heredoc terminator; no generated file contains this line.
 const EOF_MARK: &str = "JOINER_EOF";
 
@@ -71,7 +78,7 @@ pub fn first_boot_script(join_script: &str, files: &[(&str, &str)]) -> String {
     );
     write_file(&mut out, &format!("/etc/systemd/system/{UNIT}"), &unit);
     out.push_str(&format!(
-        "systemctl daemon-reload\nsystemctl enable {UNIT}\necho 'joiner: warm-pool boot, not joining the cluster until the next start'\n"
+        "systemctl daemon-reload\nsystemctl enable {UNIT}\necho 'joiner: warm-pool boot, not joining the cluster until the next start'\n{POWER_OFF}\n"
     ));
     out
 }

@@ -156,6 +156,12 @@ fn a_warm_instance_does_not_join_while_warming_and_joins_once_when_claimed() {
             !warm_calls.iter().any(|c| c.starts_with("systemctl start")),
             "{warm_calls:?}"
         );
+        // The warm-up ends by powering off, after the unit is enabled.
+        assert_eq!(
+            warm_calls.last().map(String::as_str),
+            Some(warm::POWER_OFF),
+            "{warm_calls:?}"
+        );
 
         // Boot 2: started for a claim. It joins, once.
         sandbox.boot();
@@ -177,5 +183,12 @@ fn a_warm_instance_does_not_join_while_warming_and_joins_once_when_claimed() {
         // Boot 3 (stopped again, restarted): never bootstraps twice.
         sandbox.boot();
         assert_eq!(joins(&sandbox.calls()).len(), 1, "{family:?} joined twice");
+        // Only the warm-up powered off: a claimed node keeps running.
+        let power_offs = sandbox
+            .calls()
+            .iter()
+            .filter(|c| *c == warm::POWER_OFF)
+            .count();
+        assert_eq!(power_offs, 1, "{family:?}");
     }
 }

@@ -55,10 +55,18 @@ pub fn instance_of(claim: &NodeClaim) -> Option<&str> {
 impl<'a> Owned<'a> {
     /// Indexes `claims`.
     pub fn new(claims: &'a [Arc<NodeClaim>], nodes: &'a [Arc<Node>]) -> Self {
-        let by_instance = claims
+        // A warm-pool member handed to a claim records the same instance as the claim until
+        // the member is removed: the claim is the one events are about.
+        let mut by_instance: HashMap<&'a str, &'a Arc<NodeClaim>> = claims
             .iter()
+            .filter(|c| c.warm_pool().is_none())
             .filter_map(|c| instance_of(c).map(|id| (id, c)))
             .collect();
+        for member in claims.iter().filter(|c| c.warm_pool().is_some()) {
+            if let Some(id) = instance_of(member) {
+                by_instance.entry(id).or_insert(member);
+            }
+        }
         Owned { by_instance, nodes }
     }
 
@@ -144,6 +152,22 @@ mod tests {
             json!({"status": {"instanceID": "i-0000000w"}}),
         )];
         assert!(Owned::new(&bound, &[]).target("i-0000000w", t).is_ok());
+        // During the hand-over both the member and the claim record the instance, in either
+        // order: events are the claim's.
+        for both in [
+            vec![claims[0].clone(), bound[0].clone()],
+            vec![bound[0].clone(), claims[0].clone()],
+        ] {
+            let owned = Owned::new(&both, &[]);
+            assert_eq!(
+                owned
+                    .target("i-0000000w", t)
+                    .expect("the claim")
+                    .claim
+                    .name(),
+                "web-1"
+            );
+        }
         assert_eq!(
             strongest(&[Rejected::NotOwned, Rejected::WarmPool]),
             Rejected::WarmPool

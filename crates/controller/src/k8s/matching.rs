@@ -18,8 +18,13 @@ pub fn node_provider_id(node: &Node) -> Option<&str> {
         .filter(|p| !p.is_empty())
 }
 
-/// The claim's `status.providerID`, when set.
+/// The claim's `status.providerID`, when set. A warm-pool member has none here: it never owns
+/// a Node (a member handed to a claim shares its instance, and so its provider ID, with that
+/// claim until the member is removed; the Node is the claim's).
 pub fn claim_provider_id(claim: &NodeClaim) -> Option<&str> {
+    if claim.warm_pool().is_some() {
+        return None;
+    }
     claim
         .status
         .as_ref()

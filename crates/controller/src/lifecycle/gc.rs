@@ -6,8 +6,9 @@
 //!   deleted while its launch was in flight, a node launched by hand with joiner's tags. Once its
 //!   launch is older than `settings.orphan_grace` (5 min: longer than any claim write takes) it is
 //!   terminated through `CloudProvider::delete`, whose ownership guard refuses anything without
-//!   both tags. Warm-pool members ([`LaunchedNode::warm_pool`]) have no claim on
-//!   purpose and are left alone.
+//!   both tags. Warm-pool members are NodeClaims like any other (labelled
+//!   `joiner.sh/warm-pool`), so a member's instance is never an orphan while its claim exists,
+//!   and one started for a claim carries that claim's name.
 //! - A claim that is Launched but whose instance the cloud no longer lists (terminated out of
 //!   band, spot reclaimed without notice) is deleted (`instance_gone`) once it was launched more
 //!   than [`VANISHED_AFTER`] ago and its Node is not Ready (the listing is eventually
@@ -138,7 +139,7 @@ impl Collector {
         first_error(errors)
     }
 
-    /// True for an instance with no claim in the store, not in a warm pool, launched longer
+    /// True for an instance with no claim in the store, launched longer
     /// than `grace` ago (or first seen that long ago when its launch time is unknown).
     fn is_orphan(
         &self,
@@ -147,9 +148,6 @@ impl Collector {
         grace: Duration,
         now: SystemTime,
     ) -> bool {
-        if is_warm_pool_member(instance) {
-            return false;
-        }
         if instance
             .claim_name
             .as_deref()
@@ -201,21 +199,18 @@ impl Collector {
     }
 }
 
-/// The hourly price of the launched claims, per Provisioner.
+/// The hourly price of the launched claims, per Provisioner. Warm-pool members are left out:
+/// a stopped member costs its volumes, not its price (`joiner_warm_pool_idle_cost_per_hour`).
 pub fn costs(claims: &[std::sync::Arc<NodeClaim>]) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
-    for claim in claims.iter().filter(|c| c.is_launched()) {
+    for claim in claims
+        .iter()
+        .filter(|c| c.is_launched() && c.warm_pool().is_none())
+    {
         if let Some(price) = claim.status.as_ref().and_then(|s| s.price_per_hour) {
             *out.entry(claim.spec.provisioner_name.clone())
                 .or_insert(0.0) += price;
         }
     }
     out
-}
-
-/// The warm-pool hook: a stopped, pre-initialized instance kept for fast scale-out has no
-/// NodeClaim by design and must not be collected. Providers set [`LaunchedNode::warm_pool`]
-/// from the `joiner.sh/warm-pool` tag.
-pub fn is_warm_pool_member(instance: &LaunchedNode) -> bool {
-    instance.warm_pool
 }

@@ -39,7 +39,12 @@ pub fn expiry<P: CloudProvider>(
     claim: &NodeClaim,
     now: Timestamp,
 ) -> Option<Expiry> {
-    if claim.metadata.deletion_timestamp.is_some() || claim.is_registered() {
+    // A warm-pool member never registers as itself (the claim that takes it does); its
+    // launch is bounded like any other's.
+    if claim.metadata.deletion_timestamp.is_some()
+        || claim.is_registered()
+        || (claim.warm_pool().is_some() && claim.is_launched())
+    {
         return None;
     }
     let age = age(claim.metadata.creation_timestamp.as_ref(), now);

@@ -142,7 +142,8 @@ pub(crate) fn age(created: Option<&Time>, now: Timestamp) -> Duration {
 }
 
 /// Drives every lifecycle loop until `stop` is cancelled: registration, liveness and termination
-/// about every [`FAST_INTERVAL`], garbage collection every `settings.sweep_interval`. Each loop
+/// about every [`FAST_INTERVAL`], garbage collection every `settings.sweep_interval`, the warm
+/// pools ([`crate::warm_pool`]) every `settings.warm_pool_interval`. Each loop
 /// runs on its own (they are polled concurrently), so a slow pass of one — a drain waiting on
 /// the API server, a cloud listing — never delays registration or liveness of other claims. A
 /// failed pass is logged and counted in `reconcile_errors{controller}`; the loop goes on, since
@@ -177,6 +178,11 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>, stop: Cancell
         every!(FAST_INTERVAL, "liveness", liveness::reconcile(&ctx)),
         every!(FAST_INTERVAL, "termination", terminator.reconcile(&ctx)),
         every!(ctx.settings.sweep_interval, "gc", collector.sweep(&ctx)),
+        every!(
+            ctx.settings.warm_pool_interval,
+            "warm_pool",
+            crate::warm_pool::reconcile(&ctx)
+        ),
     );
     tracing::info!("lifecycle loops stopped");
 }

@@ -42,7 +42,7 @@ use crate::k8s::node_patch::{
     untaint_patch,
 };
 use crate::k8s::refs::{claim_ref, node_name, node_ref};
-use crate::metrics::ProvisionerLabels;
+use crate::metrics::{ProvisionerLabels, SourceLabels};
 
 /// One registration pass over every claim that is not being deleted and whose Node exists.
 /// Returns the first failure after every claim had its turn; conflicts are not failures (the
@@ -161,7 +161,20 @@ async fn register<P: CloudProvider>(
         );
         let status = json!({ "conditions": with_condition(&claim, initialized) });
         match patch_claim_status(&ctx.client, &claim, status, Guard::ResourceVersion).await {
-            Ok(_) => tracing::info!(claim = claim.name(), node = %name, "node initialized"),
+            Ok(_) => {
+                let source = if launched_from_warm_pool(&claim) {
+                    "warm"
+                } else {
+                    "cold"
+                };
+                ctx.metrics
+                    .claim_ready_duration
+                    .get_or_create(&SourceLabels {
+                        source: source.to_string(),
+                    })
+                    .observe(crate::warm_pool::ready_after(&claim, Timestamp::now()).as_secs_f64());
+                tracing::info!(claim = claim.name(), node = %name, source, "node initialized")
+            }
             Err(e) if is_conflict(&e) => {}
             Err(e) => {
                 return Err(LifecycleError::api(
@@ -172,6 +185,16 @@ async fn register<P: CloudProvider>(
         }
     }
     Ok(())
+}
+
+/// True when the claim's instance was a warm-pool member started for it (its Launched reason
+/// says so), for the warm/cold split of `joiner_nodeclaim_ready_seconds`.
+fn launched_from_warm_pool(claim: &NodeClaim) -> bool {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| condition::find(&s.conditions, condition::LAUNCHED))
+        .is_some_and(|c| c.reason == crate::warm_pool::take::TAKEN_REASON)
 }
 
 /// True when `node` is ready for the pods `claim` was bought for: Ready, without the claim's

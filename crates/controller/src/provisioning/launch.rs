@@ -25,6 +25,8 @@ use crate::k8s::claims::{
 };
 use crate::k8s::codes::is_not_found;
 use crate::metrics::CodeLabels;
+use crate::warm_pool::take::{take, TAKEN_REASON};
+use joiner_apis::node_claim::WARMING;
 
 use super::ProvisioningError;
 
@@ -99,6 +101,7 @@ pub fn planned_request(
         capacity_type: node.capacity_type,
         candidates: node.priced_options(),
         zones: node.zones(),
+        warm_pool: false,
     })
 }
 
@@ -155,6 +158,7 @@ pub fn launch_request(
         capacity_type,
         candidates,
         zones,
+        warm_pool: claim.warm_pool().is_some(),
     })
 }
 
@@ -165,16 +169,12 @@ async fn record_launch<P: CloudProvider>(
     ctx: &Context<P>,
     claim: &NodeClaim,
     node: &LaunchedNode,
-    request: &LaunchRequest,
+    price: Option<f64>,
+    reason: &str,
     catalog: &[InstanceType],
 ) -> Result<(), ProvisioningError> {
     let name = claim.name();
     let it = catalog.iter().find(|t| t.name == node.instance_type);
-    let price = request
-        .candidates
-        .iter()
-        .find(|(t, _)| t == &node.instance_type)
-        .map(|(_, p)| *p);
     let message = format!(
         "NodeClaim {name}: instance {} ({}) in {}",
         node.instance_id, node.instance_type, node.zone
@@ -185,7 +185,7 @@ async fn record_launch<P: CloudProvider>(
             claim,
             condition::LAUNCHED,
             "True",
-            LAUNCHED_REASON,
+            reason,
             &message,
             Timestamp::now(),
         ),
@@ -200,6 +200,9 @@ async fn record_launch<P: CloudProvider>(
     });
     if let Some(p) = price {
         status["pricePerHour"] = json!(p);
+    }
+    if claim.warm_pool().is_some() && claim.warm_phase() == Some(WARMING) {
+        status["warmPool"] = json!({ "phase": WARMING });
     }
     // What the instance was launched with, for drift: compared later with what its
     // NodeTemplate resolves to.
@@ -296,55 +299,96 @@ pub async fn launch_claim<P: CloudProvider>(
             claim: name.clone(),
             message: e.to_string(),
         })?;
-    let (node, adopted) = match found {
+    let request_price = |node: &LaunchedNode| {
+        request
+            .candidates
+            .iter()
+            .find(|(t, _)| t == &node.instance_type)
+            .map(|(_, p)| *p)
+    };
+    let (node, adopted, price, reason) = match found {
+        // A warm member tagged for this claim whose start a crash (or a failed start whose
+        // tag could not be restored) interrupted: start it now.
+        Some(node)
+            if node.warm_pool
+                && claim.warm_pool().is_none()
+                && matches!(node.state.as_str(), "stopped" | "stopping") =>
+        {
+            match ctx.cloud.start_warm(&node.instance_id, &name).await {
+                Ok(started) => {
+                    tracing::info!(claim = %name, instance = %started.instance_id,
+                        "resumed the start of a warm-pool member taken for the NodeClaim");
+                    let price = request_price(&started).or(node_price(&started, catalog));
+                    (started, true, price, TAKEN_REASON)
+                }
+                Err(e) => {
+                    return Err(ProvisioningError::Cloud {
+                        claim: name.clone(),
+                        message: format!("starting warm-pool member {}: {e}", node.instance_id),
+                    })
+                }
+            }
+        }
         Some(node) => {
             tracing::info!(claim = %name, instance = %node.instance_id,
                 "NodeClaim already has an instance; recording it");
-            (node, true)
+            let price = request_price(&node);
+            let reason = if node.warm_pool && claim.warm_pool().is_none() {
+                TAKEN_REASON
+            } else {
+                LAUNCHED_REASON
+            };
+            (node, true, price, reason)
         }
         None if request.candidates.is_empty() => {
             return requeue(ctx, &name, "NoAvailableOffering".to_string()).await;
         }
-        None => match ctx.cloud.create(&request).await {
-            Ok(node) => (node, false),
-            Err(e) if e.kind() == CloudErrorKind::InsufficientCapacity => {
-                return requeue(ctx, &name, e.code()).await;
-            }
-            Err(e) => {
-                let text = e.to_string();
-                let code = e.code();
-                count_failure(ctx, &code);
-                let message = format!("NodeClaim {name}: launch failed: {text}");
-                tracing::warn!(claim = %name, code = %code, error = %text, "launch failed");
-                let failed = claim_condition(
-                    claim,
-                    condition::LAUNCHED,
-                    "False",
-                    LAUNCH_FAILED,
-                    &message,
-                    Timestamp::now(),
-                );
-                let conditions = with_condition(claim, failed);
-                patch_claim_status(
-                    &ctx.client,
-                    claim,
-                    json!({ "conditions": conditions }),
-                    Guard::None,
-                )
-                .await
-                .map_err(|source| ProvisioningError::PatchStatus {
-                    claim: name.clone(),
-                    source: Box::new(source),
-                })?;
-                return Ok(Launch::Failed {
-                    claim: name,
-                    code,
-                    message,
-                });
-            }
+        None => match take(ctx, claim, &request, catalog).await {
+            Some(taken) => (taken.node, false, taken.price, TAKEN_REASON),
+            None => match ctx.cloud.create(&request).await {
+                Ok(node) => {
+                    let price = request_price(&node);
+                    (node, false, price, LAUNCHED_REASON)
+                }
+                Err(e) if e.kind() == CloudErrorKind::InsufficientCapacity => {
+                    return requeue(ctx, &name, e.code()).await;
+                }
+                Err(e) => {
+                    let text = e.to_string();
+                    let code = e.code();
+                    count_failure(ctx, &code);
+                    let message = format!("NodeClaim {name}: launch failed: {text}");
+                    tracing::warn!(claim = %name, code = %code, error = %text, "launch failed");
+                    let failed = claim_condition(
+                        claim,
+                        condition::LAUNCHED,
+                        "False",
+                        LAUNCH_FAILED,
+                        &message,
+                        Timestamp::now(),
+                    );
+                    let conditions = with_condition(claim, failed);
+                    patch_claim_status(
+                        &ctx.client,
+                        claim,
+                        json!({ "conditions": conditions }),
+                        Guard::None,
+                    )
+                    .await
+                    .map_err(|source| ProvisioningError::PatchStatus {
+                        claim: name.clone(),
+                        source: Box::new(source),
+                    })?;
+                    return Ok(Launch::Failed {
+                        claim: name,
+                        code,
+                        message,
+                    });
+                }
+            },
         },
     };
-    record_launch(ctx, claim, &node, &request, catalog).await?;
+    record_launch(ctx, claim, &node, price, reason, catalog).await?;
     tracing::info!(claim = %name, instance = %node.instance_id, instance_type = %node.instance_type,
         zone = %node.zone, adopted, "NodeClaim launched");
     Ok(Launch::Launched(LaunchedClaim {
@@ -354,6 +398,16 @@ pub async fn launch_claim<P: CloudProvider>(
         zone: node.zone,
         adopted,
     }))
+}
+
+/// The on-demand price of `node`'s type in its zone, from `catalog`.
+fn node_price(node: &LaunchedNode, catalog: &[InstanceType]) -> Option<f64> {
+    catalog
+        .iter()
+        .find(|t| t.name == node.instance_type)
+        .and_then(|t| {
+            crate::warm_pool::sizing::on_demand_price(t, std::slice::from_ref(&node.zone))
+        })
 }
 
 /// Per-provisioner catalogs fetched once per pass.

@@ -221,6 +221,8 @@ pub fn desired(prov: &Provisioner, inputs: &Inputs<'_>, now: Timestamp) -> Provi
     ProvisionerStatus {
         conditions,
         resources: resources(prov.name(), inputs.nodes),
+        // Written by the warm-pool reconciler; carried over so this one never touches it.
+        warm_pool: current.warm_pool.clone(),
     }
 }
 

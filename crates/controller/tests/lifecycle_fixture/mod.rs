@@ -30,19 +30,24 @@ pub struct Cloud {
     pub env: testing::Environment,
 }
 
+/// NodeTemplate `default`: AL2023 on the moto environment's tagged subnets and groups.
+pub fn node_template() -> NodeTemplate {
+    obj(json!({
+        "apiVersion": "joiner.sh/v1alpha1", "kind": "NodeTemplate",
+        "metadata": {"name": "default"},
+        "spec": {"amiFamily": "AL2023",
+            "subnetSelector": {"joiner.sh/discovery": CLUSTER},
+            "securityGroupSelector": {"joiner.sh/discovery": CLUSTER}},
+    }))
+}
+
 pub async fn cloud() -> Cloud {
     let moto = MotoServer::session().expect("moto server");
     let clients = AwsClients::from_config(&moto.sdk_config("us-east-1").await).expect("clients");
     let env = testing::environment(&clients, CLUSTER, PREFIX, K8S)
         .await
         .expect("environment");
-    let nt: NodeTemplate = obj(json!({
-        "apiVersion": "joiner.sh/v1alpha1", "kind": "NodeTemplate",
-        "metadata": {"name": "default"},
-        "spec": {"amiFamily": "AL2023",
-            "subnetSelector": {"joiner.sh/discovery": CLUSTER},
-            "securityGroupSelector": {"joiner.sh/discovery": CLUSTER}},
-    }));
+    let nt = node_template();
     let web: Provisioner = obj(json!({
         "apiVersion": "joiner.sh/v1alpha1", "kind": "Provisioner",
         "metadata": {"name": "web"}, "spec": {"providerRef": {"name": "default"}},
@@ -70,6 +75,7 @@ pub fn launch_request(claim: &str) -> LaunchRequest {
         capacity_type: CapacityType::OnDemand,
         candidates: vec![("m5.large".into(), 0.096)],
         zones: vec![],
+        warm_pool: false,
     }
 }
 
@@ -104,6 +110,8 @@ pub struct Stores {
     pub pods: Writer<PodRecord>,
     pub nodes: Writer<Node>,
     pub claims: Writer<NodeClaim>,
+    pub provisioners: Writer<Provisioner>,
+    pub node_templates: Writer<NodeTemplate>,
 }
 
 impl Stores {
@@ -112,7 +120,20 @@ impl Stores {
             pods: store(pods.into_iter().map(PodRecord::from).collect()),
             nodes: store(nodes),
             claims: store(claims),
+            provisioners: store(vec![]),
+            node_templates: store(vec![]),
         }
+    }
+
+    /// The same stores, with `provisioners` and `node_templates` in theirs.
+    pub fn with_objects(
+        mut self,
+        provisioners: Vec<Provisioner>,
+        node_templates: Vec<NodeTemplate>,
+    ) -> Self {
+        self.provisioners = store(provisioners);
+        self.node_templates = store(node_templates);
+        self
     }
 
     pub fn state(&self) -> ClusterState {
@@ -120,8 +141,8 @@ impl Stores {
             pods: self.pods.as_reader(),
             nodes: self.nodes.as_reader(),
             daemonsets: store(vec![]).as_reader(),
-            provisioners: store(vec![]).as_reader(),
-            node_templates: store(vec![]).as_reader(),
+            provisioners: self.provisioners.as_reader(),
+            node_templates: self.node_templates.as_reader(),
             node_claims: self.claims.as_reader(),
             pdbs: store(vec![]).as_reader(),
             namespaces: ClusterState::empty().namespaces,

@@ -6,6 +6,8 @@
 //! Each test binary includes this with `mod support;`; not every binary uses every helper.
 #![allow(dead_code)]
 
+pub mod objects_api;
+
 use std::sync::{Arc, Mutex};
 
 use http::{Method, Request, Response, StatusCode};

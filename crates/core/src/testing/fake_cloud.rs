@@ -74,6 +74,10 @@ pub enum FakeCall {
     List,
     /// `mark_unavailable(type, zone, capacity type)`.
     MarkUnavailable(String, String, CapacityType),
+    /// `start_warm(instance id, claim)`.
+    StartWarm(String, String),
+    /// `stop_warm(instance id)`.
+    StopWarm(String),
 }
 
 /// Which method a scripted failure is for.
@@ -89,6 +93,10 @@ pub enum FakeMethod {
     Get,
     /// `list`.
     List,
+    /// `start_warm`.
+    StartWarm,
+    /// `stop_warm`.
+    StopWarm,
 }
 
 #[derive(Default)]
@@ -178,6 +186,20 @@ impl FakeCloud {
     }
 }
 
+/// The live warm-pool member `id`: `NotFound` when unknown or gone, `NotOwned` when it is not
+/// a member.
+fn member<'a>(state: &'a mut State, id: &str) -> Result<&'a mut LaunchedNode, FakeError> {
+    match state.instances.get_mut(id) {
+        Some(n) if !is_live(n) => Err(FakeError::new(CloudErrorKind::NotFound, "NotFound")),
+        Some(n) if !n.warm_pool => Err(FakeError::new(
+            CloudErrorKind::NotOwned,
+            "NotWarmPoolMember",
+        )),
+        Some(n) => Ok(n),
+        None => Err(FakeError::new(CloudErrorKind::NotFound, "NotFound")),
+    }
+}
+
 fn is_live(node: &LaunchedNode) -> bool {
     node.state != "terminated" && node.state != "shutting-down"
 }
@@ -240,7 +262,7 @@ impl CloudProvider for FakeCloud {
             image_id: Some(FAKE_IMAGE.to_string()),
             subnet_id: Some(format!("subnet-{zone_id}")),
             security_group_ids: vec![FAKE_SECURITY_GROUP.to_string()],
-            warm_pool: false,
+            warm_pool: request.warm_pool,
         };
         state.instances.insert(id, node.clone());
         Ok(node)
@@ -279,6 +301,32 @@ impl CloudProvider for FakeCloud {
             .collect())
     }
 
+    /// Refuses an instance that is not a warm-pool member (as the AWS provider's tag guard
+    /// does); a member is recorded as the claim's and set running.
+    async fn start_warm(
+        &self,
+        instance_id: &str,
+        claim_name: &str,
+    ) -> Result<LaunchedNode, FakeError> {
+        let mut state = self.call(
+            FakeMethod::StartWarm,
+            FakeCall::StartWarm(instance_id.to_string(), claim_name.to_string()),
+        )?;
+        let node = member(&mut state, instance_id)?;
+        node.claim_name = Some(claim_name.to_string());
+        node.state = "running".to_string();
+        Ok(node.clone())
+    }
+
+    async fn stop_warm(&self, instance_id: &str) -> Result<(), FakeError> {
+        let mut state = self.call(
+            FakeMethod::StopWarm,
+            FakeCall::StopWarm(instance_id.to_string()),
+        )?;
+        member(&mut state, instance_id)?.state = "stopped".to_string();
+        Ok(())
+    }
+
     fn mark_unavailable(&self, instance_type: &str, zone: &str, capacity_type: CapacityType) {
         let mut state = self.lock();
         let key = (instance_type.to_string(), zone.to_string(), capacity_type);
@@ -314,6 +362,7 @@ mod tests {
             capacity_type: CapacityType::OnDemand,
             candidates: vec![("m5.large".into(), 0.096), ("m5.xlarge".into(), 0.192)],
             zones: vec!["us-east-1b".into()],
+            warm_pool: false,
         }
     }
 

@@ -163,7 +163,8 @@ impl<'a> Cluster<'a> {
     }
 
     /// The domains of `key` a spread of `p` counts: values on nodes of the final cluster that
-    /// match the pod's own node terms, and values a Provisioner can give a node for it.
+    /// match the pod's own node terms, and values a Provisioner can give a node for it (for a
+    /// key the instance types carry, one of an allowed type that holds the pod).
     fn spread_domains(&self, p: &Pod, key: &str) -> BTreeSet<String> {
         let terms = p.own_node_terms.as_ref().unwrap_or(&p.node_terms);
         let allowed = |l: &Labels| terms.is_empty() || terms.iter().any(|t| t.matches_labels(l));
@@ -197,6 +198,18 @@ impl<'a> Cluster<'a> {
                     .filter(|v| req.get(key).is_none_or(|r| r.allows(v)) && admits(v)),
             );
         }
+        // A value the instance types carry (instance type, architecture) is a domain only when
+        // a type carrying it can hold the pod at all, as the simulation counts domains (issue
+        // 12: a domain is one the pod could be placed in). The kube-scheduler would also count
+        // a node of a type too small for the pod: a documented limit (docs/architecture.md).
+        out.retain(|v| {
+            let carriers: Vec<&InstanceType> = self
+                .types
+                .iter()
+                .filter(|t| t.labels.get(key).map(String::as_str) == Some(v.as_str()))
+                .collect();
+            carriers.is_empty() || carriers.iter().any(|t| p.requests.fits(&t.allocatable))
+        });
         out
     }
 }

@@ -508,6 +508,40 @@ fn a_hostname_affine_pod_stands_alone_when_the_pod_it_selects_is_unschedulable()
     plan_holds(&[first, second]);
 }
 
+/// An instance-type spread of pods too big for some allowed types (2.5 CPU: no c5.large)
+/// counts only the types that can hold them, so 19 pods over 18 such types put two on one
+/// (found by `hard_constraints_hold`).
+#[test]
+fn a_type_spread_counts_only_the_types_that_hold_the_pod() {
+    let base = ClassSpec {
+        count: 1,
+        cpu: 100,
+        app: 2,
+        ns: 0,
+        ns_mode: 0,
+        spread_key: 4,
+        term_key: 0,
+        zone_spread: Some(1),
+        host_spread: None,
+        host_anti: None,
+        zone_anti: false,
+        zone_affinity: false,
+        port: None,
+        on_demand: false,
+        host_affinity: false,
+        affine_to: None,
+    };
+    let big = |count| ClassSpec {
+        count,
+        cpu: 2500,
+        ns: 1,
+        spread_key: 0,
+        zone_spread: None,
+        ..base.clone()
+    };
+    plan_holds(&[base.clone(), big(7), big(12)]);
+}
+
 /// A domain closed to one pod of a class (its sibling was refused there for another rule)
 /// stays open to the others, and does not make the key look absent: the placed sibling is
 /// still counted on the capacity type, so a pod repelling its app by capacity type avoids it.

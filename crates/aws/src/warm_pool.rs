@@ -1,0 +1,205 @@
+//! Warm-pool members: the guarded start and stop of instances launched into a Provisioner's
+//! warm pool.
+//!
+//! Starting and stopping are the calls that turn a waiting instance into a node and back, so,
+//! like termination ([`crate::instances`]), they never trust the caller: the instance is
+//! described first and acted on only when it carries joiner's ownership tags for this cluster
+//! *and* `joiner.sh/warm-pool`. A node that serves pods (no warm-pool tag) can never be stopped
+//! through here, whatever the controller asks; the IAM policy grants StartInstances,
+//! StopInstances and the claim re-tag on the same tags only (iam/controller-policy.json).
+//!
+//! Taking a member for a claim writes the claim's name into the instance's
+//! `joiner.sh/nodeclaim` tag *before* starting it: from then on the launcher's look-up by claim
+//! finds the instance, so a crash between the tag and the start is resumed (the start is
+//! repeated for that claim) and never starts a second member.
+
+use aws_sdk_ec2::types::InstanceStateName;
+use thiserror::Error;
+
+use crate::api_error::api_error;
+use crate::instances::{Instance, Instances};
+use crate::tags;
+use crate::AwsError;
+
+/// The tag key marking a warm-pool member (value: its Provisioner).
+pub const WARM_POOL: &str = joiner_core::labels::WARM_POOL;
+
+/// Why a warm-pool call was refused before any change was made.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WarmRefusal {
+    /// EC2 does not know the instance, or it is terminated.
+    #[error("warm-pool member {instance_id}: no such live instance")]
+    NotFound {
+        /// The instance.
+        instance_id: String,
+    },
+    /// It lacks one of joiner's ownership tags for this cluster.
+    #[error(
+        "refusing to start or stop {instance_id}: it lacks joiner's ownership tag `{missing}`"
+    )]
+    NotOwned {
+        /// The instance.
+        instance_id: String,
+        /// The missing tag.
+        missing: String,
+    },
+    /// It is joiner's but not a warm-pool member: a node serving pods is never stopped or
+    /// re-tagged here.
+    #[error("refusing to start or stop {instance_id}: it is not a warm-pool member (no `{WARM_POOL}` tag)")]
+    NotMember {
+        /// The instance.
+        instance_id: String,
+    },
+    /// It already runs for another claim: a member is handed out once.
+    #[error("warm-pool member {instance_id} already runs for NodeClaim `{claim}`")]
+    TakenByOther {
+        /// The instance.
+        instance_id: String,
+        /// The claim it runs for.
+        claim: String,
+    },
+}
+
+/// A failed warm-pool call.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum WarmError {
+    /// Refused by the guard; nothing was changed.
+    #[error(transparent)]
+    Refused(#[from] WarmRefusal),
+    /// An EC2 call failed.
+    #[error(transparent)]
+    Aws(#[from] AwsError),
+}
+
+/// Start and stop of the warm-pool members of one cluster.
+#[derive(Debug, Clone)]
+pub struct WarmMembers {
+    ec2: aws_sdk_ec2::Client,
+    instances: Instances,
+    cluster: String,
+}
+
+impl WarmMembers {
+    /// The members of `cluster`'s pools.
+    pub fn new(ec2: aws_sdk_ec2::Client, cluster: &str) -> Self {
+        WarmMembers {
+            instances: Instances::new(ec2.clone(), cluster),
+            ec2,
+            cluster: cluster.to_string(),
+        }
+    }
+
+    /// The live member `id`, or why it may not be touched.
+    async fn member(&self, id: &str) -> Result<Instance, WarmError> {
+        let found = self.instances.get(id).await?;
+        let Some(instance) =
+            found.filter(|i| !matches!(i.state.as_str(), "terminated" | "shutting-down"))
+        else {
+            return Err(WarmRefusal::NotFound {
+                instance_id: id.to_string(),
+            }
+            .into());
+        };
+        if let Some(missing) = tags::missing_ownership_tag(&instance.tags, &self.cluster) {
+            tracing::warn!(instance_id = %id, cluster = %self.cluster, %missing, "refusing to start or stop an instance joiner does not own");
+            return Err(WarmRefusal::NotOwned {
+                instance_id: id.to_string(),
+                missing,
+            }
+            .into());
+        }
+        if !instance.tags.contains_key(WARM_POOL) {
+            tracing::warn!(instance_id = %id, "refusing to start or stop an instance that is not a warm-pool member");
+            return Err(WarmRefusal::NotMember {
+                instance_id: id.to_string(),
+            }
+            .into());
+        }
+        Ok(instance)
+    }
+
+    /// Hands member `id` to NodeClaim `claim`: tags it with the claim, then starts it (unless
+    /// it already runs for the claim: a resumed take). Returns the instance as it is now.
+    pub async fn start(&self, id: &str, claim: &str) -> Result<Instance, WarmError> {
+        let mut instance = self.member(id).await?;
+        let tagged_for = instance.tags.get(tags::NODECLAIM).cloned();
+        let running = matches!(instance.state.as_str(), "pending" | "running");
+        if running && tagged_for.as_deref() == Some(claim) {
+            return Ok(instance);
+        }
+        if running {
+            return Err(WarmRefusal::TakenByOther {
+                instance_id: id.to_string(),
+                claim: tagged_for.unwrap_or_default(),
+            }
+            .into());
+        }
+        let retagged = tagged_for.as_deref() != Some(claim);
+        if retagged {
+            self.tag_claim(id, claim).await?;
+            instance
+                .tags
+                .insert(tags::NODECLAIM.to_string(), claim.to_string());
+        }
+        let out = match self.ec2.start_instances().instance_ids(id).send().await {
+            Ok(out) => out,
+            Err(e) => {
+                let err = api_error("ec2:StartInstances", e);
+                // The claim falls back to CreateFleet: the stopped member must not be found as
+                // the claim's instance any more.
+                if let (true, Some(previous)) = (retagged, tagged_for.as_deref()) {
+                    if let Err(restore) = self.tag_claim(id, previous).await {
+                        tracing::warn!(instance_id = %id, claim, error = %restore, "restoring the member's claim tag after a failed start failed");
+                    }
+                }
+                return Err(err.into());
+            }
+        };
+        instance.state = out
+            .starting_instances()
+            .iter()
+            .find(|c| c.instance_id() == Some(id))
+            .and_then(|c| c.current_state())
+            .and_then(|s| s.name())
+            .map(|n| n.as_str().to_string())
+            .unwrap_or_else(|| InstanceStateName::Pending.as_str().to_string());
+        tracing::info!(instance_id = %id, claim, "warm-pool member started for a NodeClaim");
+        Ok(instance)
+    }
+
+    /// Sets the instance's `joiner.sh/nodeclaim` tag to `claim`.
+    async fn tag_claim(&self, id: &str, claim: &str) -> Result<(), AwsError> {
+        self.ec2
+            .create_tags()
+            .resources(id)
+            .tags(
+                aws_sdk_ec2::types::Tag::builder()
+                    .key(tags::NODECLAIM)
+                    .value(claim)
+                    .build(),
+            )
+            .send()
+            .await
+            .map_err(|e| api_error("ec2:CreateTags", e))?;
+        Ok(())
+    }
+
+    /// Stops member `id` (its warm-up is over). Stopping one already stopped or stopping is a
+    /// no-op answer from EC2, not an error.
+    pub async fn stop(&self, id: &str) -> Result<(), WarmError> {
+        let instance = self.member(id).await?;
+        if matches!(instance.state.as_str(), "stopped" | "stopping") {
+            return Ok(());
+        }
+        self.ec2
+            .stop_instances()
+            .instance_ids(id)
+            .send()
+            .await
+            .map_err(|e| api_error("ec2:StopInstances", e))?;
+        tracing::info!(instance_id = %id, "warm-pool member stopped");
+        Ok(())
+    }
+}

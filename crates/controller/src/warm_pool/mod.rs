@@ -1,0 +1,599 @@
+//! Warm pools: per Provisioner with `spec.warmPool`, instances launched ahead of demand,
+//! initialized and stopped, and started for a new claim instead of a launch.
+//!
+//! Every member is a NodeClaim labelled `joiner.sh/warm-pool: <provisioner>`, so the pool is
+//! what `kubectl get nodeclaims -l joiner.sh/warm-pool` shows and the launcher finds members in
+//! its reflector store, never through DescribeInstances. A member's `status.warmPool.phase` is
+//! always one of `Warming` (launched, initializing: its user data does not join the cluster),
+//! `Warm` (stopped, ready) or `Claimed` (handed to the claim in `claimedBy`, starting); a member
+//! being deleted is being terminated (or, once handed over, only released: its instance is the
+//! claim's). Members are no in-flight capacity, never register as themselves, and are not
+//! disrupted, expired or interrupted as nodes.
+//!
+//! This reconciler runs every `settings.warm_pool_interval` on the leader:
+//! - **members**: a `Warming` member whose instance stopped (its warm-up powers it off) is
+//!   `Warm`; one still running after `settings.warm_pool_warmup` is stopped. A `Claimed`
+//!   member whose claim now records its instance is removed (hand-over done); one whose claim
+//!   is gone goes back to `Warm` if its instance was not started for it, else is removed (the
+//!   instance is the gone claim's orphan, collected by GC). A `Warm` member found running
+//!   outside a take (started by hand: it has joined, so it can never join for a claim) or whose
+//!   settings drifted is replaced. Members of a Provisioner without a pool are removed.
+//! - **size**: members (`Warming` + `Warm`) are added up to the desired size, one type and zone
+//!   at a time where the pool holds fewest ([`sizing::next_member`]), and the surplus removed,
+//!   `Warming` ones and the newest first. Member claims are launched by the provisioning loop,
+//!   as every claim is; their launch is the warm-pool variant (tagged, non-joining user data,
+//!   on-demand).
+//! - **status and metrics**: `status.warmPool` of the Provisioner (desired, warming, ready,
+//!   claimed, idle cost, why the pool cannot be kept) and `joiner_warm_pool_*`.
+//!
+//! Taking a member for a claim is [`take`], on the launch path.
+
+pub mod sizing;
+pub mod take;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use joiner_apis::convert::node_claim::claim_requirements;
+use joiner_apis::drift::{annotate, claim_drift};
+use joiner_apis::node_claim::{CLAIMED, WARM, WARMING};
+use joiner_apis::{
+    condition, AmiFamily, NodeClaim, NodeClaimSpec, NodeTemplate, NodeTemplateRef, ObjectLookup,
+    Provisioner, WarmPoolStatus,
+};
+use joiner_core::{labels, CloudProvider, InstanceType, LaunchedNode, Resources};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use crate::context::Context;
+use crate::k8s::claims::{patch_claim_status, Guard};
+use crate::k8s::codes::is_conflict;
+use crate::lifecycle::{age, delete_claim, first_error, LifecycleError};
+use crate::metrics::{PhaseLabels, ProvisionerLabels};
+use crate::provisioning::claims::{random_suffix, TERMINATION_FINALIZER};
+use crate::provisioning::launch::Catalogs;
+
+/// The most members one pass adds to a pool: a pool grows in steps, so a wrong size cannot
+/// launch hundreds of instances before anyone looks.
+pub const MAX_ADDED_PER_PASS: usize = 10;
+
+/// The `claims_terminated` reasons of members.
+pub mod reasons {
+    /// Handed to a claim: the member claim goes, its instance stays with the claim.
+    pub const HANDED_OVER: &str = "warm_pool_handed_over";
+    /// More members than the desired size.
+    pub const SURPLUS: &str = "warm_pool_surplus";
+    /// The member's settings drifted from its Provisioner or NodeTemplate.
+    pub const DRIFTED: &str = "warm_pool_drifted";
+    /// Found running outside a take.
+    pub const STARTED_OUTSIDE: &str = "warm_pool_started_outside_take";
+    /// Its Provisioner has no warm pool any more (or is gone).
+    pub const NO_POOL: &str = "warm_pool_removed";
+}
+
+/// The member's `status.warmPool.claimedBy`.
+fn claimed_by(member: &NodeClaim) -> Option<&str> {
+    member
+        .status
+        .as_ref()
+        .and_then(|s| s.warm_pool.as_ref())
+        .and_then(|w| w.claimed_by.as_deref())
+}
+
+fn instance_id(claim: &NodeClaim) -> Option<&str> {
+    claim.status.as_ref().and_then(|s| s.instance_id.as_deref())
+}
+
+/// Why a Provisioner's pool cannot be kept now, when it cannot: a state or AMI family whose
+/// warm-up joiner cannot do yet. Members are then not launched (existing ones stay).
+pub fn unsupported(prov: &Provisioner, node_template: Option<&NodeTemplate>) -> Option<String> {
+    let pool = prov.spec.warm_pool.as_ref()?;
+    if let Some(state) = pool.state.as_deref().filter(|s| *s != "Stopped") {
+        return Some(format!(
+            "spec.warmPool.state: {state} is not supported yet; only Stopped members are kept"
+        ));
+    }
+    let family = node_template.map(|nt| nt.ami_family())?;
+    if !matches!(family, AmiFamily::Al2 | AmiFamily::Al2023) {
+        return Some(format!(
+            "NodeTemplate {}: spec.amiFamily {}: warm pools need AL2023 or AL2 user data (Bottlerocket reads its settings on every boot, so a warming instance would join)",
+            node_template.map(|nt| nt.name()).unwrap_or_default(),
+            family.as_str()
+        ));
+    }
+    None
+}
+
+/// One pass over every pool and member (see the module doc). Returns the first failure after
+/// every member and pool had its turn.
+pub async fn reconcile<P: CloudProvider>(ctx: &Context<P>) -> Result<(), LifecycleError> {
+    let provisioners = ctx.state.provisioners.state();
+    let claims = ctx.state.claims();
+    let members: Vec<&Arc<NodeClaim>> = claims.iter().filter(|c| c.warm_pool().is_some()).collect();
+    let pools: Vec<&Arc<Provisioner>> = provisioners
+        .iter()
+        .filter(|p| p.spec.warm_pool.is_some())
+        .collect();
+    if members.is_empty() && pools.is_empty() {
+        return Ok(());
+    }
+    let instances = ctx.cloud.list().await.map_err(|e| {
+        LifecycleError::cloud(
+            &format!("cluster {:?}", ctx.settings.cluster_name),
+            "listing instances for the warm pools".into(),
+            e,
+        )
+    })?;
+    let by_id: HashMap<&str, &LaunchedNode> = instances
+        .iter()
+        .map(|i| (i.instance_id.as_str(), i))
+        .collect();
+    let now = Timestamp::now();
+    let mut catalogs = Catalogs::default();
+    let mut errors = Vec::new();
+    let mut gone: Vec<String> = Vec::new();
+    for member in &members {
+        match step_member(ctx, member, &claims, &by_id, &mut catalogs, now).await {
+            Ok(true) => gone.push(member.name().to_string()),
+            Ok(false) => {}
+            Err(e) => errors.push(e),
+        }
+    }
+    for prov in &pools {
+        let mine: Vec<&Arc<NodeClaim>> = members
+            .iter()
+            .copied()
+            .filter(|m| m.warm_pool() == Some(prov.name()) && !gone.iter().any(|g| g == m.name()))
+            .collect();
+        if let Err(e) = size_pool(ctx, prov, &mine, &claims, &mut catalogs, now).await {
+            errors.push(e);
+        }
+    }
+    first_error(errors)
+}
+
+/// Deletes member `member` for `reason`.
+async fn remove<P: CloudProvider>(
+    ctx: &Context<P>,
+    member: &NodeClaim,
+    reason: &str,
+) -> Result<bool, LifecycleError> {
+    tracing::info!(
+        member = member.name(),
+        provisioner = member.spec.provisioner_name,
+        reason,
+        "removing a warm-pool member"
+    );
+    delete_claim(ctx, member, reason, "removing a warm-pool member").await?;
+    Ok(true)
+}
+
+/// Patches the member's `status.warmPool`.
+async fn set_phase<P: CloudProvider>(
+    ctx: &Context<P>,
+    member: &NodeClaim,
+    phase: &str,
+    message: Option<&str>,
+) -> Result<(), LifecycleError> {
+    let body = json!({"warmPool": {"phase": phase, "claimedBy": null, "message": message}});
+    match patch_claim_status(&ctx.client, member, body, Guard::ResourceVersion).await {
+        Ok(_) => Ok(()),
+        // Changed meanwhile (a take bound it): the next pass sees the new state.
+        Err(e) if is_conflict(&e) => Ok(()),
+        Err(e) => Err(LifecycleError::api(
+            &format!("NodeClaim {}", member.name()),
+            "setting the warm-pool phase",
+        )(e)),
+    }
+}
+
+/// One step for one member; `true` when it was removed.
+async fn step_member<P: CloudProvider>(
+    ctx: &Context<P>,
+    member: &NodeClaim,
+    claims: &[Arc<NodeClaim>],
+    by_id: &HashMap<&str, &LaunchedNode>,
+    catalogs: &mut Catalogs,
+    now: Timestamp,
+) -> Result<bool, LifecycleError> {
+    if member.metadata.deletion_timestamp.is_some() {
+        return Ok(false);
+    }
+    let pool_name = member.warm_pool().unwrap_or_default();
+    let prov = ctx.state.provisioner(pool_name);
+    let phase = member.warm_phase().unwrap_or(WARMING);
+    let instance = instance_id(member).and_then(|id| by_id.get(id).copied());
+
+    if phase == CLAIMED {
+        let Some(taker_name) = claimed_by(member) else {
+            return set_phase(ctx, member, WARM, None).await.map(|_| false);
+        };
+        let taker = claims
+            .iter()
+            .find(|c| c.name() == taker_name && c.metadata.deletion_timestamp.is_none());
+        return match taker {
+            Some(t) if instance_id(t).is_some() && instance_id(t) == instance_id(member) => {
+                remove(ctx, member, reasons::HANDED_OVER).await
+            }
+            // The launcher is still on it (or resumes it).
+            Some(_) => Ok(false),
+            None => match instance {
+                // Not started for the gone claim: back to the pool.
+                Some(i) if i.claim_name.as_deref() == Some(member.name()) => {
+                    set_phase(ctx, member, WARM, None).await.map(|_| false)
+                }
+                // Started for it: the instance is the gone claim's (GC collects it).
+                _ => remove(ctx, member, reasons::HANDED_OVER).await,
+            },
+        };
+    }
+
+    let pooled = prov
+        .as_ref()
+        .filter(|p| p.spec.warm_pool.is_some() && p.metadata.deletion_timestamp.is_none());
+    let Some(prov) = pooled else {
+        return remove(ctx, member, reasons::NO_POOL).await;
+    };
+    if !member.is_launched() {
+        return Ok(false);
+    }
+    let Some(instance) = instance else {
+        // Gone from the cloud: garbage collection deletes the claim.
+        return Ok(false);
+    };
+
+    // Settings changed since launch: the member would start with the old ones.
+    let node_template = prov
+        .spec
+        .provider_ref
+        .as_ref()
+        .and_then(|r| ctx.state.node_template(&r.name));
+    let catalog = catalogs
+        .get(ctx, prov.name())
+        .await
+        .map(<[InstanceType]>::to_vec)
+        .unwrap_or_default();
+    let type_labels = catalog
+        .iter()
+        .find(|t| t.name == instance.instance_type)
+        .map(|t| t.labels.clone())
+        .unwrap_or_default();
+    if let Some(why) = claim_drift(member, prov, node_template.as_deref(), &type_labels) {
+        tracing::info!(member = member.name(), %why, "warm-pool member drifted");
+        return remove(ctx, member, reasons::DRIFTED).await;
+    }
+
+    let running = matches!(instance.state.as_str(), "pending" | "running");
+    match phase {
+        WARM if running => {
+            tracing::warn!(member = member.name(), instance = %instance.instance_id,
+                "warm-pool member running outside a take (started by hand?); replacing it");
+            remove(ctx, member, reasons::STARTED_OUTSIDE).await
+        }
+        WARM => Ok(false),
+        _ if instance.state == "stopped" => set_phase(ctx, member, WARM, None).await.map(|_| false),
+        _ if running => {
+            let launched = member
+                .status
+                .as_ref()
+                .and_then(|s| condition::find(&s.conditions, condition::LAUNCHED))
+                .map(|c| &c.last_transition_time);
+            if age(launched, now) < ctx.settings.warm_pool_warmup {
+                return Ok(false);
+            }
+            tracing::info!(member = member.name(), instance = %instance.instance_id,
+                "warm-pool member still running after its warm-up deadline; stopping it");
+            match ctx.cloud.stop_warm(&instance.instance_id).await {
+                Ok(()) => Ok(false),
+                Err(e) => {
+                    let message = format!("stopping instance {} failed: {e}", instance.instance_id);
+                    set_phase(ctx, member, WARMING, Some(&message)).await?;
+                    Err(LifecycleError::cloud(
+                        &format!("NodeClaim {}", member.name()),
+                        format!("stopping warm-pool member {}", instance.instance_id),
+                        e,
+                    ))
+                }
+            }
+        }
+        // stopping: the next pass sees it stopped.
+        _ => Ok(false),
+    }
+}
+
+/// The largest requests of any one pod on the Provisioner's nodes, or `None` when it runs none.
+fn largest_pod<P: CloudProvider>(ctx: &Context<P>, provisioner: &str) -> Option<Resources> {
+    let nodes: Vec<String> = ctx
+        .state
+        .nodes
+        .state()
+        .iter()
+        .filter(|n| {
+            n.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(labels::PROVISIONER_NAME))
+                .map(String::as_str)
+                == Some(provisioner)
+        })
+        .filter_map(|n| n.metadata.name.clone())
+        .collect();
+    let mut largest: Option<Resources> = None;
+    for pod in ctx.state.pods.state() {
+        if pod.daemon || pod.finished {
+            continue;
+        }
+        let on_ours = pod.node_name.as_ref().is_some_and(|n| nodes.contains(n));
+        let Ok(core) = &pod.core else { continue };
+        if on_ours {
+            largest
+                .get_or_insert_with(Resources::default)
+                .max_with(&core.requests);
+        }
+    }
+    largest
+}
+
+/// Keeps `prov`'s pool at its size and writes its status and metrics.
+async fn size_pool<P: CloudProvider>(
+    ctx: &Context<P>,
+    prov: &Provisioner,
+    members: &[&Arc<NodeClaim>],
+    claims: &[Arc<NodeClaim>],
+    catalogs: &mut Catalogs,
+    now: Timestamp,
+) -> Result<(), LifecycleError> {
+    let Some(pool) = prov.spec.warm_pool.as_ref() else {
+        return Ok(());
+    };
+    let live: Vec<&Arc<NodeClaim>> = members
+        .iter()
+        .copied()
+        .filter(|m| m.metadata.deletion_timestamp.is_none())
+        .collect();
+    let in_pool: Vec<&Arc<NodeClaim>> = live
+        .iter()
+        .copied()
+        .filter(|m| m.warm_phase() != Some(CLAIMED))
+        .collect();
+    let created: Vec<Timestamp> = claims
+        .iter()
+        .filter(|c| c.warm_pool().is_none() && c.spec.provisioner_name == prov.name())
+        .filter_map(|c| c.metadata.creation_timestamp.as_ref().map(|t| t.0))
+        .collect();
+    let node_template = prov
+        .spec
+        .provider_ref
+        .as_ref()
+        .and_then(|r| ctx.state.node_template(&r.name));
+    let mut message = unsupported(prov, node_template.as_deref()).or_else(|| {
+        prov.not_planned()
+            .map(|why| format!("Provisioner {}: {why}", prov.name()))
+    });
+    let blocked = message.is_some();
+    if message.is_none() && !pool.pre_pull_images.is_empty() {
+        message = Some(
+            "spec.warmPool.prePullImages: image pre-pull is not supported yet; members warm without pulling"
+                .to_string(),
+        );
+    }
+    let deleting = prov.metadata.deletion_timestamp.is_some();
+    let desired = if deleting {
+        0
+    } else {
+        sizing::desired(pool, &created, now)
+    };
+    let want = usize::try_from(desired).unwrap_or_default();
+    let mut errors = Vec::new();
+
+    if in_pool.len() > want {
+        let mut surplus = in_pool.clone();
+        // Warming first, then the newest.
+        surplus.sort_by(|a, b| {
+            let rank = |m: &NodeClaim| u8::from(m.warm_phase() == Some(WARM));
+            rank(a).cmp(&rank(b)).then_with(|| {
+                b.metadata
+                    .creation_timestamp
+                    .cmp(&a.metadata.creation_timestamp)
+            })
+        });
+        for m in surplus.into_iter().take(in_pool.len() - want) {
+            if let Err(e) = remove(ctx, m, reasons::SURPLUS).await {
+                errors.push(e);
+            }
+        }
+    } else if in_pool.len() < want && !blocked {
+        match catalogs.get(ctx, prov.name()).await {
+            Err(e) => message = Some(e.to_string()),
+            Ok(catalog) => {
+                let catalog = catalog.to_vec();
+                match prov.to_core() {
+                    Err(e) => message = Some(e.to_string()),
+                    Ok(core) => {
+                        let kubelet = ctx.state.kubelet_settings(prov.name());
+                        let largest = largest_pod(ctx, prov.name());
+                        let types = sizing::pool_types(
+                            pool,
+                            &core.requirements,
+                            &catalog,
+                            &kubelet,
+                            largest.as_ref(),
+                        );
+                        let mut held: Vec<(String, String)> =
+                            in_pool.iter().filter_map(|m| member_offering(m)).collect();
+                        for _ in 0..(want - in_pool.len()).min(MAX_ADDED_PER_PASS) {
+                            let Some((t, zone)) =
+                                sizing::next_member(&types, &pool.zones, &catalog, &held)
+                            else {
+                                message = Some(format!(
+                                    "spec.warmPool: no instance type of [{}] has on-demand capacity available{}",
+                                    types.join(", "),
+                                    if pool.zones.is_empty() { String::new() } else { format!(" in [{}]", pool.zones.join(", ")) }
+                                ));
+                                break;
+                            };
+                            match add_member(ctx, prov, node_template.as_deref(), &t, &zone).await {
+                                Ok(()) => held.push((t, zone)),
+                                Err(e) => {
+                                    errors.push(e);
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    let count = |phase: &str| {
+        live.iter()
+            .filter(|m| m.warm_phase() == Some(phase))
+            .count()
+    };
+    let (warming, ready, claimed) = (count(WARMING), count(WARM), count(CLAIMED));
+    let root_gib = node_template
+        .as_deref()
+        .and_then(|nt| nt.ephemeral_volume_bytes())
+        .map_or(sizing::DEFAULT_ROOT_GIB, |b| {
+            b as f64 / f64::from(1u32 << 30)
+        });
+    let warming_prices: Vec<f64> = live
+        .iter()
+        .filter(|m| m.warm_phase() == Some(WARMING))
+        .filter_map(|m| m.status.as_ref().and_then(|s| s.price_per_hour))
+        .collect();
+    let idle = sizing::idle_cost(ready, root_gib, &warming_prices);
+    for (phase, n) in [(WARMING, warming), (WARM, ready), (CLAIMED, claimed)] {
+        ctx.metrics
+            .warm_pool_members
+            .get_or_create(&PhaseLabels {
+                provisioner: prov.name().to_string(),
+                phase: phase.to_string(),
+            })
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+    ctx.metrics
+        .warm_pool_idle_cost
+        .get_or_create(&ProvisionerLabels {
+            provisioner: prov.name().to_string(),
+        })
+        .set(idle);
+    let status = WarmPoolStatus {
+        desired,
+        warming: i32::try_from(warming).unwrap_or(i32::MAX),
+        ready: i32::try_from(ready).unwrap_or(i32::MAX),
+        claimed: i32::try_from(claimed).unwrap_or(i32::MAX),
+        idle_cost_per_hour: Some((idle * 1e6).round() / 1e6),
+        message,
+    };
+    if let Err(e) = write_status(ctx, prov, status).await {
+        errors.push(e);
+    }
+    first_error(errors)
+}
+
+/// The member's (type, zone), from its requirements before launch and its status after.
+fn member_offering(member: &NodeClaim) -> Option<(String, String)> {
+    if let Some(s) = member.status.as_ref() {
+        if let (Some(t), Some(z)) = (&s.instance_type, &s.zone) {
+            return Some((t.clone(), z.clone()));
+        }
+    }
+    let reqs = claim_requirements(member).ok()?;
+    let single = |key: &str| {
+        reqs.get(key)
+            .and_then(|r| r.single_value())
+            .map(str::to_string)
+    };
+    Some((single(labels::INSTANCE_TYPE)?, single(labels::ZONE)?))
+}
+
+/// Writes a member claim of type `instance_type` in `zone` for `prov`; the provisioning loop
+/// launches it.
+async fn add_member<P: CloudProvider>(
+    ctx: &Context<P>,
+    prov: &Provisioner,
+    node_template: Option<&NodeTemplate>,
+    instance_type: &str,
+    zone: &str,
+) -> Result<(), LifecycleError> {
+    let name = format!("{}-warm-{}", prov.name(), random_suffix());
+    let requirements = sizing::member_requirements(instance_type, zone)
+        .into_iter()
+        .map(|(key, value)| joiner_apis::NodeSelectorRequirement {
+            key: key.to_string(),
+            operator: "In".to_string(),
+            values: vec![value],
+        })
+        .collect();
+    let mut claim = NodeClaim {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            labels: Some(BTreeMap::from([
+                (labels::WARM_POOL.to_string(), prov.name().to_string()),
+                (
+                    labels::PROVISIONER_NAME.to_string(),
+                    prov.name().to_string(),
+                ),
+            ])),
+            finalizers: Some(vec![TERMINATION_FINALIZER.to_string()]),
+            ..ObjectMeta::default()
+        },
+        spec: NodeClaimSpec {
+            provisioner_name: prov.name().to_string(),
+            requirements,
+            node_template_ref: prov.spec.provider_ref.as_ref().map(|r| NodeTemplateRef {
+                name: r.name.clone(),
+            }),
+            ..NodeClaimSpec::default()
+        },
+        status: None,
+    };
+    annotate(&mut claim, prov, node_template);
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let stored = api
+        .create(&PostParams::default(), &claim)
+        .await
+        .map_err(LifecycleError::api(
+            &format!("NodeClaim {name}"),
+            "creating a warm-pool member",
+        ))?;
+    tracing::info!(member = %name, provisioner = prov.name(), instance_type, zone, "warm-pool member added");
+    ctx.state.created.remember(stored);
+    ctx.metrics
+        .claims_created
+        .get_or_create(&ProvisionerLabels {
+            provisioner: prov.name().to_string(),
+        })
+        .inc();
+    Ok(())
+}
+
+/// Merge-patches the Provisioner's `status.warmPool` when it differs.
+async fn write_status<P: CloudProvider>(
+    ctx: &Context<P>,
+    prov: &Provisioner,
+    want: WarmPoolStatus,
+) -> Result<(), LifecycleError> {
+    if prov.status.as_ref().and_then(|s| s.warm_pool.as_ref()) == Some(&want) {
+        return Ok(());
+    }
+    let api: Api<Provisioner> = Api::all(ctx.client.clone());
+    let body = json!({"status": {"warmPool": want}});
+    api.patch_status(prov.name(), &PatchParams::default(), &Patch::Merge(body))
+        .await
+        .map_err(LifecycleError::api(
+            &format!("Provisioner {}", prov.name()),
+            "writing status.warmPool",
+        ))?;
+    Ok(())
+}
+
+/// How long a claim took from creation to initialized, for `joiner_nodeclaim_ready_seconds`.
+pub fn ready_after(claim: &NodeClaim, now: Timestamp) -> Duration {
+    age(claim.metadata.creation_timestamp.as_ref(), now)
+}

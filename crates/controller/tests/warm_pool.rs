@@ -1,0 +1,624 @@
+//! The warm pool end to end against moto through the real provider: the reconciler adds
+//! members of several types, the provisioning loop launches them (tagged, warm user data), the
+//! reconciler stops them after warm-up and marks them Warm; a claim that fits starts a member
+//! (StartInstances, no CreateFleet) which then runs with the claim's tag, the member claim is
+//! removed without terminating the instance, and a claim no member fits is launched. The API
+//! server keeps what the reconcilers write, so every pass reads the previous one's result.
+
+mod lifecycle_fixture;
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use http::Method;
+use joiner_apis::{NodeClaim, Provisioner};
+use joiner_controller::lifecycle::termination::Terminator;
+use joiner_controller::metrics::{OutcomeLabels, PhaseLabels};
+use joiner_controller::provisioning::{launch_pending_claims, Launch, Memory};
+use joiner_controller::warm_pool;
+use lifecycle_fixture::{claim, cloud, node_template, settings, Cloud, Stores};
+use serde_json::json;
+use support::objects_api::ObjectsApi;
+use support::{mock_api, obj};
+
+fn pooled_provisioner(size: i64) -> Provisioner {
+    obj(json!({
+        "apiVersion": "joiner.sh/v1alpha1", "kind": "Provisioner",
+        "metadata": {"name": "web", "resourceVersion": "1"},
+        "spec": {
+            "providerRef": {"name": "default"},
+            "requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}],
+            "warmPool": {"size": size, "instanceTypes": ["c5.large", "m5.large"]},
+        },
+    }))
+}
+
+/// moto's instances: id to (type, state, tags).
+async fn ec2(cloud: &Cloud) -> BTreeMap<String, (String, String, BTreeMap<String, String>)> {
+    let out = cloud
+        .clients
+        .ec2
+        .describe_instances()
+        .send()
+        .await
+        .expect("describe");
+    out.reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .map(|i| {
+            (
+                i.instance_id().unwrap_or_default().to_string(),
+                (
+                    i.instance_type()
+                        .map(|t| t.as_str().to_string())
+                        .unwrap_or_default(),
+                    i.state()
+                        .and_then(|s| s.name())
+                        .map(|n| n.as_str().to_string())
+                        .unwrap_or_default(),
+                    i.tags()
+                        .iter()
+                        .map(|t| {
+                            (
+                                t.key().unwrap_or_default().to_string(),
+                                t.value().unwrap_or_default().to_string(),
+                            )
+                        })
+                        .collect(),
+                ),
+            )
+        })
+        .collect()
+}
+
+fn members(api: &ObjectsApi) -> Vec<NodeClaim> {
+    api.claims()
+        .into_iter()
+        .filter(|c| c.warm_pool().is_some())
+        .collect()
+}
+
+fn phases(api: &ObjectsApi) -> Vec<String> {
+    let mut p: Vec<String> = members(api)
+        .iter()
+        .map(|m| m.warm_phase().unwrap_or_default().to_string())
+        .collect();
+    p.sort();
+    p
+}
+
+#[tokio::test]
+async fn members_warm_up_stop_and_a_fitting_claim_starts_one_instead_of_launching() {
+    let cloud = cloud().await;
+    let api = ObjectsApi::new(vec![], vec![pooled_provisioner(2)]);
+    let (client, requests) = mock_api(api.handler());
+    let mut stores = Stores::new(vec![], vec![], vec![])
+        .with_objects(vec![pooled_provisioner(2)], vec![node_template()]);
+    let mut s = settings();
+    s.warm_pool_warmup = Duration::ZERO;
+    let ctx = joiner_controller::Context::new(client, stores.state(), cloud.provider.clone(), s);
+    let mut memory = Memory::default();
+
+    // Two members, one of each type, written and then launched by the provisioning loop.
+    warm_pool::reconcile(&ctx).await.expect("pass 1");
+    let added = members(&api);
+    assert_eq!(added.len(), 2);
+    let mut types: Vec<String> = added
+        .iter()
+        .flat_map(|m| m.spec.requirements.iter())
+        .filter(|r| r.key == "node.kubernetes.io/instance-type")
+        .flat_map(|r| r.values.clone())
+        .collect();
+    types.sort();
+    assert_eq!(types, ["c5.large", "m5.large"]);
+    for m in &added {
+        assert_eq!(
+            m.metadata.finalizers.as_deref(),
+            Some(&["joiner.sh/termination".to_string()][..])
+        );
+        assert!(m.name().starts_with("web-warm-"), "{}", m.name());
+    }
+    let launched = launch_pending_claims(&ctx, &mut memory).await;
+    assert!(
+        launched
+            .iter()
+            .all(|r| matches!(r, Ok(Launch::Launched(_)))),
+        "{launched:?}"
+    );
+    let instances = ec2(&cloud).await;
+    assert_eq!(instances.len(), 2);
+    for (ty, state, tags) in instances.values() {
+        assert_eq!(
+            tags.get("joiner.sh/warm-pool").map(String::as_str),
+            Some("web"),
+            "{tags:?}"
+        );
+        assert!(tags["joiner.sh/nodeclaim"].starts_with("web-warm-"));
+        assert_eq!(state, "running");
+        assert!(["c5.large", "m5.large"].contains(&ty.as_str()));
+    }
+    api.sync_claims(&mut stores.claims);
+    assert_eq!(phases(&api), ["Warming", "Warming"]);
+
+    // Warm-up over: stopped, then Warm.
+    warm_pool::reconcile(&ctx).await.expect("pass 2");
+    assert!(ec2(&cloud)
+        .await
+        .values()
+        .all(|(_, state, _)| state == "stopped"));
+    warm_pool::reconcile(&ctx).await.expect("pass 3");
+    api.sync_claims(&mut stores.claims);
+    assert_eq!(phases(&api), ["Warm", "Warm"]);
+    warm_pool::reconcile(&ctx).await.expect("pass 4");
+    let status = api.provisioners()[0]
+        .status
+        .clone()
+        .and_then(|s| s.warm_pool)
+        .expect("status.warmPool");
+    assert_eq!(
+        (status.desired, status.warming, status.ready, status.claimed),
+        (2, 0, 2, 0)
+    );
+    let idle = status.idle_cost_per_hour.expect("idle cost");
+    assert!((idle - 2.0 * 20.0 * 0.08 / 730.0).abs() < 1e-5, "{idle}");
+    let ready = ctx
+        .metrics
+        .warm_pool_members
+        .get_or_create(&PhaseLabels {
+            provisioner: "web".into(),
+            phase: "Warm".into(),
+        })
+        .get();
+    assert_eq!(ready, 2);
+
+    // A claim for pods that fit m5.large (or m5.xlarge): the m5.large member is started.
+    let member_m5 = members(&api)
+        .into_iter()
+        .find(|m| m.status.as_ref().and_then(|s| s.instance_type.as_deref()) == Some("m5.large"))
+        .expect("m5 member");
+    let member_id = member_m5
+        .status
+        .as_ref()
+        .and_then(|s| s.instance_id.clone())
+        .expect("member instance");
+    let pods_claim = claim(
+        "web-pods1",
+        json!({"spec": {"requirements": [
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large", "m5.xlarge"]},
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+        ]}}),
+    );
+    api.put_claim(&pods_claim);
+    api.sync_claims(&mut stores.claims);
+    let creates_before = requests.calls().len();
+    let out = launch_pending_claims(&ctx, &mut memory).await;
+    let Some(Ok(Launch::Launched(l))) = out.first() else {
+        panic!("{out:?}")
+    };
+    assert_eq!(
+        l.instance_id, member_id,
+        "the warm member, not a new instance"
+    );
+    assert!(requests.calls().len() > creates_before);
+    let instances = ec2(&cloud).await;
+    assert_eq!(instances.len(), 2, "no CreateFleet");
+    let (_, state, tags) = &instances[&member_id];
+    assert_eq!(state, "running");
+    assert_eq!(tags["joiner.sh/nodeclaim"], "web-pods1");
+    let taken = api.claim("web-pods1").expect("claim");
+    let status = taken.status.expect("status");
+    assert_eq!(status.instance_id.as_deref(), Some(member_id.as_str()));
+    assert_eq!(status.instance_type.as_deref(), Some("m5.large"));
+    let launched_reason =
+        joiner_apis::condition::find(&status.conditions, "Launched").map(|c| c.reason.clone());
+    assert_eq!(launched_reason.as_deref(), Some("WarmPoolMemberStarted"));
+    let hits = ctx
+        .metrics
+        .warm_pool_takes
+        .get_or_create(&OutcomeLabels {
+            provisioner: "web".into(),
+            outcome: "hit".into(),
+        })
+        .get();
+    assert_eq!(hits, 1);
+
+    // The member claim is handed over: deleted, and its termination leaves the instance to the
+    // claim.
+    api.sync_claims(&mut stores.claims);
+    warm_pool::reconcile(&ctx).await.expect("pass 5");
+    let handed = api
+        .claim(member_m5.name())
+        .expect("member still finalizing");
+    assert!(handed.metadata.deletion_timestamp.is_some());
+    api.sync_claims(&mut stores.claims);
+    let terminator = Terminator::default();
+    terminator.reconcile(&ctx).await.expect("termination");
+    assert!(api.claim(member_m5.name()).is_none(), "released");
+    assert_eq!(
+        ec2(&cloud).await[&member_id].1,
+        "running",
+        "the claim's instance runs on"
+    );
+
+    // The pool refills the member it gave away; a claim no member fits is launched.
+    api.sync_claims(&mut stores.claims);
+    warm_pool::reconcile(&ctx).await.expect("pass 6");
+    assert_eq!(members(&api).len(), 2, "refilled");
+    let misfit = claim(
+        "web-pods2",
+        json!({"spec": {"requirements": [
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.xlarge"]},
+        ]}}),
+    );
+    api.put_claim(&misfit);
+    api.sync_claims(&mut stores.claims);
+    let out = launch_pending_claims(&ctx, &mut memory).await;
+    let launched: Vec<String> = out
+        .iter()
+        .filter_map(|r| match r {
+            Ok(Launch::Launched(l)) => Some(l.instance_type.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(launched.contains(&"m5.xlarge".to_string()), "{out:?}");
+    let misses = ctx
+        .metrics
+        .warm_pool_takes
+        .get_or_create(&OutcomeLabels {
+            provisioner: "web".into(),
+            outcome: "miss".into(),
+        })
+        .get();
+    assert_eq!(misses, 1);
+    let patched_provisioner = requests
+        .writes()
+        .iter()
+        .any(|r| r.method == Method::PATCH && r.path.ends_with("/provisioners/web/status"));
+    assert!(patched_provisioner);
+}
+
+mod transitions {
+    //! Every member transition the moto test does not reach, on the fake cloud: a failed start
+    //! falls back to a launch, a take a crash interrupted is resumed for the same claim (never a
+    //! second member), a member whose claim went away returns to the pool, one started by hand
+    //! or beyond the size is removed, and a pool joiner cannot keep says why and adds nobody.
+
+    use std::sync::Arc;
+
+    use joiner_apis::NodeClaim;
+    use joiner_controller::metrics::OutcomeLabels;
+    use joiner_controller::provisioning::{launch_pending_claims, Launch, Memory};
+    use joiner_controller::{warm_pool, Context};
+    use joiner_core::testing::{FakeCall, FakeCloud, FakeError, FakeMethod};
+    use joiner_core::{CapacityType, CloudErrorKind, LaunchedNode};
+    use serde_json::json;
+
+    use super::lifecycle_fixture::{claim, node_template, settings, Stores};
+    use super::support::objects_api::ObjectsApi;
+    use super::support::{mock_api, obj};
+    use super::{members, pooled_provisioner};
+
+    fn instance(id: &str, claim: &str, state: &str) -> LaunchedNode {
+        LaunchedNode {
+            claim_name: Some(claim.into()),
+            instance_id: id.into(),
+            provider_id: format!("fake:///z-a/{id}"),
+            instance_type: "m5.large".into(),
+            zone: "z-a".into(),
+            capacity_type: CapacityType::OnDemand,
+            state: state.into(),
+            launch_time: None,
+            image_id: None,
+            subnet_id: None,
+            security_group_ids: vec![],
+            warm_pool: true,
+        }
+    }
+
+    /// A member claim `name` of pool web on instance `id` in `phase`.
+    fn member(
+        name: &str,
+        id: &str,
+        phase: &str,
+        claimed_by: Option<&str>,
+        created: &str,
+    ) -> NodeClaim {
+        let mut c = claim(
+            name,
+            json!({
+                "metadata": {"labels": {"joiner.sh/warm-pool": "web"}, "creationTimestamp": created},
+                "spec": {"requirements": [
+                    {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large"]},
+                    {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z-a"]},
+                ]},
+                "status": {"instanceID": id, "providerID": format!("fake:///z-a/{id}"),
+                    "instanceType": "m5.large", "zone": "z-a", "capacityType": "on-demand",
+                    "conditions": [{"type": "Launched", "status": "True", "reason": "InstanceLaunched",
+                        "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+                    "warmPool": {"phase": phase}},
+            }),
+        );
+        if let (Some(by), Some(s)) = (claimed_by, c.status.as_mut()) {
+            if let Some(w) = s.warm_pool.as_mut() {
+                w.claimed_by = Some(by.to_string());
+            }
+        }
+        c
+    }
+
+    fn pods_claim(name: &str) -> NodeClaim {
+        claim(
+            name,
+            json!({"spec": {"requirements": [
+                {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large", "m5.xlarge"]},
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+            ]}}),
+        )
+    }
+
+    struct Setup {
+        api: ObjectsApi,
+        stores: Stores,
+        cloud: Arc<FakeCloud>,
+        ctx: Context<FakeCloud>,
+        _mock: super::support::MockApi,
+    }
+
+    fn setup(
+        claims: Vec<NodeClaim>,
+        prov: joiner_apis::Provisioner,
+        instances: Vec<LaunchedNode>,
+    ) -> Setup {
+        let api = ObjectsApi::new(claims.clone(), vec![prov.clone()]);
+        let (client, mock) = mock_api(api.handler());
+        let stores =
+            Stores::new(vec![], vec![], claims).with_objects(vec![prov], vec![node_template()]);
+        let cloud = Arc::new(FakeCloud::new(joiner_core::testing::catalog::catalog()));
+        for i in instances {
+            cloud.add_instance(i);
+        }
+        let ctx = Context::new(client, stores.state(), cloud.clone(), settings());
+        Setup {
+            api,
+            stores,
+            cloud,
+            ctx,
+            _mock: mock,
+        }
+    }
+
+    fn takes(ctx: &Context<FakeCloud>, outcome: &str) -> u64 {
+        ctx.metrics
+            .warm_pool_takes
+            .get_or_create(&OutcomeLabels {
+                provisioner: "web".into(),
+                outcome: outcome.into(),
+            })
+            .get()
+    }
+
+    #[tokio::test]
+    async fn a_failed_start_falls_back_to_a_launch_and_puts_the_member_back() {
+        let t = setup(
+            vec![
+                member(
+                    "web-warm-a",
+                    "i-warm1",
+                    "Warm",
+                    None,
+                    "2026-01-01T00:00:00Z",
+                ),
+                pods_claim("web-pods"),
+            ],
+            pooled_provisioner(1),
+            vec![instance("i-warm1", "web-warm-a", "stopped")],
+        );
+        t.cloud.fail_next(
+            FakeMethod::StartWarm,
+            FakeError::new(
+                CloudErrorKind::InsufficientCapacity,
+                "InsufficientInstanceCapacity",
+            ),
+        );
+        let out = launch_pending_claims(&t.ctx, &mut Memory::default()).await;
+        let Some(Ok(Launch::Launched(l))) = out.first() else {
+            panic!("{out:?}")
+        };
+        assert_ne!(l.instance_id, "i-warm1", "launched instead");
+        let calls = t.cloud.calls();
+        let start = calls
+            .iter()
+            .position(|c| c == &FakeCall::StartWarm("i-warm1".into(), "web-pods".into()))
+            .expect("the member was tried");
+        let create = calls
+            .iter()
+            .position(|c| matches!(c, FakeCall::Create(r) if r.claim_name == "web-pods"))
+            .expect("then a launch");
+        assert!(start < create, "{calls:?}");
+        let back = t.api.claim("web-warm-a").expect("member");
+        assert_eq!(back.warm_phase(), Some("Warm"));
+        let w = back.status.and_then(|s| s.warm_pool).expect("warmPool");
+        assert_eq!(w.claimed_by, None);
+        assert!(w.message.unwrap_or_default().contains("web-pods"));
+        assert_eq!(takes(&t.ctx, "fallback"), 1);
+        assert_eq!(takes(&t.ctx, "hit"), 0);
+    }
+
+    #[tokio::test]
+    async fn a_take_interrupted_after_the_bind_or_the_tag_is_resumed_for_the_same_claim() {
+        // Crash after the bind: the member is Claimed by the claim, its instance still the
+        // member's.
+        let t = setup(
+            vec![
+                member(
+                    "web-warm-a",
+                    "i-warm1",
+                    "Claimed",
+                    Some("web-pods"),
+                    "2026-01-01T00:00:00Z",
+                ),
+                member(
+                    "web-warm-b",
+                    "i-warm2",
+                    "Warm",
+                    None,
+                    "2026-01-01T00:00:00Z",
+                ),
+                pods_claim("web-pods"),
+            ],
+            pooled_provisioner(2),
+            vec![
+                instance("i-warm1", "web-warm-a", "stopped"),
+                instance("i-warm2", "web-warm-b", "stopped"),
+            ],
+        );
+        let out = launch_pending_claims(&t.ctx, &mut Memory::default()).await;
+        let Some(Ok(Launch::Launched(l))) = out.first() else {
+            panic!("{out:?}")
+        };
+        assert_eq!(l.instance_id, "i-warm1", "the bound member, not another");
+        let calls = t.cloud.calls();
+        assert!(
+            !calls.iter().any(|c| matches!(c, FakeCall::Create(_))),
+            "{calls:?}"
+        );
+        assert!(!calls
+            .iter()
+            .any(|c| matches!(c, FakeCall::StartWarm(id, _) if id == "i-warm2")));
+
+        // Crash after the tag: the cloud lists the stopped member under the claim's name.
+        let t = setup(
+            vec![
+                member(
+                    "web-warm-a",
+                    "i-warm1",
+                    "Claimed",
+                    Some("web-pods"),
+                    "2026-01-01T00:00:00Z",
+                ),
+                pods_claim("web-pods"),
+            ],
+            pooled_provisioner(1),
+            vec![instance("i-warm1", "web-pods", "stopped")],
+        );
+        let out = launch_pending_claims(&t.ctx, &mut Memory::default()).await;
+        let Some(Ok(Launch::Launched(l))) = out.first() else {
+            panic!("{out:?}")
+        };
+        assert_eq!(l.instance_id, "i-warm1");
+        assert!(t
+            .cloud
+            .calls()
+            .contains(&FakeCall::StartWarm("i-warm1".into(), "web-pods".into())));
+        let reason = t
+            .api
+            .claim("web-pods")
+            .and_then(|c| c.status)
+            .and_then(|s| {
+                joiner_apis::condition::find(&s.conditions, "Launched").map(|c| c.reason.clone())
+            });
+        assert_eq!(reason.as_deref(), Some("WarmPoolMemberStarted"));
+    }
+
+    #[tokio::test]
+    async fn members_return_to_the_pool_or_go_as_their_state_says() {
+        let t = setup(
+            vec![
+                // Bound to a claim that is gone, never started for it: back to Warm.
+                member(
+                    "web-warm-a",
+                    "i-1",
+                    "Claimed",
+                    Some("web-gone"),
+                    "2026-01-01T00:00:00Z",
+                ),
+                // Bound to a claim that is gone after the start: removed (its instance is the
+                // gone claim's orphan).
+                member(
+                    "web-warm-b",
+                    "i-2",
+                    "Claimed",
+                    Some("web-gone2"),
+                    "2026-01-01T00:00:00Z",
+                ),
+                // Warm but running: started outside a take, replaced.
+                member("web-warm-c", "i-3", "Warm", None, "2026-01-01T00:00:00Z"),
+                // Two ready members for a pool of one: the newer goes.
+                member("web-warm-d", "i-4", "Warm", None, "2026-01-01T00:00:00Z"),
+                member("web-warm-e", "i-5", "Warm", None, "2026-01-02T00:00:00Z"),
+            ],
+            pooled_provisioner(1),
+            vec![
+                instance("i-1", "web-warm-a", "stopped"),
+                instance("i-2", "web-gone2", "running"),
+                instance("i-3", "web-warm-c", "running"),
+                instance("i-4", "web-warm-d", "stopped"),
+                instance("i-5", "web-warm-e", "stopped"),
+            ],
+        );
+        warm_pool::reconcile(&t.ctx).await.expect("pass");
+        let phase = |n: &str| {
+            t.api
+                .claim(n)
+                .and_then(|c| c.warm_phase().map(str::to_string))
+        };
+        let deleting = |n: &str| {
+            t.api
+                .claim(n)
+                .is_some_and(|c| c.metadata.deletion_timestamp.is_some())
+        };
+        assert_eq!(phase("web-warm-a").as_deref(), Some("Warm"));
+        assert!(!deleting("web-warm-a"));
+        assert!(deleting("web-warm-b"));
+        assert!(deleting("web-warm-c"));
+        assert!(!deleting("web-warm-d"));
+        // The pool is a and d once b, c go; e (newest Warm) is the surplus.
+        assert!(deleting("web-warm-e"));
+        drop(t.stores);
+    }
+
+    #[tokio::test]
+    async fn a_pool_joiner_cannot_keep_says_why_and_adds_no_member() {
+        let mut prov = pooled_provisioner(2);
+        if let Some(w) = prov.spec.warm_pool.as_mut() {
+            w.state = Some("Hibernated".into());
+        }
+        let t = setup(vec![], prov, vec![]);
+        warm_pool::reconcile(&t.ctx).await.expect("pass");
+        assert!(members(&t.api).is_empty());
+        let status = t.api.provisioners()[0]
+            .status
+            .clone()
+            .and_then(|s| s.warm_pool)
+            .expect("status");
+        assert_eq!(status.desired, 2);
+        assert!(status.message.unwrap_or_default().contains("Hibernated"));
+
+        // Bottlerocket cannot hold a warming instance back.
+        let mut prov = pooled_provisioner(2);
+        prov.spec.provider_ref = Some(joiner_apis::ProviderRef {
+            name: "br".into(),
+            kind: None,
+            api_version: None,
+        });
+        let api = ObjectsApi::new(vec![], vec![prov.clone()]);
+        let (client, _mock) = mock_api(api.handler());
+        let br: joiner_apis::NodeTemplate = obj(json!({
+            "apiVersion": "joiner.sh/v1alpha1", "kind": "NodeTemplate",
+            "metadata": {"name": "br"}, "spec": {"amiFamily": "Bottlerocket"},
+        }));
+        let stores = Stores::new(vec![], vec![], vec![]).with_objects(vec![prov], vec![br]);
+        let cloud = Arc::new(FakeCloud::new(joiner_core::testing::catalog::catalog()));
+        let ctx = Context::new(client, stores.state(), cloud, settings());
+        warm_pool::reconcile(&ctx).await.expect("pass");
+        assert!(members(&api).is_empty());
+        let message = api.provisioners()[0]
+            .status
+            .clone()
+            .and_then(|s| s.warm_pool)
+            .and_then(|w| w.message)
+            .unwrap_or_default();
+        assert!(message.contains("Bottlerocket"), "{message}");
+    }
+}
