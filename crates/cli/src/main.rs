@@ -19,6 +19,7 @@ mod output;
 mod plan;
 mod reference;
 mod render;
+mod warm_pools;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -3,6 +3,7 @@
 use joiner_core::scheduling::explain::Explanation;
 use joiner_core::scheduling::Plan;
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 /// What `joiner plan` reports: the plan plus the context needed to read it.
 pub struct Report<'a> {
@@ -14,6 +15,8 @@ pub struct Report<'a> {
     pub warnings: &'a [String],
     /// Explanations asked for with `--explain`.
     pub explanations: &'a [Explanation],
+    /// What the warm pools would serve.
+    pub warm: &'a crate::warm_pools::Overlay,
 }
 
 #[derive(Serialize)]
@@ -27,6 +30,26 @@ struct JsonReport<'a> {
     warnings: &'a [String],
     #[serde(skip_serializing_if = "Vec::is_empty")]
     explanations: Vec<JsonExplanation<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warm_pools: Vec<JsonPool<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonPool<'a> {
+    provisioner: &'a str,
+    members: Vec<JsonMember<'a>>,
+    from_spec: bool,
+    idle_cost_per_hour: f64,
+    serves: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    note: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct JsonMember<'a> {
+    instance_type: &'a str,
+    zone: &'a str,
+    price_per_hour: f64,
 }
 
 #[derive(Serialize)]
@@ -67,6 +90,8 @@ struct JsonNode<'a> {
     price_estimated: bool,
     instance_type_options: &'a [String],
     pods: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    warm_pool_member: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -110,6 +135,7 @@ pub fn json(report: &Report<'_>) -> String {
                 price_estimated: n.price_estimated,
                 instance_type_options: &n.instance_type_options,
                 pods: &n.pods,
+                warm_pool_member: report.warm.served.get(&n.name).map(String::as_str),
             })
             .collect(),
         existing_nodes: report
@@ -172,9 +198,40 @@ pub fn json(report: &Report<'_>) -> String {
                 event: e.event_message(),
             })
             .collect(),
+        warm_pools: report
+            .warm
+            .pools
+            .iter()
+            .map(|p| JsonPool {
+                provisioner: &p.provisioner,
+                members: p
+                    .members
+                    .iter()
+                    .map(|(t, z, price)| JsonMember {
+                        instance_type: t,
+                        zone: z,
+                        price_per_hour: round_price(*price),
+                    })
+                    .collect(),
+                from_spec: p.from_spec,
+                idle_cost_per_hour: round_price(p.idle_cost_per_hour),
+                serves: served_by(report, &p.provisioner),
+                note: p.note.as_deref(),
+            })
+            .collect(),
     };
     // Serializing plain structs of strings and numbers cannot fail; keep a readable fallback.
     serde_json::to_string_pretty(&doc).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+/// How many of the plan's new nodes `provisioner`'s pool would serve.
+fn served_by(report: &Report<'_>, provisioner: &str) -> usize {
+    report
+        .plan
+        .new_nodes
+        .iter()
+        .filter(|n| n.provisioner == provisioner && report.warm.served.contains_key(&n.name))
+        .count()
 }
 
 /// Pads columns to the widest cell.
@@ -220,8 +277,12 @@ pub fn table(report: &Report<'_>) -> String {
             "$/HOUR".into(),
             "PODS".into(),
         ]];
+        let pools = !report.warm.pools.is_empty();
+        if pools {
+            rows[0].push("WARM POOL MEMBER".into());
+        }
         for n in &plan.new_nodes {
-            rows.push(vec![
+            let mut row = vec![
                 n.name.clone(),
                 n.provisioner.clone(),
                 n.instance_type.clone(),
@@ -233,9 +294,62 @@ pub fn table(report: &Report<'_>) -> String {
                     if n.price_estimated { "*" } else { "" }
                 ),
                 n.pods.len().to_string(),
+            ];
+            if pools {
+                row.push(report.warm.served.get(&n.name).cloned().unwrap_or_default());
+            }
+            rows.push(row);
+        }
+        out.push_str(&columns(&rows));
+    }
+    if !report.warm.pools.is_empty() {
+        out.push('\n');
+        let mut rows = vec![vec![
+            "WARM POOL".to_string(),
+            "READY MEMBERS".into(),
+            "IDLE $/HOUR".into(),
+            "SERVES".into(),
+        ]];
+        for p in &report.warm.pools {
+            let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+            for (t, z, _) in &p.members {
+                *kinds.entry(format!("{t} {z}")).or_default() += 1;
+            }
+            let members = if kinds.is_empty() {
+                "0".to_string()
+            } else {
+                format!(
+                    "{} ({}){}",
+                    p.members.len(),
+                    kinds
+                        .iter()
+                        .map(|(k, n)| format!("{n}x {k}"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    if p.from_spec { ", from spec" } else { "" }
+                )
+            };
+            let total = plan
+                .new_nodes
+                .iter()
+                .filter(|n| n.provisioner == p.provisioner)
+                .count();
+            rows.push(vec![
+                p.provisioner.clone(),
+                members,
+                format!("{:.4}", p.idle_cost_per_hour),
+                format!(
+                    "{} of {total} new node(s)",
+                    served_by(report, &p.provisioner)
+                ),
             ]);
         }
         out.push_str(&columns(&rows));
+        for p in &report.warm.pools {
+            if let Some(note) = &p.note {
+                out.push_str(&format!("warm pool {}: {note}\n", p.provisioner));
+            }
+        }
     }
     if !plan.existing_nodes.is_empty() {
         out.push('\n');
@@ -334,6 +448,7 @@ mod tests {
             plan: &p,
             warnings: &w,
             explanations: &[],
+            warm: &crate::warm_pools::Overlay::default(),
         }))
         .unwrap();
         assert_eq!(v["region"], "us-east-1");
@@ -355,6 +470,7 @@ mod tests {
             plan: &p,
             warnings: &w,
             explanations: &[],
+            warm: &crate::warm_pools::Overlay::default(),
         });
         assert!(t.contains("default-1  default      m5.large"), "{t}");
         assert!(t.contains("ip-10-0-0-1"));

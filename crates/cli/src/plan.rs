@@ -175,11 +175,16 @@ pub fn run(args: &PlanArgs) -> Result<String, CliError> {
     let plan = simulate(&loaded.snapshot, &catalog.types, &Options::default());
     let mut warnings = loaded.warnings;
     warnings.extend(catalog.warnings);
-    if !loaded.node_claims.is_empty() {
+    let pool_members = loaded
+        .node_claims
+        .iter()
+        .filter(|c| c.warm_pool().is_some())
+        .count();
+    if loaded.node_claims.len() > pool_members {
         warnings.push(format!(
-            "{} NodeClaim(s) read and not used: only `--consolidate` reads claims (for drift); \
-             capacity is read from the Nodes",
-            loaded.node_claims.len()
+            "{} NodeClaim(s) read and not used: only `--consolidate` reads claims (for drift) \
+             and warm-pool members; capacity is read from the Nodes",
+            loaded.node_claims.len() - pool_members
         ));
     }
     let mut explanations: Vec<Explanation> = Vec::new();
@@ -197,11 +202,19 @@ pub fn run(args: &PlanArgs) -> Result<String, CliError> {
         })?;
         explanations.push(e);
     }
+    let warm = crate::warm_pools::overlay(
+        &plan,
+        &loaded.provisioners,
+        &loaded.node_templates,
+        &loaded.node_claims,
+        &catalog.types,
+    );
     let report = Report {
         region: &args.region,
         plan: &plan,
         warnings: &warnings,
         explanations: &explanations,
+        warm: &warm,
     };
     Ok(match args.output {
         Format::Table => output::table(&report),

@@ -231,7 +231,7 @@ fn keys(out: &mut String) {
         (l::UNREGISTERED_TAINT, "node taint", "NoSchedule startup taint every joiner node registers with, removed once its labels and taints are applied and it is Ready."),
         (l::DISRUPTED_TAINT, "node taint", "NoSchedule taint on a node joiner is draining (disruption, interruption)."),
         (l::TERMINATION_FINALIZER, "finalizer", "On NodeClaims and joiner's Nodes: held until the node is drained and its instance terminated."),
-        (l::WARM_POOL, "instance tag, NodeClaim label", "Marks a warm-pool member (warm pools are not built yet); the interruption consumer treats its state changes as joiner's own."),
+        (l::WARM_POOL, "instance tag, NodeClaim label", "Marks a warm-pool member (value: its Provisioner): on the member's NodeClaim and, as the guard for start, stop and the claim re-tag, on its instance; the interruption consumer treats a member's state changes as joiner's own."),
         (joiner_apis::drift::PROVISIONER_HASH, "NodeClaim annotation", "Hash of the Provisioner's static settings at launch: a different hash now is drift."),
         (joiner_apis::drift::NODE_TEMPLATE_HASH, "NodeClaim annotation", "Hash of the NodeTemplate's static settings at launch."),
         (joiner_apis::drift::HASH_VERSION, "NodeClaim annotation", "Version of the hash scheme: claims of another version are not called drifted by hash."),

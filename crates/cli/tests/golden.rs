@@ -525,3 +525,62 @@ fn a_pod_its_spread_leaves_only_a_full_zone_is_refused_naming_the_spread() {
         "{reason}"
     );
 }
+
+/// A warm pool of two members of two types serves two of three new nodes (the m5.large one
+/// within the 25 % premium over c5.large), and its idle cost is its stopped root volumes.
+#[test]
+fn warm_pool() {
+    check("examples/warm-pool", "warm-pool.json");
+}
+
+/// With the pool's NodeClaims in the input, the plan uses the members that exist (one ready
+/// m5.large in us-east-1c; a Warming one does not count) instead of a full pool from the spec.
+/// Each new node may land in any zone (its claim allows every zone), so the member in
+/// us-east-1c serves the first node, as the launch path would.
+#[test]
+fn warm_pool_members_from_the_input() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for f in ["provisioner.yaml", "workload.yaml"] {
+        std::fs::copy(
+            root().join("examples/warm-pool").join(f),
+            dir.path().join(f),
+        )
+        .expect("copy");
+    }
+    let member = |name: &str, phase: &str| {
+        format!(
+            "apiVersion: joiner.sh/v1alpha1\nkind: NodeClaim\nmetadata:\n  name: {name}\n  labels: {{joiner.sh/warm-pool: web}}\nspec:\n  provisionerName: web\nstatus:\n  instanceID: i-0123456789abcdef{}\n  instanceType: m5.large\n  zone: us-east-1c\n  capacityType: on-demand\n  warmPool: {{phase: {phase}}}\n",
+            name.len() % 10
+        )
+    };
+    std::fs::write(
+        dir.path().join("members.yaml"),
+        format!(
+            "{}---\n{}",
+            member("web-warm-a", "Warm"),
+            member("web-warm-bb", "Warming")
+        ),
+    )
+    .expect("write");
+    let path = dir.path().display().to_string();
+    let out: serde_json::Value =
+        serde_json::from_str(&joiner(&["plan", "-o", "json", "-f", &path])).expect("json");
+    // The planned nodes may land in any zone, as their claims allow: the first is served.
+    let served: Vec<(&str, &str)> = out["new_nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .filter_map(|n| Some((n["name"].as_str()?, n["warm_pool_member"].as_str()?)))
+        .collect();
+    assert_eq!(served, [("web-1", "m5.large in us-east-1c")], "{out:#}");
+    let pool = &out["warm_pools"][0];
+    assert_eq!(pool["from_spec"], false);
+    assert_eq!(pool["members"].as_array().map(Vec::len), Some(1));
+    assert_eq!(pool["serves"], 1);
+    // The members are not reported as claims the plan ignored.
+    let warnings = out["warnings"].to_string();
+    assert!(
+        !warnings.contains("NodeClaim(s) read and not used"),
+        "{warnings}"
+    );
+}
