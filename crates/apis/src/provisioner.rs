@@ -233,15 +233,17 @@ pub struct WarmPool {
     pub zones: Vec<String>,
     /// What a ready member is: `Stopped` (the default: only its volumes cost), `Hibernated`
     /// (memory kept on an encrypted root volume; hibernation-capable types, not Bottlerocket)
-    /// or `Running`.
+    /// or `Running`. Only `Stopped` is supported yet; a pool asking for another state launches
+    /// no member and says why in its status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^(Stopped|Hibernated|Running)$"))]
     pub state: Option<String>,
-    /// Images pulled while a member warms, so its pods start without pulling.
+    /// Images pulled while a member warms, so its pods start without pulling. Accepted but not
+    /// acted on yet: members warm without pulling.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pre_pull_images: Vec<String>,
     /// A drained node that is not drifted goes back to the pool instead of being terminated,
-    /// while the pool is short.
+    /// while the pool is short (on-demand nodes of the pool's types and zones only).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reuse_on_scale_in: bool,
     /// How much dearer than the cheapest fitting new instance a warm one may be and still be

@@ -733,6 +733,15 @@ impl CloudProvider for AwsCloudProvider {
         Ok(self.warm.stop(instance_id).await?)
     }
 
+    async fn return_to_pool(
+        &self,
+        instance_id: &str,
+        provisioner: &str,
+        member: &str,
+    ) -> Result<(), ProviderError> {
+        Ok(self.warm.adopt(instance_id, provisioner, member).await?)
+    }
+
     fn mark_unavailable(&self, instance_type: &str, zone: &str, capacity_type: CapacityType) {
         self.unavailable
             .mark(OfferingKey::new(instance_type, zone, capacity_type));

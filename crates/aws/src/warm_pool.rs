@@ -169,6 +169,49 @@ impl WarmMembers {
         Ok(instance)
     }
 
+    /// Makes joiner's instance `id` a member of `provisioner`'s pool recorded for the member
+    /// claim `member`: tags `joiner.sh/warm-pool` and `joiner.sh/nodeclaim`, after checking
+    /// the ownership tags (a node group's instance is never taken into a pool).
+    pub async fn adopt(&self, id: &str, provisioner: &str, member: &str) -> Result<(), WarmError> {
+        let found = self.instances.get(id).await?;
+        let Some(instance) =
+            found.filter(|i| !matches!(i.state.as_str(), "terminated" | "shutting-down"))
+        else {
+            return Err(WarmRefusal::NotFound {
+                instance_id: id.to_string(),
+            }
+            .into());
+        };
+        if let Some(missing) = tags::missing_ownership_tag(&instance.tags, &self.cluster) {
+            tracing::warn!(instance_id = %id, cluster = %self.cluster, %missing, "refusing to take an instance joiner does not own into a warm pool");
+            return Err(WarmRefusal::NotOwned {
+                instance_id: id.to_string(),
+                missing,
+            }
+            .into());
+        }
+        self.ec2
+            .create_tags()
+            .resources(id)
+            .tags(
+                aws_sdk_ec2::types::Tag::builder()
+                    .key(WARM_POOL)
+                    .value(provisioner)
+                    .build(),
+            )
+            .tags(
+                aws_sdk_ec2::types::Tag::builder()
+                    .key(tags::NODECLAIM)
+                    .value(member)
+                    .build(),
+            )
+            .send()
+            .await
+            .map_err(|e| api_error("ec2:CreateTags", e))?;
+        tracing::info!(instance_id = %id, provisioner, member, "node returned to the warm pool");
+        Ok(())
+    }
+
     /// Sets the instance's `joiner.sh/nodeclaim` tag to `claim`.
     async fn tag_claim(&self, id: &str, claim: &str) -> Result<(), AwsError> {
         self.ec2

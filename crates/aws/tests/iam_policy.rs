@@ -183,16 +183,17 @@ fn every_mutating_grant_requires_both_ownership_tags() {
             "aws:ResourceTag"
         };
         if actions.iter().any(|a| a == "ec2:CreateTags") && !tag_on_create {
-            // CreateTags on an existing instance: a warm-pool member only, and only the claim
-            // tag, so no grant can re-tag a node into joiner's ownership.
-            assert_eq!(
-                statement["Condition"]["Null"]["aws:ResourceTag/joiner.sh/warm-pool"], "false",
-                "CreateTags on existing resources must be limited to warm-pool members: {statement}"
-            );
+            // CreateTags on an existing instance: only the warm-pool and claim tags (a member
+            // handed to a claim, a drained node returned to the pool), so no grant can re-tag
+            // a node into joiner's ownership.
             assert_eq!(
                 statement["Condition"]["ForAllValues:StringEquals"]["aws:TagKeys"],
-                serde_json::json!(["joiner.sh/nodeclaim"]),
-                "CreateTags on existing resources must be limited to the claim tag: {statement}"
+                serde_json::json!(["joiner.sh/nodeclaim", "joiner.sh/warm-pool"]),
+                "CreateTags on existing resources must be limited to the pool's tags: {statement}"
+            );
+            assert_eq!(
+                statement["Resource"], "arn:${AWS_PARTITION}:ec2:${AWS_REGION}:*:instance/*",
+                "{statement}"
             );
         }
         if actions
@@ -326,8 +327,8 @@ fn designed() -> Vec<Designed> {
         ("CreateOwnedLaunchTemplates", vec!["ec2:CreateLaunchTemplate"], vec![ec2("launch-template")], vec![rq_cluster.clone(), rq_prov.clone(), ("StringEquals", "aws:RequestTag/joiner.sh/managed-by", json!("joiner"))]),
         ("TagOnCreate", vec!["ec2:CreateTags"], ["fleet", "instance", "volume", "launch-template"].map(ec2).to_vec(), vec![rq_cluster, rq_prov, ("StringEquals", "ec2:CreateAction", json!(["CreateFleet", "RunInstances", "CreateLaunchTemplate"]))]),
         ("TerminateOwnedInstances", vec!["ec2:TerminateInstances"], vec![ec2("instance")], vec![rt_cluster.clone(), rt_prov.clone()]),
-        ("StartStopWarmPoolMembers", vec!["ec2:StartInstances", "ec2:StopInstances"], vec![ec2("instance")], vec![rt_cluster.clone(), rt_prov.clone(), rt_warm.clone()]),
-        ("TagWarmPoolMembersForClaims", vec!["ec2:CreateTags"], vec![ec2("instance")], vec![rt_cluster.clone(), rt_prov.clone(), rt_warm, ("ForAllValues:StringEquals", "aws:TagKeys", json!(["joiner.sh/nodeclaim"]))]),
+        ("StartStopWarmPoolMembers", vec!["ec2:StartInstances", "ec2:StopInstances"], vec![ec2("instance")], vec![rt_cluster.clone(), rt_prov.clone(), rt_warm]),
+        ("TagOwnedInstancesForWarmPools", vec!["ec2:CreateTags"], vec![ec2("instance")], vec![rt_cluster.clone(), rt_prov.clone(), ("ForAllValues:StringEquals", "aws:TagKeys", json!(["joiner.sh/nodeclaim", "joiner.sh/warm-pool"]))]),
         ("DeleteOwnedLaunchTemplates", vec!["ec2:DeleteLaunchTemplate"], vec![ec2("launch-template")], vec![rt_cluster, rt_prov, rt_managed]),
         ("PassNodeRole", vec!["iam:PassRole"], vec!["arn:${AWS_PARTITION}:iam::${AWS_ACCOUNT_ID}:role/${NODE_ROLE_NAME}"], vec![("StringEquals", "iam:PassedToService", json!("ec2.amazonaws.com"))]),
     ]

@@ -1,5 +1,6 @@
 //! Warm-pool members against moto through the real SDK: a warm launch is tagged as a member and
-//! boots the warm user data; stop and start act only on members of this cluster; a start
+//! boots the warm user data; stop and start act only on members of this cluster, and only
+//! joiner's own nodes can be taken into a pool; a start
 //! re-tags the instance for its claim first, so the launcher's look-up by claim finds it, and a
 //! repeated start for the same claim is harmless while a start for another claim is refused.
 

@@ -93,6 +93,18 @@ impl<P: CloudProvider> CloudProvider for Instrumented<P> {
         self.measure("stop_warm", self.inner.stop_warm(instance_id))
     }
 
+    fn return_to_pool(
+        &self,
+        instance_id: &str,
+        provisioner: &str,
+        member: &str,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.measure(
+            "return_to_pool",
+            self.inner.return_to_pool(instance_id, provisioner, member),
+        )
+    }
+
     fn mark_unavailable(&self, instance_type: &str, zone: &str, capacity_type: CapacityType) {
         // No call to the cloud: nothing to time.
         self.inner
@@ -165,6 +177,9 @@ mod tests {
             Err(Missing(id.into()))
         }
         async fn stop_warm(&self, id: &str) -> Result<(), Missing> {
+            Err(Missing(id.into()))
+        }
+        async fn return_to_pool(&self, id: &str, _: &str, _: &str) -> Result<(), Missing> {
             Err(Missing(id.into()))
         }
         fn mark_unavailable(&self, _: &str, _: &str, _: CapacityType) {}

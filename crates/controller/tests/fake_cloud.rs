@@ -202,6 +202,10 @@ impl CloudProvider for SlowLaunches {
         self.cloud.stop_warm(id).await
     }
 
+    async fn return_to_pool(&self, id: &str, prov: &str, member: &str) -> Result<(), Self::Error> {
+        self.cloud.return_to_pool(id, prov, member).await
+    }
+
     fn mark_unavailable(&self, t: &str, zone: &str, ct: joiner_core::CapacityType) {
         self.cloud.mark_unavailable(t, zone, ct)
     }

@@ -140,6 +140,17 @@ pub trait CloudProvider: Send + Sync {
         claim_name: &str,
     ) -> impl Future<Output = Result<LaunchedNode, Self::Error>> + Send;
 
+    /// Makes joiner's running node `instance_id` a member of `provisioner`'s warm pool, recorded
+    /// for the member claim `member` (reuse on scale-in: a drained node is kept, stopped,
+    /// instead of terminated). Only tags it; [`CloudProvider::stop_warm`] stops it. Refuses an
+    /// instance that is not joiner's in this cluster.
+    fn return_to_pool(
+        &self,
+        instance_id: &str,
+        provisioner: &str,
+        member: &str,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
     /// Stops warm-pool member `instance_id` at the end of its warm-up, so it waits in the pool
     /// costing only its volumes. Refuses an instance that is not a warm-pool member of this
     /// cluster, so it can never stop a node that serves pods.

@@ -53,7 +53,9 @@ impl Collector {
     pub async fn sweep<P: CloudProvider>(&self, ctx: &Context<P>) -> Result<(), LifecycleError> {
         // Claims are read before the cloud is listed: a claim launched after this read is not
         // judged, and any claim in this read that is Launched had its instance before the list.
-        let claims = ctx.state.node_claims.state();
+        // With the claims this replica wrote that the store does not show yet: a member claim
+        // of a node just returned to a warm pool must not leave its instance an orphan.
+        let claims = ctx.state.claims();
         let nodes = ctx.state.nodes.state();
         let instances = ctx.cloud.list().await.map_err(|e| {
             LifecycleError::cloud(

@@ -28,6 +28,7 @@
 //!
 //! Taking a member for a claim is [`take`], on the launch path.
 
+pub mod reuse;
 pub mod sizing;
 pub mod take;
 

@@ -78,6 +78,8 @@ pub enum FakeCall {
     StartWarm(String, String),
     /// `stop_warm(instance id)`.
     StopWarm(String),
+    /// `return_to_pool(instance id, provisioner, member)`.
+    ReturnToPool(String, String, String),
 }
 
 /// Which method a scripted failure is for.
@@ -97,6 +99,8 @@ pub enum FakeMethod {
     StartWarm,
     /// `stop_warm`.
     StopWarm,
+    /// `return_to_pool`.
+    ReturnToPool,
 }
 
 #[derive(Default)]
@@ -316,6 +320,32 @@ impl CloudProvider for FakeCloud {
         node.claim_name = Some(claim_name.to_string());
         node.state = "running".to_string();
         Ok(node.clone())
+    }
+
+    /// Marks a live instance a member recorded for `member` (the fake has no ownership tags to
+    /// check).
+    async fn return_to_pool(
+        &self,
+        instance_id: &str,
+        provisioner: &str,
+        member: &str,
+    ) -> Result<(), FakeError> {
+        let mut state = self.call(
+            FakeMethod::ReturnToPool,
+            FakeCall::ReturnToPool(
+                instance_id.to_string(),
+                provisioner.to_string(),
+                member.to_string(),
+            ),
+        )?;
+        match state.instances.get_mut(instance_id) {
+            Some(n) if is_live(n) => {
+                n.warm_pool = true;
+                n.claim_name = Some(member.to_string());
+                Ok(())
+            }
+            _ => Err(FakeError::new(CloudErrorKind::NotFound, "NotFound")),
+        }
     }
 
     async fn stop_warm(&self, instance_id: &str) -> Result<(), FakeError> {

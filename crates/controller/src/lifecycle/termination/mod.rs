@@ -11,7 +11,9 @@
 //!    key cannot be mistaken for a manual cordon, and is what Karpenter v1 does too);
 //! 3. evict its pods through the Eviction API ([`drain`] says which and in what order,
 //!    [`eviction`] how answers are handled) and wait until the pods store has none left;
-//! 4. terminate the instance (`CloudProvider::delete`; not-found means already gone);
+//! 4. terminate the instance (`CloudProvider::delete`; not-found means already gone), unless
+//!    its Provisioner's warm pool reuses it ([`crate::warm_pool::reuse`]): then it is tagged
+//!    into the pool and stopped, and released once stopped, never terminated;
 //! 5. once a later pass sees the instance shutting down or gone, remove the finalizer from the Node (deleting the Node when its claim is being deleted) and
 //!    from the claim (deleting the claim when only its Node was deleted).
 //!
@@ -47,6 +49,7 @@ use crate::k8s::node_patch::{is_ready, release_finalizer_patch, taint_patch};
 use crate::k8s::refs::{claim_ref, node_name, node_ref};
 use crate::metrics::ReasonLabels;
 use crate::pod_record::PodRecord;
+use crate::warm_pool::reuse;
 use eviction::{evict, pod_key, Backoff, BackoffPolicy, Evicted};
 
 /// The reason of Events saying a drain waits for a pod that must not be disrupted.
@@ -226,6 +229,23 @@ impl Terminator {
         }
 
         if let (false, Some(i)) = (ending, instance) {
+            // Handed to a warm pool (reuse on scale-in): never terminated; released once it is
+            // stopped, so its kubelet cannot bring the Node back.
+            if reuse::handed_over(claim, i) {
+                if i.state != "stopped" {
+                    if let (Some(c), "running" | "pending") = (claim, i.state.as_str()) {
+                        reuse::stop(ctx, c, i).await?;
+                    }
+                    return Ok(());
+                }
+            } else if let Some(c) = claim.filter(|c| {
+                c.metadata.deletion_timestamp.is_some()
+                    && reuse::eligible(ctx, c, node.as_ref(), i, now)
+            }) {
+                return reuse::return_to_pool(ctx, c, i).await;
+            }
+        }
+        if let (false, Some(i)) = (ending, instance.filter(|i| !reuse::handed_over(claim, i))) {
             let object = claim.map_or_else(
                 || node.as_ref().map(node_ref).unwrap_or_default(),
                 claim_ref,
