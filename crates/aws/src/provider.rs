@@ -443,6 +443,49 @@ impl AwsCloudProvider {
         Ok((self.templates.ensure_spec(&resolved.spec).await?, image_id))
     }
 
+    /// The user data a warm member of a family that reads it on every boot (Bottlerocket)
+    /// must start with: its launch settings without the warm-up variant, for its type and
+    /// image; `None` for families whose first-boot script joins on the next start.
+    async fn claimed_user_data(
+        &self,
+        instance: &Instance,
+    ) -> Result<Option<String>, ProviderError> {
+        let provisioner = instance
+            .tags
+            .get(tags::PROVISIONER_NAME)
+            .cloned()
+            .unwrap_or_default();
+        let (prov, nt) = self.objects_for(&provisioner)?;
+        if nt.ami_family() != joiner_apis::AmiFamily::Bottlerocket {
+            return Ok(None);
+        }
+        let catalog = self.catalog.instance_types().await?;
+        let facts = catalog
+            .iter()
+            .find(|t| t.name == instance.instance_type)
+            .and_then(InstanceFacts::from_catalog)
+            .ok_or_else(|| ProviderError::NoKnownCandidate {
+                claim: instance
+                    .tags
+                    .get(tags::NODECLAIM)
+                    .cloned()
+                    .unwrap_or_default(),
+                candidates: instance.instance_type.clone(),
+            })?;
+        let image_id = instance.image_id.clone().unwrap_or_default();
+        let resolved = build(&LaunchContext {
+            cluster: &self.config.cluster,
+            node_template: &nt,
+            provisioner: &prov,
+            instance: &facts,
+            image_id: &image_id,
+            security_group_ids: &instance.security_group_ids,
+            default_instance_profile: self.config.default_instance_profile.as_deref(),
+            warm_pool: false,
+        })?;
+        Ok(Some(resolved.user_data.base64))
+    }
+
     fn node(&self, i: Instance) -> LaunchedNode {
         LaunchedNode {
             claim_name: i.tags.get(tags::NODECLAIM).cloned(),
@@ -725,7 +768,16 @@ impl CloudProvider for AwsCloudProvider {
         instance_id: &str,
         claim_name: &str,
     ) -> Result<LaunchedNode, ProviderError> {
-        let instance = self.warm.start(instance_id, claim_name).await?;
+        let instance = self.warm.member(instance_id).await?;
+        let user_data = if matches!(instance.state.as_str(), "stopped" | "stopping") {
+            self.claimed_user_data(&instance).await?
+        } else {
+            None
+        };
+        let instance = self
+            .warm
+            .start_member(instance, claim_name, user_data.as_deref())
+            .await?;
         Ok(self.node(instance))
     }
 

@@ -14,6 +14,7 @@
 //! repeated for that claim) and never starts a second member.
 
 use aws_sdk_ec2::types::InstanceStateName;
+use base64::Engine;
 use thiserror::Error;
 
 use crate::api_error::api_error;
@@ -92,7 +93,7 @@ impl WarmMembers {
     }
 
     /// The live member `id`, or why it may not be touched.
-    async fn member(&self, id: &str) -> Result<Instance, WarmError> {
+    pub async fn member(&self, id: &str) -> Result<Instance, WarmError> {
         let found = self.instances.get(id).await?;
         let Some(instance) =
             found.filter(|i| !matches!(i.state.as_str(), "terminated" | "shutting-down"))
@@ -123,7 +124,21 @@ impl WarmMembers {
     /// Hands member `id` to NodeClaim `claim`: tags it with the claim, then starts it (unless
     /// it already runs for the claim: a resumed take). Returns the instance as it is now.
     pub async fn start(&self, id: &str, claim: &str) -> Result<Instance, WarmError> {
-        let mut instance = self.member(id).await?;
+        let instance = self.member(id).await?;
+        self.start_member(instance, claim, None).await
+    }
+
+    /// [`WarmMembers::start`] for `instance`, found with [`WarmMembers::member`]; with
+    /// `user_data` (base64), the instance's user data is replaced first while it is stopped
+    /// (Bottlerocket, whose warm-up document has no cluster settings).
+    pub async fn start_member(
+        &self,
+        mut instance: Instance,
+        claim: &str,
+        user_data: Option<&str>,
+    ) -> Result<Instance, WarmError> {
+        let id = instance.id.clone();
+        let id = id.as_str();
         let tagged_for = instance.tags.get(tags::NODECLAIM).cloned();
         let running = matches!(instance.state.as_str(), "pending" | "running");
         if running && tagged_for.as_deref() == Some(claim) {
@@ -135,6 +150,26 @@ impl WarmMembers {
                 claim: tagged_for.unwrap_or_default(),
             }
             .into());
+        }
+        if let Some(encoded) = user_data {
+            let decoded = base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .map_err(|e| AwsError::Api {
+                    operation: "ec2:ModifyInstanceAttribute",
+                    code: "InvalidUserData".to_string(),
+                    message: format!("user data is not base64: {e}"),
+                })?;
+            self.ec2
+                .modify_instance_attribute()
+                .instance_id(id)
+                .user_data(
+                    aws_sdk_ec2::types::SecureBlobAttributeValue::builder()
+                        .value(aws_sdk_ec2::primitives::Blob::new(decoded))
+                        .build(),
+                )
+                .send()
+                .await
+                .map_err(|e| api_error("ec2:ModifyInstanceAttribute", e))?;
         }
         let retagged = tagged_for.as_deref() != Some(claim);
         if retagged {

@@ -126,6 +126,7 @@ const GUARDED: &[&str] = &[
     "ec2:TerminateInstances",
     "ec2:StopInstances",
     "ec2:StartInstances",
+    "ec2:ModifyInstanceAttribute",
     "ec2:CreateTags",
     "ec2:DeleteLaunchTemplate",
 ];
@@ -196,13 +197,14 @@ fn every_mutating_grant_requires_both_ownership_tags() {
                 "{statement}"
             );
         }
-        if actions
-            .iter()
-            .any(|a| a == "ec2:StopInstances" || a == "ec2:StartInstances")
-        {
+        if actions.iter().any(|a| {
+            a == "ec2:StopInstances"
+                || a == "ec2:StartInstances"
+                || a == "ec2:ModifyInstanceAttribute"
+        }) {
             assert_eq!(
                 statement["Condition"]["Null"]["aws:ResourceTag/joiner.sh/warm-pool"], "false",
-                "Start/Stop must be limited to warm-pool members: {statement}"
+                "Start/Stop/ModifyInstanceAttribute must be limited to warm-pool members: {statement}"
             );
         }
         assert!(
@@ -217,6 +219,7 @@ fn every_mutating_grant_requires_both_ownership_tags() {
         "ec2:TerminateInstances",
         "ec2:StartInstances",
         "ec2:StopInstances",
+        "ec2:ModifyInstanceAttribute",
         "ec2:CreateTags",
         "ec2:DeleteLaunchTemplate",
     ] {
@@ -327,7 +330,7 @@ fn designed() -> Vec<Designed> {
         ("CreateOwnedLaunchTemplates", vec!["ec2:CreateLaunchTemplate"], vec![ec2("launch-template")], vec![rq_cluster.clone(), rq_prov.clone(), ("StringEquals", "aws:RequestTag/joiner.sh/managed-by", json!("joiner"))]),
         ("TagOnCreate", vec!["ec2:CreateTags"], ["fleet", "instance", "volume", "launch-template"].map(ec2).to_vec(), vec![rq_cluster, rq_prov, ("StringEquals", "ec2:CreateAction", json!(["CreateFleet", "RunInstances", "CreateLaunchTemplate"]))]),
         ("TerminateOwnedInstances", vec!["ec2:TerminateInstances"], vec![ec2("instance")], vec![rt_cluster.clone(), rt_prov.clone()]),
-        ("StartStopWarmPoolMembers", vec!["ec2:StartInstances", "ec2:StopInstances"], vec![ec2("instance")], vec![rt_cluster.clone(), rt_prov.clone(), rt_warm]),
+        ("StartStopWarmPoolMembers", vec!["ec2:StartInstances", "ec2:StopInstances", "ec2:ModifyInstanceAttribute"], vec![ec2("instance")], vec![rt_cluster.clone(), rt_prov.clone(), rt_warm]),
         ("TagOwnedInstancesForWarmPools", vec!["ec2:CreateTags"], vec![ec2("instance")], vec![rt_cluster.clone(), rt_prov.clone(), ("ForAllValues:StringEquals", "aws:TagKeys", json!(["joiner.sh/nodeclaim", "joiner.sh/warm-pool"]))]),
         ("DeleteOwnedLaunchTemplates", vec!["ec2:DeleteLaunchTemplate"], vec![ec2("launch-template")], vec![rt_cluster, rt_prov, rt_managed]),
         ("PassNodeRole", vec!["iam:PassRole"], vec!["arn:${AWS_PARTITION}:iam::${AWS_ACCOUNT_ID}:role/${NODE_ROLE_NAME}"], vec![("StringEquals", "iam:PassedToService", json!("ec2.amazonaws.com"))]),

@@ -5,6 +5,12 @@
 //! repeated start for the same claim is harmless while a start for another claim is refused.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use aws_sdk_ec2::config::interceptors::BeforeTransmitInterceptorContextMut;
+use aws_sdk_ec2::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_ec2::error::BoxError;
+use aws_smithy_types::body::SdkBody;
 
 use base64::Engine;
 use joiner_apis::{NodeTemplate, Provisioner};
@@ -246,4 +252,137 @@ async fn start_and_stop_refuse_anything_but_this_clusters_members() {
         .expect_err("unknown");
     assert_eq!(err.kind(), CloudErrorKind::NotFound);
     assert_eq!(err.code(), "InvalidInstanceID.NotFound");
+}
+
+/// Bottlerocket reads its user data on every boot: the member warms with a document without
+/// cluster settings, and the start writes the real one (ModifyInstanceAttribute) first.
+#[tokio::test]
+async fn a_bottlerocket_member_gets_its_cluster_settings_only_when_started_for_a_claim() {
+    let moto = MotoServer::session().expect("moto server");
+    let clients = AwsClients::from_config(&moto.sdk_config("us-east-1").await).expect("clients");
+    let env = testing::environment(&clients, CLUSTER, PREFIX, K8S)
+        .await
+        .expect("environment");
+    let nt: NodeTemplate = serde_yaml::from_str(&format!(
+        "apiVersion: joiner.sh/v1alpha1\nkind: NodeTemplate\nmetadata: {{name: default}}\nspec:\n  amiFamily: Bottlerocket\n  amiSelector: {{aws-ids: {}}}\n  subnetSelector: {{joiner.sh/discovery: c1}}\n  securityGroupSelector: {{joiner.sh/discovery: c1}}\n",
+        env.image_id
+    ))
+    .expect("node template");
+    let (web, _) = objects();
+    let sent = Arc::new(Mutex::new(Vec::new()));
+    let adapted = AwsClients {
+        ec2: aws_sdk_ec2::Client::from_conf(
+            clients
+                .ec2
+                .config()
+                .to_builder()
+                .interceptor(MotoUserData(sent.clone()))
+                .build(),
+        ),
+        ..clients.clone()
+    };
+    let (p, _) = testing::provider(
+        &adapted,
+        testing::provider_config(CLUSTER, PREFIX, K8S),
+        vec![web],
+        vec![nt],
+    );
+    let member = p
+        .create(&warm_request("web-warm-br"))
+        .await
+        .expect("warm launch");
+    let warm = describe(&clients, &member.instance_id).await;
+    assert!(
+        !warm.user_data.contains("settings.kubernetes"),
+        "{}",
+        warm.user_data
+    );
+    assert!(!warm.user_data.contains("api-server"), "{}", warm.user_data);
+    p.stop_warm(&member.instance_id).await.expect("stop");
+    p.start_warm(&member.instance_id, "web-claim")
+        .await
+        .expect("start");
+    let started = describe(&clients, &member.instance_id).await;
+    assert_eq!(started.state, "running");
+    assert!(
+        started.user_data.contains("[settings.kubernetes]")
+            && started.user_data.contains("api-server"),
+        "{}",
+        started.user_data
+    );
+    assert_eq!(started.tags["joiner.sh/nodeclaim"], "web-claim");
+    // What AWS receives: the TOML itself, base64-encoded once on the wire by the SDK.
+    let sent = sent.lock().expect("sent").clone();
+    assert_eq!(sent.len(), 1);
+    assert!(sent[0].starts_with("[settings"), "{}", sent[0]);
+}
+
+/// moto (5.2) takes ModifyInstanceAttribute's `UserData.Value` blob, once the query decoding
+/// is undone, to be base64 text itself, while EC2 and the SDKs put the user data itself in
+/// the blob (the SDK base64-encodes it on the wire once, as for every blob). This interceptor
+/// records the user data the SDK sent and adds moto's second layer, so the test runs the real
+/// call against moto and checks what EC2 would receive.
+#[derive(Debug)]
+struct MotoUserData(Arc<Mutex<Vec<String>>>);
+
+fn percent_decode(v: &str) -> String {
+    v.replace("%2B", "+")
+        .replace("%2F", "/")
+        .replace("%3D", "=")
+}
+
+fn percent_encode(v: &str) -> String {
+    v.replace('+', "%2B")
+        .replace('/', "%2F")
+        .replace('=', "%3D")
+}
+
+impl Intercept for MotoUserData {
+    fn name(&self) -> &'static str {
+        "MotoUserData"
+    }
+
+    fn modify_before_transmit(
+        &self,
+        ctx: &mut BeforeTransmitInterceptorContextMut<'_>,
+        _rc: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let Some(bytes) = ctx.request().body().bytes() else {
+            return Ok(());
+        };
+        let body = String::from_utf8_lossy(bytes).to_string();
+        if !body
+            .split('&')
+            .any(|kv| kv == "Action=ModifyInstanceAttribute")
+        {
+            return Ok(());
+        }
+        let engine = base64::engine::general_purpose::STANDARD;
+        let mut out = Vec::new();
+        for kv in body.split('&') {
+            match kv.strip_prefix("UserData.Value=") {
+                Some(v) => {
+                    let once = percent_decode(v);
+                    let raw = engine.decode(&once)?;
+                    self.0
+                        .lock()
+                        .expect("sent")
+                        .push(String::from_utf8_lossy(&raw).into_owned());
+                    out.push(format!(
+                        "UserData.Value={}",
+                        percent_encode(&engine.encode(once.as_bytes()))
+                    ));
+                }
+                None => out.push(kv.to_string()),
+            }
+        }
+        let body = out.join("&");
+        let len = body.len();
+        *ctx.request_mut().body_mut() = SdkBody::from(body);
+        ctx.request_mut()
+            .headers_mut()
+            .insert("content-length", len.to_string());
+        Ok(())
+    }
 }

@@ -595,7 +595,7 @@ mod transitions {
         assert_eq!(status.desired, 2);
         assert!(status.message.unwrap_or_default().contains("Hibernated"));
 
-        // Bottlerocket cannot hold a warming instance back.
+        // Custom user data is the user's: joiner cannot hold a warming instance back.
         let mut prov = pooled_provisioner(2);
         prov.spec.provider_ref = Some(joiner_apis::ProviderRef {
             name: "br".into(),
@@ -606,7 +606,7 @@ mod transitions {
         let (client, _mock) = mock_api(api.handler());
         let br: joiner_apis::NodeTemplate = obj(json!({
             "apiVersion": "joiner.sh/v1alpha1", "kind": "NodeTemplate",
-            "metadata": {"name": "br"}, "spec": {"amiFamily": "Bottlerocket"},
+            "metadata": {"name": "br"}, "spec": {"amiFamily": "Custom"},
         }));
         let stores = Stores::new(vec![], vec![], vec![]).with_objects(vec![prov], vec![br]);
         let cloud = Arc::new(FakeCloud::new(joiner_core::testing::catalog::catalog()));
@@ -619,7 +619,7 @@ mod transitions {
             .and_then(|s| s.warm_pool)
             .and_then(|w| w.message)
             .unwrap_or_default();
-        assert!(message.contains("Bottlerocket"), "{message}");
+        assert!(message.contains("Custom"), "{message}");
     }
 }
 

@@ -8,6 +8,11 @@
 //! `cluster-certificate`. (A user `max-pods` therefore overrides the ENI value; that is the
 //! user's explicit choice.) The document is written by a small emitter with keys sorted, so
 //! equal inputs give byte-equal TOML.
+//!
+//! Warm pools: Bottlerocket reads its user data on every boot, so a first-boot script cannot
+//! hold it back. The warm-up document is the same without any `settings.kubernetes` (the
+//! kubelet has no cluster to join), and the provider writes the real document with
+//! ModifyInstanceAttribute while the member is stopped, just before it is started for a claim.
 
 use toml::{Table, Value};
 
@@ -32,6 +37,17 @@ pub fn render(
     };
     let mut doc = joiner_settings(b);
     merge(&mut doc, user);
+    if b.warm_pool {
+        // Warm-up: no cluster settings at all (the user's included), so the kubelet has no
+        // API server to register with; the real document replaces this one, through
+        // ModifyInstanceAttribute, before the member is started for a claim.
+        if let Some(settings) = doc.get_mut("settings").and_then(Value::as_table_mut) {
+            settings.remove("kubernetes");
+        }
+        let mut out = String::new();
+        emit_table(&doc, &mut Vec::new(), &mut out);
+        return Ok(out);
+    }
     let owned = owned_settings(b);
     let k8s = kubernetes_table(&mut doc).ok_or_else(|| UserDataError::BottlerocketToml {
         node_template: node_template.to_string(),

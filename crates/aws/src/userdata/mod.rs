@@ -197,7 +197,7 @@ pub enum UserDataError {
         node_template: String,
     },
     /// The family cannot hold a warm-pool node back from joining.
-    #[error("NodeTemplate {node_template:?}: spec.amiFamily: warm pools need AL2 or AL2023 user data; {family} cannot keep a warming instance from joining the cluster")]
+    #[error("NodeTemplate {node_template:?}: spec.amiFamily: warm pools need AL2023, AL2 or Bottlerocket user data; {family} cannot keep a warming instance from joining the cluster")]
     WarmPoolUnsupported {
         /// The NodeTemplate.
         node_template: String,
@@ -229,7 +229,7 @@ pub fn render(
     if family != AmiFamily::Custom {
         check_labels(provisioner, &bootstrap.labels)?;
     }
-    if bootstrap.warm_pool && matches!(family, AmiFamily::Bottlerocket | AmiFamily::Custom) {
+    if bootstrap.warm_pool && family == AmiFamily::Custom {
         return Err(UserDataError::WarmPoolUnsupported {
             node_template: node_template.to_string(),
             family: family.as_str(),

@@ -246,12 +246,33 @@ fn warm_pool_user_data_does_not_join_on_first_boot() {
             "nodeadm would join on the warm boot"
         );
     }
-    for family in [AmiFamily::Bottlerocket, AmiFamily::Custom] {
-        assert!(matches!(
-            render(family, "nt", "default", None, &b),
-            Err(UserDataError::WarmPoolUnsupported { .. })
-        ));
-    }
+    assert!(matches!(
+        render(AmiFamily::Custom, "nt", "default", None, &b),
+        Err(UserDataError::WarmPoolUnsupported { .. })
+    ));
+    // Bottlerocket warms without any cluster settings, the user's included; the rest of the
+    // user's TOML stays.
+    let user =
+        "[settings.kubernetes]\nmax-pods = 20\n[settings.host-containers.admin]\nenabled = true\n";
+    let warm = render(AmiFamily::Bottlerocket, "nt", "default", Some(user), &b)
+        .expect("renders")
+        .decoded;
+    let parsed: toml::Table = toml::from_str(&warm).expect("toml");
+    let settings = parsed["settings"].as_table().expect("settings");
+    assert!(!settings.contains_key("kubernetes"), "{warm}");
+    assert_eq!(
+        settings["host-containers"]["admin"]["enabled"].as_bool(),
+        Some(true)
+    );
+    let mut cold = b.clone();
+    cold.warm_pool = false;
+    let real = render(AmiFamily::Bottlerocket, "nt", "default", Some(user), &cold)
+        .expect("renders")
+        .decoded;
+    assert!(
+        real.contains("[settings.kubernetes]") && real.contains("api-server"),
+        "{real}"
+    );
 }
 
 #[test]

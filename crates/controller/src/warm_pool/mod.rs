@@ -57,6 +57,10 @@ use crate::metrics::{PhaseLabels, ProvisionerLabels};
 use crate::provisioning::claims::{random_suffix, TERMINATION_FINALIZER};
 use crate::provisioning::launch::Catalogs;
 
+/// How long a Bottlerocket member runs before it is stopped: its warm-up user data cannot
+/// power it off (Bottlerocket runs no user scripts), and it boots in about a minute.
+pub const BOTTLEROCKET_WARMUP: Duration = Duration::from_secs(180);
+
 /// The most members one pass adds to a pool: a pool grows in steps, so a wrong size cannot
 /// launch hundreds of instances before anyone looks.
 pub const MAX_ADDED_PER_PASS: usize = 10;
@@ -88,8 +92,8 @@ fn instance_id(claim: &NodeClaim) -> Option<&str> {
     claim.status.as_ref().and_then(|s| s.instance_id.as_deref())
 }
 
-/// Why a Provisioner's pool cannot be kept now, when it cannot: a state or AMI family whose
-/// warm-up joiner cannot do yet. Members are then not launched (existing ones stay).
+/// Why a Provisioner's pool cannot be kept now, when it cannot: a state joiner cannot keep
+/// members in yet, or the Custom AMI family (whose user data joiner does not write). Members are then not launched (existing ones stay).
 pub fn unsupported(prov: &Provisioner, node_template: Option<&NodeTemplate>) -> Option<String> {
     let pool = prov.spec.warm_pool.as_ref()?;
     if let Some(state) = pool.state.as_deref().filter(|s| *s != "Stopped") {
@@ -98,11 +102,10 @@ pub fn unsupported(prov: &Provisioner, node_template: Option<&NodeTemplate>) -> 
         ));
     }
     let family = node_template.map(|nt| nt.ami_family())?;
-    if !matches!(family, AmiFamily::Al2 | AmiFamily::Al2023) {
+    if family == AmiFamily::Custom {
         return Some(format!(
-            "NodeTemplate {}: spec.amiFamily {}: warm pools need AL2023 or AL2 user data (Bottlerocket reads its settings on every boot, so a warming instance would join)",
+            "NodeTemplate {}: spec.amiFamily Custom: joiner does not write Custom user data, so it cannot keep a warming instance from joining; use AL2023, Bottlerocket or AL2",
             node_template.map(|nt| nt.name()).unwrap_or_default(),
-            family.as_str()
         ));
     }
     None
@@ -282,7 +285,13 @@ async fn step_member<P: CloudProvider>(
                 .as_ref()
                 .and_then(|s| condition::find(&s.conditions, condition::LAUNCHED))
                 .map(|c| &c.last_transition_time);
-            if age(launched, now) < ctx.settings.warm_pool_warmup {
+            let deadline = match node_template.as_deref().map(NodeTemplate::ami_family) {
+                Some(AmiFamily::Bottlerocket) => {
+                    ctx.settings.warm_pool_warmup.min(BOTTLEROCKET_WARMUP)
+                }
+                _ => ctx.settings.warm_pool_warmup,
+            };
+            if age(launched, now) < deadline {
                 return Ok(false);
             }
             tracing::info!(member = member.name(), instance = %instance.instance_id,
