@@ -330,6 +330,23 @@ fn convert_taints(
 }
 
 /// Validates `spec.kubeletConfiguration` and reads what changes the nodes' allocatable.
+/// Whether `image` reads as a container image reference (`registry/path:tag` or `@digest`):
+/// the characters references use, starting with a letter or digit, at most 512 long. The warm
+/// user data pulls it by name, so anything else is refused here rather than on the node.
+fn image_reference(image: &str) -> Result<(), String> {
+    let starts_well = image
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphanumeric());
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "._-/:@".contains(c);
+    if !starts_well || image.len() > 512 || !image.chars().all(allowed) {
+        return Err(format!(
+            "{image:?} is not an image reference (registry/repository:tag or @sha256:digest)"
+        ));
+    }
+    Ok(())
+}
+
 /// `spec.warmPool`: a size that is a count or `auto`, a state the pool knows, a premium that
 /// is a percentage, and names that could be instance types and zones.
 fn warm_pool(check: &Check, w: &crate::WarmPool) -> Result<(), ApiError> {
@@ -381,6 +398,11 @@ fn warm_pool(check: &Check, w: &crate::WarmPool) -> Result<(), ApiError> {
                 "spec.warmPool.maxPricePremium",
                 format!("{p:?} is not a percentage such as \"25%\""),
             ));
+        }
+    }
+    for (i, image) in w.pre_pull_images.iter().enumerate() {
+        if let Err(why) = image_reference(image) {
+            return Err(check.invalid(format!("spec.warmPool.prePullImages[{i}]"), why));
         }
     }
     for (i, t) in w.instance_types.iter().enumerate() {

@@ -457,6 +457,14 @@ fn warm_pool_and_provider_ref_errors() {
         ("{maxPricePremium: \"25\"}", "spec.warmPool.maxPricePremium"),
         ("{instanceTypes: [large]}", "spec.warmPool.instanceTypes[0]"),
         ("{zones: [\"us east\"]}", "spec.warmPool.zones[0]"),
+        (
+            "{prePullImages: [\"nginx; rm -rf /\"]}",
+            "spec.warmPool.prePullImages[0]",
+        ),
+        (
+            "{prePullImages: [\"app:1\", \"-bad\"]}",
+            "spec.warmPool.prePullImages[1]",
+        ),
     ] {
         let e = err(&with_spec(&format!("  warmPool: {body}\n")));
         assert_eq!(e.field(), field, "{body}: {e}");

@@ -200,6 +200,14 @@ pub fn build(ctx: &LaunchContext<'_>) -> Result<ResolvedLaunchTemplate, LaunchTe
     );
     let mut bootstrap = NodeBootstrap::for_provisioner(ctx.cluster.clone(), prov, pods);
     bootstrap.warm_pool = ctx.warm_pool;
+    if ctx.warm_pool {
+        bootstrap.pre_pull_images = prov
+            .spec
+            .warm_pool
+            .as_ref()
+            .map(|w| w.pre_pull_images.clone())
+            .unwrap_or_default();
+    }
     let user_data = userdata::render(
         family,
         nt.name(),

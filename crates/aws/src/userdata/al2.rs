@@ -16,7 +16,7 @@ pub fn render(
     let mut parts = mime::user_parts(node_template, user_data)?;
     let join = script(b);
     let body = if b.warm_pool {
-        warm::first_boot_script(&join, &[])
+        warm::first_boot_script(&join, &[], &b.pre_pull_images)
     } else {
         join
     };

@@ -23,7 +23,11 @@ pub fn render(
             "#!/bin/bash\nset -ex\nnodeadm init --config-source {}\n",
             shell_quote(&format!("file://{}", warm::NODE_CONFIG_FILE))
         );
-        let script = warm::first_boot_script(&join, &[(warm::NODE_CONFIG_FILE, &config)]);
+        let script = warm::first_boot_script(
+            &join,
+            &[(warm::NODE_CONFIG_FILE, &config)],
+            &b.pre_pull_images,
+        );
         parts.push(mime::Part::new(mime::SHELL_SCRIPT, script));
     } else {
         parts.push(mime::Part::new(mime::NODE_CONFIG, config));

@@ -83,6 +83,8 @@ pub struct NodeBootstrap {
     pub container_runtime: Option<String>,
     /// Warm-pool launch: do not join on the first boot, join on every later boot until joined.
     pub warm_pool: bool,
+    /// Images the warm-up pulls (the pool's `prePullImages`; AL2 and AL2023).
+    pub pre_pull_images: Vec<String>,
     /// Path of the AL2 bootstrap script ([`AL2_BOOTSTRAP_SCRIPT`]); a parameter so tests can
     /// run the generated script against a stub.
     pub al2_bootstrap_script: String,
@@ -119,6 +121,7 @@ impl NodeBootstrap {
             kubelet: spec.kubelet_configuration.clone().unwrap_or_default(),
             container_runtime: None,
             warm_pool: false,
+            pre_pull_images: Vec::new(),
             al2_bootstrap_script: AL2_BOOTSTRAP_SCRIPT.to_string(),
         }
     }

@@ -33,6 +33,7 @@ pub(super) fn bootstrap() -> NodeBootstrap {
         },
         container_runtime: None,
         warm_pool: false,
+        pre_pull_images: Vec::new(),
         al2_bootstrap_script: AL2_BOOTSTRAP_SCRIPT.into(),
     }
 }

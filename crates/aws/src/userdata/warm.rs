@@ -45,9 +45,42 @@ pub const POWER_OFF: &str = "systemctl --no-block poweroff";
 /// The heredoc terminator; no generated file contains this line.
 const EOF_MARK: &str = "JOINER_EOF";
 
+/// The kubelet's ECR credential provider on the EKS AMIs (AL2 and AL2023): the pre-pull asks
+/// it for registry credentials, as the kubelet would, through the instance role.
+pub const ECR_CREDENTIAL_PROVIDER: &str =
+    "/etc/eks/image-credential-provider/ecr-credential-provider";
+
+/// The pre-pull section: starts containerd and pulls each image into the `k8s.io` namespace
+/// the kubelet uses, ECR images with credentials from [`ECR_CREDENTIAL_PROVIDER`]. A failed
+/// pull is logged and skipped (the node pulls it when a pod needs it); the warm-up goes on.
+fn pre_pull(images: &[String]) -> String {
+    if images.is_empty() {
+        return String::new();
+    }
+    let list: Vec<String> = images.iter().map(|i| super::shell_quote(i)).collect();
+    let function = r#"joiner_pull() {
+  local image="$1" registry="${1%%/*}" creds user pass
+  if [[ "$registry" == *.dkr.ecr.*.amazonaws.com* ]] && [ -x PROVIDER ]; then
+    creds=$(printf '{"apiVersion":"credentialprovider.kubelet.k8s.io/v1","kind":"CredentialProviderRequest","image":"%s"}' "$image" | PROVIDER) || creds=''
+    user=$(printf '%s' "$creds" | sed -n 's/.*"username":"\([^"]*\)".*/\1/p')
+    pass=$(printf '%s' "$creds" | sed -n 's/.*"password":"\([^"]*\)".*/\1/p')
+    ctr -n k8s.io images pull --user "$user:$pass" "$image"
+  else
+    ctr -n k8s.io images pull "$image"
+  fi
+}
+systemctl start containerd || true
+"#
+    .replace("PROVIDER", ECR_CREDENTIAL_PROVIDER);
+    format!(
+        "{function}for image in {}; do\n  joiner_pull \"$image\" || echo \"joiner: pre-pull of $image failed; pods pull it when they start\"\ndone\n",
+        list.join(" ")
+    )
+}
+
 /// The first-boot script: writes `files` (path, content), the join script and the unit,
-/// enables the unit, and does not join.
-pub fn first_boot_script(join_script: &str, files: &[(&str, &str)]) -> String {
+/// enables the unit, pre-pulls `images`, powers off, and does not join.
+pub fn first_boot_script(join_script: &str, files: &[(&str, &str)], images: &[String]) -> String {
     let mut out = String::from(
         "#!/bin/bash\n\
          # joiner warm-pool instance: this first boot prepares the node and does not join the\n\
@@ -78,7 +111,8 @@ pub fn first_boot_script(join_script: &str, files: &[(&str, &str)]) -> String {
     );
     write_file(&mut out, &format!("/etc/systemd/system/{UNIT}"), &unit);
     out.push_str(&format!(
-        "systemctl daemon-reload\nsystemctl enable {UNIT}\necho 'joiner: warm-pool boot, not joining the cluster until the next start'\n{POWER_OFF}\n"
+        "systemctl daemon-reload\nsystemctl enable {UNIT}\n{}echo 'joiner: warm-pool boot, not joining the cluster until the next start'\n{POWER_OFF}\n",
+        pre_pull(images)
     ));
     out
 }

@@ -53,6 +53,23 @@ impl Sandbox {
         stub(&bin.join("systemctl"), "systemctl");
         stub(&bin.join("nodeadm"), "nodeadm");
         stub(&root.join("etc/eks/bootstrap.sh"), "bootstrap.sh");
+        stub(&bin.join("ctr"), "ctr");
+        // The kubelet's ECR credential provider: records the request it read, answers as the
+        // real one does (credentials per registry).
+        let provider = root.join("etc/eks/image-credential-provider/ecr-credential-provider");
+        std::fs::create_dir_all(provider.parent().expect("parent")).expect("mkdir");
+        std::fs::write(
+            &provider,
+            format!(
+                "#!/bin/sh
+echo \"ecr-credential-provider $(cat)\" >> '{}'
+echo '{{\"kind\":\"CredentialProviderResponse\",\"apiVersion\":\"credentialprovider.kubelet.k8s.io/v1\",\"cacheKeyType\":\"Registry\",\"auth\":{{\"123456789012.dkr.ecr.us-east-1.amazonaws.com\":{{\"username\":\"AWS\",\"password\":\"c2VjcmV0+/=\"}}}}}}'
+",
+                calls.display()
+            ),
+        )
+        .expect("provider stub");
+        let _ = Command::new("chmod").arg("0755").arg(&provider).status();
         Sandbox {
             _dir: dir,
             root,
@@ -121,7 +138,9 @@ fn joins(calls: &[String]) -> Vec<&String> {
     calls
         .iter()
         .filter(|c| {
-            c.starts_with("bootstrap.sh") || c.starts_with("nodeadm init") || c.contains("kubelet")
+            c.starts_with("bootstrap.sh")
+                || c.starts_with("nodeadm init")
+                || (c.starts_with("systemctl") && c.contains("kubelet"))
         })
         .collect()
 }
@@ -130,6 +149,10 @@ fn joins(calls: &[String]) -> Vec<&String> {
 fn a_warm_instance_does_not_join_while_warming_and_joins_once_when_claimed() {
     let mut b = bootstrap();
     b.warm_pool = true;
+    b.pre_pull_images = vec![
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com/shop/app:1.2".to_string(),
+        "public.ecr.aws/nginx/nginx:1.27".to_string(),
+    ];
     for family in [AmiFamily::Al2, AmiFamily::Al2023] {
         let doc = render(family, "nt", "default", None, &b)
             .expect("renders")
@@ -153,7 +176,30 @@ fn a_warm_instance_does_not_join_while_warming_and_joins_once_when_claimed() {
             "{warm_calls:?}"
         );
         assert!(
-            !warm_calls.iter().any(|c| c.starts_with("systemctl start")),
+            !warm_calls
+                .iter()
+                .any(|c| c.starts_with("systemctl") && c.contains("kubelet")),
+            "{warm_calls:?}"
+        );
+        // The images are pulled while warming, ECR ones with the credential provider's
+        // answer, into the namespace the kubelet uses.
+        assert!(warm_calls.contains(&"systemctl start containerd".to_string()));
+        assert!(
+            warm_calls.contains(&"ctr -n k8s.io images pull --user AWS:c2VjcmV0+/= 123456789012.dkr.ecr.us-east-1.amazonaws.com/shop/app:1.2".to_string()),
+            "{warm_calls:?}"
+        );
+        assert!(
+            warm_calls
+                .contains(&"ctr -n k8s.io images pull public.ecr.aws/nginx/nginx:1.27".to_string()),
+            "{warm_calls:?}"
+        );
+        assert!(
+            warm_calls
+                .iter()
+                .any(|c| c.starts_with("ecr-credential-provider ")
+                    && c.contains(
+                        "\"image\":\"123456789012.dkr.ecr.us-east-1.amazonaws.com/shop/app:1.2\""
+                    )),
             "{warm_calls:?}"
         );
         // The warm-up ends by powering off, after the unit is enabled.
@@ -183,7 +229,13 @@ fn a_warm_instance_does_not_join_while_warming_and_joins_once_when_claimed() {
         // Boot 3 (stopped again, restarted): never bootstraps twice.
         sandbox.boot();
         assert_eq!(joins(&sandbox.calls()).len(), 1, "{family:?} joined twice");
-        // Only the warm-up powered off: a claimed node keeps running.
+        // Only the warm-up pulled and powered off: a claimed node keeps running.
+        let pulls = sandbox
+            .calls()
+            .iter()
+            .filter(|c| c.starts_with("ctr "))
+            .count();
+        assert_eq!(pulls, 2, "{family:?}");
         let power_offs = sandbox
             .calls()
             .iter()

@@ -384,9 +384,12 @@ async fn size_pool<P: CloudProvider>(
             .map(|why| format!("Provisioner {}: {why}", prov.name()))
     });
     let blocked = message.is_some();
-    if message.is_none() && !pool.pre_pull_images.is_empty() {
+    let bottlerocket = node_template
+        .as_deref()
+        .is_some_and(|nt| nt.ami_family() == AmiFamily::Bottlerocket);
+    if message.is_none() && bottlerocket && !pool.pre_pull_images.is_empty() {
         message = Some(
-            "spec.warmPool.prePullImages: image pre-pull is not supported yet; members warm without pulling"
+            "spec.warmPool.prePullImages: Bottlerocket runs no user scripts to pull with; members warm without pulling"
                 .to_string(),
         );
     }
