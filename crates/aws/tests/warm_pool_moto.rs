@@ -386,3 +386,97 @@ impl Intercept for MotoUserData {
         Ok(())
     }
 }
+
+/// Answers every StartInstances with EC2's capacity error (moto has no fault injection).
+#[derive(Debug)]
+struct StartsFail;
+
+/// Marks a StartInstances call in the call's config bag, before it is sent.
+#[derive(Debug, Clone)]
+struct IsStart;
+
+impl aws_smithy_types::config_bag::Storable for IsStart {
+    type Storer = aws_smithy_types::config_bag::StoreReplace<IsStart>;
+}
+
+impl Intercept for StartsFail {
+    fn name(&self) -> &'static str {
+        "StartsFail"
+    }
+
+    fn read_before_transmit(
+        &self,
+        ctx: &aws_sdk_ec2::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+        _rc: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let is_start = ctx.request().body().bytes().is_some_and(|b| {
+            String::from_utf8_lossy(b)
+                .split('&')
+                .any(|kv| kv == "Action=StartInstances")
+        });
+        if is_start {
+            cfg.interceptor_state().store_put(IsStart);
+        }
+        Ok(())
+    }
+
+    fn modify_before_deserialization(
+        &self,
+        ctx: &mut aws_sdk_ec2::config::interceptors::BeforeDeserializationInterceptorContextMut<'_>,
+        _rc: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if cfg.load::<IsStart>().is_none() {
+            return Ok(());
+        }
+        let resp = ctx.response_mut();
+        *resp.status_mut() = aws_smithy_runtime_api::http::StatusCode::try_from(400)?;
+        *resp.body_mut() = SdkBody::from(
+            "<Response><Errors><Error><Code>InsufficientInstanceCapacity</Code><Message>We currently do not have sufficient m5.large capacity in the Availability Zone you requested.</Message></Error></Errors><RequestID>r-1</RequestID></Response>",
+        );
+        Ok(())
+    }
+}
+
+/// A start that fails (capacity) is reported with EC2's code, and the instance's claim tag
+/// goes back to the member, so the claim's launch that follows never finds the stopped member
+/// as its instance.
+#[tokio::test]
+async fn a_failed_start_restores_the_members_claim_tag() {
+    let moto = MotoServer::session().expect("moto server");
+    let (clients, p, _env) = setup(&moto).await;
+    let member = p
+        .create(&warm_request("web-warm-f"))
+        .await
+        .expect("warm launch");
+    p.stop_warm(&member.instance_id).await.expect("stop");
+    let failing = AwsClients {
+        ec2: aws_sdk_ec2::Client::from_conf(
+            clients
+                .ec2
+                .config()
+                .to_builder()
+                .interceptor(StartsFail)
+                .build(),
+        ),
+        ..clients.clone()
+    };
+    let (web, nt) = objects();
+    let (q, _) = testing::provider(
+        &failing,
+        testing::provider_config(CLUSTER, PREFIX, K8S),
+        vec![web],
+        vec![nt],
+    );
+    let err = q
+        .start_warm(&member.instance_id, "web-claim")
+        .await
+        .expect_err("no capacity");
+    assert_eq!(err.code(), "InsufficientInstanceCapacity", "{err}");
+    // (The fault is injected into moto's answer: moto itself did start the instance, so its
+    // state says nothing here; the tag is what the launcher's look-up reads.)
+    let d = describe(&clients, &member.instance_id).await;
+    assert_eq!(d.tags["joiner.sh/nodeclaim"], "web-warm-f");
+    assert!(q.get("web-claim").await.expect("get").is_none());
+}
