@@ -45,6 +45,8 @@ pub struct ClusterState {
     pub namespaces: Store<Namespace>,
     /// NodeClaims this replica wrote that the claims store may not hold yet.
     pub created: CreatedClaims,
+    /// When each Provisioner opened its claims over the last day (warm pools' `size: auto`).
+    pub claim_history: crate::warm_pool::history::ClaimHistory,
     /// Where pods' volumes are: a pending pod whose EBS volume exists in one zone can only run
     /// there.
     pub volumes: VolumeStores,
@@ -180,6 +182,7 @@ impl ClusterState {
             pdbs: synced_empty(),
             namespaces: synced_empty(),
             created: CreatedClaims::default(),
+            claim_history: Default::default(),
             volumes: VolumeStores::empty(),
         }
     }

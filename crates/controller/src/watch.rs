@@ -122,6 +122,7 @@ pub fn reflectors(client: &Client) -> Reflectors {
             pdbs,
             namespaces,
             created: Default::default(),
+            claim_history: Default::default(),
             volumes: VolumeStores {
                 claims: volume_claims,
                 volumes,

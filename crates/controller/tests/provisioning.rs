@@ -198,6 +198,7 @@ async fn harness(pods: Vec<Pod>, claims: Vec<NodeClaim>, script: Script) -> Harn
         pdbs: pdbs.as_reader(),
         namespaces: ClusterState::empty().namespaces,
         created: Default::default(),
+        claim_history: Default::default(),
         volumes: joiner_controller::state::VolumeStores::empty(),
     };
     // Instrumented, as in the controller: cloud-call metrics come from the wrapper.

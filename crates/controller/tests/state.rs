@@ -119,6 +119,7 @@ fn fixture_with_provisioner(
             pdbs: pdbs.as_reader(),
             namespaces: ClusterState::empty().namespaces,
             created: Default::default(),
+            claim_history: Default::default(),
             volumes: joiner_controller::state::VolumeStores::empty(),
         },
         pods,

@@ -294,6 +294,7 @@ fn state(provisioners: Vec<Provisioner>, templates: Vec<NodeTemplate>) -> Cluste
         pdbs: store::<PodDisruptionBudget>(Vec::new()).as_reader(),
         namespaces: ClusterState::empty().namespaces,
         created: Default::default(),
+        claim_history: Default::default(),
         volumes: joiner_controller::state::VolumeStores::empty(),
     }
 }

@@ -578,6 +578,49 @@ mod transitions {
         drop(t.stores);
     }
 
+    /// `size: auto` follows the claims opened in the last day, at most `maxSize`, and keeps
+    /// counting them after consolidation removed them.
+    #[tokio::test]
+    async fn an_auto_pool_is_the_busiest_ten_minutes_of_claims_and_remembers_them() {
+        let mut prov = pooled_provisioner(0);
+        if let Some(w) = prov.spec.warm_pool.as_mut() {
+            w.size = Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(
+                "auto".into(),
+            ));
+            w.max_size = Some(3);
+        }
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let recent: Vec<NodeClaim> = (0..4)
+            .map(|i| {
+                claim(
+                    &format!("web-n{i}"),
+                    json!({"metadata": {"creationTimestamp": (now - k8s_openapi::jiff::SignedDuration::from_secs(60 * i)).to_string()}}),
+                )
+            })
+            .collect();
+        let mut t = setup(recent, prov, vec![]);
+        warm_pool::reconcile(&t.ctx).await.expect("pass");
+        assert_eq!(members(&t.api).len(), 3, "4 claims in 10 minutes, capped at maxSize 3");
+        // Consolidation removes the four nodes' claims; the pool stays.
+        t.api.sync_claims(&mut t.stores.claims);
+        for name in ["web-n0", "web-n1", "web-n2", "web-n3"] {
+            let c = t.api.claim(name).expect("claim");
+            t.stores
+                .claims
+                .apply_watcher_event(&kube::runtime::watcher::Event::Delete(c));
+        }
+        warm_pool::reconcile(&t.ctx).await.expect("pass");
+        let members = members(&t.api);
+        assert_eq!(members.len(), 3);
+        assert!(members.iter().all(|m| m.metadata.deletion_timestamp.is_none()));
+        let status = t.api.provisioners()[0]
+            .status
+            .clone()
+            .and_then(|s| s.warm_pool)
+            .expect("status");
+        assert_eq!(status.desired, 3);
+    }
+
     #[tokio::test]
     async fn a_pool_joiner_cannot_keep_says_why_and_adds_no_member() {
         let mut prov = pooled_provisioner(2);

@@ -186,6 +186,7 @@ fn state_with_unsynced_claims() -> (
         pdbs: store::<k8s_openapi::api::policy::v1::PodDisruptionBudget>(vec![]).as_reader(),
         namespaces: ClusterState::empty().namespaces,
         created: Default::default(),
+        claim_history: Default::default(),
         volumes: joiner_controller::state::VolumeStores::empty(),
     };
     (state, claims)

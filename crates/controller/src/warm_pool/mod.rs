@@ -18,7 +18,8 @@
 //!   instance is the gone claim's orphan, collected by GC). A `Warm` member found running
 //!   outside a take (started by hand: it has joined, so it can never join for a claim) or whose
 //!   settings drifted is replaced. Members of a Provisioner without a pool are removed.
-//! - **size**: members (`Warming` + `Warm`) are added up to the desired size, one type and zone
+//! - **size**: members (`Warming` + `Warm`) are added up to the desired size (`size: auto`
+//!   reads the claims of the last day from [`history::ClaimHistory`]), one type and zone
 //!   at a time where the pool holds fewest ([`sizing::next_member`]), and the surplus removed,
 //!   `Warming` ones and the newest first. Member claims are launched by the provisioning loop,
 //!   as every claim is; their launch is the warm-pool variant (tagged, non-joining user data,
@@ -28,6 +29,7 @@
 //!
 //! Taking a member for a claim is [`take`], on the launch path.
 
+pub mod history;
 pub mod reuse;
 pub mod sizing;
 pub mod take;
@@ -136,6 +138,7 @@ pub async fn reconcile<P: CloudProvider>(ctx: &Context<P>) -> Result<(), Lifecyc
         .map(|i| (i.instance_id.as_str(), i))
         .collect();
     let now = Timestamp::now();
+    ctx.state.claim_history.observe(&claims, now);
     let mut catalogs = Catalogs::default();
     let mut errors = Vec::new();
     let mut gone: Vec<String> = Vec::new();
@@ -152,7 +155,7 @@ pub async fn reconcile<P: CloudProvider>(ctx: &Context<P>) -> Result<(), Lifecyc
             .copied()
             .filter(|m| m.warm_pool() == Some(prov.name()) && !gone.iter().any(|g| g == m.name()))
             .collect();
-        if let Err(e) = size_pool(ctx, prov, &mine, &claims, &mut catalogs, now).await {
+        if let Err(e) = size_pool(ctx, prov, &mine, &mut catalogs, now).await {
             errors.push(e);
         }
     }
@@ -352,7 +355,6 @@ async fn size_pool<P: CloudProvider>(
     ctx: &Context<P>,
     prov: &Provisioner,
     members: &[&Arc<NodeClaim>],
-    claims: &[Arc<NodeClaim>],
     catalogs: &mut Catalogs,
     now: Timestamp,
 ) -> Result<(), LifecycleError> {
@@ -369,11 +371,7 @@ async fn size_pool<P: CloudProvider>(
         .copied()
         .filter(|m| m.warm_phase() != Some(CLAIMED))
         .collect();
-    let created: Vec<Timestamp> = claims
-        .iter()
-        .filter(|c| c.warm_pool().is_none() && c.spec.provisioner_name == prov.name())
-        .filter_map(|c| c.metadata.creation_timestamp.as_ref().map(|t| t.0))
-        .collect();
+    let created = ctx.state.claim_history.created(prov.name());
     let node_template = prov
         .spec
         .provider_ref

@@ -118,11 +118,8 @@ pub fn eligible<P: CloudProvider>(
                 && c.warm_phase() != Some(CLAIMED)
         })
         .count();
-    let created: Vec<Timestamp> = claims
-        .iter()
-        .filter(|c| c.warm_pool().is_none() && c.spec.provisioner_name == prov.name())
-        .filter_map(|c| c.metadata.creation_timestamp.as_ref().map(|t| t.0))
-        .collect();
+    ctx.state.claim_history.observe(&claims, now);
+    let created = ctx.state.claim_history.created(prov.name());
     let desired = usize::try_from(sizing::desired(pool, &created, now)).unwrap_or_default();
     in_pool < desired
 }

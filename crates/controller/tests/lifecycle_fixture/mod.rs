@@ -147,6 +147,7 @@ impl Stores {
             pdbs: store(vec![]).as_reader(),
             namespaces: ClusterState::empty().namespaces,
             created: Default::default(),
+            claim_history: Default::default(),
             volumes: joiner_controller::state::VolumeStores::empty(),
         }
     }
