@@ -584,9 +584,9 @@ mod transitions {
     async fn an_auto_pool_is_the_busiest_ten_minutes_of_claims_and_remembers_them() {
         let mut prov = pooled_provisioner(0);
         if let Some(w) = prov.spec.warm_pool.as_mut() {
-            w.size = Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(
-                "auto".into(),
-            ));
+            w.size = Some(
+                k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("auto".into()),
+            );
             w.max_size = Some(3);
         }
         let now = k8s_openapi::jiff::Timestamp::now();
@@ -600,7 +600,11 @@ mod transitions {
             .collect();
         let mut t = setup(recent, prov, vec![]);
         warm_pool::reconcile(&t.ctx).await.expect("pass");
-        assert_eq!(members(&t.api).len(), 3, "4 claims in 10 minutes, capped at maxSize 3");
+        assert_eq!(
+            members(&t.api).len(),
+            3,
+            "4 claims in 10 minutes, capped at maxSize 3"
+        );
         // Consolidation removes the four nodes' claims; the pool stays.
         t.api.sync_claims(&mut t.stores.claims);
         for name in ["web-n0", "web-n1", "web-n2", "web-n3"] {
@@ -612,7 +616,9 @@ mod transitions {
         warm_pool::reconcile(&t.ctx).await.expect("pass");
         let members = members(&t.api);
         assert_eq!(members.len(), 3);
-        assert!(members.iter().all(|m| m.metadata.deletion_timestamp.is_none()));
+        assert!(members
+            .iter()
+            .all(|m| m.metadata.deletion_timestamp.is_none()));
         let status = t.api.provisioners()[0]
             .status
             .clone()
@@ -826,6 +832,148 @@ mod reuse_on_scale_in {
                 .iter()
                 .any(|c| matches!(c, FakeCall::ReturnToPool(..))));
             assert!(api.claim("web-old-reused").is_none());
+        }
+    }
+}
+
+mod crash_walk {
+    //! Every member transition with a crash at every write: the scenario (fill a pool of two,
+    //! warm it, take a member for a claim, hand it over, refill) runs once per write of the
+    //! happy path with that write failing (the writer crashed just before it), and every
+    //! round restarts the controller from the API server's objects (no memory kept). In the
+    //! end the claim runs on exactly one instance, no instance was started for two claims,
+    //! every live instance is recorded by exactly one claim, and the pool is back at its size.
+
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::sync::Arc;
+
+    use joiner_controller::lifecycle::termination::Terminator;
+    use joiner_controller::provisioning::{launch_pending_claims, Memory};
+    use joiner_controller::{warm_pool, Context};
+    use joiner_core::testing::{FakeCall, FakeCloud};
+    use serde_json::json;
+
+    use super::lifecycle_fixture::{claim, node_template, settings, Stores};
+    use super::pooled_provisioner;
+    use super::support::mock_api;
+    use super::support::objects_api::ObjectsApi;
+
+    const ROUNDS: usize = 10;
+
+    /// One incarnation of the controller: stores listed from the API server, nothing else.
+    async fn round(
+        api: &ObjectsApi,
+        cloud: &Arc<FakeCloud>,
+        add_claim_at: Option<usize>,
+        i: usize,
+    ) {
+        if add_claim_at == Some(i) {
+            api.put_claim(&claim(
+                "web-pods",
+                json!({"spec": {"requirements": [
+                    {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large", "m5.xlarge"]},
+                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                ]}}),
+            ));
+        }
+        let (client, _mock) = mock_api(api.handler());
+        let mut stores = Stores::new(vec![], vec![], api.claims())
+            .with_objects(api.provisioners(), vec![node_template()]);
+        let mut s = settings();
+        s.warm_pool_warmup = std::time::Duration::ZERO;
+        let ctx = Context::new(client, stores.state(), cloud.clone(), s);
+        // Errors are expected (injected); a pass must never panic.
+        let _ = warm_pool::reconcile(&ctx).await;
+        api.sync_claims(&mut stores.claims);
+        let _ = launch_pending_claims(&ctx, &mut Memory::default()).await;
+        api.sync_claims(&mut stores.claims);
+        let _ = Terminator::default().reconcile(&ctx).await;
+    }
+
+    async fn scenario(fail_write: Option<usize>) -> (ObjectsApi, Arc<FakeCloud>) {
+        let api = ObjectsApi::new(vec![], vec![pooled_provisioner(2)]);
+        let cloud = Arc::new(FakeCloud::new(joiner_core::testing::catalog::catalog()));
+        if let Some(k) = fail_write {
+            api.fail_write(k);
+        }
+        for i in 0..ROUNDS {
+            round(&api, &cloud, Some(3), i).await;
+        }
+        (api, cloud)
+    }
+
+    fn check(api: &ObjectsApi, cloud: &FakeCloud, case: &str) {
+        let claims = api.claims();
+        let live: Vec<_> = cloud
+            .instances()
+            .into_iter()
+            .filter(|i| i.state != "terminated")
+            .collect();
+        // The claim runs on one instance, tagged for it.
+        let pods = claims
+            .iter()
+            .find(|c| c.name() == "web-pods")
+            .unwrap_or_else(|| panic!("{case}: claim lost"));
+        let id = pods
+            .status
+            .as_ref()
+            .and_then(|s| s.instance_id.clone())
+            .unwrap_or_else(|| panic!("{case}: claim never launched"));
+        let for_claim: Vec<_> = live
+            .iter()
+            .filter(|i| i.claim_name.as_deref() == Some("web-pods"))
+            .collect();
+        assert_eq!(for_claim.len(), 1, "{case}: {live:?}");
+        assert_eq!(for_claim[0].instance_id, id, "{case}");
+        assert_eq!(for_claim[0].state, "running", "{case}");
+        // No instance started for two claims.
+        let mut started: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for call in cloud.calls() {
+            if let FakeCall::StartWarm(i, c) = call {
+                started.entry(i).or_default().insert(c);
+            }
+        }
+        assert!(
+            started.values().all(|c| c.len() == 1),
+            "{case}: {started:?}"
+        );
+        // Every live instance is recorded by exactly one live claim, under its own tag.
+        for i in &live {
+            let recorded: Vec<&str> = claims
+                .iter()
+                .filter(|c| c.metadata.deletion_timestamp.is_none())
+                .filter(|c| {
+                    c.status.as_ref().and_then(|s| s.instance_id.as_deref())
+                        == Some(i.instance_id.as_str())
+                })
+                .map(|c| c.name())
+                .collect();
+            assert_eq!(
+                recorded,
+                [i.claim_name.as_deref().unwrap_or_default()],
+                "{case}: {i:?}"
+            );
+        }
+        // The pool is back at its size, ready.
+        let ready = claims
+            .iter()
+            .filter(|c| c.warm_pool().is_some() && c.metadata.deletion_timestamp.is_none())
+            .filter(|c| c.warm_phase() == Some("Warm"))
+            .count();
+        assert_eq!(ready, 2, "{case}: {claims:#?}");
+        assert_eq!(live.len(), 3, "{case}: {live:?}");
+    }
+
+    #[tokio::test]
+    async fn every_write_may_crash_and_the_pool_still_converges_without_loss_or_double_start() {
+        let (api, cloud) = scenario(None).await;
+        check(&api, &cloud, "no crash");
+        let writes = api.writes();
+        assert!(writes > 10, "the happy path writes {writes} times");
+        eprintln!("crash points walked: {writes}");
+        for k in 1..=writes {
+            let (api, cloud) = scenario(Some(k)).await;
+            check(&api, &cloud, &format!("crash at write {k} of {writes}"));
         }
     }
 }

@@ -24,6 +24,9 @@ struct Objects {
     claims: BTreeMap<String, Value>,
     provisioners: BTreeMap<String, Value>,
     version: u64,
+    /// Writes answered so far, and the one to fail (a crash of the writer at that point).
+    writes: usize,
+    fail_write: Option<usize>,
 }
 
 /// The objects the server holds; clone it to read them while the server runs.
@@ -75,6 +78,18 @@ impl ObjectsApi {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Objects> {
         self.inner.lock().expect("objects")
+    }
+
+    /// Answers the `n`-th write from now on (1-based; creates, patches, deletes) with 500
+    /// and changes nothing, as if the writer crashed just before it.
+    pub fn fail_write(&self, n: usize) {
+        let mut o = self.lock();
+        o.fail_write = Some(o.writes + n);
+    }
+
+    /// Writes answered so far (failed ones included).
+    pub fn writes(&self) -> usize {
+        self.lock().writes
     }
 
     /// Adds `claim` as if another writer created it.
@@ -143,6 +158,12 @@ impl ObjectsApi {
             return Reply::success();
         }
         let mut o = self.lock();
+        if req.method != Method::GET {
+            o.writes += 1;
+            if o.fail_write == Some(o.writes) {
+                return Reply::error(500, "InternalError", "injected: the writer crashed here");
+            }
+        }
         o.version += 1;
         let version = o.version.to_string();
         let (collection, rest) = if let Some(rest) = req.path.strip_prefix(CLAIMS) {
