@@ -141,6 +141,20 @@ async fn ready_with_the_capacity_of_its_own_nodes() {
     );
 }
 
+/// status.warmPool belongs to the warm-pool reconciler: the status patch leaves it out, so a
+/// status read before that reconciler's last write cannot put an older pool status back.
+#[tokio::test]
+async fn the_status_patch_leaves_the_warm_pool_status_alone() {
+    let p = prov(
+        json!({"providerRef": {"name": "default"}}),
+        json!({"warmPool": {"desired": 2, "warming": 1, "ready": 0, "claimed": 0}}),
+    );
+    let nodes = [node("a", "web", "2", "8Gi", None)];
+    let body = patched(&p, &[template(true, &["us-east-1a"])], &nodes).await;
+    assert!(body["status"]["resources"].is_object(), "{body}");
+    assert!(body["status"].get("warmPool").is_none(), "{body}");
+}
+
 #[tokio::test]
 async fn each_unusable_provisioner_has_its_reason() {
     let ready_nt = template(true, &["us-east-1a", "us-east-1b"]);

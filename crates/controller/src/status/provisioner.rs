@@ -243,7 +243,12 @@ pub async fn reconcile_one(
     {
         return Ok(Outcome::Unchanged);
     }
-    let body = status_patch(KIND, prov.name(), &want, &["conditions", "resources"])?;
+    let mut body = status_patch(KIND, prov.name(), &want, &["conditions", "resources"])?;
+    // status.warmPool is the warm-pool reconciler's: a merge patch without it leaves it as
+    // that reconciler last wrote it, even when this read of the Provisioner was older.
+    if let Some(status) = body.get_mut("status").and_then(|s| s.as_object_mut()) {
+        status.remove("warmPool");
+    }
     let outcome = patch_status(client, KIND, prov.name(), body).await?;
     if outcome.is_patched() {
         if let Some(c) = condition::find(&want.conditions, condition::READY) {
