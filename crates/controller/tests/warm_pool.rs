@@ -782,6 +782,17 @@ mod reuse_on_scale_in {
             panic!("{out:?}")
         };
         assert_eq!((l.instance_id.as_str(), l.adopted), ("i-1", true));
+        // Stopped, but not takeable while the claim it came from is not released yet.
+        api.sync_claims(&mut stores.claims);
+        joiner_controller::warm_pool::reconcile(&ctx)
+            .await
+            .expect("warm pass");
+        assert_eq!(
+            api.claim("web-old-reused")
+                .and_then(|m| m.warm_phase().map(str::to_string))
+                .as_deref(),
+            Some("Warming")
+        );
         terminator.reconcile(&ctx).await.expect("pass 2");
         assert!(api.claim("web-old").is_none(), "old claim released");
         let states: Vec<(String, String)> = cloud
@@ -794,12 +805,16 @@ mod reuse_on_scale_in {
             .calls()
             .iter()
             .any(|c| matches!(c, FakeCall::Delete(_))));
+        // Once the old claim is gone, the pool takes the member as ready.
+        api.sync_claims(&mut stores.claims);
+        joiner_controller::warm_pool::reconcile(&ctx)
+            .await
+            .expect("warm pass");
         assert_eq!(
             api.claim("web-old-reused")
                 .and_then(|m| m.warm_phase().map(str::to_string))
                 .as_deref(),
-            Some("Warming"),
-            "Warm once the pool's reconciler sees it stopped"
+            Some("Warm")
         );
     }
 

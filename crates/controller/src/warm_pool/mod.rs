@@ -281,6 +281,8 @@ async fn step_member<P: CloudProvider>(
             remove(ctx, member, reasons::STARTED_OUTSIDE).await
         }
         WARM => Ok(false),
+        // A reused node's member waits for the claim it came from to be released.
+        _ if instance.state == "stopped" && reused_origin_live(member, claims) => Ok(false),
         _ if instance.state == "stopped" => set_phase(ctx, member, WARM, None).await.map(|_| false),
         _ if running => {
             let launched = member
@@ -315,6 +317,16 @@ async fn step_member<P: CloudProvider>(
         // stopping: the next pass sees it stopped.
         _ => Ok(false),
     }
+}
+
+/// True while the claim a reused node's member came from still exists.
+fn reused_origin_live(member: &NodeClaim, claims: &[Arc<NodeClaim>]) -> bool {
+    member
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(reuse::REUSED_FROM))
+        .is_some_and(|origin| claims.iter().any(|c| c.name() == origin))
 }
 
 /// The largest requests of any one pod on the Provisioner's nodes, or `None` when it runs none.

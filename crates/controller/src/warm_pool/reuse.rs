@@ -44,6 +44,16 @@ pub fn member_name(claim: &NodeClaim) -> String {
     format!("{}-reused", claim.name())
 }
 
+/// The annotation on a reused node's member claim naming the claim it came from: the member
+/// stays `Warming` (not takeable) until that claim is released, so its instance is never
+/// started for a new claim while the old claim's termination still acts on it.
+pub const REUSED_FROM: &str = "joiner.sh/reused-from";
+
+/// True when `instance` is tagged for `claim`'s reuse member.
+pub fn is_reuse_of(claim: &NodeClaim, instance: &LaunchedNode) -> bool {
+    instance.claim_name.as_deref() == Some(member_name(claim).as_str())
+}
+
 /// True when the instance was handed to a warm pool (or to another claim) rather than being
 /// this claim's: it carries the warm-pool tag and another claim's name. Termination then only
 /// waits for it to stop and releases, never terminates it.
@@ -221,8 +231,13 @@ async fn write_member<P: CloudProvider>(
                     provisioner.to_string(),
                 ),
             ])),
-            // The launch-time hashes of the node: a reused node drifts as it would have.
-            annotations: drift_hashes(claim),
+            // The launch-time hashes of the node (a reused node drifts as it would have) and
+            // where it came from.
+            annotations: Some({
+                let mut a = drift_hashes(claim).unwrap_or_default();
+                a.insert(REUSED_FROM.to_string(), claim.name().to_string());
+                a
+            }),
             finalizers: Some(vec![TERMINATION_FINALIZER.to_string()]),
             ..ObjectMeta::default()
         },
@@ -240,7 +255,7 @@ async fn write_member<P: CloudProvider>(
         },
         status: None,
     };
-    if object.metadata.annotations.is_none() {
+    if drift_hashes(claim).is_none() {
         if let Some(prov) = ctx.state.provisioner(provisioner) {
             let nt = prov
                 .spec

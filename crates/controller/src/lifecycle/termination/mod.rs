@@ -233,8 +233,18 @@ impl Terminator {
             // stopped, so its kubelet cannot bring the Node back.
             if reuse::handed_over(claim, i) {
                 if i.state != "stopped" {
-                    if let (Some(c), "running" | "pending") = (claim, i.state.as_str()) {
-                        reuse::stop(ctx, c, i).await?;
+                    // Stopped only while it is still this claim's reuse member: an instance
+                    // started for another claim is that claim's node (the member is not
+                    // takeable before this claim is released, so this waits only on a bug).
+                    match claim {
+                        Some(c) if reuse::is_reuse_of(c, i) && i.state != "stopping" => {
+                            reuse::stop(ctx, c, i).await?;
+                        }
+                        Some(c) if !reuse::is_reuse_of(c, i) => tracing::warn!(
+                            claim = c.name(), instance = %i.instance_id, taken_by = ?i.claim_name,
+                            "instance of a claim being deleted runs for another claim; not stopping or releasing it"
+                        ),
+                        _ => {}
                     }
                     return Ok(());
                 }
