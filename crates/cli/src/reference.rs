@@ -231,6 +231,7 @@ fn keys(out: &mut String) {
         (l::UNREGISTERED_TAINT, "node taint", "NoSchedule startup taint every joiner node registers with, removed once its labels and taints are applied and it is Ready."),
         (l::DISRUPTED_TAINT, "node taint", "NoSchedule taint on a node joiner is draining (disruption, interruption)."),
         (l::TERMINATION_FINALIZER, "finalizer", "On NodeClaims and joiner's Nodes: held until the node is drained and its instance terminated."),
+        (joiner_controller::warm_pool::reuse::REUSED_FROM, "NodeClaim annotation", "On the warm-pool member of a node returned to the pool on scale-in: the claim it came from; the member is not taken before that claim is released."),
         (l::WARM_POOL, "instance tag, NodeClaim label", "Marks a warm-pool member (value: its Provisioner): on the member's NodeClaim and, as the guard for start, stop and the claim re-tag, on its instance; the interruption consumer treats a member's state changes as joiner's own."),
         (joiner_apis::drift::PROVISIONER_HASH, "NodeClaim annotation", "Hash of the Provisioner's static settings at launch: a different hash now is drift."),
         (joiner_apis::drift::NODE_TEMPLATE_HASH, "NodeClaim annotation", "Hash of the NodeTemplate's static settings at launch."),
@@ -315,7 +316,7 @@ fn metrics(out: &mut String) {
 fn touch_every_family(m: &joiner_controller::Metrics) {
     use joiner_controller::metrics::{
         ActionLabels, CodeLabels, ControllerLabels, DecisionLabels, KindLabels, MethodLabels,
-        ProvisionerLabels, ReasonLabels,
+        OutcomeLabels, PhaseLabels, ProvisionerLabels, ReasonLabels, SourceLabels,
     };
     let p = ProvisionerLabels {
         provisioner: String::new(),
@@ -323,6 +324,18 @@ fn touch_every_family(m: &joiner_controller::Metrics) {
     let _ = m.claims_created.get_or_create(&p);
     let _ = m.claims_registered.get_or_create(&p);
     let _ = m.cost_per_hour.get_or_create(&p);
+    let _ = m.warm_pool_idle_cost.get_or_create(&p);
+    let _ = m.warm_pool_members.get_or_create(&PhaseLabels {
+        provisioner: String::new(),
+        phase: String::new(),
+    });
+    let _ = m.warm_pool_takes.get_or_create(&OutcomeLabels {
+        provisioner: String::new(),
+        outcome: String::new(),
+    });
+    let _ = m.claim_ready_duration.get_or_create(&SourceLabels {
+        source: String::new(),
+    });
     let _ = m.claims_terminated.get_or_create(&ReasonLabels {
         provisioner: String::new(),
         reason: String::new(),

@@ -71,6 +71,30 @@ fn the_reference_is_what_joiner_reference_prints() {
     );
 }
 
+/// Every metric the controller registers is in the reference (a family is only printed once it
+/// has a sample, so `joiner reference` must touch each one).
+#[test]
+fn every_metric_the_controller_registers_is_in_the_reference() {
+    let reference = read("docs/reference.md");
+    let names: Vec<String> = read("crates/controller/src/metrics.rs")
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("\"joiner_"))
+        .filter_map(|rest| rest.split('"').next())
+        .map(|name| format!("joiner_{name}"))
+        .collect();
+    assert!(names.len() >= 20, "{names:?}");
+    let missing: Vec<&String> = names
+        .iter()
+        .filter(|n| {
+            !reference.contains(&format!("`{n}`")) && !reference.contains(&format!("`{n}_total`"))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "metrics missing from docs/reference.md: {missing:?}"
+    );
+}
+
 #[test]
 fn every_key_the_code_defines_is_in_the_reference() {
     let reference = read("docs/reference.md");
@@ -80,6 +104,7 @@ fn every_key_the_code_defines_is_in_the_reference() {
         "crates/aws/src/labels.rs",
         "crates/aws/src/tags.rs",
         "crates/apis/src/drift.rs",
+        "crates/controller/src/warm_pool/reuse.rs",
     ] {
         for line in read(file).lines() {
             let Some(rest) = line.trim().strip_prefix("pub const ") else {
