@@ -102,7 +102,8 @@ pub struct Metrics {
     pub warm_pool_members: Family<PhaseLabels, Gauge>,
     /// Warm-pool takes, per Provisioner and outcome: `hit` (a member was started for a claim),
     /// `miss` (the pool had no member that fits within the premium), `fallback` (a member was
-    /// chosen but its start failed, so the claim was launched).
+    /// chosen but its start failed, so the claim was launched); `reused` counts drained nodes
+    /// returned to the pool on scale-in.
     pub warm_pool_takes: Family<OutcomeLabels, Counter>,
     /// What each Provisioner's warm pool costs per hour while idle, USD.
     pub warm_pool_idle_cost: Family<ProvisionerLabels, Gauge<f64, AtomicU64>>,
@@ -125,7 +126,7 @@ pub struct PhaseLabels {
 pub struct OutcomeLabels {
     /// The Provisioner.
     pub provisioner: String,
-    /// `hit`, `miss` or `fallback`.
+    /// `hit`, `miss`, `fallback` or `reused`.
     pub outcome: String,
 }
 
@@ -293,7 +294,7 @@ impl Metrics {
         );
         registry.register(
             "joiner_warm_pool_takes",
-            "Warm-pool takes, by provisioner and outcome (hit, miss, fallback)",
+            "Warm-pool takes, by provisioner and outcome (hit, miss, fallback; reused: a drained node returned to the pool)",
             m.warm_pool_takes.clone(),
         );
         registry.register(
