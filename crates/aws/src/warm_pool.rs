@@ -92,8 +92,9 @@ impl WarmMembers {
         }
     }
 
-    /// The live member `id`, or why it may not be touched.
-    pub async fn member(&self, id: &str) -> Result<Instance, WarmError> {
+    /// The live instance `id` of joiner's in this cluster, or why it may not be touched
+    /// (`doing` says what was refused, for the log).
+    async fn owned(&self, id: &str, doing: &str) -> Result<Instance, WarmError> {
         let found = self.instances.get(id).await?;
         let Some(instance) =
             found.filter(|i| !matches!(i.state.as_str(), "terminated" | "shutting-down"))
@@ -104,13 +105,21 @@ impl WarmMembers {
             .into());
         };
         if let Some(missing) = tags::missing_ownership_tag(&instance.tags, &self.cluster) {
-            tracing::warn!(instance_id = %id, cluster = %self.cluster, %missing, "refusing to start or stop an instance joiner does not own");
+            tracing::warn!(instance_id = %id, cluster = %self.cluster, %missing, doing, "refused: the instance lacks joiner's ownership tags");
             return Err(WarmRefusal::NotOwned {
                 instance_id: id.to_string(),
                 missing,
             }
             .into());
         }
+        Ok(instance)
+    }
+
+    /// The live member `id`, or why it may not be touched.
+    pub async fn member(&self, id: &str) -> Result<Instance, WarmError> {
+        let instance = self
+            .owned(id, "starting or stopping a warm-pool member")
+            .await?;
         if !instance.tags.contains_key(WARM_POOL) {
             tracing::warn!(instance_id = %id, "refusing to start or stop an instance that is not a warm-pool member");
             return Err(WarmRefusal::NotMember {
@@ -208,23 +217,7 @@ impl WarmMembers {
     /// claim `member`: tags `joiner.sh/warm-pool` and `joiner.sh/nodeclaim`, after checking
     /// the ownership tags (a node group's instance is never taken into a pool).
     pub async fn adopt(&self, id: &str, provisioner: &str, member: &str) -> Result<(), WarmError> {
-        let found = self.instances.get(id).await?;
-        let Some(instance) =
-            found.filter(|i| !matches!(i.state.as_str(), "terminated" | "shutting-down"))
-        else {
-            return Err(WarmRefusal::NotFound {
-                instance_id: id.to_string(),
-            }
-            .into());
-        };
-        if let Some(missing) = tags::missing_ownership_tag(&instance.tags, &self.cluster) {
-            tracing::warn!(instance_id = %id, cluster = %self.cluster, %missing, "refusing to take an instance joiner does not own into a warm pool");
-            return Err(WarmRefusal::NotOwned {
-                instance_id: id.to_string(),
-                missing,
-            }
-            .into());
-        }
+        self.owned(id, "taking a node into a warm pool").await?;
         self.ec2
             .create_tags()
             .resources(id)

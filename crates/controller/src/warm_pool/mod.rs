@@ -535,6 +535,49 @@ fn member_offering(member: &NodeClaim) -> Option<(String, String)> {
     Some((single(labels::INSTANCE_TYPE)?, single(labels::ZONE)?))
 }
 
+/// A member claim `name` of `provisioner`'s pool for one offering (`instance_type` in `zone`,
+/// on-demand), with the termination finalizer: what the pool adds and what a reused node is
+/// recorded under.
+pub fn member_claim(
+    name: &str,
+    provisioner: &str,
+    instance_type: &str,
+    zone: &str,
+    node_template_ref: Option<NodeTemplateRef>,
+    annotations: Option<BTreeMap<String, String>>,
+) -> NodeClaim {
+    let requirements = sizing::member_requirements(instance_type, zone)
+        .into_iter()
+        .map(|(key, value)| joiner_apis::NodeSelectorRequirement {
+            key: key.to_string(),
+            operator: "In".to_string(),
+            values: vec![value],
+        })
+        .collect();
+    NodeClaim {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            labels: Some(BTreeMap::from([
+                (labels::WARM_POOL.to_string(), provisioner.to_string()),
+                (
+                    labels::PROVISIONER_NAME.to_string(),
+                    provisioner.to_string(),
+                ),
+            ])),
+            annotations,
+            finalizers: Some(vec![TERMINATION_FINALIZER.to_string()]),
+            ..ObjectMeta::default()
+        },
+        spec: NodeClaimSpec {
+            provisioner_name: provisioner.to_string(),
+            requirements,
+            node_template_ref,
+            ..NodeClaimSpec::default()
+        },
+        status: None,
+    }
+}
+
 /// Writes a member claim of type `instance_type` in `zone` for `prov`; the provisioning loop
 /// launches it.
 async fn add_member<P: CloudProvider>(
@@ -545,37 +588,17 @@ async fn add_member<P: CloudProvider>(
     zone: &str,
 ) -> Result<(), LifecycleError> {
     let name = format!("{}-warm-{}", prov.name(), random_suffix());
-    let requirements = sizing::member_requirements(instance_type, zone)
-        .into_iter()
-        .map(|(key, value)| joiner_apis::NodeSelectorRequirement {
-            key: key.to_string(),
-            operator: "In".to_string(),
-            values: vec![value],
-        })
-        .collect();
-    let mut claim = NodeClaim {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            labels: Some(BTreeMap::from([
-                (labels::WARM_POOL.to_string(), prov.name().to_string()),
-                (
-                    labels::PROVISIONER_NAME.to_string(),
-                    prov.name().to_string(),
-                ),
-            ])),
-            finalizers: Some(vec![TERMINATION_FINALIZER.to_string()]),
-            ..ObjectMeta::default()
-        },
-        spec: NodeClaimSpec {
-            provisioner_name: prov.name().to_string(),
-            requirements,
-            node_template_ref: prov.spec.provider_ref.as_ref().map(|r| NodeTemplateRef {
-                name: r.name.clone(),
-            }),
-            ..NodeClaimSpec::default()
-        },
-        status: None,
-    };
+    let node_template_ref = prov.spec.provider_ref.as_ref().map(|r| NodeTemplateRef {
+        name: r.name.clone(),
+    });
+    let mut claim = member_claim(
+        &name,
+        prov.name(),
+        instance_type,
+        zone,
+        node_template_ref,
+        None,
+    );
     annotate(&mut claim, prov, node_template);
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     let stored = api

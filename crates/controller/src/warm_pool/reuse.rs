@@ -25,10 +25,9 @@ use std::collections::BTreeMap;
 
 use joiner_apis::drift::{self, annotate, claim_drift};
 use joiner_apis::node_claim::CLAIMED;
-use joiner_apis::{NodeClaim, NodeClaimSpec, NodeTemplateRef, ObjectLookup};
-use joiner_core::{labels, CapacityType, CloudProvider, LaunchedNode};
+use joiner_apis::{NodeClaim, ObjectLookup};
+use joiner_core::{CapacityType, CloudProvider, LaunchedNode};
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 
@@ -37,7 +36,6 @@ use crate::context::Context;
 use crate::k8s::codes::is_conflict;
 use crate::k8s::node_patch::is_ready;
 use crate::lifecycle::{age, LifecycleError};
-use crate::provisioning::claims::TERMINATION_FINALIZER;
 
 /// The member claim a reused node of `claim` is recorded under.
 pub fn member_name(claim: &NodeClaim) -> String {
@@ -213,48 +211,18 @@ async fn write_member<P: CloudProvider>(
     member: &str,
 ) -> Result<(), LifecycleError> {
     let provisioner = claim.spec.provisioner_name.as_str();
-    let requirements = sizing::member_requirements(&instance.instance_type, &instance.zone)
-        .into_iter()
-        .map(|(key, value)| joiner_apis::NodeSelectorRequirement {
-            key: key.to_string(),
-            operator: "In".to_string(),
-            values: vec![value],
-        })
-        .collect();
-    let mut object = NodeClaim {
-        metadata: ObjectMeta {
-            name: Some(member.to_string()),
-            labels: Some(BTreeMap::from([
-                (labels::WARM_POOL.to_string(), provisioner.to_string()),
-                (
-                    labels::PROVISIONER_NAME.to_string(),
-                    provisioner.to_string(),
-                ),
-            ])),
-            // The launch-time hashes of the node (a reused node drifts as it would have) and
-            // where it came from.
-            annotations: Some({
-                let mut a = drift_hashes(claim).unwrap_or_default();
-                a.insert(REUSED_FROM.to_string(), claim.name().to_string());
-                a
-            }),
-            finalizers: Some(vec![TERMINATION_FINALIZER.to_string()]),
-            ..ObjectMeta::default()
-        },
-        spec: NodeClaimSpec {
-            provisioner_name: provisioner.to_string(),
-            requirements,
-            node_template_ref: claim
-                .spec
-                .node_template_ref
-                .as_ref()
-                .map(|r| NodeTemplateRef {
-                    name: r.name.clone(),
-                }),
-            ..NodeClaimSpec::default()
-        },
-        status: None,
-    };
+    // The launch-time hashes of the node (a reused node drifts as it would have) and where it
+    // came from.
+    let mut annotations = drift_hashes(claim).unwrap_or_default();
+    annotations.insert(REUSED_FROM.to_string(), claim.name().to_string());
+    let mut object = super::member_claim(
+        member,
+        provisioner,
+        &instance.instance_type,
+        &instance.zone,
+        claim.spec.node_template_ref.clone(),
+        Some(annotations),
+    );
     if drift_hashes(claim).is_none() {
         if let Some(prov) = ctx.state.provisioner(provisioner) {
             let nt = prov
