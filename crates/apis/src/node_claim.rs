@@ -129,7 +129,9 @@ pub struct NodeClaimStatus {
 }
 
 /// `status.warmPool` of a warm-pool member: every member is at all times `Warming` (launched,
-/// initializing), `Warm` (stopped, ready to be taken) or `Claimed` (handed to the NodeClaim
+/// initializing; for `Running` and `Hibernated` members also their hold boot and the
+/// hibernation), `Warm` (ready to be taken: stopped, hibernated or running, as its
+/// `joiner.sh/warm-state` annotation says) or `Claimed` (handed to the NodeClaim
 /// `claimedBy`, starting); a member being deleted is being terminated (or, once handed over,
 /// only released: its instance belongs to the claim).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -144,6 +146,14 @@ pub struct WarmMemberStatus {
     /// Why the member is not progressing, when it is not (a failed stop, a refused start).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// When the pool started the member again after its warm-up, for its hold boot (members
+    /// waiting `Running` or `Hibernated`; written before the start, so a crash repeats it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// When the pool asked EC2 to hibernate the member, after its hold boot (members waiting
+    /// `Hibernated`; written before the call).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hibernated_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 
 /// Phase of a member launched and initializing.
@@ -195,6 +205,17 @@ impl NodeClaim {
                 .and_then(|s| s.warm_pool.as_ref())
                 .map_or(WARMING, |w| w.phase.as_str()),
         )
+    }
+
+    /// The state a warm-pool member was launched to wait in (annotation
+    /// `joiner.sh/warm-state`; members written before it are `Stopped`).
+    pub fn warm_state(&self) -> joiner_core::WarmState {
+        self.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(joiner_core::labels::WARM_STATE))
+            .and_then(|s| joiner_core::WarmState::parse(s))
+            .unwrap_or_default()
     }
 
     fn has_condition(&self, type_: &str) -> bool {

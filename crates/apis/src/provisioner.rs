@@ -232,9 +232,10 @@ pub struct WarmPool {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub zones: Vec<String>,
     /// What a ready member is: `Stopped` (the default: only its volumes cost), `Hibernated`
-    /// (memory kept on an encrypted root volume; hibernation-capable types, not Bottlerocket)
-    /// or `Running`. Only `Stopped` is supported yet; a pool asking for another state launches
-    /// no member and says why in its status.
+    /// (memory kept on an encrypted root volume sized for it; hibernation-capable types,
+    /// AL2023 and AL2 only) or `Running` (costs as a running instance; AL2023 and AL2 only,
+    /// taken by a reboot). A pool asking for a state its NodeTemplate cannot keep launches no
+    /// member and says why in its status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^(Stopped|Hibernated|Running)$"))]
     pub state: Option<String>,
@@ -251,6 +252,16 @@ pub struct WarmPool {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^([0-9]|[1-9][0-9]|[1-9][0-9][0-9])%$"))]
     pub max_price_premium: Option<String>,
+}
+
+impl WarmPool {
+    /// `state` read (validation refuses any other spelling; unset is `Stopped`).
+    pub fn warm_state(&self) -> joiner_core::WarmState {
+        self.state
+            .as_deref()
+            .and_then(joiner_core::WarmState::parse)
+            .unwrap_or_default()
+    }
 }
 
 /// `status` of a [`Provisioner`].

@@ -21,6 +21,7 @@ pub mod discovery;
 pub mod embedded;
 pub mod error;
 pub mod fleet;
+pub mod hibernation;
 pub mod housekeeping;
 pub mod instances;
 pub mod interruption;

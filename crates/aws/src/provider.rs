@@ -427,7 +427,7 @@ impl AwsCloudProvider {
         prov: &Provisioner,
         facts: &InstanceFacts,
         security_group_ids: &[String],
-        warm_pool: bool,
+        warm_pool: Option<joiner_core::WarmState>,
     ) -> Result<(LaunchTemplateRef, String), ProviderError> {
         let image_id = self.image_for(nt, facts.arch, facts.variant).await?;
         let resolved = build(&LaunchContext {
@@ -481,7 +481,7 @@ impl AwsCloudProvider {
             image_id: &image_id,
             security_group_ids: &instance.security_group_ids,
             default_instance_profile: self.config.default_instance_profile.as_deref(),
-            warm_pool: false,
+            warm_pool: None,
         })?;
         Ok(Some(resolved.user_data.base64))
     }
@@ -600,6 +600,7 @@ impl CloudError for ProviderError {
                 Some("InvalidInstanceID.NotFound")
             }
             ProviderError::WarmRefused(WarmRefusal::TakenByOther { .. }) => Some("TakenByOther"),
+            ProviderError::WarmRefused(WarmRefusal::NotHeld { .. }) => Some("NotHeld"),
             ProviderError::WarmRefused(_) => Some("NotWarmPoolMember"),
             _ => None,
         };
@@ -686,10 +687,14 @@ impl CloudProvider for AwsCloudProvider {
         );
         fleet_tags.insert(tags::PROVISIONER_NAME.to_string(), prov.name().to_string());
         fleet_tags.insert(tags::NODECLAIM.to_string(), req.claim_name.clone());
-        if req.warm_pool {
+        if let Some(state) = req.warm_pool {
             fleet_tags.insert(
                 crate::warm_pool::WARM_POOL.to_string(),
                 prov.name().to_string(),
+            );
+            fleet_tags.insert(
+                crate::warm_pool::WARM_STATE.to_string(),
+                state.as_str().to_string(),
             );
         }
 
@@ -741,7 +746,7 @@ impl CloudProvider for AwsCloudProvider {
             image_id,
             subnet_id: launched.subnet_id,
             security_group_ids,
-            warm_pool: req.warm_pool,
+            warm_pool: req.warm_pool.is_some(),
         })
     }
 
@@ -782,7 +787,25 @@ impl CloudProvider for AwsCloudProvider {
     }
 
     async fn stop_warm(&self, instance_id: &str) -> Result<(), ProviderError> {
-        Ok(self.warm.stop(instance_id).await?)
+        Ok(self.warm.stop(instance_id, false).await?)
+    }
+
+    async fn hold_warm(&self, instance_id: &str) -> Result<(), ProviderError> {
+        Ok(self.warm.hold(instance_id).await?)
+    }
+
+    async fn hibernate_warm(&self, instance_id: &str) -> Result<(), ProviderError> {
+        Ok(self.warm.stop(instance_id, true).await?)
+    }
+
+    fn warm_type_refusal(
+        &self,
+        instance_type: &InstanceType,
+        state: joiner_core::WarmState,
+    ) -> Option<String> {
+        (state == joiner_core::WarmState::Hibernated)
+            .then(|| crate::hibernation::refusal(instance_type))
+            .flatten()
     }
 
     async fn return_to_pool(

@@ -15,6 +15,7 @@
 
 use aws_sdk_ec2::types::InstanceStateName;
 use base64::Engine;
+use joiner_core::WarmState;
 use thiserror::Error;
 
 use crate::api_error::api_error;
@@ -24,6 +25,12 @@ use crate::AwsError;
 
 /// The tag key marking a warm-pool member (value: its Provisioner).
 pub const WARM_POOL: &str = joiner_core::labels::WARM_POOL;
+/// The tag key of the state a member was launched to wait in (value `Stopped`, `Running` or
+/// `Hibernated`; absent on members launched before it: `Stopped`).
+pub const WARM_STATE: &str = joiner_core::labels::WARM_STATE;
+/// The tag a `Running` member gets once it was rebooted for a claim (value: the claim), so a
+/// take resumed after a crash reboots it at most once more than needed, never forgets to.
+pub const REBOOTED_FOR: &str = "joiner.sh/warm-rebooted-for";
 
 /// Why a warm-pool call was refused before any change was made.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -51,6 +58,14 @@ pub enum WarmRefusal {
     NotMember {
         /// The instance.
         instance_id: String,
+    },
+    /// A hold boot asked of a member launched to wait `Stopped`: its next boot would join.
+    #[error("refusing to hold {instance_id}: it was launched to wait {state}, so its next boot joins the cluster")]
+    NotHeld {
+        /// The instance.
+        instance_id: String,
+        /// The state it waits in.
+        state: &'static str,
     },
     /// It already runs for another claim: a member is handed out once.
     #[error("warm-pool member {instance_id} already runs for NodeClaim `{claim}`")]
@@ -150,6 +165,9 @@ impl WarmMembers {
         let id = id.as_str();
         let tagged_for = instance.tags.get(tags::NODECLAIM).cloned();
         let running = matches!(instance.state.as_str(), "pending" | "running");
+        if running && state_of(&instance) == WarmState::Running {
+            return self.reboot_for(instance, claim).await;
+        }
         if running && tagged_for.as_deref() == Some(claim) {
             return Ok(instance);
         }
@@ -213,6 +231,60 @@ impl WarmMembers {
         Ok(instance)
     }
 
+    /// Takes a running `Running` member for `claim`: tags it with the claim, reboots it (the
+    /// boot after its hold boot joins), then records the reboot ([`REBOOTED_FOR`]). Already
+    /// rebooted for the claim: nothing to do.
+    async fn reboot_for(&self, mut instance: Instance, claim: &str) -> Result<Instance, WarmError> {
+        let id = instance.id.clone();
+        if instance.tags.get(REBOOTED_FOR).map(String::as_str) == Some(claim) {
+            return Ok(instance);
+        }
+        if instance.tags.get(tags::NODECLAIM).map(String::as_str) != Some(claim) {
+            self.tag(&id, tags::NODECLAIM, claim).await?;
+            instance
+                .tags
+                .insert(tags::NODECLAIM.to_string(), claim.to_string());
+        }
+        self.ec2
+            .reboot_instances()
+            .instance_ids(&id)
+            .send()
+            .await
+            .map_err(|e| api_error("ec2:RebootInstances", e))?;
+        self.tag(&id, REBOOTED_FOR, claim).await?;
+        instance
+            .tags
+            .insert(REBOOTED_FOR.to_string(), claim.to_string());
+        tracing::info!(instance_id = %id, claim, "running warm-pool member rebooted to join for a NodeClaim");
+        Ok(instance)
+    }
+
+    /// Starts member `id` for its hold boot (see `userdata::warm`), not handed out: only a
+    /// member launched to wait `Running` or `Hibernated`, whose user data holds that boot
+    /// back. Already running: nothing to do.
+    pub async fn hold(&self, id: &str) -> Result<(), WarmError> {
+        let instance = self.member(id).await?;
+        let state = state_of(&instance);
+        if !state.holds() {
+            return Err(WarmRefusal::NotHeld {
+                instance_id: id.to_string(),
+                state: state.as_str(),
+            }
+            .into());
+        }
+        if matches!(instance.state.as_str(), "pending" | "running") {
+            return Ok(());
+        }
+        self.ec2
+            .start_instances()
+            .instance_ids(id)
+            .send()
+            .await
+            .map_err(|e| api_error("ec2:StartInstances", e))?;
+        tracing::info!(instance_id = %id, state = state.as_str(), "warm-pool member started for its hold boot");
+        Ok(())
+    }
+
     /// Makes joiner's instance `id` a member of `provisioner`'s pool recorded for the member
     /// claim `member`: tags `joiner.sh/warm-pool` and `joiner.sh/nodeclaim`, after checking
     /// the ownership tags (a node group's instance is never taken into a pool).
@@ -242,13 +314,18 @@ impl WarmMembers {
 
     /// Sets the instance's `joiner.sh/nodeclaim` tag to `claim`.
     async fn tag_claim(&self, id: &str, claim: &str) -> Result<(), AwsError> {
+        self.tag(id, tags::NODECLAIM, claim).await
+    }
+
+    /// Sets one tag of the instance.
+    async fn tag(&self, id: &str, key: &str, value: &str) -> Result<(), AwsError> {
         self.ec2
             .create_tags()
             .resources(id)
             .tags(
                 aws_sdk_ec2::types::Tag::builder()
-                    .key(tags::NODECLAIM)
-                    .value(claim)
+                    .key(key)
+                    .value(value)
                     .build(),
             )
             .send()
@@ -257,9 +334,10 @@ impl WarmMembers {
         Ok(())
     }
 
-    /// Stops member `id` (its warm-up is over). Stopping one already stopped or stopping is a
-    /// no-op answer from EC2, not an error.
-    pub async fn stop(&self, id: &str) -> Result<(), WarmError> {
+    /// Stops member `id` (its warm-up is over), or with `hibernate` hibernates it (a
+    /// `Hibernated` member after its hold boot). Stopping one already stopped or stopping is a
+    /// no-op, not an error.
+    pub async fn stop(&self, id: &str, hibernate: bool) -> Result<(), WarmError> {
         let instance = self.member(id).await?;
         if matches!(instance.state.as_str(), "stopped" | "stopping") {
             return Ok(());
@@ -267,10 +345,20 @@ impl WarmMembers {
         self.ec2
             .stop_instances()
             .instance_ids(id)
+            .set_hibernate(hibernate.then_some(true))
             .send()
             .await
             .map_err(|e| api_error("ec2:StopInstances", e))?;
-        tracing::info!(instance_id = %id, "warm-pool member stopped");
+        tracing::info!(instance_id = %id, hibernate, "warm-pool member stopped");
         Ok(())
     }
+}
+
+/// The state `instance` was launched to wait in (its [`WARM_STATE`] tag; `Stopped` without).
+fn state_of(instance: &Instance) -> WarmState {
+    instance
+        .tags
+        .get(WARM_STATE)
+        .and_then(|s| WarmState::parse(s))
+        .unwrap_or_default()
 }

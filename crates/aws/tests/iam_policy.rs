@@ -126,6 +126,7 @@ const GUARDED: &[&str] = &[
     "ec2:TerminateInstances",
     "ec2:StopInstances",
     "ec2:StartInstances",
+    "ec2:RebootInstances",
     "ec2:ModifyInstanceAttribute",
     "ec2:CreateTags",
     "ec2:DeleteLaunchTemplate",
@@ -184,12 +185,16 @@ fn every_mutating_grant_requires_both_ownership_tags() {
             "aws:ResourceTag"
         };
         if actions.iter().any(|a| a == "ec2:CreateTags") && !tag_on_create {
-            // CreateTags on an existing instance: only the warm-pool and claim tags (a member
+            // CreateTags on an existing instance: only the warm-pool, claim and reboot tags (a member
             // handed to a claim, a drained node returned to the pool), so no grant can re-tag
             // a node into joiner's ownership.
             assert_eq!(
                 statement["Condition"]["ForAllValues:StringEquals"]["aws:TagKeys"],
-                serde_json::json!(["joiner.sh/nodeclaim", "joiner.sh/warm-pool"]),
+                serde_json::json!([
+                    "joiner.sh/nodeclaim",
+                    "joiner.sh/warm-pool",
+                    "joiner.sh/warm-rebooted-for"
+                ]),
                 "CreateTags on existing resources must be limited to the pool's tags: {statement}"
             );
             assert_eq!(
@@ -200,6 +205,7 @@ fn every_mutating_grant_requires_both_ownership_tags() {
         if actions.iter().any(|a| {
             a == "ec2:StopInstances"
                 || a == "ec2:StartInstances"
+                || a == "ec2:RebootInstances"
                 || a == "ec2:ModifyInstanceAttribute"
         }) {
             assert_eq!(
@@ -219,6 +225,7 @@ fn every_mutating_grant_requires_both_ownership_tags() {
         "ec2:TerminateInstances",
         "ec2:StartInstances",
         "ec2:StopInstances",
+        "ec2:RebootInstances",
         "ec2:ModifyInstanceAttribute",
         "ec2:CreateTags",
         "ec2:DeleteLaunchTemplate",
@@ -330,8 +337,8 @@ fn designed() -> Vec<Designed> {
         ("CreateOwnedLaunchTemplates", vec!["ec2:CreateLaunchTemplate"], vec![ec2("launch-template")], vec![rq_cluster.clone(), rq_prov.clone(), ("StringEquals", "aws:RequestTag/joiner.sh/managed-by", json!("joiner"))]),
         ("TagOnCreate", vec!["ec2:CreateTags"], ["fleet", "instance", "volume", "launch-template"].map(ec2).to_vec(), vec![rq_cluster, rq_prov, ("StringEquals", "ec2:CreateAction", json!(["CreateFleet", "RunInstances", "CreateLaunchTemplate"]))]),
         ("TerminateOwnedInstances", vec!["ec2:TerminateInstances"], vec![ec2("instance")], vec![rt_cluster.clone(), rt_prov.clone()]),
-        ("StartStopWarmPoolMembers", vec!["ec2:StartInstances", "ec2:StopInstances", "ec2:ModifyInstanceAttribute"], vec![ec2("instance")], vec![rt_cluster.clone(), rt_prov.clone(), rt_warm]),
-        ("TagOwnedInstancesForWarmPools", vec!["ec2:CreateTags"], vec![ec2("instance")], vec![rt_cluster.clone(), rt_prov.clone(), ("ForAllValues:StringEquals", "aws:TagKeys", json!(["joiner.sh/nodeclaim", "joiner.sh/warm-pool"]))]),
+        ("StartStopWarmPoolMembers", vec!["ec2:StartInstances", "ec2:StopInstances", "ec2:RebootInstances", "ec2:ModifyInstanceAttribute"], vec![ec2("instance")], vec![rt_cluster.clone(), rt_prov.clone(), rt_warm]),
+        ("TagOwnedInstancesForWarmPools", vec!["ec2:CreateTags"], vec![ec2("instance")], vec![rt_cluster.clone(), rt_prov.clone(), ("ForAllValues:StringEquals", "aws:TagKeys", json!(["joiner.sh/nodeclaim", "joiner.sh/warm-pool", "joiner.sh/warm-rebooted-for"]))]),
         ("DeleteOwnedLaunchTemplates", vec!["ec2:DeleteLaunchTemplate"], vec![ec2("launch-template")], vec![rt_cluster, rt_prov, rt_managed]),
         ("PassNodeRole", vec!["iam:PassRole"], vec!["arn:${AWS_PARTITION}:iam::${AWS_ACCOUNT_ID}:role/${NODE_ROLE_NAME}"], vec![("StringEquals", "iam:PassedToService", json!("ec2.amazonaws.com"))]),
     ]

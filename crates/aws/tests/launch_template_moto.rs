@@ -53,7 +53,7 @@ async fn a_built_spec_is_stored_as_specified_and_reused() {
         image_id: "ami-0123456789abcdef0",
         security_group_ids: &["sg-1".to_string()],
         default_instance_profile: None,
-        warm_pool: false,
+        warm_pool: None,
     })
     .expect("spec");
     let spec = &resolved.spec;

@@ -81,7 +81,7 @@ fn request(claim: &str, provisioner: &str, zones: &[&str]) -> LaunchRequest {
             ("m5.xlarge".into(), 0.192),
         ],
         zones: zones.iter().map(|z| z.to_string()).collect(),
-        warm_pool: false,
+        warm_pool: None,
     }
 }
 

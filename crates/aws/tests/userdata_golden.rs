@@ -10,6 +10,7 @@ use joiner_aws::allocatable::Arch;
 use joiner_aws::ami::AmiVariant;
 use joiner_aws::launch_template::{build, InstanceFacts, LaunchContext, ResolvedLaunchTemplate};
 use joiner_aws::userdata::{mime, ClusterInfo};
+use joiner_core::WarmState;
 
 const PROVISIONER: &str = r#"
 apiVersion: joiner.sh/v1alpha1
@@ -59,7 +60,11 @@ fn m5_large() -> InstanceFacts {
     InstanceFacts::from_eni_limits("m5.large", 2, Arch::Amd64, AmiVariant::Standard, 3, 10)
 }
 
-fn resolve(nt: &NodeTemplate, instance: &InstanceFacts, warm_pool: bool) -> ResolvedLaunchTemplate {
+fn resolve(
+    nt: &NodeTemplate,
+    instance: &InstanceFacts,
+    warm_pool: Option<WarmState>,
+) -> ResolvedLaunchTemplate {
     let prov: Provisioner = serde_yaml::from_str(PROVISIONER).expect("provisioner");
     build(&LaunchContext {
         cluster: &cluster(),
@@ -100,23 +105,19 @@ const USER_MIME: &str = "MIME-Version: 1.0\nContent-Type: multipart/mixed; bound
 
 #[test]
 fn al2() {
-    let lt = resolve(&node_template("AL2", None), &m5_large(), false);
+    let lt = resolve(&node_template("AL2", None), &m5_large(), None);
     check("al2.txt", &lt.user_data.decoded);
 }
 
 #[test]
 fn al2_merged_with_a_user_script() {
-    let lt = resolve(&node_template("AL2", Some(USER_SCRIPT)), &m5_large(), false);
+    let lt = resolve(&node_template("AL2", Some(USER_SCRIPT)), &m5_large(), None);
     check("al2-user-script.txt", &lt.user_data.decoded);
 }
 
 #[test]
 fn al2023_merged_with_user_mime() {
-    let lt = resolve(
-        &node_template("AL2023", Some(USER_MIME)),
-        &m5_large(),
-        false,
-    );
+    let lt = resolve(&node_template("AL2023", Some(USER_MIME)), &m5_large(), None);
     check("al2023-user-mime.txt", &lt.user_data.decoded);
 }
 
@@ -126,7 +127,7 @@ fn bottlerocket_merged_with_user_toml() {
     let lt = resolve(
         &node_template("Bottlerocket", Some(user)),
         &m5_large(),
-        false,
+        None,
     );
     check("bottlerocket.toml", &lt.user_data.decoded);
 }
@@ -136,7 +137,7 @@ fn custom_is_passed_through() {
     let lt = resolve(
         &node_template("Custom", Some(USER_SCRIPT)),
         &m5_large(),
-        false,
+        None,
     );
     assert_eq!(lt.user_data.decoded, USER_SCRIPT);
     check("custom.txt", &lt.user_data.decoded);
@@ -144,10 +145,54 @@ fn custom_is_passed_through() {
 
 #[test]
 fn warm_pool_al2_and_al2023() {
-    let lt = resolve(&node_template("AL2", None), &m5_large(), true);
+    let lt = resolve(
+        &node_template("AL2", None),
+        &m5_large(),
+        Some(WarmState::Stopped),
+    );
     check("al2-warm-pool.txt", &lt.user_data.decoded);
-    let lt = resolve(&node_template("AL2023", None), &m5_large(), true);
+    let lt = resolve(
+        &node_template("AL2023", None),
+        &m5_large(),
+        Some(WarmState::Stopped),
+    );
     check("al2023-warm-pool.txt", &lt.user_data.decoded);
+    assert!(!lt.spec.hibernation);
+}
+
+#[test]
+fn warm_pool_hibernated_al2023() {
+    // m5.large: 8 GiB of memory, written to a root volume grown from 20 to 28 GiB, encrypted.
+    let mut facts = m5_large();
+    facts.memory_mib = Some(8192);
+    let lt = resolve(
+        &node_template("AL2023", None),
+        &facts,
+        Some(WarmState::Hibernated),
+    );
+    check("al2023-warm-pool-hibernated.txt", &lt.user_data.decoded);
+    assert!(lt.spec.hibernation);
+    let root = &lt.spec.block_device_mappings[0];
+    assert_eq!(root.device_name, "/dev/xvda");
+    assert_eq!(root.volume_size_gib, Some(28));
+    assert_eq!(root.encrypted, Some(true));
+    // Without the type's memory the root cannot be sized: refused, naming the field.
+    let err = build(&LaunchContext {
+        cluster: &cluster(),
+        node_template: &node_template("AL2023", None),
+        provisioner: &serde_yaml::from_str(PROVISIONER).expect("provisioner"),
+        instance: &m5_large(),
+        image_id: "ami-123",
+        security_group_ids: &[],
+        default_instance_profile: None,
+        warm_pool: Some(WarmState::Hibernated),
+    })
+    .expect_err("memory unknown");
+    assert!(
+        err.to_string().contains("spec.blockDeviceMappings")
+            && err.to_string().contains("m5.large"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -162,7 +207,7 @@ fn type_absent_from_eni_max_pods_txt_gets_its_computed_max_pods() {
         .expect("c8ib.large in the embedded catalog");
     let facts = InstanceFacts::from_catalog(it).expect("facts");
     assert_eq!(facts.eni_max_pods, 78);
-    let lt = resolve(&node_template("AL2", None), &facts, false);
+    let lt = resolve(&node_template("AL2", None), &facts, None);
     assert!(lt.user_data.decoded.contains("--max-pods=78"));
     check("al2-c8ib-large.txt", &lt.user_data.decoded);
 }
@@ -280,7 +325,7 @@ fn warm_pool_al2_first_boot_installs_the_unit_and_does_not_join() {
     let prov: Provisioner = serde_yaml::from_str(PROVISIONER).expect("provisioner");
     let mut bootstrap = joiner_aws::userdata::NodeBootstrap::for_provisioner(cluster(), &prov, 29);
     bootstrap.al2_bootstrap_script = stub.display().to_string();
-    bootstrap.warm_pool = true;
+    bootstrap.warm_pool = Some(WarmState::Stopped);
     let ud = joiner_aws::userdata::render(
         joiner_apis::AmiFamily::Al2,
         "default",
@@ -294,12 +339,16 @@ fn warm_pool_al2_first_boot_installs_the_unit_and_does_not_join() {
         s.replace(" /etc/", &format!(" {}/etc/", root.display()))
             .replace("=/etc/", &format!("={}/etc/", root.display()))
             .replace("!/var/", &format!("!{}/var/", root.display()))
+            .replace(" /var/", &format!(" {}/var/", root.display()))
+            .replace("\n/etc/", &format!("\n{}/etc/", root.display()))
     };
     let script = root.join("first-boot.sh");
     let rooted_script = rooted(&parts[0].body);
     // Nothing may escape the scratch root (the tests may run as root).
     assert!(
-        !rooted_script.contains(" /etc/") && !rooted_script.contains("=/etc/"),
+        !rooted_script.contains(" /etc/")
+            && !rooted_script.contains("=/etc/")
+            && !rooted_script.contains(" /var/"),
         "{rooted_script}"
     );
     std::fs::write(&script, rooted_script).expect("write script");
@@ -331,11 +380,15 @@ fn warm_pool_al2_first_boot_installs_the_unit_and_does_not_join() {
     );
     let unit = std::fs::read_to_string(root.join("etc/systemd/system/joiner-join.service"))
         .expect("unit installed");
-    assert!(unit.contains(&format!("ExecStart={}/etc/joiner/join.sh", root.display())));
+    assert!(unit.contains(&format!(
+        "ExecStart={}/etc/joiner/on-boot.sh",
+        root.display()
+    )));
     assert!(unit.contains("ConditionPathExists=!"));
 
-    // The next start: the unit runs the join script.
-    let out = Command::new(root.join("etc/joiner/join.sh"))
+    // The next start: the unit runs the boot script, which joins (no hold boot for a
+    // Stopped member) and marks the node joined.
+    let out = Command::new(root.join("etc/joiner/on-boot.sh"))
         .env("PATH", &path)
         .output()
         .expect("run join.sh");
@@ -349,4 +402,5 @@ fn warm_pool_al2_first_boot_installs_the_unit_and_does_not_join() {
     assert_eq!(argv[0], "prod");
     assert_eq!(argv[argv.len() - 2], "--kubelet-extra-args");
     assert!(argv[argv.len() - 1].contains("--max-pods=29"));
+    assert!(root.join("var/lib/joiner/joined").exists());
 }

@@ -42,7 +42,7 @@ fn warm_request(member: &str) -> LaunchRequest {
         capacity_type: CapacityType::OnDemand,
         candidates: vec![("m5.large".into(), 0.096), ("c5.large".into(), 0.085)],
         zones: vec!["us-east-1b".into()],
-        warm_pool: true,
+        warm_pool: Some(joiner_core::WarmState::Stopped),
     }
 }
 
@@ -207,7 +207,7 @@ async fn start_and_stop_refuse_anything_but_this_clusters_members() {
 
     // joiner's own node that serves pods: no warm-pool tag.
     let mut ordinary = warm_request("web-node");
-    ordinary.warm_pool = false;
+    ordinary.warm_pool = None;
     let node = p.create(&ordinary).await.expect("launch");
     // A managed node group's instance, and another cluster's member.
     let nodegroup = testing::run_tagged_instance(
@@ -479,4 +479,201 @@ async fn a_failed_start_restores_the_members_claim_tag() {
     let d = describe(&clients, &member.instance_id).await;
     assert_eq!(d.tags["joiner.sh/nodeclaim"], "web-warm-f");
     assert!(q.get("web-claim").await.expect("get").is_none());
+}
+
+/// Records the query body of every EC2 call the client sends.
+#[derive(Debug, Clone, Default)]
+struct Sent(Arc<Mutex<Vec<String>>>);
+
+impl Sent {
+    /// The bodies of the calls of `action` so far.
+    fn of(&self, action: &str) -> Vec<String> {
+        let want = format!("Action={action}");
+        self.0
+            .lock()
+            .expect("sent")
+            .iter()
+            .filter(|b| b.split('&').any(|kv| kv == want))
+            .cloned()
+            .collect()
+    }
+}
+
+impl Intercept for Sent {
+    fn name(&self) -> &'static str {
+        "Sent"
+    }
+
+    fn read_before_transmit(
+        &self,
+        ctx: &aws_sdk_ec2::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+        _rc: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if let Some(bytes) = ctx.request().body().bytes() {
+            self.0
+                .lock()
+                .expect("sent")
+                .push(String::from_utf8_lossy(bytes).into_owned());
+        }
+        Ok(())
+    }
+}
+
+/// A provider whose EC2 calls are recorded.
+async fn recorded(clients: &AwsClients) -> (AwsCloudProvider, Sent) {
+    let sent = Sent::default();
+    let recording = AwsClients {
+        ec2: aws_sdk_ec2::Client::from_conf(
+            clients
+                .ec2
+                .config()
+                .to_builder()
+                .interceptor(sent.clone())
+                .build(),
+        ),
+        ..clients.clone()
+    };
+    let (web, nt) = objects();
+    let (p, _) = testing::provider(
+        &recording,
+        testing::provider_config(CLUSTER, PREFIX, K8S),
+        vec![web],
+        vec![nt],
+    );
+    (p, sent)
+}
+
+/// A `Running` member: tagged with its state, started again after its warm-up for its hold
+/// boot (StartInstances, no claim), then taken by a reboot (RebootInstances, never a start or
+/// a launch) with the claim's tag and the reboot recorded; a resumed take does not reboot it
+/// again. A `Stopped` member is never started for a hold boot (its next boot joins).
+#[tokio::test]
+async fn a_running_member_is_held_then_rebooted_for_its_claim() {
+    let moto = MotoServer::session().expect("moto server");
+    let (clients, _, _env) = setup(&moto).await;
+    let (p, sent) = recorded(&clients).await;
+    let mut request = warm_request("web-warm-r");
+    request.warm_pool = Some(joiner_core::WarmState::Running);
+    let member = p.create(&request).await.expect("warm launch");
+    let d = describe(&clients, &member.instance_id).await;
+    assert_eq!(d.tags["joiner.sh/warm-state"], "Running");
+    // The hold boot is in the user data: a Running member's warm-up writes one held boot.
+    assert!(d.user_data.contains("hold-boots"), "{}", d.user_data);
+
+    // Its warm-up powered it off; the pool starts its hold boot.
+    p.stop_warm(&member.instance_id).await.expect("stop");
+    p.hold_warm(&member.instance_id).await.expect("hold");
+    let d = describe(&clients, &member.instance_id).await;
+    assert_eq!(d.state, "running");
+    assert_eq!(d.tags["joiner.sh/nodeclaim"], "web-warm-r");
+    p.hold_warm(&member.instance_id)
+        .await
+        .expect("holding a running member again is nothing to do");
+    assert_eq!(sent.of("StartInstances").len(), 1);
+
+    let taken = p
+        .start_warm(&member.instance_id, "web-claim")
+        .await
+        .expect("take");
+    assert_eq!(taken.claim_name.as_deref(), Some("web-claim"));
+    assert_eq!(sent.of("RebootInstances").len(), 1);
+    assert_eq!(
+        sent.of("StartInstances").len(),
+        1,
+        "a take of a running member never starts it"
+    );
+    assert!(
+        sent.of("CreateFleet").len() == 1,
+        "only the warm launch itself"
+    );
+    let d = describe(&clients, &member.instance_id).await;
+    assert_eq!(d.state, "running");
+    assert_eq!(d.tags["joiner.sh/nodeclaim"], "web-claim");
+    assert_eq!(d.tags["joiner.sh/warm-rebooted-for"], "web-claim");
+    assert_eq!(
+        p.get("web-claim")
+            .await
+            .expect("get")
+            .map(|n| n.instance_id),
+        Some(member.instance_id.clone())
+    );
+
+    // Resumed after a crash: already rebooted for this claim, so not again.
+    p.start_warm(&member.instance_id, "web-claim")
+        .await
+        .expect("resumed take");
+    assert_eq!(sent.of("RebootInstances").len(), 1);
+
+    // A Stopped member refuses a hold boot and stays stopped.
+    let stopped = p
+        .create(&warm_request("web-warm-s"))
+        .await
+        .expect("warm launch");
+    p.stop_warm(&stopped.instance_id).await.expect("stop");
+    let err = p
+        .hold_warm(&stopped.instance_id)
+        .await
+        .expect_err("refused");
+    assert_eq!(err.kind(), CloudErrorKind::NotOwned);
+    assert_eq!(err.code(), "NotHeld");
+    assert_eq!(
+        describe(&clients, &stopped.instance_id).await.state,
+        "stopped"
+    );
+}
+
+/// A `Hibernated` member is launched with hibernation configured and an encrypted root volume
+/// grown by its memory (m5.large: 8 GiB on the default 20), and hibernated (StopInstances with
+/// Hibernate=true) after its hold boot.
+#[tokio::test]
+async fn a_hibernated_member_is_launched_for_hibernation_and_hibernated() {
+    let moto = MotoServer::session().expect("moto server");
+    let (clients, _, _env) = setup(&moto).await;
+    let (p, sent) = recorded(&clients).await;
+    let mut request = warm_request("web-warm-h");
+    request.warm_pool = Some(joiner_core::WarmState::Hibernated);
+    request.candidates = vec![("m5.large".into(), 0.096)];
+    let member = p.create(&request).await.expect("warm launch");
+    assert_eq!(member.instance_type, "m5.large");
+    let d = describe(&clients, &member.instance_id).await;
+    assert_eq!(d.tags["joiner.sh/warm-state"], "Hibernated");
+
+    let templates = sent.of("CreateLaunchTemplate");
+    assert_eq!(templates.len(), 1, "{templates:?}");
+    let lt = &templates[0];
+    assert!(
+        lt.contains("LaunchTemplateData.HibernationOptions.Configured=true"),
+        "{lt}"
+    );
+    assert!(
+        lt.contains("LaunchTemplateData.BlockDeviceMapping.1.Ebs.VolumeSize=28"),
+        "{lt}"
+    );
+    assert!(
+        lt.contains("LaunchTemplateData.BlockDeviceMapping.1.Ebs.Encrypted=true"),
+        "{lt}"
+    );
+
+    p.stop_warm(&member.instance_id)
+        .await
+        .expect("stop after warm-up");
+    assert!(!sent.of("StopInstances")[0].contains("Hibernate=true"));
+    p.hold_warm(&member.instance_id).await.expect("hold");
+    p.hibernate_warm(&member.instance_id)
+        .await
+        .expect("hibernate");
+    let stops = sent.of("StopInstances");
+    assert_eq!(stops.len(), 2);
+    assert!(stops[1].contains("Hibernate=true"), "{}", stops[1]);
+    assert_eq!(
+        describe(&clients, &member.instance_id).await.state,
+        "stopped"
+    );
+    // A take starts it (a resume), as a stopped member.
+    p.start_warm(&member.instance_id, "web-claim")
+        .await
+        .expect("take");
+    assert_eq!(sent.of("StartInstances").len(), 2);
+    assert!(sent.of("RebootInstances").is_empty());
 }

@@ -82,7 +82,8 @@ pub struct RenderArgs {
     /// Security group ID (repeatable); at launch they come from the securityGroupSelector.
     #[arg(long = "security-group-id")]
     security_group_ids: Vec<String>,
-    /// Render the warm-pool variant (does not join on the first boot).
+    /// Render the warm-pool variant (does not join on the first boot), for the state the
+    /// Provisioner's spec.warmPool.state names (Stopped when unset).
     #[arg(long)]
     warm_pool: bool,
     /// For a type missing from the embedded catalog: its ENI count...
@@ -136,7 +137,14 @@ fn render(args: &RenderArgs) -> Result<String, CliError> {
         image_id: image_id.as_deref().unwrap_or_default(),
         security_group_ids: &args.security_group_ids,
         default_instance_profile: None,
-        warm_pool: args.warm_pool,
+        warm_pool: args.warm_pool.then(|| {
+            provisioner
+                .spec
+                .warm_pool
+                .as_ref()
+                .map(joiner_apis::WarmPool::warm_state)
+                .unwrap_or_default()
+        }),
     })
     .map_err(|e| {
         let hint = match &e {

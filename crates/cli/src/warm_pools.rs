@@ -16,7 +16,7 @@ use joiner_controller::warm_pool::sizing;
 use joiner_controller::warm_pool::take::{serves, Candidate};
 use joiner_core::kubelet::KubeletSettings;
 use joiner_core::scheduling::Plan;
-use joiner_core::InstanceType;
+use joiner_core::{InstanceType, WarmState};
 use k8s_openapi::jiff::Timestamp;
 
 /// One Provisioner's pool as the plan sees it.
@@ -100,11 +100,38 @@ pub fn overlay(
                         .into(),
                 );
             }
+            // A hibernated pool mixes only types that can hibernate (the launcher's rule); the
+            // note names the listed types left out.
+            let mut refused = Vec::new();
+            let usable: Vec<InstanceType> = catalog
+                .iter()
+                .filter(|t| {
+                    let why = (pool.warm_state() == WarmState::Hibernated)
+                        .then(|| joiner_aws::hibernation::refusal(t))
+                        .flatten();
+                    match why {
+                        None => true,
+                        Some(why) => {
+                            if pool.instance_types.contains(&t.name) {
+                                refused.push(why);
+                            }
+                            false
+                        }
+                    }
+                })
+                .cloned()
+                .collect();
+            if !refused.is_empty() && note.is_none() {
+                note = Some(format!(
+                    "spec.warmPool.instanceTypes: {}",
+                    refused.join("; ")
+                ));
+            }
             let types = match prov.to_core() {
                 Ok(core) => sizing::pool_types(
                     pool,
                     &core.requirements,
-                    catalog,
+                    &usable,
                     &KubeletSettings::default(),
                     None,
                 ),
@@ -159,7 +186,17 @@ pub fn overlay(
                 out.served.insert(node.name.clone(), format!("{t} in {z}"));
             }
         }
-        let idle = sizing::idle_cost(members.len(), root_gib(nt), &[]);
+        let ready: Vec<f64> = members
+            .iter()
+            .map(|(t, _, price)| {
+                let memory = catalog
+                    .iter()
+                    .find(|c| c.name == *t)
+                    .map_or(0.0, sizing::memory_gib);
+                sizing::ready_cost(pool.warm_state(), *price, root_gib(nt), memory)
+            })
+            .collect();
+        let idle = sizing::idle_cost(&ready, &[]);
         out.pools.push(PoolView {
             provisioner: prov.name().to_string(),
             members,

@@ -533,6 +533,71 @@ fn warm_pool() {
     check("examples/warm-pool", "warm-pool.json");
 }
 
+/// A hibernated pool mixes only the listed types that can hibernate (m5zn is not a family the
+/// EC2 user guide lists; the note says so), and idles at its root volumes grown by the
+/// members' memory: two c5.large (4 GiB) on 20 GiB roots are 2 × 24 GiB of gp3 at
+/// $0.08/GiB-month over 730 h. A running pool idles at its members' instance prices.
+#[test]
+fn warm_pool_states_in_the_plan() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::copy(
+        root().join("examples/warm-pool/workload.yaml"),
+        dir.path().join("workload.yaml"),
+    )
+    .expect("copy");
+    let provisioner = std::fs::read_to_string(root().join("examples/warm-pool/provisioner.yaml"))
+        .expect("provisioner");
+    let path = dir.path().display().to_string();
+    let plan = |state: &str, types: &str| -> serde_json::Value {
+        let yaml = provisioner
+            .replace(
+                "instanceTypes: [c5.large, m5.large]",
+                &format!("instanceTypes: [{types}]"),
+            )
+            .replace(
+                "maxPricePremium: \"25%\"",
+                &format!("maxPricePremium: \"25%\"\n    state: {state}"),
+            );
+        std::fs::write(dir.path().join("provisioner.yaml"), yaml).expect("write");
+        serde_json::from_str(&joiner(&["plan", "-o", "json", "-f", &path])).expect("json")
+    };
+    let out = plan("Hibernated", "c5.large, m5zn.large");
+    let pool = &out["warm_pools"][0];
+    let types: Vec<&str> = pool["members"]
+        .as_array()
+        .expect("members")
+        .iter()
+        .filter_map(|m| m["instance_type"].as_str())
+        .collect();
+    assert_eq!(types, ["c5.large", "c5.large"], "{pool:#}");
+    let idle = pool["idle_cost_per_hour"].as_f64().expect("idle");
+    // Printed to 5 decimals.
+    assert!((idle - 2.0 * 24.0 * 0.08 / 730.0).abs() < 1e-5, "{idle}");
+    assert!(
+        (idle - 2.0 * 20.0 * 0.08 / 730.0).abs() > 1e-4,
+        "the memory counts: {idle}"
+    );
+    let note = pool["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains("m5zn.large: the m5zn family does not support hibernation"),
+        "{note}"
+    );
+
+    let out = plan("Running", "c5.large, m5.large");
+    let pool = &out["warm_pools"][0];
+    let prices: f64 = pool["members"]
+        .as_array()
+        .expect("members")
+        .iter()
+        .filter_map(|m| m["price_per_hour"].as_f64())
+        .sum();
+    let idle = pool["idle_cost_per_hour"].as_f64().expect("idle");
+    assert!(
+        prices > 0.1 && (idle - prices).abs() < 1e-9,
+        "{idle} vs {prices}: {pool:#}"
+    );
+}
+
 /// With the pool's NodeClaims in the input, the plan uses the members that exist (one ready
 /// m5.large in us-east-1c; a Warming one does not count) instead of a full pool from the spec.
 /// Each new node may land in any zone (its claim allows every zone), so the member in

@@ -93,6 +93,25 @@ impl<P: CloudProvider> CloudProvider for Instrumented<P> {
         self.measure("stop_warm", self.inner.stop_warm(instance_id))
     }
 
+    fn hold_warm(&self, instance_id: &str) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.measure("hold_warm", self.inner.hold_warm(instance_id))
+    }
+
+    fn hibernate_warm(
+        &self,
+        instance_id: &str,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.measure("hibernate_warm", self.inner.hibernate_warm(instance_id))
+    }
+
+    fn warm_type_refusal(
+        &self,
+        instance_type: &joiner_core::InstanceType,
+        state: joiner_core::WarmState,
+    ) -> Option<String> {
+        self.inner.warm_type_refusal(instance_type, state)
+    }
+
     fn return_to_pool(
         &self,
         instance_id: &str,
@@ -179,6 +198,12 @@ mod tests {
         async fn stop_warm(&self, id: &str) -> Result<(), Missing> {
             Err(Missing(id.into()))
         }
+        async fn hold_warm(&self, id: &str) -> Result<(), Missing> {
+            Err(Missing(id.into()))
+        }
+        async fn hibernate_warm(&self, id: &str) -> Result<(), Missing> {
+            Err(Missing(id.into()))
+        }
         async fn return_to_pool(&self, id: &str, _: &str, _: &str) -> Result<(), Missing> {
             Err(Missing(id.into()))
         }
@@ -222,7 +247,7 @@ mod tests {
             capacity_type: CapacityType::OnDemand,
             candidates: vec![("m5.large".into(), 0.096)],
             zones: Vec::new(),
-            warm_pool: false,
+            warm_pool: None,
         };
         let err = cloud.create(&request).await.err().map(|e| e.to_string());
         assert_eq!(err.as_deref(), Some("no such instance c"));

@@ -202,6 +202,22 @@ impl CloudProvider for SlowLaunches {
         self.cloud.stop_warm(id).await
     }
 
+    async fn hold_warm(&self, id: &str) -> Result<(), Self::Error> {
+        self.cloud.hold_warm(id).await
+    }
+
+    async fn hibernate_warm(&self, id: &str) -> Result<(), Self::Error> {
+        self.cloud.hibernate_warm(id).await
+    }
+
+    fn warm_type_refusal(
+        &self,
+        t: &joiner_core::InstanceType,
+        state: joiner_core::WarmState,
+    ) -> Option<String> {
+        self.cloud.warm_type_refusal(t, state)
+    }
+
     async fn return_to_pool(&self, id: &str, prov: &str, member: &str) -> Result<(), Self::Error> {
         self.cloud.return_to_pool(id, prov, member).await
     }

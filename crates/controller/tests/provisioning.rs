@@ -685,7 +685,7 @@ async fn crash_after_create_fleet_writes_the_status_without_launching_again() {
             capacity_type: CapacityType::OnDemand,
             candidates: vec![("c5.large".into(), 0.085)],
             zones: vec![],
-            warm_pool: false,
+            warm_pool: None,
         })
         .await
         .expect("the first run's launch");

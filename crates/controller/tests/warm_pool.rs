@@ -627,48 +627,328 @@ mod transitions {
         assert_eq!(status.desired, 3);
     }
 
-    #[tokio::test]
-    async fn a_pool_joiner_cannot_keep_says_why_and_adds_no_member() {
+    /// The pool's status message after one pass over a pool of 2 whose NodeTemplate has
+    /// `family` and whose state is `state`, with the members it added.
+    async fn one_pass(family: &str, state: &str, cloud: FakeCloud) -> (String, Vec<NodeClaim>) {
         let mut prov = pooled_provisioner(2);
         if let Some(w) = prov.spec.warm_pool.as_mut() {
-            w.state = Some("Hibernated".into());
+            w.state = Some(state.into());
         }
-        let t = setup(vec![], prov, vec![]);
-        warm_pool::reconcile(&t.ctx).await.expect("pass");
-        assert!(members(&t.api).is_empty());
-        let status = t.api.provisioners()[0]
-            .status
-            .clone()
-            .and_then(|s| s.warm_pool)
-            .expect("status");
-        assert_eq!(status.desired, 2);
-        assert!(status.message.unwrap_or_default().contains("Hibernated"));
-
-        // Custom user data is the user's: joiner cannot hold a warming instance back.
-        let mut prov = pooled_provisioner(2);
         prov.spec.provider_ref = Some(joiner_apis::ProviderRef {
-            name: "br".into(),
+            name: "nt".into(),
             kind: None,
             api_version: None,
         });
         let api = ObjectsApi::new(vec![], vec![prov.clone()]);
         let (client, _mock) = mock_api(api.handler());
-        let br: joiner_apis::NodeTemplate = obj(json!({
+        let nt: joiner_apis::NodeTemplate = obj(json!({
             "apiVersion": "joiner.sh/v1alpha1", "kind": "NodeTemplate",
-            "metadata": {"name": "br"}, "spec": {"amiFamily": "Custom"},
+            "metadata": {"name": "nt"}, "spec": {"amiFamily": family},
         }));
-        let stores = Stores::new(vec![], vec![], vec![]).with_objects(vec![prov], vec![br]);
-        let cloud = Arc::new(FakeCloud::new(joiner_core::testing::catalog::catalog()));
-        let ctx = Context::new(client, stores.state(), cloud, settings());
+        let stores = Stores::new(vec![], vec![], vec![]).with_objects(vec![prov], vec![nt]);
+        let ctx = Context::new(client, stores.state(), Arc::new(cloud), settings());
         warm_pool::reconcile(&ctx).await.expect("pass");
-        assert!(members(&api).is_empty());
-        let message = api.provisioners()[0]
+        let status = api.provisioners()[0]
             .status
             .clone()
             .and_then(|s| s.warm_pool)
-            .and_then(|w| w.message)
-            .unwrap_or_default();
+            .expect("status");
+        assert_eq!(status.desired, 2);
+        (status.message.unwrap_or_default(), members(&api))
+    }
+
+    fn fake() -> FakeCloud {
+        FakeCloud::new(joiner_core::testing::catalog::catalog())
+    }
+
+    #[tokio::test]
+    async fn a_pool_joiner_cannot_keep_says_why_and_adds_no_member() {
+        // EC2 does not hibernate Bottlerocket, and a running Bottlerocket member could never
+        // learn its cluster (its settings come only from user data, changed only while stopped).
+        for state in ["Hibernated", "Running"] {
+            let (message, added) = one_pass("Bottlerocket", state, fake()).await;
+            assert!(added.is_empty(), "{state}");
+            assert!(
+                message.starts_with(&format!("spec.warmPool.state: {state}: ")),
+                "{message}"
+            );
+        }
+        // Custom user data is the user's: joiner cannot hold a warming instance back.
+        let (message, added) = one_pass("Custom", "Stopped", fake()).await;
+        assert!(added.is_empty());
         assert!(message.contains("Custom"), "{message}");
+        // Hibernated on AL2023: the types that cannot hibernate are left out and named.
+        let cloud = fake();
+        cloud.refuse_hibernation("c5.large", "c5.large: no hibernation here");
+        let (message, added) = one_pass("AL2023", "Hibernated", cloud).await;
+        assert_eq!(
+            message,
+            "spec.warmPool.instanceTypes: c5.large: no hibernation here"
+        );
+        assert_eq!(added.len(), 2);
+        for m in &added {
+            assert_eq!(m.warm_state(), joiner_core::WarmState::Hibernated);
+            let types: Vec<&str> = m
+                .spec
+                .requirements
+                .iter()
+                .filter(|r| r.key == "node.kubernetes.io/instance-type")
+                .flat_map(|r| r.values.iter().map(String::as_str))
+                .collect();
+            assert_eq!(types, ["m5.large"], "{m:?}");
+        }
+        // No allowed type can hibernate: nothing added, and the status says why.
+        let cloud = fake();
+        cloud.refuse_hibernation("c5.large", "c5.large: no");
+        cloud.refuse_hibernation("m5.large", "m5.large: no");
+        let (message, added) = one_pass("AL2023", "Hibernated", cloud).await;
+        assert!(added.is_empty());
+        assert!(message.contains("m5.large: no"), "{message}");
+    }
+
+    /// A member of `state` on instance `id` with `status.warmPool` fields `extra`.
+    fn held(name: &str, id: &str, state: &str, phase: &str, extra: serde_json::Value) -> NodeClaim {
+        let mut m = member(name, id, phase, None, "2026-01-01T00:00:00Z");
+        m.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert("joiner.sh/warm-state".into(), state.into());
+        let mut status = serde_json::to_value(m.status.take()).expect("status");
+        super::lifecycle_fixture::merge(&mut status, json!({"warmPool": extra}));
+        m.status = serde_json::from_value(status).expect("status");
+        m
+    }
+
+    fn held_pool(state: &str) -> joiner_apis::Provisioner {
+        let mut prov = pooled_provisioner(1);
+        if let Some(w) = prov.spec.warm_pool.as_mut() {
+            w.state = Some(state.into());
+        }
+        prov
+    }
+
+    fn warm_status(api: &ObjectsApi, name: &str) -> joiner_apis::WarmMemberStatus {
+        api.claim(name)
+            .and_then(|c| c.status)
+            .and_then(|s| s.warm_pool)
+            .expect("warmPool status")
+    }
+
+    #[tokio::test]
+    async fn a_running_member_is_held_after_its_warm_up_and_taken_by_a_reboot() {
+        let mut t = setup(
+            vec![
+                held("web-warm-r", "i-warm1", "Running", "Warming", json!({})),
+                pods_claim("web-pods"),
+            ],
+            held_pool("Running"),
+            // The warm-up powered it off.
+            vec![instance("i-warm1", "web-warm-r", "stopped")],
+        );
+        // Pass 1: the hold boot, recorded before the start.
+        warm_pool::reconcile(&t.ctx).await.expect("pass");
+        assert!(t
+            .cloud
+            .calls()
+            .contains(&FakeCall::HoldWarm("i-warm1".into())));
+        let w = warm_status(&t.api, "web-warm-r");
+        assert_eq!(w.phase, "Warming");
+        assert!(w.held_at.is_some());
+        // Pass 2: running after its hold boot, it is ready.
+        t.api.sync_claims(&mut t.stores.claims);
+        warm_pool::reconcile(&t.ctx).await.expect("pass");
+        assert_eq!(warm_status(&t.api, "web-warm-r").phase, "Warm");
+        // Pass 3: a running Warm member of a Running pool stays (it is not "started by hand").
+        t.api.sync_claims(&mut t.stores.claims);
+        warm_pool::reconcile(&t.ctx).await.expect("pass");
+        assert_eq!(warm_status(&t.api, "web-warm-r").phase, "Warm");
+        let holds = |c: &Arc<FakeCloud>| {
+            c.calls()
+                .iter()
+                .filter(|c| matches!(c, FakeCall::HoldWarm(_)))
+                .count()
+        };
+        assert_eq!(holds(&t.cloud), 1);
+        // A claim takes it (the provider reboots a running member), no launch.
+        let out = launch_pending_claims(&t.ctx, &mut Memory::default()).await;
+        let Some(Ok(Launch::Launched(l))) = out.first() else {
+            panic!("{out:?}")
+        };
+        assert_eq!(l.instance_id, "i-warm1");
+        assert!(t
+            .cloud
+            .calls()
+            .contains(&FakeCall::StartWarm("i-warm1".into(), "web-pods".into())));
+        assert!(!t
+            .cloud
+            .calls()
+            .iter()
+            .any(|c| matches!(c, FakeCall::Create(r) if r.claim_name == "web-pods")));
+
+        // Stopped outside a take after its hold boot: its next boot would join, so it goes.
+        let t = setup(
+            vec![held(
+                "web-warm-r",
+                "i-warm1",
+                "Running",
+                "Warm",
+                json!({"heldAt": "2026-01-01T00:05:00Z"}),
+            )],
+            held_pool("Running"),
+            vec![instance("i-warm1", "web-warm-r", "stopped")],
+        );
+        warm_pool::reconcile(&t.ctx).await.expect("pass");
+        assert!(t
+            .api
+            .claim("web-warm-r")
+            .is_none_or(|c| c.metadata.deletion_timestamp.is_some()));
+    }
+
+    #[tokio::test]
+    async fn a_hibernated_member_is_held_settles_then_hibernates_and_is_ready() {
+        let mut t = setup(
+            vec![held(
+                "web-warm-h",
+                "i-warm1",
+                "Hibernated",
+                "Warming",
+                json!({}),
+            )],
+            held_pool("Hibernated"),
+            vec![instance("i-warm1", "web-warm-h", "stopped")],
+        );
+        warm_pool::reconcile(&t.ctx).await.expect("pass");
+        assert!(t
+            .cloud
+            .calls()
+            .contains(&FakeCall::HoldWarm("i-warm1".into())));
+        // Running, but its hold boot only just started: not hibernated yet.
+        t.api.sync_claims(&mut t.stores.claims);
+        warm_pool::reconcile(&t.ctx).await.expect("pass");
+        let hibernations = |c: &Arc<FakeCloud>| {
+            c.calls()
+                .iter()
+                .filter(|c| matches!(c, FakeCall::HibernateWarm(_)))
+                .count()
+        };
+        assert_eq!(hibernations(&t.cloud), 0);
+        let w = warm_status(&t.api, "web-warm-h");
+        assert_eq!(w.phase, "Warming");
+        assert!(w.hibernated_at.is_none());
+        // Its hold boot began 10 minutes ago: hibernated, recorded first.
+        let mut m = t.api.claim("web-warm-h").expect("member");
+        if let Some(w) = m.status.as_mut().and_then(|s| s.warm_pool.as_mut()) {
+            let ago = k8s_openapi::jiff::Timestamp::now()
+                - k8s_openapi::jiff::SignedDuration::from_secs(600);
+            w.held_at = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(ago));
+        }
+        t.api.put_claim(&m);
+        t.api.sync_claims(&mut t.stores.claims);
+        warm_pool::reconcile(&t.ctx).await.expect("pass");
+        assert_eq!(hibernations(&t.cloud), 1);
+        assert!(warm_status(&t.api, "web-warm-h").hibernated_at.is_some());
+        // Stopped after the hibernation: ready.
+        t.api.sync_claims(&mut t.stores.claims);
+        warm_pool::reconcile(&t.ctx).await.expect("pass");
+        assert_eq!(warm_status(&t.api, "web-warm-h").phase, "Warm");
+        assert_eq!(hibernations(&t.cloud), 1);
+    }
+
+    #[tokio::test]
+    async fn a_recorded_hold_that_never_started_is_repeated_one_that_did_is_not() {
+        // Crash between the record and the start: launched before the hold was recorded.
+        let launched =
+            std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_767_225_600); // 2026-01-01
+        let mut stopped = instance("i-warm1", "web-warm-h", "stopped");
+        stopped.launch_time = Some(launched);
+        let t = setup(
+            vec![held(
+                "web-warm-h",
+                "i-warm1",
+                "Hibernated",
+                "Warming",
+                json!({"heldAt": "2026-01-01T00:10:00Z"}),
+            )],
+            held_pool("Hibernated"),
+            vec![stopped.clone()],
+        );
+        warm_pool::reconcile(&t.ctx).await.expect("pass");
+        assert!(t
+            .cloud
+            .calls()
+            .contains(&FakeCall::HoldWarm("i-warm1".into())));
+        assert!(t
+            .api
+            .claim("web-warm-h")
+            .is_some_and(|c| c.metadata.deletion_timestamp.is_none()));
+        // Started since (EC2 sets the launch time on every start) and stopped again without
+        // a hibernation: its hold boot is spent, a start would join. Replaced, not held.
+        stopped.launch_time = Some(launched + std::time::Duration::from_secs(3600));
+        let t = setup(
+            vec![held(
+                "web-warm-h",
+                "i-warm1",
+                "Hibernated",
+                "Warming",
+                json!({"heldAt": "2026-01-01T00:10:00Z"}),
+            )],
+            held_pool("Hibernated"),
+            vec![stopped],
+        );
+        warm_pool::reconcile(&t.ctx).await.expect("pass");
+        assert!(!t
+            .cloud
+            .calls()
+            .iter()
+            .any(|c| matches!(c, FakeCall::HoldWarm(_))));
+        assert!(t
+            .api
+            .claim("web-warm-h")
+            .is_none_or(|c| c.metadata.deletion_timestamp.is_some()));
+    }
+
+    #[tokio::test]
+    async fn members_of_another_state_are_replaced_reused_ones_are_not() {
+        // The pool went from Hibernated to Stopped: the hibernated member is replaced.
+        let t = setup(
+            vec![held(
+                "web-warm-h",
+                "i-warm1",
+                "Hibernated",
+                "Warm",
+                json!({"heldAt": "2026-01-01T00:10:00Z", "hibernatedAt": "2026-01-01T00:20:00Z"}),
+            )],
+            pooled_provisioner(1),
+            vec![instance("i-warm1", "web-warm-h", "stopped")],
+        );
+        warm_pool::reconcile(&t.ctx).await.expect("pass");
+        assert!(t
+            .api
+            .claim("web-warm-h")
+            .is_none_or(|c| c.metadata.deletion_timestamp.is_some()));
+        // A reused node's member waits stopped in a Running pool: kept.
+        let mut reused = member(
+            "web-warm-u",
+            "i-warm2",
+            "Warm",
+            None,
+            "2026-01-01T00:00:00Z",
+        );
+        reused
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert("joiner.sh/reused-from".into(), "web-gone".into());
+        let t = setup(
+            vec![reused],
+            held_pool("Running"),
+            vec![instance("i-warm2", "web-warm-u", "stopped")],
+        );
+        warm_pool::reconcile(&t.ctx).await.expect("pass");
+        assert!(t
+            .api
+            .claim("web-warm-u")
+            .is_some_and(|c| c.metadata.deletion_timestamp.is_none()));
     }
 }
 

@@ -27,10 +27,52 @@ pub struct LaunchRequest {
     pub candidates: Vec<(String, f64)>,
     /// Zones the claim may land in; empty means any zone the provider can reach.
     pub zones: Vec<String>,
-    /// A launch into the Provisioner's warm pool: the instance is tagged as a member, boots
-    /// with user data that does not join the cluster, and is stopped once warm; a claim takes
-    /// it later through [`CloudProvider::start_warm`].
-    pub warm_pool: bool,
+    /// A launch into the Provisioner's warm pool, and the state its members wait in: the
+    /// instance is tagged as a member, boots with user data that does not join the cluster,
+    /// and is stopped once warm; a claim takes it later through [`CloudProvider::start_warm`].
+    pub warm_pool: Option<WarmState>,
+}
+
+/// The state a warm-pool member waits in (`spec.warmPool.state`). The state decides how the
+/// member is launched (hibernation configured, how many boots hold it back) and how a claim
+/// makes it join: a start for `Stopped` and `Hibernated`, a reboot for `Running`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum WarmState {
+    /// Stopped after its warm-up: only its volumes cost.
+    #[default]
+    Stopped,
+    /// Running, not joined: costs as a running instance, taken by a reboot.
+    Running,
+    /// Hibernated after a hold boot: its memory is kept on its (RAM-sized, encrypted) root
+    /// volume and resumed on the start.
+    Hibernated,
+}
+
+impl WarmState {
+    /// The API spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WarmState::Stopped => "Stopped",
+            WarmState::Running => "Running",
+            WarmState::Hibernated => "Hibernated",
+        }
+    }
+
+    /// From the API spelling; `None` for anything else.
+    pub fn parse(s: &str) -> Option<WarmState> {
+        match s {
+            "Stopped" => Some(WarmState::Stopped),
+            "Running" => Some(WarmState::Running),
+            "Hibernated" => Some(WarmState::Hibernated),
+            _ => None,
+        }
+    }
+
+    /// True when a member boots once more after its warm-up before it is taken (the hold
+    /// boot of `Running` and `Hibernated` members), so its user data must not join then.
+    pub fn holds(self) -> bool {
+        self != WarmState::Stopped
+    }
 }
 
 /// A node the cloud has (or is starting), as the controller tracks it.
@@ -155,6 +197,25 @@ pub trait CloudProvider: Send + Sync {
     /// costing only its volumes. Refuses an instance that is not a warm-pool member of this
     /// cluster, so it can never stop a node that serves pods.
     fn stop_warm(&self, instance_id: &str) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// Starts warm-pool member `instance_id` for its hold boot, without handing it out: a
+    /// `Running` or `Hibernated` member, whose user data holds it back on that boot. Refuses
+    /// a member launched to wait `Stopped` (its next boot joins the cluster).
+    fn hold_warm(&self, instance_id: &str) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// Hibernates warm-pool member `instance_id` after its hold boot (a stop that keeps its
+    /// memory). Refuses an instance that is not a warm-pool member of this cluster.
+    fn hibernate_warm(
+        &self,
+        instance_id: &str,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// Why instance type `instance_type` cannot be a warm member waiting in `state`, when it
+    /// cannot (hibernation needs support from the type); `None` when it can.
+    fn warm_type_refusal(&self, instance_type: &InstanceType, state: WarmState) -> Option<String> {
+        let _ = (instance_type, state);
+        None
+    }
 
     /// Marks the offering (`instance_type`, `zone`, `capacity_type`) unavailable for a while,
     /// as a capacity error would: the cloud said it is taking such capacity back (a spot

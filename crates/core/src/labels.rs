@@ -41,6 +41,10 @@ pub const DISRUPTED_TAINT: &str = "joiner.sh/disrupted";
 pub const TERMINATION_FINALIZER: &str = "joiner.sh/termination";
 /// Instance tag marking a warm-pool member: exempt from orphan garbage collection.
 pub const WARM_POOL: &str = "joiner.sh/warm-pool";
+/// Instance tag and member-claim annotation: the state a warm-pool member was launched to wait
+/// in (`Stopped`, `Running`, `Hibernated`); its user data and launch settings depend on it, so
+/// a pool whose state changes replaces its members, and a start or hold is checked against it.
+pub const WARM_STATE: &str = "joiner.sh/warm-state";
 
 /// Keys Kubernetes and joiner define on every node, whatever the cloud: their values come from
 /// the instance type, its offerings or the Provisioner. A pod may require them even when a

@@ -22,7 +22,9 @@ pub mod taints;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-pub use cloud_provider::{CloudError, CloudErrorKind, CloudProvider, LaunchRequest, LaunchedNode};
+pub use cloud_provider::{
+    CloudError, CloudErrorKind, CloudProvider, LaunchRequest, LaunchedNode, WarmState,
+};
 pub use error::{QuantityError, RequirementError};
 pub use instance_type::{CapacityType, InstanceType, Offering};
 pub use pod::{

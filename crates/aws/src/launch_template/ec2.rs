@@ -108,6 +108,11 @@ pub fn request_data(spec: &LaunchTemplateSpec) -> RequestLaunchTemplateData {
                 .enabled(spec.detailed_monitoring)
                 .build(),
         )
+        .set_hibernation_options(spec.hibernation.then(|| {
+            aws_sdk_ec2::types::LaunchTemplateHibernationOptionsRequest::builder()
+                .configured(true)
+                .build()
+        }))
         .tag_specifications(tag_spec(ResourceType::Instance))
         .tag_specifications(tag_spec(ResourceType::Volume))
         .build()

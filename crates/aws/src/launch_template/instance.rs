@@ -23,6 +23,8 @@ pub struct InstanceFacts {
     pub variant: AmiVariant,
     /// The VPC CNI's ENI-limited max pods.
     pub eni_max_pods: u32,
+    /// Memory in MiB, when known: a hibernated member's root volume holds it.
+    pub memory_mib: Option<u64>,
 }
 
 impl InstanceFacts {
@@ -41,6 +43,7 @@ impl InstanceFacts {
             arch,
             variant,
             eni_max_pods: eni_limited_max_pods(enis, ipv4_per_eni),
+            memory_mib: None,
         }
     }
 
@@ -57,6 +60,10 @@ impl InstanceFacts {
             arch,
             variant: AmiVariant::of(it),
             eni_max_pods,
+            memory_mib: it
+                .labels
+                .get(labels::INSTANCE_MEMORY)
+                .and_then(|m| m.parse().ok()),
         })
     }
 }

@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use joiner_apis::{AmiFamily, BlockDeviceMapping, NodeTemplate, Provisioner};
+use joiner_core::WarmState;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use thiserror::Error;
@@ -62,6 +63,11 @@ pub struct LaunchTemplateSpec {
     pub max_pods: u32,
     /// Launched into a warm pool (the user data holds the node back on its first boot).
     pub warm_pool: bool,
+    /// Hibernation configured (a `Hibernated` warm-pool member): EC2 hibernates only
+    /// instances launched with it. Left out of the name's hash when off, so templates without
+    /// it keep their names.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub hibernation: bool,
 }
 
 impl LaunchTemplateSpec {
@@ -171,8 +177,8 @@ pub struct LaunchContext<'a> {
     pub security_group_ids: &'a [String],
     /// Instance profile used when the NodeTemplate names none.
     pub default_instance_profile: Option<&'a str>,
-    /// Launch into the warm pool.
-    pub warm_pool: bool,
+    /// Launch into the warm pool, to wait in this state.
+    pub warm_pool: Option<WarmState>,
 }
 
 /// A resolved template: its settings, the user data decoded (for people), and the bootstrap
@@ -200,7 +206,7 @@ pub fn build(ctx: &LaunchContext<'_>) -> Result<ResolvedLaunchTemplate, LaunchTe
     );
     let mut bootstrap = NodeBootstrap::for_provisioner(ctx.cluster.clone(), prov, pods);
     bootstrap.warm_pool = ctx.warm_pool;
-    if ctx.warm_pool {
+    if ctx.warm_pool.is_some() {
         bootstrap.pre_pull_images = prov
             .spec
             .warm_pool
@@ -249,12 +255,13 @@ pub fn build(ctx: &LaunchContext<'_>) -> Result<ResolvedLaunchTemplate, LaunchTe
             .or_else(|| ctx.default_instance_profile.map(str::to_string)),
         security_group_ids,
         user_data: user_data.base64.clone(),
-        block_device_mappings: block_devices(nt, family)?,
+        block_device_mappings: block_devices(nt, family, hibernation_memory_gib(ctx)?)?,
         metadata_options,
         detailed_monitoring: nt.spec.detailed_monitoring.unwrap_or(false),
         tags,
         max_pods: pods,
-        warm_pool: ctx.warm_pool,
+        warm_pool: ctx.warm_pool.is_some(),
+        hibernation: ctx.warm_pool == Some(WarmState::Hibernated),
     };
     Ok(ResolvedLaunchTemplate {
         spec,
@@ -263,8 +270,54 @@ pub fn build(ctx: &LaunchContext<'_>) -> Result<ResolvedLaunchTemplate, LaunchTe
     })
 }
 
-/// The NodeTemplate's mappings, or the family's defaults when it has none.
+/// For a `Hibernated` member, the memory its root volume must hold, in whole GiB (EC2 writes
+/// the RAM there); `None` for every other launch.
+fn hibernation_memory_gib(ctx: &LaunchContext<'_>) -> Result<Option<u64>, LaunchTemplateError> {
+    if ctx.warm_pool != Some(WarmState::Hibernated) {
+        return Ok(None);
+    }
+    let mib = ctx
+        .instance
+        .memory_mib
+        .ok_or_else(|| LaunchTemplateError::Invalid {
+            node_template: ctx.node_template.name().to_string(),
+            field: "spec.blockDeviceMappings".to_string(),
+            reason: format!(
+                "the memory of {} is unknown, so its root volume cannot be sized for hibernation",
+                ctx.instance.name
+            ),
+        })?;
+    Ok(Some(mib.div_ceil(1024)))
+}
+
+/// The NodeTemplate's mappings, or the family's defaults when it has none. With
+/// `hibernation_gib`, the root volume (`/dev/xvda`, else the first) grows by that much and is
+/// encrypted: hibernation needs room for the memory on an encrypted root.
 fn block_devices(
+    nt: &NodeTemplate,
+    family: AmiFamily,
+    hibernation_gib: Option<u64>,
+) -> Result<Vec<BlockDeviceSpec>, LaunchTemplateError> {
+    let mut devices = configured_block_devices(nt, family)?;
+    if let Some(extra) = hibernation_gib {
+        let root = devices
+            .iter()
+            .position(|d| d.device_name == ROOT_DEVICE)
+            .unwrap_or(0);
+        if let Some(d) = devices.get_mut(root) {
+            let base = d.volume_size_gib.unwrap_or(DEFAULT_ROOT_VOLUME_GIB);
+            d.volume_size_gib = Some(base + extra);
+            d.encrypted = Some(true);
+        }
+    }
+    Ok(devices)
+}
+
+/// The root device of the Linux families joiner writes user data for.
+const ROOT_DEVICE: &str = "/dev/xvda";
+
+/// The NodeTemplate's mappings, or the family's defaults when it has none.
+fn configured_block_devices(
     nt: &NodeTemplate,
     family: AmiFamily,
 ) -> Result<Vec<BlockDeviceSpec>, LaunchTemplateError> {

@@ -15,8 +15,8 @@ pub fn render(
 ) -> Result<String, UserDataError> {
     let mut parts = mime::user_parts(node_template, user_data)?;
     let join = script(b);
-    let body = if b.warm_pool {
-        warm::first_boot_script(&join, &[], &b.pre_pull_images)
+    let body = if let Some(state) = b.warm_pool {
+        warm::first_boot_script(&join, &[], &b.pre_pull_images, state)
     } else {
         join
     };

@@ -18,7 +18,7 @@ pub fn render(
 ) -> Result<String, UserDataError> {
     let mut parts = mime::user_parts(node_template, user_data)?;
     let config = node_config(node_template, b)?;
-    if b.warm_pool {
+    if let Some(state) = b.warm_pool {
         let join = format!(
             "#!/bin/bash\nset -ex\nnodeadm init --config-source {}\n",
             shell_quote(&format!("file://{}", warm::NODE_CONFIG_FILE))
@@ -27,6 +27,7 @@ pub fn render(
             &join,
             &[(warm::NODE_CONFIG_FILE, &config)],
             &b.pre_pull_images,
+            state,
         );
         parts.push(mime::Part::new(mime::SHELL_SCRIPT, script));
     } else {

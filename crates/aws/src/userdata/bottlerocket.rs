@@ -37,7 +37,7 @@ pub fn render(
     };
     let mut doc = joiner_settings(b);
     merge(&mut doc, user);
-    if b.warm_pool {
+    if b.warm_pool.is_some() {
         // Warm-up: no cluster settings at all (the user's included), so the kubelet has no
         // API server to register with; the real document replaces this one, through
         // ModifyInstanceAttribute, before the member is started for a claim.

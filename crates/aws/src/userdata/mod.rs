@@ -81,8 +81,10 @@ pub struct NodeBootstrap {
     pub kubelet: KubeletConfiguration,
     /// AL2 `--container-runtime`, for AMIs that still accept it; omitted when `None`.
     pub container_runtime: Option<String>,
-    /// Warm-pool launch: do not join on the first boot, join on every later boot until joined.
-    pub warm_pool: bool,
+    /// Warm-pool launch, and the state the member waits in: do not join on the first boot
+    /// (nor on the hold boot of `Running` and `Hibernated` members), join on every later boot
+    /// until joined.
+    pub warm_pool: Option<joiner_core::WarmState>,
     /// Images the warm-up pulls (the pool's `prePullImages`; AL2 and AL2023).
     pub pre_pull_images: Vec<String>,
     /// Path of the AL2 bootstrap script ([`AL2_BOOTSTRAP_SCRIPT`]); a parameter so tests can
@@ -120,7 +122,7 @@ impl NodeBootstrap {
             taints,
             kubelet: spec.kubelet_configuration.clone().unwrap_or_default(),
             container_runtime: None,
-            warm_pool: false,
+            warm_pool: None,
             pre_pull_images: Vec::new(),
             al2_bootstrap_script: AL2_BOOTSTRAP_SCRIPT.to_string(),
         }
@@ -232,7 +234,7 @@ pub fn render(
     if family != AmiFamily::Custom {
         check_labels(provisioner, &bootstrap.labels)?;
     }
-    if bootstrap.warm_pool && family == AmiFamily::Custom {
+    if bootstrap.warm_pool.is_some() && family == AmiFamily::Custom {
         return Err(UserDataError::WarmPoolUnsupported {
             node_template: node_template.to_string(),
             family: family.as_str(),

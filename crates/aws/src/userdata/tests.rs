@@ -32,7 +32,7 @@ pub(super) fn bootstrap() -> NodeBootstrap {
             ..Default::default()
         },
         container_runtime: None,
-        warm_pool: false,
+        warm_pool: None,
         pre_pull_images: Vec::new(),
         al2_bootstrap_script: AL2_BOOTSTRAP_SCRIPT.into(),
     }
@@ -229,7 +229,7 @@ fn restricted_labels_are_refused() {
 #[test]
 fn warm_pool_user_data_does_not_join_on_first_boot() {
     let mut b = bootstrap();
-    b.warm_pool = true;
+    b.warm_pool = Some(joiner_core::WarmState::Stopped);
     for family in [AmiFamily::Al2, AmiFamily::Al2023] {
         let doc = render_ok(family, None, &b);
         let parts = mime::user_parts("nt", &doc).unwrap();
@@ -266,7 +266,7 @@ fn warm_pool_user_data_does_not_join_on_first_boot() {
         Some(true)
     );
     let mut cold = b.clone();
-    cold.warm_pool = false;
+    cold.warm_pool = None;
     let real = render(AmiFamily::Bottlerocket, "nt", "default", Some(user), &cold)
         .expect("renders")
         .decoded;

@@ -25,13 +25,38 @@
 //! first boot); the NodeConfig is written to [`NODE_CONFIG_FILE`] and the join runs
 //! `nodeadm init --config-source file://...`. On warm boots nodeadm's units find no cluster
 //! settings and fail harmlessly. The user's own NodeConfig parts are not merged in this mode.
+//!
+//! Members that wait `Running` or `Hibernated` boot once more before they are taken: the
+//! pool starts them again after the warm-up (the **hold boot**), and that boot must not join
+//! either. Their first boot writes [`HOLD_BOOTS`] (`1`); [`ON_BOOT_SCRIPT`], which the unit
+//! runs, spends one held boot instead of joining while the count is above 0. A `Running`
+//! member is then taken by a reboot (its third boot joins); a `Hibernated` one is hibernated
+//! during the hold boot and taken by a start, which resumes it without a boot: the
+//! [`SLEEP_HOOK`] (systemd runs it after every resume with `post`) restarts the unit, which
+//! joins. Should the hibernation fail and EC2 stop the instance plainly, its next start is
+//! a boot, which joins through the unit: a slower take, never a missed one. `Hibernated`
+//! members also install and enable the EC2 hibernation agent (`ec2-hibinit-agent`), which
+//! sets up the swap file the memory is written to.
+
+use joiner_core::WarmState;
 
 /// The script that joins the cluster, written on the first boot.
 pub const JOIN_SCRIPT: &str = "/etc/joiner/join.sh";
 /// The systemd unit that runs [`JOIN_SCRIPT`] on later boots.
 pub const UNIT: &str = "joiner-join.service";
+/// What the unit runs on every boot until the node has joined: spends a held boot, or joins
+/// ([`JOIN_SCRIPT`]) and writes [`JOINED_MARKER`].
+pub const ON_BOOT_SCRIPT: &str = "/etc/joiner/on-boot.sh";
 /// Written once the node has joined, so later boots do not bootstrap again.
 pub const JOINED_MARKER: &str = "/var/lib/joiner/joined";
+/// How many boots after the warm-up still hold the node back (`Running` and `Hibernated`
+/// members: 1, the hold boot).
+pub const HOLD_BOOTS: &str = "/var/lib/joiner/hold-boots";
+/// systemd's hook run around a hibernation (`pre`/`post hibernate`): after a resume it
+/// starts the join ([`UNIT`]), for `Hibernated` members.
+pub const SLEEP_HOOK: &str = "/usr/lib/systemd/system-sleep/joiner-join";
+/// The EC2 hibernation agent's unit.
+pub const HIBERNATION_AGENT: &str = "hibinit-agent.service";
 /// Where AL2023 warm-pool user data keeps joiner's NodeConfig.
 pub const NODE_CONFIG_FILE: &str = "/etc/joiner/nodeconfig.yaml";
 
@@ -78,9 +103,46 @@ systemctl start containerd || true
     )
 }
 
+/// The script the unit runs on every boot until joined (see the module doc).
+fn on_boot_script() -> String {
+    format!(
+        "#!/bin/bash\n\
+         # joiner: on each boot of a warm-pool member until it has joined the cluster.\n\
+         set -euo pipefail\n\
+         held=0\n\
+         if [ -s {HOLD_BOOTS} ]; then held=$(cat {HOLD_BOOTS}); fi\n\
+         if [ \"$held\" -gt 0 ]; then\n\
+         \x20 echo $((held - 1)) > {HOLD_BOOTS}\n\
+         \x20 echo 'joiner: hold boot of a warm-pool member; not joining the cluster'\n\
+         \x20 exit 0\n\
+         fi\n\
+         {JOIN_SCRIPT}\n\
+         mkdir -p /var/lib/joiner\n\
+         touch {JOINED_MARKER}\n"
+    )
+}
+
+/// The resume hook of `Hibernated` members.
+fn sleep_hook() -> String {
+    format!(
+        "#!/bin/sh\n\
+         # joiner: a hibernated warm-pool member resumed for a claim joins the cluster now.\n\
+         case \"$1\" in\n\
+         \x20 post) [ -e {JOINED_MARKER} ] || systemctl restart --no-block {UNIT} ;;\n\
+         esac\n"
+    )
+}
+
 /// The first-boot script: writes `files` (path, content), the join script and the unit,
-/// enables the unit, pre-pulls `images`, powers off, and does not join.
-pub fn first_boot_script(join_script: &str, files: &[(&str, &str)], images: &[String]) -> String {
+/// enables the unit, pre-pulls `images`, powers off, and does not join. For a member waiting
+/// in `state` `Running` or `Hibernated` it also holds back the next boot (and, hibernated,
+/// installs the resume hook and the hibernation agent).
+pub fn first_boot_script(
+    join_script: &str,
+    files: &[(&str, &str)],
+    images: &[String],
+    state: WarmState,
+) -> String {
     let mut out = String::from(
         "#!/bin/bash\n\
          # joiner warm-pool instance: this first boot prepares the node and does not join the\n\
@@ -92,7 +154,24 @@ pub fn first_boot_script(join_script: &str, files: &[(&str, &str)], images: &[St
         write_file(&mut out, path, content);
     }
     write_file(&mut out, JOIN_SCRIPT, join_script);
-    out.push_str(&format!("chmod 0755 {JOIN_SCRIPT}\n"));
+    write_file(&mut out, ON_BOOT_SCRIPT, &on_boot_script());
+    out.push_str(&format!("chmod 0755 {JOIN_SCRIPT} {ON_BOOT_SCRIPT}\n"));
+    if state.holds() {
+        out.push_str(&format!(
+            "mkdir -p /var/lib/joiner\necho 1 > {HOLD_BOOTS}\n"
+        ));
+    }
+    if state == WarmState::Hibernated {
+        out.push_str("mkdir -p /usr/lib/systemd/system-sleep\n");
+        write_file(&mut out, SLEEP_HOOK, &sleep_hook());
+        out.push_str(&format!(
+            "chmod 0755 {SLEEP_HOOK}\n\
+             if ! systemctl cat {HIBERNATION_AGENT} >/dev/null 2>&1; then\n\
+             \x20 dnf install -y ec2-hibinit-agent || yum install -y ec2-hibinit-agent || echo 'joiner: ec2-hibinit-agent could not be installed; the member will be stopped instead of hibernated'\n\
+             fi\n\
+             systemctl enable --now {HIBERNATION_AGENT} || true\n"
+        ));
+    }
     let unit = format!(
         "[Unit]\n\
          Description=joiner: join the cluster on the first start after warm-up\n\
@@ -102,8 +181,7 @@ pub fn first_boot_script(join_script: &str, files: &[(&str, &str)], images: &[St
          \n\
          [Service]\n\
          Type=oneshot\n\
-         ExecStart={JOIN_SCRIPT}\n\
-         ExecStartPost=/bin/sh -c 'mkdir -p /var/lib/joiner && touch {JOINED_MARKER}'\n\
+         ExecStart={ON_BOOT_SCRIPT}\n\
          RemainAfterExit=yes\n\
          \n\
          [Install]\n\

@@ -2,15 +2,17 @@
 //! (the script's absolute paths are moved under it), and stubs stand for `systemctl`, `nodeadm`
 //! and `/etc/eks/bootstrap.sh`, recording each call. Boot 1 (warm-up) runs the first-boot
 //! script as cloud-init would; boots 2 and 3 run what systemd would run for the installed unit
-//! (its `ConditionPathExists`, `ExecStart`, `ExecStartPost`). The node must neither bootstrap
-//! nor start kubelet while warming, join exactly once on the first start after it is claimed,
-//! and never again. (No metadata-service stub is needed: the mechanism reads no instance tag;
+//! (its `ConditionPathExists`, `ExecStart`); a resume from hibernation runs the sleep hook as
+//! systemd does. The node must neither bootstrap nor start kubelet while warming (nor on the
+//! hold boot of a `Running` or `Hibernated` member), join exactly once when it is taken (the
+//! start, the reboot or the resume), and never again. (No metadata-service stub is needed: the mechanism reads no instance tag;
 //! see `warm`.)
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use joiner_apis::AmiFamily;
+use joiner_core::WarmState;
 
 use super::tests::bootstrap;
 use super::{mime, render, warm};
@@ -21,6 +23,7 @@ const MOVED: &[&str] = &[
     "/etc/systemd/system",
     "/var/lib/joiner",
     "/etc/eks",
+    "/usr/lib/systemd/system-sleep",
 ];
 
 struct Sandbox {
@@ -130,8 +133,34 @@ echo '{{\"kind\":\"CredentialProviderResponse\",\"apiVersion\":\"credentialprovi
             return;
         }
         self.run(&value("ExecStart"));
-        self.run(&value("ExecStartPost"));
+        if let Some(post) = unit.lines().find_map(|l| l.strip_prefix("ExecStartPost=")) {
+            self.run(post);
+        }
     }
+
+    /// A resume from hibernation: systemd runs the sleep hooks with `post hibernate`; a
+    /// restart of the unit the hook asks for runs the unit.
+    fn resume(&self) {
+        let hook = self.root.join(warm::SLEEP_HOOK.trim_start_matches('/'));
+        let before = self.calls().len();
+        self.run(&format!("sh '{}' post hibernate", hook.display()));
+        let restart = format!("systemctl restart --no-block {}", warm::UNIT);
+        if self.calls()[before..].contains(&restart) {
+            // The restarted unit: its condition, then its commands, as on a boot.
+            self.boot();
+        }
+    }
+}
+
+/// The first-boot script of `family`'s warm user data for a member waiting in `state`.
+fn first_boot(family: AmiFamily, state: WarmState) -> String {
+    let mut b = bootstrap();
+    b.warm_pool = Some(state);
+    let doc = render(family, "nt", "default", None, &b)
+        .expect("renders")
+        .decoded;
+    let parts = mime::user_parts("nt", &doc).expect("parts");
+    parts.last().expect("a part").body.clone()
 }
 
 fn joins(calls: &[String]) -> Vec<&String> {
@@ -148,7 +177,7 @@ fn joins(calls: &[String]) -> Vec<&String> {
 #[test]
 fn a_warm_instance_does_not_join_while_warming_and_joins_once_when_claimed() {
     let mut b = bootstrap();
-    b.warm_pool = true;
+    b.warm_pool = Some(joiner_core::WarmState::Stopped);
     b.pre_pull_images = vec![
         "123456789012.dkr.ecr.us-east-1.amazonaws.com/shop/app:1.2".to_string(),
         "public.ecr.aws/nginx/nginx:1.27".to_string(),
@@ -242,5 +271,96 @@ fn a_warm_instance_does_not_join_while_warming_and_joins_once_when_claimed() {
             .filter(|c| *c == warm::POWER_OFF)
             .count();
         assert_eq!(power_offs, 1, "{family:?}");
+    }
+}
+
+#[test]
+fn a_running_member_holds_its_hold_boot_and_joins_on_the_reboot_of_its_take() {
+    for family in [AmiFamily::Al2, AmiFamily::Al2023] {
+        let sandbox = Sandbox::new();
+        // Boot 1: warm-up, then power off (the pool's sign that the warm-up is over).
+        sandbox.run(&sandbox.moved(&first_boot(family, WarmState::Running)));
+        assert!(joins(&sandbox.calls()).is_empty(), "{family:?}");
+        assert_eq!(
+            sandbox.calls().last().map(String::as_str),
+            Some(warm::POWER_OFF)
+        );
+        // No hibernation agent, no resume hook for a running member.
+        assert!(
+            !sandbox.calls().iter().any(|c| c.contains("hibinit")),
+            "{family:?}"
+        );
+        assert!(!sandbox
+            .root
+            .join(warm::SLEEP_HOOK.trim_start_matches('/'))
+            .exists());
+        // Boot 2: the pool's hold start. The member runs, not joined.
+        sandbox.boot();
+        assert!(
+            joins(&sandbox.calls()).is_empty(),
+            "{family:?} joined on its hold boot: {:?}",
+            sandbox.calls()
+        );
+        assert!(!sandbox.root.join("var/lib/joiner/joined").exists());
+        // Boot 3: the reboot of a take. It joins, once; boot 4 does not join again.
+        sandbox.boot();
+        assert_eq!(
+            joins(&sandbox.calls()).len(),
+            1,
+            "{family:?}: {:?}",
+            sandbox.calls()
+        );
+        assert!(sandbox.root.join("var/lib/joiner/joined").exists());
+        sandbox.boot();
+        assert_eq!(joins(&sandbox.calls()).len(), 1, "{family:?} joined twice");
+    }
+}
+
+#[test]
+fn a_hibernated_member_joins_when_resumed_or_on_the_boot_after_a_failed_hibernation() {
+    for family in [AmiFamily::Al2, AmiFamily::Al2023] {
+        let script = first_boot(family, WarmState::Hibernated);
+        // Resumed from hibernation for a take.
+        let sandbox = Sandbox::new();
+        sandbox.run(&sandbox.moved(&script));
+        let warm_calls = sandbox.calls();
+        assert!(joins(&warm_calls).is_empty(), "{family:?}: {warm_calls:?}");
+        // The hibernation agent (present on the AMI here: `systemctl cat` answers) is enabled.
+        assert!(
+            warm_calls.contains(&format!(
+                "systemctl enable --now {}",
+                warm::HIBERNATION_AGENT
+            )),
+            "{warm_calls:?}"
+        );
+        sandbox.boot();
+        assert!(
+            joins(&sandbox.calls()).is_empty(),
+            "{family:?} joined on its hold boot"
+        );
+        sandbox.resume();
+        assert_eq!(
+            joins(&sandbox.calls()).len(),
+            1,
+            "{family:?}: {:?}",
+            sandbox.calls()
+        );
+        // A later resume or boot never joins again.
+        sandbox.resume();
+        sandbox.boot();
+        assert_eq!(joins(&sandbox.calls()).len(), 1, "{family:?} joined twice");
+
+        // EC2 could not hibernate it and stopped it plainly: the start is a boot, which joins.
+        let fallback = Sandbox::new();
+        fallback.run(&fallback.moved(&script));
+        fallback.boot();
+        assert!(joins(&fallback.calls()).is_empty());
+        fallback.boot();
+        assert_eq!(
+            joins(&fallback.calls()).len(),
+            1,
+            "{family:?}: {:?}",
+            fallback.calls()
+        );
     }
 }

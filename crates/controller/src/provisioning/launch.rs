@@ -101,7 +101,7 @@ pub fn planned_request(
         capacity_type: node.capacity_type,
         candidates: node.priced_options(),
         zones: node.zones(),
-        warm_pool: false,
+        warm_pool: None,
     })
 }
 
@@ -158,7 +158,7 @@ pub fn launch_request(
         capacity_type,
         candidates,
         zones,
-        warm_pool: claim.warm_pool().is_some(),
+        warm_pool: claim.warm_pool().map(|_| claim.warm_state()),
     })
 }
 
@@ -307,13 +307,11 @@ pub async fn launch_claim<P: CloudProvider>(
             .map(|(_, p)| *p)
     };
     let (node, adopted, price, reason) = match found {
-        // A warm member tagged for this claim whose start a crash (or a failed start whose
-        // tag could not be restored) interrupted: start it now.
-        Some(node)
-            if node.warm_pool
-                && claim.warm_pool().is_none()
-                && matches!(node.state.as_str(), "stopped" | "stopping") =>
-        {
+        // A warm member tagged for this claim whose start (or, for a running member, whose
+        // reboot) a crash or a failed start whose tag could not be restored interrupted:
+        // start it now. The provider's start is idempotent for the claim: a member already
+        // started (or rebooted) for it is answered as it is.
+        Some(node) if node.warm_pool && claim.warm_pool().is_none() => {
             match ctx.cloud.start_warm(&node.instance_id, &name).await {
                 Ok(started) => {
                     tracing::info!(claim = %name, instance = %started.instance_id,
@@ -333,12 +331,7 @@ pub async fn launch_claim<P: CloudProvider>(
             tracing::info!(claim = %name, instance = %node.instance_id,
                 "NodeClaim already has an instance; recording it");
             let price = request_price(&node);
-            let reason = if node.warm_pool && claim.warm_pool().is_none() {
-                TAKEN_REASON
-            } else {
-                LAUNCHED_REASON
-            };
-            (node, true, price, reason)
+            (node, true, price, LAUNCHED_REASON)
         }
         None if request.candidates.is_empty() => {
             return requeue(ctx, &name, "NoAvailableOffering".to_string()).await;

@@ -45,7 +45,7 @@ use joiner_apis::{
     condition, AmiFamily, NodeClaim, NodeClaimSpec, NodeTemplate, NodeTemplateRef, ObjectLookup,
     Provisioner, WarmPoolStatus,
 };
-use joiner_core::{labels, CloudProvider, InstanceType, LaunchedNode, Resources};
+use joiner_core::{labels, CloudProvider, InstanceType, LaunchedNode, Resources, WarmState};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -77,6 +77,12 @@ pub mod reasons {
     pub const DRIFTED: &str = "warm_pool_drifted";
     /// Found running outside a take.
     pub const STARTED_OUTSIDE: &str = "warm_pool_started_outside_take";
+    /// Found stopped after its hold boot, outside the pool (its next boot would join).
+    pub const STOPPED_OUTSIDE: &str = "warm_pool_stopped_outside_take";
+    /// Launched to wait in another state than its pool's.
+    pub const STATE_CHANGED: &str = "warm_pool_state_changed";
+    /// Hibernated for almost EC2's 60-day limit.
+    pub const HIBERNATION_LIMIT: &str = "warm_pool_hibernation_limit";
     /// Its Provisioner has no warm pool any more (or is gone).
     pub const NO_POOL: &str = "warm_pool_removed";
 }
@@ -94,16 +100,26 @@ fn instance_id(claim: &NodeClaim) -> Option<&str> {
     claim.status.as_ref().and_then(|s| s.instance_id.as_deref())
 }
 
-/// Why a Provisioner's pool cannot be kept now, when it cannot: a state joiner cannot keep
-/// members in yet, or the Custom AMI family (whose user data joiner does not write). Members are then not launched (existing ones stay).
+/// Why a Provisioner's pool cannot be kept now, when it cannot: the Custom AMI family (whose
+/// user data joiner does not write), or a state Bottlerocket cannot wait in (`Hibernated`: EC2
+/// does not hibernate Bottlerocket; `Running`: its settings come only from user data, which
+/// EC2 changes only while an instance is stopped, so a running member has no way to learn its
+/// cluster). Members are then not launched (existing ones stay).
 pub fn unsupported(prov: &Provisioner, node_template: Option<&NodeTemplate>) -> Option<String> {
     let pool = prov.spec.warm_pool.as_ref()?;
-    if let Some(state) = pool.state.as_deref().filter(|s| *s != "Stopped") {
+    let family = node_template.map(|nt| nt.ami_family())?;
+    let state = pool.warm_state();
+    if family == AmiFamily::Bottlerocket && state != WarmState::Stopped {
+        let why = match state {
+            WarmState::Hibernated => "EC2 does not hibernate Bottlerocket instances",
+            _ => "Bottlerocket reads its cluster settings only from user data, which EC2 changes only while an instance is stopped, so a running member could never join",
+        };
         return Some(format!(
-            "spec.warmPool.state: {state} is not supported yet; only Stopped members are kept"
+            "spec.warmPool.state: {}: {why}; use Stopped with NodeTemplate {}",
+            state.as_str(),
+            node_template.map(|nt| nt.name()).unwrap_or_default(),
         ));
     }
-    let family = node_template.map(|nt| nt.ami_family())?;
     if family == AmiFamily::Custom {
         return Some(format!(
             "NodeTemplate {}: spec.amiFamily Custom: joiner does not write Custom user data, so it cannot keep a warming instance from joining; use AL2023, Bottlerocket or AL2",
@@ -273,49 +289,232 @@ async fn step_member<P: CloudProvider>(
         return remove(ctx, member, reasons::DRIFTED).await;
     }
 
+    let state = member.warm_state();
+    let reused = member
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(reuse::REUSED_FROM));
+    let wanted = prov
+        .spec
+        .warm_pool
+        .as_ref()
+        .map(joiner_apis::WarmPool::warm_state)
+        .unwrap_or_default();
+    // Launched for another state (its user data and launch settings are that state's). A
+    // reused node waits stopped whatever the pool's state.
+    if !reused && state != wanted {
+        tracing::info!(
+            member = member.name(),
+            state = state.as_str(),
+            wanted = wanted.as_str(),
+            "warm-pool member launched for another state; replacing it"
+        );
+        return remove(ctx, member, reasons::STATE_CHANGED).await;
+    }
+    let status = member.status.as_ref().and_then(|s| s.warm_pool.as_ref());
+    let held_at = status.and_then(|w| w.held_at.as_ref()).map(|t| t.0);
+    let hibernated_at = status.and_then(|w| w.hibernated_at.as_ref()).map(|t| t.0);
     let running = matches!(instance.state.as_str(), "pending" | "running");
-    match phase {
-        WARM if running => {
-            tracing::warn!(member = member.name(), instance = %instance.instance_id,
-                "warm-pool member running outside a take (started by hand?); replacing it");
-            remove(ctx, member, reasons::STARTED_OUTSIDE).await
-        }
-        WARM => Ok(false),
-        // A reused node's member waits for the claim it came from to be released.
-        _ if instance.state == "stopped" && reused_origin_live(member, claims) => Ok(false),
-        _ if instance.state == "stopped" => set_phase(ctx, member, WARM, None).await.map(|_| false),
-        _ if running => {
-            let launched = member
-                .status
-                .as_ref()
-                .and_then(|s| condition::find(&s.conditions, condition::LAUNCHED))
-                .map(|c| &c.last_transition_time);
-            let deadline = match node_template.as_deref().map(NodeTemplate::ami_family) {
-                Some(AmiFamily::Bottlerocket) => {
-                    ctx.settings.warm_pool_warmup.min(BOTTLEROCKET_WARMUP)
-                }
-                _ => ctx.settings.warm_pool_warmup,
-            };
-            if age(launched, now) < deadline {
+    let stopped = instance.state == "stopped";
+
+    if phase == WARM {
+        return match state {
+            WarmState::Running if !running => {
+                // Its hold boot is spent: the next boot would join outside a take.
+                tracing::warn!(member = member.name(), instance = %instance.instance_id,
+                    "running warm-pool member stopped outside a take; replacing it");
+                remove(ctx, member, reasons::STOPPED_OUTSIDE).await
+            }
+            WarmState::Running => Ok(false),
+            _ if running => {
+                tracing::warn!(member = member.name(), instance = %instance.instance_id,
+                    "warm-pool member running outside a take (started by hand?); replacing it");
+                remove(ctx, member, reasons::STARTED_OUTSIDE).await
+            }
+            WarmState::Hibernated
+                if hibernated_at.is_some_and(|t| age_of(t, now) >= HIBERNATION_LIMIT) =>
+            {
+                remove(ctx, member, reasons::HIBERNATION_LIMIT).await
+            }
+            _ => Ok(false),
+        };
+    }
+
+    // Warming (or reused, waiting for its origin to go).
+    if stopped && reused_origin_live(member, claims) {
+        return Ok(false);
+    }
+    if running && held_at.is_none() {
+        return stop_after_warm_up(ctx, member, instance, node_template.as_deref(), now).await;
+    }
+    match state {
+        WarmState::Stopped if stopped => set_phase(ctx, member, WARM, None).await.map(|_| false),
+        WarmState::Stopped => Ok(false),
+        // The warm-up is over: start the hold boot, recorded first so a crash repeats it.
+        _ if stopped && held_at.is_none() => {
+            if !record(ctx, member, json!({"heldAt": now.to_string()})).await? {
                 return Ok(false);
             }
-            tracing::info!(member = member.name(), instance = %instance.instance_id,
-                "warm-pool member still running after its warm-up deadline; stopping it");
-            match ctx.cloud.stop_warm(&instance.instance_id).await {
-                Ok(()) => Ok(false),
-                Err(e) => {
-                    let message = format!("stopping instance {} failed: {e}", instance.instance_id);
-                    set_phase(ctx, member, WARMING, Some(&message)).await?;
-                    Err(LifecycleError::cloud(
-                        &format!("NodeClaim {}", member.name()),
-                        format!("stopping warm-pool member {}", instance.instance_id),
-                        e,
-                    ))
+            hold(ctx, member, instance).await
+        }
+        WarmState::Hibernated if stopped && hibernated_at.is_some() => {
+            set_phase(ctx, member, WARM, None).await.map(|_| false)
+        }
+        _ if stopped => {
+            // Recorded but stopped: either the start never happened (a crash: start it now),
+            // or the hold boot happened and something stopped the member (its next boot
+            // would join: replace it). EC2 sets the launch time on every start.
+            let started_since = match (instance.launch_time, held_at) {
+                (Some(launched), Some(held)) => {
+                    Timestamp::try_from(launched).is_ok_and(|l| l >= held)
                 }
+                _ => true,
+            };
+            if started_since {
+                tracing::warn!(member = member.name(), instance = %instance.instance_id,
+                    "warm-pool member stopped after its hold boot, outside the pool; replacing it");
+                remove(ctx, member, reasons::STOPPED_OUTSIDE).await
+            } else {
+                hold(ctx, member, instance).await
             }
         }
-        // stopping: the next pass sees it stopped.
+        WarmState::Running if running => set_phase(ctx, member, WARM, None).await.map(|_| false),
+        WarmState::Hibernated if running => {
+            let settled = held_at.is_some_and(|t| age_of(t, now) >= HIBERNATE_AFTER);
+            if hibernated_at.is_none() {
+                if !settled {
+                    return Ok(false);
+                }
+                if !record(ctx, member, json!({"hibernatedAt": now.to_string()})).await? {
+                    return Ok(false);
+                }
+            }
+            hibernate(ctx, member, instance).await
+        }
+        // pending, stopping: the next pass sees where it went.
         _ => Ok(false),
+    }
+}
+
+/// How long after its hold boot starts a `Hibernated` member is hibernated: the hibernation
+/// agent sets up its swap file at boot, and EC2 asks for a few minutes before a hibernation.
+pub const HIBERNATE_AFTER: Duration = Duration::from_secs(300);
+
+/// EC2 hibernates an instance for at most 60 days; a member is replaced a little before.
+pub const HIBERNATION_LIMIT: Duration = Duration::from_secs(55 * 24 * 3600);
+
+/// How long ago `t` was.
+fn age_of(t: Timestamp, now: Timestamp) -> Duration {
+    Duration::try_from(now.duration_since(t)).unwrap_or_default()
+}
+
+/// Merge-patches fields of the member's `status.warmPool` guarded by its resourceVersion;
+/// `false` when it changed meanwhile (the next pass sees the new state).
+async fn record<P: CloudProvider>(
+    ctx: &Context<P>,
+    member: &NodeClaim,
+    fields: serde_json::Value,
+) -> Result<bool, LifecycleError> {
+    match patch_claim_status(
+        &ctx.client,
+        member,
+        json!({"warmPool": fields}),
+        Guard::ResourceVersion,
+    )
+    .await
+    {
+        Ok(_) => Ok(true),
+        Err(e) if is_conflict(&e) => Ok(false),
+        Err(e) => Err(LifecycleError::api(
+            &format!("NodeClaim {}", member.name()),
+            "recording a warm-pool member's step",
+        )(e)),
+    }
+}
+
+/// Starts the hold boot of `member`; a failure is written to its status.
+async fn hold<P: CloudProvider>(
+    ctx: &Context<P>,
+    member: &NodeClaim,
+    instance: &LaunchedNode,
+) -> Result<bool, LifecycleError> {
+    tracing::info!(member = member.name(), instance = %instance.instance_id, "starting the hold boot of a warm-pool member");
+    match ctx.cloud.hold_warm(&instance.instance_id).await {
+        Ok(()) => Ok(false),
+        Err(e) => {
+            let message = format!(
+                "starting instance {} for its hold boot failed: {e}",
+                instance.instance_id
+            );
+            set_phase(ctx, member, WARMING, Some(&message)).await?;
+            Err(LifecycleError::cloud(
+                &format!("NodeClaim {}", member.name()),
+                format!(
+                    "starting warm-pool member {} for its hold boot",
+                    instance.instance_id
+                ),
+                e,
+            ))
+        }
+    }
+}
+
+/// Hibernates `member` after its hold boot; a failure is written to its status.
+async fn hibernate<P: CloudProvider>(
+    ctx: &Context<P>,
+    member: &NodeClaim,
+    instance: &LaunchedNode,
+) -> Result<bool, LifecycleError> {
+    tracing::info!(member = member.name(), instance = %instance.instance_id, "hibernating a warm-pool member");
+    match ctx.cloud.hibernate_warm(&instance.instance_id).await {
+        Ok(()) => Ok(false),
+        Err(e) => {
+            let message = format!("hibernating instance {} failed: {e}", instance.instance_id);
+            set_phase(ctx, member, WARMING, Some(&message)).await?;
+            Err(LifecycleError::cloud(
+                &format!("NodeClaim {}", member.name()),
+                format!("hibernating warm-pool member {}", instance.instance_id),
+                e,
+            ))
+        }
+    }
+}
+
+/// A member still running its warm-up: stopped once past its deadline (its user data powers
+/// it off itself when it gets there first).
+async fn stop_after_warm_up<P: CloudProvider>(
+    ctx: &Context<P>,
+    member: &NodeClaim,
+    instance: &LaunchedNode,
+    node_template: Option<&NodeTemplate>,
+    now: Timestamp,
+) -> Result<bool, LifecycleError> {
+    let launched = member
+        .status
+        .as_ref()
+        .and_then(|s| condition::find(&s.conditions, condition::LAUNCHED))
+        .map(|c| &c.last_transition_time);
+    let deadline = match node_template.map(NodeTemplate::ami_family) {
+        Some(AmiFamily::Bottlerocket) => ctx.settings.warm_pool_warmup.min(BOTTLEROCKET_WARMUP),
+        _ => ctx.settings.warm_pool_warmup,
+    };
+    if age(launched, now) < deadline {
+        return Ok(false);
+    }
+    tracing::info!(member = member.name(), instance = %instance.instance_id,
+        "warm-pool member still running after its warm-up deadline; stopping it");
+    match ctx.cloud.stop_warm(&instance.instance_id).await {
+        Ok(()) => Ok(false),
+        Err(e) => {
+            let message = format!("stopping instance {} failed: {e}", instance.instance_id);
+            set_phase(ctx, member, WARMING, Some(&message)).await?;
+            Err(LifecycleError::cloud(
+                &format!("NodeClaim {}", member.name()),
+                format!("stopping warm-pool member {}", instance.instance_id),
+                e,
+            ))
+        }
     }
 }
 
@@ -432,7 +631,29 @@ async fn size_pool<P: CloudProvider>(
         match catalogs.get(ctx, prov.name()).await {
             Err(e) => message = Some(e.to_string()),
             Ok(catalog) => {
-                let catalog = catalog.to_vec();
+                // Types that cannot wait in the pool's state (hibernation) are left out; the
+                // status names those the spec asked for.
+                let state = pool.warm_state();
+                let mut refused = Vec::new();
+                let catalog: Vec<InstanceType> = catalog
+                    .iter()
+                    .filter(|t| match ctx.cloud.warm_type_refusal(t, state) {
+                        None => true,
+                        Some(why) => {
+                            if pool.instance_types.contains(&t.name) {
+                                refused.push(why);
+                            }
+                            false
+                        }
+                    })
+                    .cloned()
+                    .collect();
+                if !refused.is_empty() {
+                    message = Some(format!(
+                        "spec.warmPool.instanceTypes: {}",
+                        refused.join("; ")
+                    ));
+                }
                 match prov.to_core() {
                     Err(e) => message = Some(e.to_string()),
                     Ok(core) => {
@@ -451,6 +672,14 @@ async fn size_pool<P: CloudProvider>(
                             let Some((t, zone)) =
                                 sizing::next_member(&types, &pool.zones, &catalog, &held)
                             else {
+                                if types.is_empty() && state == WarmState::Hibernated {
+                                    let none = "spec.warmPool.state: Hibernated: no instance type the pool may use can hibernate (supported families, under 150 GiB of memory, not metal)";
+                                    message = Some(match message.take() {
+                                        Some(named) => format!("{named}; {none}"),
+                                        None => none.to_string(),
+                                    });
+                                    break;
+                                }
                                 message = Some(format!(
                                     "spec.warmPool: no instance type of [{}] has on-demand capacity available{}",
                                     types.join(", "),
@@ -489,7 +718,25 @@ async fn size_pool<P: CloudProvider>(
         .filter(|m| m.warm_phase() == Some(WARMING))
         .filter_map(|m| m.status.as_ref().and_then(|s| s.price_per_hour))
         .collect();
-    let idle = sizing::idle_cost(ready, root_gib, &warming_prices);
+    let catalog = catalogs
+        .get(ctx, prov.name())
+        .await
+        .map(<[InstanceType]>::to_vec)
+        .unwrap_or_default();
+    let ready_costs: Vec<f64> = live
+        .iter()
+        .filter(|m| m.warm_phase() == Some(WARM))
+        .map(|m| {
+            let status = m.status.as_ref();
+            let price = status.and_then(|s| s.price_per_hour).unwrap_or_default();
+            let memory = status
+                .and_then(|s| s.instance_type.as_deref())
+                .and_then(|t| catalog.iter().find(|c| c.name == t))
+                .map_or(0.0, sizing::memory_gib);
+            sizing::ready_cost(m.warm_state(), price, root_gib, memory)
+        })
+        .collect();
+    let idle = sizing::idle_cost(&ready_costs, &warming_prices);
     for (phase, n) in [(WARMING, warming), (WARM, ready), (CLAIMED, claimed)] {
         ctx.metrics
             .warm_pool_members
@@ -591,13 +838,22 @@ async fn add_member<P: CloudProvider>(
     let node_template_ref = prov.spec.provider_ref.as_ref().map(|r| NodeTemplateRef {
         name: r.name.clone(),
     });
+    let state = prov
+        .spec
+        .warm_pool
+        .as_ref()
+        .map(joiner_apis::WarmPool::warm_state)
+        .unwrap_or_default();
     let mut claim = member_claim(
         &name,
         prov.name(),
         instance_type,
         zone,
         node_template_ref,
-        None,
+        Some(BTreeMap::from([(
+            labels::WARM_STATE.to_string(),
+            state.as_str().to_string(),
+        )])),
     );
     annotate(&mut claim, prov, node_template);
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use joiner_apis::WarmPool;
 use joiner_core::instance_type::InstanceType;
 use joiner_core::kubelet::KubeletSettings;
-use joiner_core::{labels, CapacityType, Requirements, Resources};
+use joiner_core::{labels, CapacityType, Requirements, Resources, WarmState};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
@@ -181,10 +181,28 @@ pub fn member_requirements(instance_type: &str, zone: &str) -> BTreeMap<&'static
     ])
 }
 
-/// What a pool costs per hour while nobody uses it: each stopped member's root volume
-/// (`root_gib` at [`EBS_GIB_MONTH`]) and each member still warming at its instance price.
-pub fn idle_cost(stopped: usize, root_gib: f64, warming_prices: &[f64]) -> f64 {
-    stopped as f64 * root_gib * EBS_GIB_MONTH / HOURS_PER_MONTH + warming_prices.iter().sum::<f64>()
+/// What one ready member costs per hour while it waits in `state`: stopped, its root volume
+/// (`root_gib` at [`EBS_GIB_MONTH`]); hibernated, its root volume grown by its memory
+/// (`memory_gib`, where EC2 keeps it); running, its instance `price`.
+pub fn ready_cost(state: WarmState, price: f64, root_gib: f64, memory_gib: f64) -> f64 {
+    let volume = |gib: f64| gib * EBS_GIB_MONTH / HOURS_PER_MONTH;
+    match state {
+        WarmState::Stopped => volume(root_gib),
+        WarmState::Hibernated => volume(root_gib + memory_gib),
+        WarmState::Running => price,
+    }
+}
+
+/// The memory of `t` in whole GiB, as a hibernated member's root volume is grown by.
+pub fn memory_gib(t: &InstanceType) -> f64 {
+    let gib = 1i64 << 30;
+    ((t.capacity.memory + gib - 1) / gib) as f64
+}
+
+/// What a pool costs per hour while nobody uses it: its ready members (each at
+/// [`ready_cost`]) and each member still warming at its instance price.
+pub fn idle_cost(ready: &[f64], warming_prices: &[f64]) -> f64 {
+    ready.iter().sum::<f64>() + warming_prices.iter().sum::<f64>()
 }
 
 #[cfg(test)]
@@ -332,11 +350,19 @@ mod tests {
 
     #[test]
     fn idle_cost_is_volumes_of_stopped_members_and_prices_of_warming_ones() {
-        let cost = idle_cost(3, 20.0, &[0.096]);
+        let stopped = ready_cost(WarmState::Stopped, 0.096, 20.0, 8.0);
+        let cost = idle_cost(&[stopped; 3], &[0.096]);
         assert!(
             (cost - (3.0 * 20.0 * 0.08 / 730.0 + 0.096)).abs() < 1e-12,
             "{cost}"
         );
-        assert_eq!(idle_cost(0, 20.0, &[]), 0.0);
+        assert_eq!(idle_cost(&[], &[]), 0.0);
+        // Hibernated: the root volume holds the memory too (20 + 8 GiB); running: the price.
+        let hibernated = ready_cost(WarmState::Hibernated, 0.096, 20.0, 8.0);
+        assert!(
+            (hibernated - 28.0 * 0.08 / 730.0).abs() < 1e-12,
+            "{hibernated}"
+        );
+        assert_eq!(ready_cost(WarmState::Running, 0.096, 20.0, 8.0), 0.096);
     }
 }

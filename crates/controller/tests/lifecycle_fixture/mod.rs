@@ -75,7 +75,7 @@ pub fn launch_request(claim: &str) -> LaunchRequest {
         capacity_type: CapacityType::OnDemand,
         candidates: vec![("m5.large".into(), 0.096)],
         zones: vec![],
-        warm_pool: false,
+        warm_pool: None,
     }
 }
 

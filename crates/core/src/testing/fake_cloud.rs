@@ -15,7 +15,7 @@ use std::time::SystemTime;
 use thiserror::Error;
 
 use crate::cloud_provider::{
-    CloudError, CloudErrorKind, CloudProvider, LaunchRequest, LaunchedNode,
+    CloudError, CloudErrorKind, CloudProvider, LaunchRequest, LaunchedNode, WarmState,
 };
 use crate::instance_type::{CapacityType, InstanceType};
 
@@ -78,6 +78,10 @@ pub enum FakeCall {
     StartWarm(String, String),
     /// `stop_warm(instance id)`.
     StopWarm(String),
+    /// `hold_warm(instance id)`.
+    HoldWarm(String),
+    /// `hibernate_warm(instance id)`.
+    HibernateWarm(String),
     /// `return_to_pool(instance id, provisioner, member)`.
     ReturnToPool(String, String, String),
 }
@@ -99,6 +103,10 @@ pub enum FakeMethod {
     StartWarm,
     /// `stop_warm`.
     StopWarm,
+    /// `hold_warm`.
+    HoldWarm,
+    /// `hibernate_warm`.
+    HibernateWarm,
     /// `return_to_pool`.
     ReturnToPool,
 }
@@ -113,6 +121,8 @@ struct State {
     unavailable: Vec<(String, String, CapacityType)>,
     calls: Vec<FakeCall>,
     launched: u64,
+    /// Instance types that cannot hibernate, with why (`warm_type_refusal`).
+    no_hibernation: BTreeMap<String, String>,
 }
 
 /// An in-memory cloud.
@@ -148,6 +158,13 @@ impl FakeCloud {
     /// Adds an instance as if someone (or an earlier joiner) had launched it.
     pub fn add_instance(&self, node: LaunchedNode) {
         self.lock().instances.insert(node.instance_id.clone(), node);
+    }
+
+    /// Makes `instance_type` unable to wait `Hibernated` in a warm pool, for `why`.
+    pub fn refuse_hibernation(&self, instance_type: &str, why: &str) {
+        self.lock()
+            .no_hibernation
+            .insert(instance_type.to_string(), why.to_string());
     }
 
     /// Sets the state of instance `id` (`stopped`, `terminated`, ...); false if unknown.
@@ -266,7 +283,7 @@ impl CloudProvider for FakeCloud {
             image_id: Some(FAKE_IMAGE.to_string()),
             subnet_id: Some(format!("subnet-{zone_id}")),
             security_group_ids: vec![FAKE_SECURITY_GROUP.to_string()],
-            warm_pool: request.warm_pool,
+            warm_pool: request.warm_pool.is_some(),
         };
         state.instances.insert(id, node.clone());
         Ok(node)
@@ -357,6 +374,32 @@ impl CloudProvider for FakeCloud {
         Ok(())
     }
 
+    /// Sets a member running without recording a claim (the fake keeps no warm state to
+    /// check).
+    async fn hold_warm(&self, instance_id: &str) -> Result<(), FakeError> {
+        let mut state = self.call(
+            FakeMethod::HoldWarm,
+            FakeCall::HoldWarm(instance_id.to_string()),
+        )?;
+        member(&mut state, instance_id)?.state = "running".to_string();
+        Ok(())
+    }
+
+    fn warm_type_refusal(&self, instance_type: &InstanceType, state: WarmState) -> Option<String> {
+        (state == WarmState::Hibernated)
+            .then(|| self.lock().no_hibernation.get(&instance_type.name).cloned())
+            .flatten()
+    }
+
+    async fn hibernate_warm(&self, instance_id: &str) -> Result<(), FakeError> {
+        let mut state = self.call(
+            FakeMethod::HibernateWarm,
+            FakeCall::HibernateWarm(instance_id.to_string()),
+        )?;
+        member(&mut state, instance_id)?.state = "stopped".to_string();
+        Ok(())
+    }
+
     fn mark_unavailable(&self, instance_type: &str, zone: &str, capacity_type: CapacityType) {
         let mut state = self.lock();
         let key = (instance_type.to_string(), zone.to_string(), capacity_type);
@@ -392,7 +435,7 @@ mod tests {
             capacity_type: CapacityType::OnDemand,
             candidates: vec![("m5.large".into(), 0.096), ("m5.xlarge".into(), 0.192)],
             zones: vec!["us-east-1b".into()],
-            warm_pool: false,
+            warm_pool: None,
         }
     }
 

@@ -40,7 +40,7 @@ fn resolve(nt: &NodeTemplate, prov: &Provisioner) -> ResolvedLaunchTemplate {
         image_id: "ami-123",
         security_group_ids: &sgs,
         default_instance_profile: Some("joiner-node"),
-        warm_pool: false,
+        warm_pool: None,
     })
     .unwrap()
 }
@@ -131,7 +131,7 @@ fn bad_volume_size_names_the_field() {
         image_id: "ami-123",
         security_group_ids: &[],
         default_instance_profile: None,
-        warm_pool: false,
+        warm_pool: None,
     })
     .unwrap_err();
     assert!(
@@ -187,6 +187,7 @@ fn every_setting_changes_the_name() {
         ),
         ("max pods", Box::new(|s| s.max_pods += 1)),
         ("warm pool", Box::new(|s| s.warm_pool = true)),
+        ("hibernation", Box::new(|s| s.hibernation = true)),
     ];
     let mut names = std::collections::BTreeSet::from([base.name()]);
     for (what, change) in changes {
