@@ -96,14 +96,20 @@ impl Object<'_> {
     /// the kind does not have is an error too (see `strict`).
     fn parse<T: DeserializeOwned + Serialize>(&self, value: Value) -> Result<T, ManifestError> {
         let document = serde_json::to_value(&value).ok();
-        let typed: T = serde_path_to_error::deserialize(value).map_err(|e| {
-            let field = e.path().to_string();
-            self.error(FieldError::new(field, e.into_inner().to_string()))
-        })?;
+        let mut skipped = super::strict::Skipped::default();
+        let mut record = |p: serde_ignored::Path<'_>| skipped.record(&p);
+        let typed: T =
+            serde_path_to_error::deserialize(serde_ignored::Deserializer::new(value, &mut record))
+                .map_err(|e| {
+                    let field = e.path().to_string();
+                    self.error(FieldError::new(field, e.into_inner().to_string()))
+                })?;
         let back = serde_json::to_value(&typed)
             .map_err(|e| self.error(FieldError::new("", format!("cannot be written back: {e}"))))?;
         // A document JSON cannot hold (a non-string key) was refused by the typed read above.
-        let unknown = document.and_then(|d| super::strict::unknown_field(&d, &back));
+        let unknown = document.as_ref().and_then(|d| {
+            super::strict::unknown_field(d, &back).or_else(|| skipped.empty_field(d))
+        });
         if let Some(field) = unknown {
             return Err(self.error(FieldError::new(
                 field,
