@@ -147,6 +147,8 @@ pub fn karpenter_mix(seed: u64, pods: usize) -> Vec<Pod> {
                         min_domains: None,
                         hard: true,
                         selector: sel.clone(),
+                        honor_node_affinity: true,
+                        honor_node_taints: false,
                     }),
                     "zonal-affinity" | "host-anti" => p.affinity.push(PodAffinityTerm {
                         topology_key: if *kind == "zonal-affinity" {

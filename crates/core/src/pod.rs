@@ -26,6 +26,12 @@ pub struct TopologySpread {
     pub hard: bool,
     /// Which pods are counted.
     pub selector: LabelSelector,
+    /// `nodeAffinityPolicy: Honor` (the default): only pods on nodes the pod's own node
+    /// selector and required node affinity select are counted. `Ignore`: pods on every node.
+    pub honor_node_affinity: bool,
+    /// `nodeTaintsPolicy: Honor`: only pods on nodes whose taints the pod tolerates are
+    /// counted. `Ignore` (the default): taints do not matter.
+    pub honor_node_taints: bool,
 }
 
 /// A pod (anti-)affinity term.

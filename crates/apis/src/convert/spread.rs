@@ -55,6 +55,26 @@ pub fn topology_spread(
                 "can only be set when whenUnsatisfiable is DoNotSchedule",
             ));
         }
+        let honor_node_affinity = match c.node_affinity_policy.as_deref() {
+            None | Some("Honor") => true,
+            Some("Ignore") => false,
+            Some(other) => {
+                return Err(FieldError::new(
+                    at("nodeAffinityPolicy"),
+                    format!("unknown value {other:?} (expected Honor or Ignore)"),
+                ))
+            }
+        };
+        let honor_node_taints = match c.node_taints_policy.as_deref() {
+            Some("Honor") => true,
+            None | Some("Ignore") => false,
+            Some(other) => {
+                return Err(FieldError::new(
+                    at("nodeTaintsPolicy"),
+                    format!("unknown value {other:?} (expected Honor or Ignore)"),
+                ))
+            }
+        };
         let Some(sel) = &c.label_selector else {
             continue;
         };
@@ -66,6 +86,8 @@ pub fn topology_spread(
             min_domains: c.min_domains,
             hard,
             selector,
+            honor_node_affinity,
+            honor_node_taints,
         });
     }
     Ok(out)

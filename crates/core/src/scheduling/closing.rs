@@ -3,7 +3,7 @@
 //! pods where the kube-scheduler would not run them, the domains involved are closed to those
 //! pods ([`topology::Closed`]) and the pass runs again; closings only grow, so it ends.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::affinity::Scope;
 use super::classes::PodClass;
@@ -216,8 +216,9 @@ fn close_skewed(pass: &Outcome, pinned: &[PodClass], closed: &mut topology::Clos
     let snapshot = pass.snapshot;
     let placed_pods = |c: &PodClass| pass.placed(c);
     let value_of = Outcome::value_of;
-    // (key, scope) → the constrained classes with their own maxSkew.
-    let mut spreads: BTreeMap<(String, Scope), Vec<(&PodClass, i64)>> = BTreeMap::new();
+    // (key, scope, counted nodes) → the constrained classes with their own maxSkew.
+    type SpreadKey = (String, Scope, Option<topology::NodeFilter>);
+    let mut spreads: BTreeMap<SpreadKey, Vec<(&PodClass, i64)>> = BTreeMap::new();
     for c in pinned {
         let pod = pass.template(c);
         for t in pod.topology_spread.iter().filter(|t| t.hard) {
@@ -225,22 +226,46 @@ fn close_skewed(pass: &Outcome, pinned: &[PodClass], closed: &mut topology::Clos
                 continue;
             }
             spreads
-                .entry((t.topology_key.clone(), Scope::of_spread(pod, t)))
+                .entry((
+                    t.topology_key.clone(),
+                    Scope::of_spread(pod, t),
+                    topology::NodeFilter::of(pod, t),
+                ))
                 .or_default()
                 .push((c, i64::from(t.max_skew)));
         }
     }
     let mut grew = false;
-    for ((key, scope), constrained) in &spreads {
-        // Pods where they run or were placed; a domain whose pinned pods were all refused
-        // holds none and is closed by `close_empty_domains`, so it sets no minimum here.
+    let nodes: HashMap<&str, &crate::pod::Node> = snapshot
+        .nodes
+        .iter()
+        .map(|n| (n.name.as_str(), n))
+        .collect();
+    for ((key, scope, filter), constrained) in &spreads {
+        // Pods where they run (on the nodes the spread counts) or were placed; a domain whose
+        // pinned pods were all refused holds none and is closed by `close_empty_domains`, so
+        // it sets no minimum here.
         let mut count: BTreeMap<String, i64> = BTreeMap::new();
         for p in snapshot.pods.iter().filter(|p| scope.matches(p)) {
+            let counted = filter.as_ref().is_none_or(|f| {
+                p.node_name
+                    .as_deref()
+                    .and_then(|n| nodes.get(n))
+                    .is_some_and(|n| f.counts_on(n))
+            });
+            if !counted {
+                continue;
+            }
             if let Some(v) = pass.node_value(p.node_name.as_deref(), key) {
                 *count.entry(v.to_string()).or_default() += 1;
             }
         }
-        for d in pinned.iter().filter(|d| scope.matches(pass.template(d))) {
+        for d in pinned.iter().filter(|d| {
+            scope.matches(pass.template(d))
+                && filter
+                    .as_ref()
+                    .is_none_or(|f| f.may_count(&pass.template(d).node_terms))
+        }) {
             let placed = placed_pods(d).len() as i64;
             if let (Some(v), true) = (value_of(d, key), placed > 0) {
                 *count.entry(v).or_default() += placed;

@@ -248,6 +248,8 @@ mod tests {
             min_domains: None,
             hard: false,
             selector: Requirements::new(),
+            honor_node_affinity: true,
+            honor_node_taints: false,
         });
         let prefs = preferences(&p, &[]);
         assert_eq!(

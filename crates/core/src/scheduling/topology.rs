@@ -18,11 +18,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::instance_type::{offering_allowed, InstanceType};
 use crate::labels;
-use crate::pod::{Node, Pod};
+use crate::pod::{Node, Pod, TopologySpread};
 use crate::provisioner::Provisioner;
 use crate::requirements::{Requirement, Requirements};
 use crate::resources::Resources;
-use crate::taints::first_untolerated;
+use crate::taints::{first_untolerated, Toleration};
 
 use super::affinity::Scope;
 use super::classes::PodClass;
@@ -73,6 +73,56 @@ struct Group {
     /// Index into the keys.
     key: usize,
     scope: Scope,
+    /// The nodes whose pods a spread counts, when not all of them (its policies).
+    nodes: Option<NodeFilter>,
+}
+
+/// Which nodes' pods a spread counts, as the kube-scheduler reads `nodeAffinityPolicy: Honor`
+/// (the default: nodes the constrained pod's own node terms select) and `nodeTaintsPolicy:
+/// Honor` (nodes whose taints it tolerates).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct NodeFilter {
+    /// Node terms, any of which selects a node; empty: every node.
+    terms: Vec<Requirements>,
+    /// Tolerations a node's taints must be tolerated by; `None`: taints do not matter.
+    tolerations: Option<Vec<Toleration>>,
+}
+
+impl NodeFilter {
+    /// The filter of `pod`'s spread `s`, `None` when it counts every node.
+    pub(crate) fn of(pod: &Pod, s: &TopologySpread) -> Option<NodeFilter> {
+        let terms = if s.honor_node_affinity {
+            pod.spread_node_terms().to_vec()
+        } else {
+            Vec::new()
+        };
+        let tolerations = s.honor_node_taints.then(|| pod.tolerations.clone());
+        (!terms.is_empty() || tolerations.is_some()).then_some(NodeFilter { terms, tolerations })
+    }
+
+    /// True when the pods on `node` count.
+    pub(crate) fn counts_on(&self, node: &Node) -> bool {
+        (self.terms.is_empty() || self.terms.iter().any(|t| t.matches_labels(&node.labels)))
+            && self
+                .tolerations
+                .as_ref()
+                .is_none_or(|tol| first_untolerated(&node.taints, tol).is_none())
+    }
+
+    /// True when pods of a class with node terms `terms` may land on nodes this filter
+    /// counts: some of its terms agree with some of the filter's. Where they land is decided
+    /// after the pass, so a class that may land on either kind of node is counted (as the
+    /// counts of pods already placed are).
+    pub(crate) fn may_count(&self, terms: &[Requirements]) -> bool {
+        self.terms.is_empty()
+            || terms.is_empty()
+            || self.terms.iter().any(|f| {
+                terms.iter().any(|t| {
+                    f.iter()
+                        .all(|(k, r)| t.get(k).is_none_or(|c| c.compatible(r)))
+                })
+            })
+    }
 }
 
 #[derive(Clone)]
@@ -320,12 +370,16 @@ pub fn pin(
     let mut key_index: HashMap<String, usize> = HashMap::new();
     let mut groups: Vec<Group> = Vec::new();
     let mut gid: HashMap<Group, usize> = HashMap::new();
-    let mut intern = |key: &str, scope: Scope| -> (usize, usize) {
+    let mut intern = |key: &str, scope: Scope, nodes: Option<NodeFilter>| -> (usize, usize) {
         let k = *key_index.entry(key.to_string()).or_insert_with(|| {
             keys.push(key.to_string());
             keys.len() - 1
         });
-        let g = Group { key: k, scope };
+        let g = Group {
+            key: k,
+            scope,
+            nodes,
+        };
         let id = *gid.entry(g.clone()).or_insert_with(|| {
             groups.push(g);
             groups.len() - 1
@@ -348,7 +402,11 @@ pub fn pin(
             .iter()
             .filter(|s| s.hard && is_domain_key(&s.topology_key))
         {
-            let (k, g) = intern(&s.topology_key, Scope::of_spread(p, s));
+            let (k, g) = intern(
+                &s.topology_key,
+                Scope::of_spread(p, s),
+                NodeFilter::of(p, s),
+            );
             let k = at(&mut t, k);
             t[k].spreads.push(Spread {
                 group: g,
@@ -359,7 +417,7 @@ pub fn pin(
         // Every term a pending pod still carries is in force for it; only required anti terms
         // also repel other pods.
         for a in p.affinity.iter().filter(|a| is_domain_key(&a.topology_key)) {
-            let (k, g) = intern(&a.topology_key, Scope::of_term(p, a));
+            let (k, g) = intern(&a.topology_key, Scope::of_term(p, a), None);
             let k = at(&mut t, k);
             if a.anti {
                 t[k].anti.push(g);
@@ -381,7 +439,7 @@ pub fn pin(
     {
         for a in p.affinity.iter().filter(|a| a.anti && a.weight.is_none()) {
             if is_domain_key(&a.topology_key) {
-                let (_, g) = intern(&a.topology_key, Scope::of_term(p, a));
+                let (_, g) = intern(&a.topology_key, Scope::of_term(p, a), None);
                 running_anti.push((i, g));
             }
         }
@@ -403,7 +461,11 @@ pub fn pin(
     for (ci, c) in classes.iter().enumerate() {
         let p = &pods[c.template];
         for (g, group) in groups.iter().enumerate() {
-            if group.scope.matches(p) {
+            let may_count = group
+                .nodes
+                .as_ref()
+                .is_none_or(|f| f.may_count(&p.node_terms));
+            if group.scope.matches(p) && may_count {
                 terms[ci][group.key].matches.push(g);
                 if anti_groups.contains(&g) {
                     terms[ci][group.key].repelled_by.push(g);
@@ -421,7 +483,8 @@ pub fn pin(
         };
         for (g, group) in groups.iter().enumerate() {
             if let Some(d) = node.labels.get(&keys[group.key]) {
-                if group.scope.matches(p) {
+                let counted = group.nodes.as_ref().is_none_or(|f| f.counts_on(node));
+                if counted && group.scope.matches(p) {
                     *count[g].entry(d.clone()).or_default() += 1;
                 }
             }

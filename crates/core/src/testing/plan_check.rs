@@ -51,6 +51,8 @@ type Labels = BTreeMap<String, String>;
 struct Cluster<'a> {
     snapshot: &'a Snapshot,
     node_labels: HashMap<String, Labels>,
+    /// Taints of each node (a new node's are its Provisioner's).
+    node_taints: HashMap<String, Vec<crate::taints::Taint>>,
     /// (pod, node name, capacity type of a new node).
     placed: Vec<(&'a Pod, String, Option<CapacityType>)>,
     provisioners: Vec<Provisioner>,
@@ -66,7 +68,9 @@ impl<'a> Cluster<'a> {
             s.provisioners.clone()
         };
         let mut node_labels = HashMap::new();
+        let mut node_taints = HashMap::new();
         for n in &s.nodes {
+            node_taints.insert(n.name.clone(), n.taints.clone());
             let mut l = n.labels.clone();
             l.entry(labels::HOSTNAME.to_string())
                 .or_insert_with(|| n.name.clone());
@@ -80,6 +84,7 @@ impl<'a> Cluster<'a> {
             let mut l = t.labels.clone();
             if let Some(p) = provisioners.iter().find(|p| p.name == n.provisioner) {
                 l.extend(p.labels.clone());
+                node_taints.insert(n.name.clone(), p.taints.clone());
             }
             // Single-value requirements become labels (the claim sets them on its node).
             for (k, r) in n.requirements.iter() {
@@ -120,6 +125,7 @@ impl<'a> Cluster<'a> {
         Ok(Cluster {
             snapshot: s,
             node_labels,
+            node_taints,
             placed,
             provisioners,
             types,
@@ -358,11 +364,18 @@ fn check_terms(c: &Cluster, p: &Pod, node: &str) -> Result<(), String> {
 /// most maxSkew matching pods (a new node can always be made, so the minimum is zero).
 fn check_spread(c: &Cluster, p: &Pod, node: &str, t: &TopologySpread) -> Result<(), String> {
     let counts = |q: &Pod| q.namespace == p.namespace && t.selector.matches_labels(&q.labels);
-    // Only pods on nodes the pod's own node terms select count (nodeAffinityPolicy: Honor).
+    // Only pods on nodes the pod's own node terms select count (nodeAffinityPolicy: Honor,
+    // the default), and with nodeTaintsPolicy: Honor only those on nodes it tolerates.
     let terms = p.own_node_terms.as_ref().unwrap_or(&p.node_terms);
     let eligible = |n: &str| {
         let l = &c.node_labels[n];
-        terms.is_empty() || terms.iter().any(|t| t.matches_labels(l))
+        let selected =
+            !t.honor_node_affinity || terms.is_empty() || terms.iter().any(|t| t.matches_labels(l));
+        let tolerated = !t.honor_node_taints
+            || c.node_taints.get(n).is_none_or(|taints| {
+                crate::taints::first_untolerated(taints, &p.tolerations).is_none()
+            });
+        selected && tolerated
     };
     let Some(d) = c.value(node, &t.topology_key) else {
         ensure!(
@@ -658,6 +671,8 @@ mod tests {
                 min_domains: None,
                 hard: true,
                 selector: app("w"),
+                honor_node_affinity: true,
+                honor_node_taints: false,
             });
             p
         };

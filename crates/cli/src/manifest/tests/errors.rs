@@ -371,6 +371,17 @@ fn nodes_the_api_server_would_refuse_are_refused_naming_the_field() {
 }
 
 #[test]
+fn spread_policies_are_honor_or_ignore() {
+    let e = load_err(&pod_yaml(
+        "  topologySpreadConstraints: [{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule, nodeTaintsPolicy: honor, labelSelector: {matchLabels: {app: web}}}]\n  containers: [{name: a}]\n",
+    ));
+    assert_eq!(
+        e,
+        "test.yaml: document 1 (Pod default/p): spec.topologySpreadConstraints[0].nodeTaintsPolicy: unknown value \"honor\" (expected Honor or Ignore)"
+    );
+}
+
+#[test]
 fn min_domains_needs_do_not_schedule() {
     let e = load_err(&pod_yaml(
         "  topologySpreadConstraints: [{maxSkew: 1, minDomains: 3, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: ScheduleAnyway, labelSelector: {matchLabels: {app: web}}}]\n  containers: [{name: a}]\n",

@@ -100,6 +100,8 @@ fn topology_spread() {
       topologyKey: kubernetes.io/hostname
       whenUnsatisfiable: ScheduleAnyway
       labelSelector: {matchLabels: {app: web}}
+      nodeAffinityPolicy: Ignore
+      nodeTaintsPolicy: Honor
     - maxSkew: 1
       topologyKey: kubernetes.io/hostname
       whenUnsatisfiable: DoNotSchedule
@@ -124,6 +126,9 @@ fn topology_spread() {
     let soft = &p.topology_spread[1];
     assert!(!soft.hard);
     assert_eq!((soft.max_skew, soft.min_domains), (2, None));
+    // The policies' defaults (Honor node affinity, Ignore taints) and their explicit values.
+    assert!(hard.honor_node_affinity && !hard.honor_node_taints);
+    assert!(!soft.honor_node_affinity && soft.honor_node_taints);
 }
 
 #[test]

@@ -190,10 +190,12 @@ pub(super) fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
     // and key (anti-)affinity is only used by apps that are not spread (so every counted pod is
     // a constrained one and the final skew is what the scheduler checked).
     let mut app_spread: [Option<(usize, i32)>; APPS.len()] = [None; APPS.len()];
+    let mut app_on_demand: [Option<bool>; APPS.len()] = [None; APPS.len()];
     for c in classes {
         if app_spread[c.app].is_none() {
             app_spread[c.app] = c.zone_spread.map(|s| (c.spread_key, s));
         }
+        app_on_demand[c.app].get_or_insert(c.on_demand);
     }
     let classes: Vec<ClassSpec> = classes
         .iter()
@@ -203,10 +205,12 @@ pub(super) fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
             if let Some((key, _)) = app_spread[c.app] {
                 c.spread_key = key;
                 // The kube-scheduler counts a spread over the nodes the pod's own node terms
-                // select; the simulation counts a workload's pods on every node (a known
-                // limit, docs/architecture.md), so spread workloads here do not mix
-                // on-demand-only classes with classes that may go to spot.
-                c.on_demand = false;
+                // select, and so does the simulation for running pods; pending pods that may
+                // land on either kind of node are counted wherever they are pinned (a known
+                // limit, docs/architecture.md), so the classes of a spread workload share
+                // their capacity-type terms: all on-demand-only, or none (running pods of the
+                // workload still sit on spot and on-demand nodes alike).
+                c.on_demand = app_on_demand[c.app].unwrap_or(false);
             }
             if c.host_affinity {
                 // A self-affine term next to a term on running pods is decided by the running
@@ -244,6 +248,8 @@ pub(super) fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
                 min_domains: None,
                 hard: true,
                 selector: app_selector(c.app),
+                honor_node_affinity: true,
+                honor_node_taints: false,
             });
         }
         if let Some(s) = c.host_spread {
@@ -253,6 +259,8 @@ pub(super) fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
                 min_domains: None,
                 hard: true,
                 selector: app_selector(c.app),
+                honor_node_affinity: true,
+                honor_node_taints: false,
             });
         }
         if let Some(a) = c.host_anti {
@@ -305,7 +313,10 @@ pub(super) fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
         let mut l = BTreeMap::new();
         l.insert(labels::ZONE.to_string(), ZONES[n.zone].to_string());
         l.insert(labels::HOSTNAME.to_string(), name.clone());
-        l.insert(labels::CAPACITY_TYPE.to_string(), "on-demand".to_string());
+        // Every third node is spot: a spread of on-demand-only pods does not count the pods
+        // running there (nodeAffinityPolicy Honor).
+        let capacity = if ni % 3 == 2 { "spot" } else { "on-demand" };
+        l.insert(labels::CAPACITY_TYPE.to_string(), capacity.to_string());
         l.insert(POOL.to_string(), POOLS[n.pool].to_string());
         l.insert(labels::ARCH.to_string(), "amd64".to_string());
         l.insert(labels::INSTANCE_TYPE.to_string(), "m5.xlarge".to_string());
@@ -436,6 +447,8 @@ fn preference_workload(classes: &[PrefClass]) -> Snapshot {
                     min_domains: None,
                     hard: false,
                     selector: own,
+                    honor_node_affinity: true,
+                    honor_node_taints: false,
                 });
             }
             pods.push(p);

@@ -33,6 +33,8 @@ fn spread(key: &str, max_skew: i32, selector: Requirements) -> TopologySpread {
         min_domains: None,
         hard: true,
         selector,
+        honor_node_affinity: true,
+        honor_node_taints: false,
     }
 }
 
@@ -1390,4 +1392,85 @@ fn explain_shows_the_pin_the_plan_used_after_closing_a_domain() {
             );
         }
     }
+}
+
+/// A full node in `zone` with capacity type `capacity_type`, running `web` pods.
+fn typed_node(zone: &str, name: &str, capacity_type: &str, cpus: i64) -> Node {
+    let mut n = node_in(zone, name, cpus);
+    n.labels
+        .insert(labels::CAPACITY_TYPE.to_string(), capacity_type.to_string());
+    n
+}
+
+/// Two on-demand-only web pods spread over zones (maxSkew 1) while web pods run on a full
+/// spot node in z-a (3) and a full on-demand node in z-b (1), with a Provisioner offering
+/// spot and on-demand everywhere; the zones each new pod landed in.
+fn on_demand_spread(adjust: impl Fn(&mut TopologySpread), taint_spot: bool) -> Vec<String> {
+    let mut pods = deployment("web", 2, 1000, 512);
+    let mut on_demand = Requirements::new();
+    on_demand.add(labels::CAPACITY_TYPE, Requirement::single("on-demand"));
+    for p in &mut pods {
+        let mut s = spread(labels::ZONE, 1, app("web"));
+        adjust(&mut s);
+        p.topology_spread.push(s);
+        p.node_terms = vec![on_demand.clone()];
+    }
+    let mut spot = typed_node("z-a", "spot-a", "spot", 3);
+    if taint_spot {
+        spot.taints.push(crate::taints::Taint {
+            key: "dedicated".into(),
+            value: "batch".into(),
+            effect: crate::taints::Effect::NoSchedule,
+        });
+    }
+    let mut running = running_web(3, "spot-a");
+    let mut more = running_web(1, "od-b");
+    more[0].name = "running-b".into();
+    running.extend(more);
+    pods.extend(running);
+    let p = run(&Snapshot {
+        pods,
+        nodes: vec![spot, typed_node("z-b", "od-b", "on-demand", 1)],
+        provisioners: vec![spot_provisioner()],
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    let mut zones: Vec<String> = p
+        .new_nodes
+        .iter()
+        .flat_map(|n| n.pods.iter().map(|_| n.zone.clone()))
+        .collect();
+    zones.sort();
+    zones
+}
+
+#[test]
+fn a_spread_counts_only_pods_on_nodes_its_node_affinity_selects_by_default() {
+    // nodeAffinityPolicy Honor (the default): the kube-scheduler counts only pods on nodes the
+    // pod's own node affinity selects, so the spot node's 3 pods do not count: z-a 0, z-b 1,
+    // z-c 0. The first pod may go to z-a or z-c, the second must go to the other (a second
+    // pod in either would be 2 over a minimum of 0).
+    let zones = on_demand_spread(|_| {}, false);
+    assert_eq!(zones, ["z-a", "z-c"]);
+    // nodeAffinityPolicy Ignore: every node counts, z-a holds 3, so no new pod goes there.
+    let zones = on_demand_spread(|s| s.honor_node_affinity = false, false);
+    assert!(!zones.iter().any(|z| z == "z-a"), "{zones:?}");
+}
+
+#[test]
+fn a_spread_honouring_taints_counts_no_pod_on_a_node_it_does_not_tolerate() {
+    // The spot node is also tainted. nodeTaintsPolicy Ignore (the default) with nodeAffinity
+    // Ignore: its 3 pods count. With nodeTaintsPolicy Honor they do not: z-a is as empty as
+    // z-c, so the pods go to z-a and z-c.
+    let ignore_affinity = |s: &mut TopologySpread| s.honor_node_affinity = false;
+    let zones = on_demand_spread(ignore_affinity, true);
+    assert!(!zones.iter().any(|z| z == "z-a"), "{zones:?}");
+    let zones = on_demand_spread(
+        |s| {
+            s.honor_node_affinity = false;
+            s.honor_node_taints = true;
+        },
+        true,
+    );
+    assert_eq!(zones, ["z-a", "z-c"]);
 }
