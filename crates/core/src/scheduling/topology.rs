@@ -648,8 +648,9 @@ pub fn pin(
 }
 
 /// The order in which classes choose their domains: each after the other classes its pod
-/// affinity terms select (their pods count in a group it needs), otherwise in class order; a
-/// cycle is broken in class order.
+/// affinity terms select (their pods count in a group it needs) and after the classes whose
+/// required anti-affinity selects it, otherwise in class order; a cycle is broken in class
+/// order.
 fn affinity_order(terms: &[Vec<Terms>], groups: usize) -> Vec<usize> {
     let n = terms.len();
     let mut counted_in: Vec<Vec<usize>> = vec![Vec::new(); groups];
@@ -658,7 +659,7 @@ fn affinity_order(terms: &[Vec<Terms>], groups: usize) -> Vec<usize> {
             counted_in[*g].push(ci);
         }
     }
-    let waits_for: Vec<BTreeSet<usize>> = terms
+    let mut waits_for: Vec<BTreeSet<usize>> = terms
         .iter()
         .enumerate()
         .map(|(ci, t)| {
@@ -669,6 +670,40 @@ fn affinity_order(terms: &[Vec<Terms>], groups: usize) -> Vec<usize> {
                 .collect()
         })
         .collect();
+    // A class whose pods another class's required anti-affinity rejects waits for that
+    // class: the rejecting pods pick their domains first and the rejected ones then avoid
+    // them (`repelled_by`), rather than spreading first into every domain the rejecting
+    // pods could have used.
+    for (ci, t) in terms.iter().enumerate() {
+        for &g in t.iter().flat_map(|k| k.anti_required.iter()) {
+            for &cj in counted_in[g].iter().filter(|&&cj| cj != ci) {
+                waits_for[cj].insert(ci);
+            }
+        }
+    }
+    // A class with a spread waits for the classes its spread counts that have no rule on
+    // that key: they may go anywhere, and placed first (fewest matching pods first) they fill
+    // the emptiest domains, which only widens where the spread's pods may go. It also waits
+    // for those its spread counts whose (anti-)affinity narrows their domains when its own
+    // does not: the narrower class takes its domain first, the free one fills around it.
+    for (ci, t) in terms.iter().enumerate() {
+        for (k, kt) in t.iter().enumerate() {
+            for s in &kt.spreads {
+                for &cj in counted_in[s.group].iter().filter(|&&cj| cj != ci) {
+                    let other = &terms[cj][k];
+                    // Unconstrained on the key, or narrowed by (anti-)affinity there while this
+                    // class is not: the other class has fewer domains, so it goes first.
+                    let narrower = other.is_constrained()
+                        && (!other.affinity.is_empty() || !other.anti.is_empty())
+                        && kt.affinity.is_empty()
+                        && kt.anti.is_empty();
+                    if (!other.is_constrained() || narrower) && !waits_for[cj].contains(&ci) {
+                        waits_for[ci].insert(cj);
+                    }
+                }
+            }
+        }
+    }
     if waits_for.iter().all(BTreeSet::is_empty) {
         return (0..n).collect();
     }
@@ -765,7 +800,9 @@ fn choose(
             .copied()
             .filter(|d| get(&count[g], d) > 0)
             .collect();
-        let anywhere = domains.all.iter().any(|d| get(&count[g], d) > 0);
+        // The kube-scheduler's exception for the first pod of a self-affine group holds only
+        // while no pod the term selects runs anywhere, in a domain this pod can reach or not.
+        let anywhere = count[g].values().any(|&n| n > 0);
         if !with.is_empty() {
             cands = with;
         } else if anywhere || !groups[g].scope.matches(pod) {

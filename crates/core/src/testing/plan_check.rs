@@ -325,10 +325,15 @@ fn check_terms(c: &Cluster, p: &Pod, node: &str) -> Result<(), String> {
                 d
             );
         } else if a.topology_key != labels::HOSTNAME {
-            // A self-affine group may bootstrap a domain with its own pods (hostname groups
+            // A self-affine group may bootstrap a domain with its own pods while no running
+            // pod matches the term anywhere (the kube-scheduler's exception; hostname groups
             // are checked whole in check_hostname_groups).
+            let runs_anywhere =
+                c.snapshot.pods.iter().any(|q| {
+                    q.node_name.is_some() && q.key() != p.key() && c.term_selects(p, a, q)
+                });
             ensure!(
-                others > 0 || c.term_selects(p, a, p),
+                others > 0 || (c.term_selects(p, a, p) && !runs_anywhere),
                 "{} in {}={} away from its affinity",
                 p.key(),
                 a.topology_key,
