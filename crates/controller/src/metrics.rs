@@ -110,6 +110,8 @@ pub struct Metrics {
     /// Time from a claim's creation to its Node being initialized, per source (`warm`: a
     /// warm-pool member was started; `cold`: a new instance was launched).
     pub claim_ready_duration: Family<SourceLabels, Histogram>,
+    /// The Provisioners whose warm-pool gauges are set, so a removed pool's are dropped.
+    warm_pools_reported: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 /// `provisioner` and `phase` labels of warm-pool members.
@@ -194,6 +196,7 @@ impl Default for Metrics {
             warm_pool_takes: Family::default(),
             warm_pool_idle_cost: Family::default(),
             claim_ready_duration: Family::new_with_constructor(ready_histogram),
+            warm_pools_reported: std::sync::Mutex::default(),
         }
     }
 }
@@ -315,6 +318,51 @@ impl Metrics {
         m
     }
 
+    /// Sets the warm-pool gauges of `provisioner`: members per phase and idle cost.
+    pub fn warm_pool(&self, provisioner: &str, members: &[(&str, usize)], idle_cost: f64) {
+        for (phase, n) in members {
+            self.warm_pool_members
+                .get_or_create(&PhaseLabels {
+                    provisioner: provisioner.to_string(),
+                    phase: phase.to_string(),
+                })
+                .set(i64::try_from(*n).unwrap_or(i64::MAX));
+        }
+        self.warm_pool_idle_cost
+            .get_or_create(&ProvisionerLabels {
+                provisioner: provisioner.to_string(),
+            })
+            .set(idle_cost);
+        self.warm_pools_reported
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(provisioner.to_string());
+    }
+
+    /// Drops the warm-pool gauges of every Provisioner not in `pools` (its pool was removed
+    /// or it was deleted), so dashboards do not keep showing its last members and cost.
+    pub fn retain_warm_pools(&self, pools: &[&str], phases: &[&str]) {
+        let mut reported = self
+            .warm_pools_reported
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        reported.retain(|p| {
+            if pools.contains(&p.as_str()) {
+                return true;
+            }
+            for phase in phases {
+                self.warm_pool_members.remove(&PhaseLabels {
+                    provisioner: p.clone(),
+                    phase: phase.to_string(),
+                });
+            }
+            self.warm_pool_idle_cost.remove(&ProvisionerLabels {
+                provisioner: p.clone(),
+            });
+            false
+        });
+    }
+
     /// Counts a warm-pool take of `provisioner` that came to `outcome`.
     pub fn warm_take(&self, provisioner: &str, outcome: &str) {
         self.warm_pool_takes
@@ -401,6 +449,31 @@ mod tests {
         );
         assert!(
             out.contains(r#"joiner_reconcile_errors_total{controller="gc"} 1"#),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn a_removed_pool_stops_reporting_its_gauges() {
+        let mut registry = Registry::default();
+        let m = Metrics::register(&mut registry);
+        let phases = ["Warming", "Warm", "Claimed"];
+        m.warm_pool("web", &[("Warming", 1), ("Warm", 2), ("Claimed", 0)], 0.5);
+        m.warm_pool("api", &[("Warming", 0), ("Warm", 1), ("Claimed", 0)], 0.25);
+        m.retain_warm_pools(&["api"], &phases);
+        let mut out = String::new();
+        encode(&mut out, &registry).expect("encodes");
+        assert!(
+            out.contains(r#"joiner_warm_pool_members{provisioner="api",phase="Warm"} 1"#),
+            "{out}"
+        );
+        assert!(!out.contains(r#"provisioner="web""#), "{out}");
+        // A pool set again reports again.
+        m.warm_pool("web", &[("Warm", 1)], 0.1);
+        let mut out = String::new();
+        encode(&mut out, &registry).expect("encodes");
+        assert!(
+            out.contains(r#"joiner_warm_pool_members{provisioner="web",phase="Warm"} 1"#),
             "{out}"
         );
     }

@@ -55,7 +55,7 @@ use crate::context::Context;
 use crate::k8s::claims::{patch_claim_status, Guard};
 use crate::k8s::codes::is_conflict;
 use crate::lifecycle::{age, delete_claim, first_error, LifecycleError};
-use crate::metrics::{PhaseLabels, ProvisionerLabels};
+use crate::metrics::ProvisionerLabels;
 use crate::provisioning::claims::{random_suffix, TERMINATION_FINALIZER};
 use crate::provisioning::launch::Catalogs;
 
@@ -139,6 +139,9 @@ pub async fn reconcile<P: CloudProvider>(ctx: &Context<P>) -> Result<(), Lifecyc
         .iter()
         .filter(|p| p.spec.warm_pool.is_some())
         .collect();
+    let names: Vec<&str> = pools.iter().map(|p| p.name()).collect();
+    ctx.metrics
+        .retain_warm_pools(&names, &[WARMING, WARM, CLAIMED]);
     if members.is_empty() && pools.is_empty() {
         return Ok(());
     }
@@ -737,21 +740,11 @@ async fn size_pool<P: CloudProvider>(
         })
         .collect();
     let idle = sizing::idle_cost(&ready_costs, &warming_prices);
-    for (phase, n) in [(WARMING, warming), (WARM, ready), (CLAIMED, claimed)] {
-        ctx.metrics
-            .warm_pool_members
-            .get_or_create(&PhaseLabels {
-                provisioner: prov.name().to_string(),
-                phase: phase.to_string(),
-            })
-            .set(i64::try_from(n).unwrap_or(i64::MAX));
-    }
-    ctx.metrics
-        .warm_pool_idle_cost
-        .get_or_create(&ProvisionerLabels {
-            provisioner: prov.name().to_string(),
-        })
-        .set(idle);
+    ctx.metrics.warm_pool(
+        prov.name(),
+        &[(WARMING, warming), (WARM, ready), (CLAIMED, claimed)],
+        idle,
+    );
     let status = WarmPoolStatus {
         desired,
         warming: i32::try_from(warming).unwrap_or(i32::MAX),
