@@ -102,30 +102,13 @@ pub fn overlay(
             }
             // A hibernated pool mixes only types that can hibernate (the launcher's rule); the
             // note names the listed types left out.
-            let mut refused = Vec::new();
-            let usable: Vec<InstanceType> = catalog
-                .iter()
-                .filter(|t| {
-                    let why = (pool.warm_state() == WarmState::Hibernated)
-                        .then(|| joiner_aws::hibernation::refusal(t))
-                        .flatten();
-                    match why {
-                        None => true,
-                        Some(why) => {
-                            if pool.instance_types.contains(&t.name) {
-                                refused.push(why);
-                            }
-                            false
-                        }
-                    }
-                })
-                .cloned()
-                .collect();
-            if !refused.is_empty() && note.is_none() {
-                note = Some(format!(
-                    "spec.warmPool.instanceTypes: {}",
-                    refused.join("; ")
-                ));
+            let (usable, refused) = sizing::usable_types(pool, catalog, |t| {
+                (pool.warm_state() == WarmState::Hibernated)
+                    .then(|| joiner_aws::hibernation::refusal(t))
+                    .flatten()
+            });
+            if note.is_none() {
+                note = refused;
             }
             let types = match prov.to_core() {
                 Ok(core) => sizing::pool_types(

@@ -637,25 +637,10 @@ async fn size_pool<P: CloudProvider>(
                 // Types that cannot wait in the pool's state (hibernation) are left out; the
                 // status names those the spec asked for.
                 let state = pool.warm_state();
-                let mut refused = Vec::new();
-                let catalog: Vec<InstanceType> = catalog
-                    .iter()
-                    .filter(|t| match ctx.cloud.warm_type_refusal(t, state) {
-                        None => true,
-                        Some(why) => {
-                            if pool.instance_types.contains(&t.name) {
-                                refused.push(why);
-                            }
-                            false
-                        }
-                    })
-                    .cloned()
-                    .collect();
-                if !refused.is_empty() {
-                    message = Some(format!(
-                        "spec.warmPool.instanceTypes: {}",
-                        refused.join("; ")
-                    ));
+                let (catalog, refused) =
+                    sizing::usable_types(pool, catalog, |t| ctx.cloud.warm_type_refusal(t, state));
+                if refused.is_some() {
+                    message = refused;
                 }
                 match prov.to_core() {
                     Err(e) => message = Some(e.to_string()),

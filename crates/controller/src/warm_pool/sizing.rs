@@ -62,6 +62,34 @@ pub fn desired(pool: &WarmPool, claims_created: &[Timestamp], now: Timestamp) ->
     }
 }
 
+/// The types of `catalog` a member of `pool` may be, with why each type the pool lists by name
+/// may not (`refusal`: why a type cannot wait in the pool's state, as
+/// [`joiner_core::CloudProvider::warm_type_refusal`] says). The launcher and `joiner plan`
+/// judge types by this one rule; the reasons become `spec.warmPool.instanceTypes: ...`.
+pub fn usable_types(
+    pool: &WarmPool,
+    catalog: &[InstanceType],
+    refusal: impl Fn(&InstanceType) -> Option<String>,
+) -> (Vec<InstanceType>, Option<String>) {
+    let mut refused = Vec::new();
+    let usable = catalog
+        .iter()
+        .filter(|t| match refusal(t) {
+            None => true,
+            Some(why) => {
+                if pool.instance_types.contains(&t.name) {
+                    refused.push(why);
+                }
+                false
+            }
+        })
+        .cloned()
+        .collect();
+    let why = (!refused.is_empty())
+        .then(|| format!("spec.warmPool.instanceTypes: {}", refused.join("; ")));
+    (usable, why)
+}
+
 /// `maxPricePremium` as a fraction (`"25%"` is 0.25).
 pub fn premium(pool: &WarmPool) -> f64 {
     pool.max_price_premium
