@@ -727,6 +727,30 @@ mod transitions {
         prov
     }
 
+    /// How many hold boots were asked of the cloud.
+    fn holds(cloud: &FakeCloud) -> usize {
+        let calls = cloud.calls();
+        calls
+            .iter()
+            .filter(|c| matches!(c, FakeCall::HoldWarm(_)))
+            .count()
+    }
+
+    /// How many hibernations were asked of the cloud.
+    fn hibernations(cloud: &FakeCloud) -> usize {
+        let calls = cloud.calls();
+        calls
+            .iter()
+            .filter(|c| matches!(c, FakeCall::HibernateWarm(_)))
+            .count()
+    }
+
+    /// True once member `name` is gone or being deleted.
+    fn removed(api: &ObjectsApi, name: &str) -> bool {
+        api.claim(name)
+            .is_none_or(|c| c.metadata.deletion_timestamp.is_some())
+    }
+
     fn warm_status(api: &ObjectsApi, name: &str) -> joiner_apis::WarmMemberStatus {
         api.claim(name)
             .and_then(|c| c.status)
@@ -747,10 +771,7 @@ mod transitions {
         );
         // Pass 1: the hold boot, recorded before the start.
         warm_pool::reconcile(&t.ctx).await.expect("pass");
-        assert!(t
-            .cloud
-            .calls()
-            .contains(&FakeCall::HoldWarm("i-warm1".into())));
+        assert_eq!(holds(&t.cloud), 1);
         let w = warm_status(&t.api, "web-warm-r");
         assert_eq!(w.phase, "Warming");
         assert!(w.held_at.is_some());
@@ -762,12 +783,6 @@ mod transitions {
         t.api.sync_claims(&mut t.stores.claims);
         warm_pool::reconcile(&t.ctx).await.expect("pass");
         assert_eq!(warm_status(&t.api, "web-warm-r").phase, "Warm");
-        let holds = |c: &Arc<FakeCloud>| {
-            c.calls()
-                .iter()
-                .filter(|c| matches!(c, FakeCall::HoldWarm(_)))
-                .count()
-        };
         assert_eq!(holds(&t.cloud), 1);
         // A claim takes it (the provider reboots a running member), no launch.
         let out = launch_pending_claims(&t.ctx, &mut Memory::default()).await;
@@ -798,10 +813,7 @@ mod transitions {
             vec![instance("i-warm1", "web-warm-r", "stopped")],
         );
         warm_pool::reconcile(&t.ctx).await.expect("pass");
-        assert!(t
-            .api
-            .claim("web-warm-r")
-            .is_none_or(|c| c.metadata.deletion_timestamp.is_some()));
+        assert!(removed(&t.api, "web-warm-r"));
     }
 
     #[tokio::test]
@@ -818,19 +830,10 @@ mod transitions {
             vec![instance("i-warm1", "web-warm-h", "stopped")],
         );
         warm_pool::reconcile(&t.ctx).await.expect("pass");
-        assert!(t
-            .cloud
-            .calls()
-            .contains(&FakeCall::HoldWarm("i-warm1".into())));
+        assert_eq!(holds(&t.cloud), 1);
         // Running, but its hold boot only just started: not hibernated yet.
         t.api.sync_claims(&mut t.stores.claims);
         warm_pool::reconcile(&t.ctx).await.expect("pass");
-        let hibernations = |c: &Arc<FakeCloud>| {
-            c.calls()
-                .iter()
-                .filter(|c| matches!(c, FakeCall::HibernateWarm(_)))
-                .count()
-        };
         assert_eq!(hibernations(&t.cloud), 0);
         let w = warm_status(&t.api, "web-warm-h");
         assert_eq!(w.phase, "Warming");
@@ -873,10 +876,7 @@ mod transitions {
             vec![stopped.clone()],
         );
         warm_pool::reconcile(&t.ctx).await.expect("pass");
-        assert!(t
-            .cloud
-            .calls()
-            .contains(&FakeCall::HoldWarm("i-warm1".into())));
+        assert_eq!(holds(&t.cloud), 1);
         assert!(t
             .api
             .claim("web-warm-h")
@@ -896,15 +896,8 @@ mod transitions {
             vec![stopped],
         );
         warm_pool::reconcile(&t.ctx).await.expect("pass");
-        assert!(!t
-            .cloud
-            .calls()
-            .iter()
-            .any(|c| matches!(c, FakeCall::HoldWarm(_))));
-        assert!(t
-            .api
-            .claim("web-warm-h")
-            .is_none_or(|c| c.metadata.deletion_timestamp.is_some()));
+        assert_eq!(holds(&t.cloud), 0);
+        assert!(removed(&t.api, "web-warm-h"));
     }
 
     #[tokio::test]
@@ -922,10 +915,7 @@ mod transitions {
             vec![instance("i-warm1", "web-warm-h", "stopped")],
         );
         warm_pool::reconcile(&t.ctx).await.expect("pass");
-        assert!(t
-            .api
-            .claim("web-warm-h")
-            .is_none_or(|c| c.metadata.deletion_timestamp.is_some()));
+        assert!(removed(&t.api, "web-warm-h"));
         // A reused node's member waits stopped in a Running pool: kept.
         let mut reused = member(
             "web-warm-u",
