@@ -359,7 +359,7 @@ async fn step_member<P: CloudProvider>(
             if !record(ctx, member, json!({"heldAt": now.to_string()})).await? {
                 return Ok(false);
             }
-            hold(ctx, member, instance).await
+            act(ctx, member, instance, Step::Hold).await
         }
         WarmState::Hibernated if stopped && hibernated_at.is_some() => {
             set_phase(ctx, member, WARM, None).await.map(|_| false)
@@ -379,7 +379,7 @@ async fn step_member<P: CloudProvider>(
                     "warm-pool member stopped after its hold boot, outside the pool; replacing it");
                 remove(ctx, member, reasons::STOPPED_OUTSIDE).await
             } else {
-                hold(ctx, member, instance).await
+                act(ctx, member, instance, Step::Hold).await
             }
         }
         WarmState::Running if running => set_phase(ctx, member, WARM, None).await.map(|_| false),
@@ -393,7 +393,7 @@ async fn step_member<P: CloudProvider>(
                     return Ok(false);
                 }
             }
-            hibernate(ctx, member, instance).await
+            act(ctx, member, instance, Step::Hibernate).await
         }
         // pending, stopping: the next pass sees where it went.
         _ => Ok(false),
@@ -436,48 +436,51 @@ async fn record<P: CloudProvider>(
     }
 }
 
-/// Starts the hold boot of `member`; a failure is written to its status.
-async fn hold<P: CloudProvider>(
-    ctx: &Context<P>,
-    member: &NodeClaim,
-    instance: &LaunchedNode,
-) -> Result<bool, LifecycleError> {
-    tracing::info!(member = member.name(), instance = %instance.instance_id, "starting the hold boot of a warm-pool member");
-    match ctx.cloud.hold_warm(&instance.instance_id).await {
-        Ok(()) => Ok(false),
-        Err(e) => {
-            let message = format!(
-                "starting instance {} for its hold boot failed: {e}",
-                instance.instance_id
-            );
-            set_phase(ctx, member, WARMING, Some(&message)).await?;
-            Err(LifecycleError::cloud(
-                &format!("NodeClaim {}", member.name()),
-                format!(
-                    "starting warm-pool member {} for its hold boot",
-                    instance.instance_id
-                ),
-                e,
-            ))
+/// Which call a member's step makes on its instance.
+#[derive(Clone, Copy)]
+enum Step {
+    /// The warm-up ran past its deadline: stop it.
+    Stop,
+    /// The warm-up is over: start the hold boot.
+    Hold,
+    /// The hold boot settled: hibernate it.
+    Hibernate,
+}
+
+impl Step {
+    /// What the step does to instance `id`, for the log, the member's status and the error.
+    fn doing(self, id: &str) -> String {
+        match self {
+            Step::Stop => format!("stopping warm-pool member {id}"),
+            Step::Hold => format!("starting warm-pool member {id} for its hold boot"),
+            Step::Hibernate => format!("hibernating warm-pool member {id}"),
         }
     }
 }
 
-/// Hibernates `member` after its hold boot; a failure is written to its status.
-async fn hibernate<P: CloudProvider>(
+/// Makes `step`'s call for `member`'s instance; a failure is written to the member's status
+/// (phase `Warming`, with the error) and returned.
+async fn act<P: CloudProvider>(
     ctx: &Context<P>,
     member: &NodeClaim,
     instance: &LaunchedNode,
+    step: Step,
 ) -> Result<bool, LifecycleError> {
-    tracing::info!(member = member.name(), instance = %instance.instance_id, "hibernating a warm-pool member");
-    match ctx.cloud.hibernate_warm(&instance.instance_id).await {
+    let id = &instance.instance_id;
+    tracing::info!(member = member.name(), "{}", step.doing(id));
+    let result = match step {
+        Step::Stop => ctx.cloud.stop_warm(id).await,
+        Step::Hold => ctx.cloud.hold_warm(id).await,
+        Step::Hibernate => ctx.cloud.hibernate_warm(id).await,
+    };
+    match result {
         Ok(()) => Ok(false),
         Err(e) => {
-            let message = format!("hibernating instance {} failed: {e}", instance.instance_id);
+            let message = format!("{} failed: {e}", step.doing(id));
             set_phase(ctx, member, WARMING, Some(&message)).await?;
             Err(LifecycleError::cloud(
                 &format!("NodeClaim {}", member.name()),
-                format!("hibernating warm-pool member {}", instance.instance_id),
+                step.doing(id),
                 e,
             ))
         }
@@ -507,18 +510,7 @@ async fn stop_after_warm_up<P: CloudProvider>(
     }
     tracing::info!(member = member.name(), instance = %instance.instance_id,
         "warm-pool member still running after its warm-up deadline; stopping it");
-    match ctx.cloud.stop_warm(&instance.instance_id).await {
-        Ok(()) => Ok(false),
-        Err(e) => {
-            let message = format!("stopping instance {} failed: {e}", instance.instance_id);
-            set_phase(ctx, member, WARMING, Some(&message)).await?;
-            Err(LifecycleError::cloud(
-                &format!("NodeClaim {}", member.name()),
-                format!("stopping warm-pool member {}", instance.instance_id),
-                e,
-            ))
-        }
-    }
+    act(ctx, member, instance, Step::Stop).await
 }
 
 /// True while the claim a reused node's member came from still exists.
