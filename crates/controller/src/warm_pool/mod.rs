@@ -87,6 +87,15 @@ pub mod reasons {
     pub const NO_POOL: &str = "warm_pool_removed";
 }
 
+/// The state `prov`'s pool keeps its members in (`Stopped` without a pool).
+fn pool_state(prov: &Provisioner) -> WarmState {
+    prov.spec
+        .warm_pool
+        .as_ref()
+        .map(joiner_apis::WarmPool::warm_state)
+        .unwrap_or_default()
+}
+
 /// The member's `status.warmPool.claimedBy`.
 fn claimed_by(member: &NodeClaim) -> Option<&str> {
     member
@@ -298,12 +307,7 @@ async fn step_member<P: CloudProvider>(
         .annotations
         .as_ref()
         .is_some_and(|a| a.contains_key(reuse::REUSED_FROM));
-    let wanted = prov
-        .spec
-        .warm_pool
-        .as_ref()
-        .map(joiner_apis::WarmPool::warm_state)
-        .unwrap_or_default();
+    let wanted = pool_state(prov);
     // Launched for another state (its user data and launch settings are that state's). A
     // reused node waits stopped whatever the pool's state.
     if !reused && state != wanted {
@@ -808,12 +812,7 @@ async fn add_member<P: CloudProvider>(
     let node_template_ref = prov.spec.provider_ref.as_ref().map(|r| NodeTemplateRef {
         name: r.name.clone(),
     });
-    let state = prov
-        .spec
-        .warm_pool
-        .as_ref()
-        .map(joiner_apis::WarmPool::warm_state)
-        .unwrap_or_default();
+    let state = pool_state(prov);
     let mut claim = member_claim(
         &name,
         prov.name(),
