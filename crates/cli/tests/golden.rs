@@ -521,7 +521,11 @@ fn a_pod_its_spread_leaves_only_a_full_zone_is_refused_naming_the_spread() {
     );
     let reason = refused[0]["reason"].as_str().unwrap_or_default();
     assert!(
-        reason.starts_with("its topology spread or pod (anti-)affinity leaves it only topology.kubernetes.io/zone In [us-east-1c]"),
+        reason.starts_with(
+            "topology spread on topology.kubernetes.io/zone (maxSkew 1) of pods app In [web]: \
+             no allowed topology.kubernetes.io/zone keeps the skew; us-east-1c holds the fewest \
+             matching pods (1)"
+        ),
         "{reason}"
     );
 }

@@ -9,19 +9,26 @@ use super::affinity::Scope;
 use super::classes::PodClass;
 use super::plan::Plan;
 use super::topology;
+use crate::instance_type::InstanceType;
 use crate::labels;
+use crate::pod::Node;
+use crate::provisioner::Provisioner;
 use crate::snapshot::Snapshot;
 
 /// Applies every rule below; true when something new was closed (run the pass again).
 pub fn close_between_passes(
     snapshot: &Snapshot,
+    catalog: &[InstanceType],
     plan: &Plan,
     pinned: &[PodClass],
     closed: &mut topology::Closed,
 ) -> bool {
-    let pass = Outcome::new(snapshot, plan);
-    let emptied = close_empty_domains(&pass, pinned, closed);
-    let unmet = close_unmet_affinity(&pass, pinned, closed);
+    let pass = Outcome::new(snapshot, catalog, plan);
+    // Without refusals only a new node in a domain the pinning did not count (bought for
+    // other pods) can leave a spread skewed.
+    let refusals = !pass.refused.is_empty();
+    let emptied = refusals && close_empty_domains(&pass, pinned, closed);
+    let unmet = refusals && close_unmet_affinity(&pass, pinned, closed);
     let skewed = close_skewed(&pass, pinned, closed);
     emptied || unmet || skewed
 }
@@ -31,10 +38,44 @@ struct Outcome<'a> {
     snapshot: &'a Snapshot,
     refused: HashSet<&'a str>,
     node_labels: BTreeMap<&'a str, &'a BTreeMap<String, String>>,
+    /// The pass's new nodes as the kube-scheduler will see them, one per shape (the first
+    /// node's hostname stands for all of its shape).
+    new_nodes: Vec<Node>,
 }
 
 impl<'a> Outcome<'a> {
-    fn new(snapshot: &'a Snapshot, plan: &'a Plan) -> Self {
+    fn new(snapshot: &'a Snapshot, catalog: &[InstanceType], plan: &'a Plan) -> Self {
+        let default = Provisioner::default_provisioner();
+        let prov = |name: &str| {
+            if snapshot.provisioners.is_empty() {
+                Some(&default)
+            } else {
+                snapshot.provisioners.iter().find(|p| p.name == name)
+            }
+        };
+        // One node per shape (type, Provisioner, offering, requirements): the rules read
+        // the domains nodes carry, not how many nodes carry them, and a large plan has
+        // thousands of nodes of a few hundred shapes.
+        let types: HashMap<&str, &InstanceType> =
+            catalog.iter().map(|t| (t.name.as_str(), t)).collect();
+        let mut shapes = HashSet::new();
+        let new_nodes = plan
+            .new_nodes
+            .iter()
+            .filter(|n| {
+                shapes.insert((
+                    n.instance_type.as_str(),
+                    n.provisioner.as_str(),
+                    n.zone.as_str(),
+                    n.capacity_type,
+                    &n.requirements,
+                ))
+            })
+            .map(|n| {
+                let ty = types.get(n.instance_type.as_str()).copied();
+                n.as_node(ty, prov(&n.provisioner))
+            })
+            .collect();
         Outcome {
             snapshot,
             refused: plan.unschedulable.iter().map(|u| u.pod.as_str()).collect(),
@@ -43,6 +84,7 @@ impl<'a> Outcome<'a> {
                 .iter()
                 .map(|n| (n.name.as_str(), &n.labels))
                 .collect(),
+            new_nodes,
         }
     }
 
@@ -81,28 +123,48 @@ impl<'a> Outcome<'a> {
     }
 }
 
-/// Closes, to the pods pinned there, each domain where a workload had pods pinned and none
-/// placed while some of its pods were placed elsewhere. True when something new was closed.
+/// Closes, to the pods pinned there and refused, each domain where a workload had pods
+/// refused while some of its pods were placed (there or elsewhere): the domain was full for
+/// them or a Provisioner's limit stopped them, and another domain may still take them within
+/// maxSkew. A workload refused everywhere keeps its pins, and its reason. True when something
+/// new was closed.
 fn close_empty_domains(pass: &Outcome, pinned: &[PodClass], closed: &mut topology::Closed) -> bool {
-    let counts: Vec<usize> = pinned.iter().map(|c| pass.placed(c).len()).collect();
+    let placed: Vec<Vec<usize>> = pinned.iter().map(|c| pass.placed(c)).collect();
     // The workloads (origins) with pods placed somewhere.
     let placed_somewhere: HashSet<usize> = pinned
         .iter()
-        .zip(&counts)
-        .filter(|(_, &n)| n > 0)
+        .zip(&placed)
+        .filter(|(_, p)| !p.is_empty())
         .map(|(c, _)| c.origin)
         .collect();
+    // The domains (workload, key, value) where the workload got pods: they stay counted.
+    let held: HashSet<(usize, &str, &str)> = pinned
+        .iter()
+        .zip(&placed)
+        .filter(|(_, p)| !p.is_empty())
+        .flat_map(|(c, _)| {
+            c.pinned
+                .iter()
+                .filter_map(move |(k, r)| r.single_value().map(|v| (c.origin, k.as_str(), v)))
+        })
+        .collect();
     let mut grew = false;
-    for (c, &n) in pinned.iter().zip(&counts) {
-        if n > 0 || !placed_somewhere.contains(&c.origin) {
+    for (c, placed) in pinned.iter().zip(&placed) {
+        if placed.len() == c.pods.len() || !placed_somewhere.contains(&c.origin) {
             continue;
         }
+        let placed: HashSet<usize> = placed.iter().copied().collect();
         for (key, r) in c.pinned.iter() {
             let Some(value) = r.single_value() else {
                 continue;
             };
-            for &pod in &c.pods {
-                grew |= closed.close(pod, key, value);
+            let kept = held.contains(&(c.origin, key.as_str(), value));
+            for &pod in c.pods.iter().filter(|p| !placed.contains(p)) {
+                grew |= if kept {
+                    closed.close(pod, key, value)
+                } else {
+                    closed.close_gone(pod, key, value)
+                };
             }
         }
     }
@@ -242,10 +304,43 @@ fn close_skewed(pass: &Outcome, pinned: &[PodClass], closed: &mut topology::Clos
         .map(|n| (n.name.as_str(), n))
         .collect();
     for ((key, scope, filter), constrained) in &spreads {
+        // The domains of the nodes the spread counts, pods or not: existing ones (as the
+        // pinning counted them) and the pass's new ones (bought for other pods, maybe in a
+        // domain these pods may not use: they count all the same).
+        let counts_on = |n: &&Node| filter.as_ref().is_none_or(|f| f.counts_on(n));
+        // The domains the pinning chose for these pods.
+        let pinned_to: HashSet<String> = constrained
+            .iter()
+            .filter_map(|(c, _)| value_of(c, key))
+            .collect();
+        let on_new: HashSet<&String> = pass
+            .new_nodes
+            .iter()
+            .filter(counts_on)
+            .filter_map(|n| n.labels.get(key))
+            .collect();
+        // Without refusals, only a new node in a domain the pinning did not count (none of
+        // these pods there, no existing node it counts) can break its counts.
+        if pass.refused.is_empty() && on_new.iter().all(|v| pinned_to.contains(*v)) {
+            continue;
+        }
+        let mut on_nodes: HashSet<&String> = snapshot
+            .nodes
+            .iter()
+            .filter(counts_on)
+            .filter_map(|n| n.labels.get(key))
+            .collect();
+        let unseen = on_new
+            .iter()
+            .any(|v| !pinned_to.contains(*v) && !on_nodes.contains(*v));
+        if pass.refused.is_empty() && !unseen {
+            continue;
+        }
+        on_nodes.extend(on_new);
         // Pods where they run (on the nodes the spread counts) or were placed; a domain whose
-        // pinned pods were all refused holds none and is closed by `close_empty_domains`, so
-        // it sets no minimum here.
-        let mut count: BTreeMap<String, i64> = BTreeMap::new();
+        // pinned pods were all refused, and where no node is, holds none and is closed by
+        // `close_empty_domains`, so it sets no minimum here.
+        let mut count: BTreeMap<String, i64> = on_nodes.iter().map(|v| ((*v).clone(), 0)).collect();
         for p in snapshot.pods.iter().filter(|p| scope.matches(p)) {
             let counted = filter.as_ref().is_none_or(|f| {
                 p.node_name
@@ -271,11 +366,7 @@ fn close_skewed(pass: &Outcome, pinned: &[PodClass], closed: &mut topology::Clos
                 *count.entry(v).or_default() += placed;
             }
         }
-        // The domains the pinning chose from for these pods (reachable ones), as it did.
-        let domains: HashSet<String> = constrained
-            .iter()
-            .filter_map(|(c, _)| value_of(c, key))
-            .collect();
+        let domains: HashSet<&String> = on_nodes.iter().copied().chain(&pinned_to).collect();
         count.retain(|v, _| domains.contains(v));
         let Some(min) = count.values().min().copied() else {
             continue;

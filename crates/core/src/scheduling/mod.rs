@@ -53,9 +53,9 @@ pub fn simulate(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -
 }
 
 /// One pass with every constraint of the snapshot's pods taken as hard; run again while the
-/// pass placed pods where the kube-scheduler would not run them: pinned to a domain that took
-/// none of them, beside pod-affinity partners that were refused, or over a spread's maxSkew
-/// once refusals are counted (see [`closing`]).
+/// pass refused pinned pods another domain may take, placed pods beside pod-affinity partners
+/// that were refused, or over a spread's maxSkew once refusals and the new nodes' domains are
+/// counted (see [`closing`]).
 fn place(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -> Plan {
     settle(snapshot, catalog, opts).0
 }
@@ -77,10 +77,10 @@ pub(crate) fn settle(
             .cloned()
             .collect();
         let plan = pass.run();
-        if plan.unschedulable.is_empty() || pinned.is_empty() {
+        if pinned.is_empty() {
             return (plan, closed);
         }
-        if !closing::close_between_passes(snapshot, &plan, &pinned, &mut closed) {
+        if !closing::close_between_passes(snapshot, catalog, &plan, &pinned, &mut closed) {
             return (plan, closed);
         }
     }

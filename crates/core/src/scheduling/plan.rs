@@ -59,6 +59,40 @@ impl NewNode {
         out
     }
 
+    /// The node as the kube-scheduler will see it once it joins, for the rules that count
+    /// nodes (a spread counts its domain even when none of its pods match): the labels of its
+    /// instance type `ty`, of its Provisioner `prov`, its single-valued requirements, its zone,
+    /// capacity type and hostname; the Provisioner's taints.
+    pub fn as_node(
+        &self,
+        ty: Option<&crate::instance_type::InstanceType>,
+        prov: Option<&crate::provisioner::Provisioner>,
+    ) -> crate::pod::Node {
+        use crate::labels;
+        let mut l = ty.map(|t| t.labels.clone()).unwrap_or_default();
+        if let Some(p) = prov {
+            l.extend(p.labels.clone());
+        }
+        for (k, r) in self.requirements.iter() {
+            if let Some(v) = r.single_value() {
+                l.insert(k.clone(), v.to_string());
+            }
+        }
+        l.insert(labels::ZONE.into(), self.zone.clone());
+        l.insert(
+            labels::CAPACITY_TYPE.into(),
+            self.capacity_type.as_str().into(),
+        );
+        l.insert(labels::HOSTNAME.into(), self.name.clone());
+        l.insert(labels::PROVISIONER_NAME.into(), self.provisioner.clone());
+        crate::pod::Node {
+            name: self.name.clone(),
+            labels: l,
+            taints: prov.map(|p| p.taints.clone()).unwrap_or_default(),
+            ..crate::pod::Node::default()
+        }
+    }
+
     /// The zones the node's requirements allow, when they list them (empty: any zone).
     pub fn zones(&self) -> Vec<String> {
         self.requirements

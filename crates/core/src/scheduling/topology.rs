@@ -6,9 +6,12 @@
 //! domain): each pod of a constrained class goes to the allowed domain with the fewest matching
 //! pods (water-filling against what already runs there, which is what the kube-scheduler's skew
 //! rule accepts), to a domain holding its affinity partners, and away from domains holding pods
-//! its anti-affinity (or theirs) rejects. A pod's domains are those it could be placed in: an
+//! its anti-affinity (or theirs) rejects. A pod is placed in a domain it could use: an
 //! existing node it tolerates, selects and fits on, or a Provisioner it tolerates that can
-//! launch a node holding it there; a full node in a zone no Provisioner covers is no domain.
+//! launch a node holding it there. A spread's minimum is taken, as the kube-scheduler takes
+//! it, over those and over every domain of an existing node the spread counts (its
+//! `nodeAffinityPolicy` and `nodeTaintsPolicy`), full or not: a full node in a zone no
+//! Provisioner covers caps the other zones at its count plus maxSkew.
 //! Pods with the same choice form a sub-class pinned to that domain by a requirement
 //! (`zone In [z]`), which the packer and the existing-node pass honor like any node selector.
 //! Spot or on-demand among several allowed capacity types is still the offering's choice,
@@ -32,10 +35,18 @@ use super::node_rules::describe_selector;
 /// pods of the same workload elsewhere (a Provisioner's limit, no type with room there): the
 /// next pass treats them as unreachable for those pods' classes, so the counts follow where
 /// pods really go and the other domains take their share.
+///
+/// A closed domain where pods were placed still counts in the pods' spreads (its nodes will
+/// be there); one where the workload got nothing is also gone from them: no node of its will
+/// exist for the kube-scheduler to count.
 #[derive(Clone, Debug, Default)]
 pub struct Closed {
     by_pod: HashMap<usize, BTreeSet<(String, String)>>,
+    gone: HashMap<usize, BTreeSet<(String, String)>>,
 }
+
+/// Domains as (topology key, value).
+type DomainSet = BTreeSet<(String, String)>;
 
 impl Closed {
     /// Closes domain `value` of topology key `key` to pod `pod` (a snapshot index); false when
@@ -47,16 +58,20 @@ impl Closed {
             .insert((key.to_string(), value.to_string()))
     }
 
-    /// The domains closed to any of `pods`.
-    fn for_pods(&self, pods: &[usize]) -> BTreeSet<(String, String)> {
-        if self.by_pod.is_empty() {
-            return BTreeSet::new();
-        }
-        pods.iter()
-            .filter_map(|p| self.by_pod.get(p))
-            .flatten()
-            .cloned()
-            .collect()
+    /// Closes a domain to `pod` as [`Closed::close`] does, and takes it out of the domains
+    /// its spreads count: its workload got no pod there. False when it already was gone.
+    pub fn close_gone(&mut self, pod: usize, key: &str, value: &str) -> bool {
+        self.close(pod, key, value);
+        self.gone
+            .entry(pod)
+            .or_default()
+            .insert((key.to_string(), value.to_string()))
+    }
+
+    /// The domains closed to `pod`, and those gone from its spreads.
+    fn for_pod(&self, pod: usize) -> (DomainSet, DomainSet) {
+        let get = |m: &HashMap<usize, DomainSet>| m.get(&pod).cloned().unwrap_or_default();
+        (get(&self.by_pod), get(&self.gone))
     }
 }
 
@@ -333,6 +348,24 @@ fn reachable(
     out
 }
 
+/// The values of `key` on the existing nodes whose pods a spread counts (`filter`: the pod's
+/// node terms and tolerations, as its `nodeAffinityPolicy` and `nodeTaintsPolicy` say; `None`:
+/// every node). The kube-scheduler counts each such node's domain in the spread's minimum
+/// whether or not the pod fits or may run there: a full node in a zone no Provisioner covers,
+/// or a tainted one under the default `nodeTaintsPolicy: Ignore`, still caps the other zones.
+fn counted_node_values(
+    domains: &KeyDomains,
+    nodes: &[Node],
+    filter: Option<&NodeFilter>,
+) -> BTreeSet<String> {
+    domains
+        .nodes
+        .iter()
+        .filter(|(i, _)| filter.is_none_or(|f| f.counts_on(&nodes[*i])))
+        .map(|(_, v)| v.clone())
+        .collect()
+}
+
 /// Free room on each node: allocatable less what the pods bound there request.
 fn free_room(nodes: &[Node], pods: &[Pod]) -> Vec<Resources> {
     let index: HashMap<&str, usize> = nodes
@@ -524,8 +557,8 @@ pub fn pin(
             continue;
         }
         let p = &pods[class.template];
-        // Spread domains are those the pod could be placed in, by its own node affinity (the
-        // kube-scheduler's nodeAffinityPolicy Honor); where it may go also follows its volumes.
+        // The domains the pod could be placed in, by its own node affinity; where it may go
+        // also follows its volumes.
         let reach: Vec<Vec<String>> = (0..keys.len())
             .map(|k| {
                 if !takes_part(k) {
@@ -556,31 +589,61 @@ pub fn pin(
                 }
             })
             .collect();
+        // Per key and spread, the domains of the existing nodes the spread counts.
+        let node_counted: Vec<Vec<BTreeSet<String>>> = (0..keys.len())
+            .map(|k| {
+                t[k].spreads
+                    .iter()
+                    .map(|s| {
+                        counted_node_values(&key_domains[k], nodes, groups[s.group].nodes.as_ref())
+                    })
+                    .collect()
+            })
+            .collect();
         // The domains left to a pod once those closed to it are taken out (per pod: a domain
-        // closed to one pod of a class stays open to the others).
-        let domains_for = |shut: &BTreeSet<(String, String)>| -> Vec<Domains> {
+        // closed to one pod of a class stays open to the others). A closed domain an existing
+        // node the spread counts carries is still counted: the node is there.
+        let domains_for = |(shut, gone): &(DomainSet, DomainSet)| -> Vec<Domains> {
             (0..keys.len())
                 .map(|k| {
+                    let is_in =
+                        |set: &DomainSet, v: &String| set.contains(&(keys[k].clone(), v.clone()));
                     let all: Vec<String> = reach[k]
                         .iter()
-                        .filter(|v| !shut.contains(&(keys[k].clone(), (*v).clone())))
+                        .filter(|v| !is_in(shut, v))
                         .cloned()
                         .collect();
+                    let reached: Vec<&String> =
+                        reach[k].iter().filter(|v| !is_in(gone, v)).collect();
                     let allowed = all
                         .iter()
                         .filter(|d| terms_allow(&p.node_terms, &keys[k], d))
                         .cloned()
                         .collect();
+                    let counted = node_counted[k]
+                        .iter()
+                        .map(|on_nodes| {
+                            let mut c = on_nodes.clone();
+                            c.extend(reached.iter().map(|v| (*v).clone()));
+                            c.into_iter().collect()
+                        })
+                        .collect();
                     Domains {
+                        shut: reach[k]
+                            .iter()
+                            .filter(|v| is_in(shut, v))
+                            .cloned()
+                            .collect(),
                         all,
                         allowed,
+                        counted,
                         prices: prices[k].clone(),
                     }
                 })
                 .collect()
         };
-        let open = domains_for(&BTreeSet::new());
-        let mut by_shut: HashMap<BTreeSet<(String, String)>, Vec<Domains>> = HashMap::new();
+        let open = domains_for(&Default::default());
+        let mut by_shut: HashMap<(DomainSet, DomainSet), Vec<Domains>> = HashMap::new();
         // A key no node or Provisioner of the pod's carries: required anti-affinity holds
         // anywhere (no node shares a domain with another, as the kube-scheduler reads it), and
         // being counted there means nothing; spreads and affinity cannot hold (see `choose`).
@@ -593,8 +656,8 @@ pub fn pin(
             .collect();
         let mut split: BTreeMap<Vec<Option<String>>, Vec<usize>> = BTreeMap::new();
         for &pi in &class.pods {
-            let shut = closed.for_pods(&[pi]);
-            let domains = if shut.is_empty() {
+            let shut = closed.for_pod(pi);
+            let domains = if shut.0.is_empty() {
                 &open
             } else {
                 by_shut.entry(shut).or_insert_with_key(|s| domains_for(s))
@@ -745,12 +808,18 @@ fn affinity_order(terms: &[Vec<Terms>], groups: usize) -> Vec<usize> {
     order
 }
 
-/// A key's domains for one class: those its spreads count (the pod could be placed there by
-/// its own node affinity), and those it may be placed in (its volumes allow them too).
+/// A key's domains for one class: those it could be placed in by its own node affinity,
+/// those it may be placed in (its volumes allow them too), and per spread those the spread
+/// counts in its minimum.
 #[derive(Default)]
 struct Domains {
     all: Vec<String>,
     allowed: Vec<String>,
+    /// Per spread of the class on the key (in order): the domains it counts, those the pod
+    /// could be placed in and those of the existing nodes its node filter counts.
+    counted: Vec<Vec<String>>,
+    /// Those it could be placed in that an earlier pass closed to it.
+    shut: Vec<String>,
     /// The cheapest node for the pod per value (keys `cheapest_per_value` prices).
     prices: BTreeMap<String, f64>,
 }
@@ -766,6 +835,14 @@ fn choose(
     pod: &Pod,
 ) -> Result<String, String> {
     let get = |m: &BTreeMap<String, i64>, d: &str| m.get(d).copied().unwrap_or(0);
+    if domains.all.is_empty() && !domains.shut.is_empty() {
+        return Err(format!(
+            "every {key} the pod could use ({}) was tried in an earlier pass and did not take \
+             it (no room, a Provisioner's limit, or over maxSkew once the other pods were \
+             placed)",
+            domains.shut.join(", ")
+        ));
+    }
     if domains.all.is_empty() {
         return Err(format!(
             "topology key {key}: no node the pod could use and no Provisioner that could \
@@ -815,12 +892,11 @@ fn choose(
     }
     // Skew: every hard spread must accept the domain.
     let skew_ok = |d: &str| {
-        t.spreads.iter().all(|s| {
-            let min = if (domains.all.len() as i64) < s.min_domains {
+        t.spreads.iter().zip(&domains.counted).all(|(s, counted)| {
+            let min = if (counted.len() as i64) < s.min_domains {
                 0
             } else {
-                domains
-                    .all
+                counted
                     .iter()
                     .map(|x| get(&count[s.group], x))
                     .min()
@@ -833,8 +909,28 @@ fn choose(
     cands.retain(|d| skew_ok(d));
     if cands.is_empty() {
         let s = &t.spreads[0];
+        let counted = domains
+            .counted
+            .first()
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let least = counted
+            .iter()
+            .map(|d| (get(&count[s.group], d), d))
+            .min()
+            .map(|(n, d)| format!("; {d} holds the fewest matching pods ({n})"))
+            .unwrap_or_default();
+        let tried = if domains.shut.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; {} did not take it in an earlier pass",
+                domains.shut.join(", ")
+            )
+        };
         return Err(format!(
-            "topology spread on {key} (maxSkew {}) of pods {}: no allowed {key} keeps the skew",
+            "topology spread on {key} (maxSkew {}) of pods {}: no allowed {key} keeps the \
+             skew{least}{tried}",
             s.max_skew,
             describe_selector(&groups[s.group].scope)
         ));

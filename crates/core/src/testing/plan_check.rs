@@ -168,21 +168,41 @@ impl<'a> Cluster<'a> {
         term.namespaces.contains(&q.namespace)
     }
 
-    /// The domains of `key` a spread of `p` counts: values on nodes of the final cluster that
-    /// match the pod's own node terms, and values a Provisioner can give a node for it (for a
-    /// key the instance types carry, one of an allowed type that holds the pod).
-    fn spread_domains(&self, p: &Pod, key: &str) -> BTreeSet<String> {
+    /// True when spread `t` of `p` counts the pods on `node`, as the kube-scheduler's node
+    /// inclusion policies say: with `nodeAffinityPolicy: Honor` (the default) only nodes the
+    /// pod's own node terms select, with `nodeTaintsPolicy: Honor` only nodes whose taints it
+    /// tolerates (the default, Ignore, counts tainted nodes).
+    fn spread_counts_on(&self, p: &Pod, t: &TopologySpread, node: &str) -> bool {
         let terms = p.own_node_terms.as_ref().unwrap_or(&p.node_terms);
-        let allowed = |l: &Labels| terms.is_empty() || terms.iter().any(|t| t.matches_labels(l));
+        let Some(l) = self.node_labels.get(node) else {
+            return false;
+        };
+        let selected =
+            !t.honor_node_affinity || terms.is_empty() || terms.iter().any(|t| t.matches_labels(l));
+        let tolerated = !t.honor_node_taints
+            || self.node_taints.get(node).is_none_or(|taints| {
+                crate::taints::first_untolerated(taints, &p.tolerations).is_none()
+            });
+        selected && tolerated
+    }
+
+    /// The domains a spread `t` of `p` counts: values on the nodes of the final cluster it
+    /// counts (full or not, see [`Cluster::spread_counts_on`]), and values a Provisioner can
+    /// give a node for it (for a key the instance types carry, one of an allowed type that
+    /// holds the pod).
+    fn spread_domains(&self, p: &Pod, t: &TopologySpread) -> BTreeSet<String> {
+        let key = t.topology_key.as_str();
+        let terms = p.own_node_terms.as_ref().unwrap_or(&p.node_terms);
         let mut out: BTreeSet<String> = self
             .node_labels
-            .values()
-            .filter(|l| allowed(l))
-            .filter_map(|l| l.get(key).cloned())
+            .iter()
+            .filter(|(n, _)| self.spread_counts_on(p, t, n))
+            .filter_map(|(_, l)| l.get(key).cloned())
             .collect();
         let admits = |v: &str| {
             terms.is_empty() || terms.iter().any(|t| t.get(key).is_none_or(|r| r.allows(v)))
         };
+        let mut launchable: BTreeSet<String> = BTreeSet::new();
         for prov in &self.provisioners {
             let req = prov.node_requirements();
             let offered: Vec<String> = match key {
@@ -198,17 +218,16 @@ impl<'a> Cluster<'a> {
                     .map(<[String]>::to_vec)
                     .unwrap_or_default(),
             };
-            out.extend(
+            launchable.extend(
                 offered
                     .into_iter()
                     .filter(|v| req.get(key).is_none_or(|r| r.allows(v)) && admits(v)),
             );
         }
-        // A value the instance types carry (instance type, architecture) is a domain only when
-        // a type carrying it can hold the pod at all, as the simulation counts domains (issue
-        // 12: a domain is one the pod could be placed in). The kube-scheduler would also count
-        // a node of a type too small for the pod: a documented limit (docs/architecture.md).
-        out.retain(|v| {
+        // A value the instance types carry (instance type, architecture) that no node has yet
+        // is a domain only when a type carrying it can hold the pod: only then could a node be
+        // launched there for it. A node of a type too small for the pod counts all the same.
+        launchable.retain(|v| {
             let carriers: Vec<&InstanceType> = self
                 .types
                 .iter()
@@ -216,6 +235,7 @@ impl<'a> Cluster<'a> {
                 .collect();
             carriers.is_empty() || carriers.iter().any(|t| p.requests.fits(&t.allocatable))
         });
+        out.extend(launchable);
         out
     }
 }
@@ -369,19 +389,8 @@ fn check_terms(c: &Cluster, p: &Pod, node: &str) -> Result<(), String> {
 /// most maxSkew matching pods (a new node can always be made, so the minimum is zero).
 fn check_spread(c: &Cluster, p: &Pod, node: &str, t: &TopologySpread) -> Result<(), String> {
     let counts = |q: &Pod| q.namespace == p.namespace && t.selector.matches_labels(&q.labels);
-    // Only pods on nodes the pod's own node terms select count (nodeAffinityPolicy: Honor,
-    // the default), and with nodeTaintsPolicy: Honor only those on nodes it tolerates.
-    let terms = p.own_node_terms.as_ref().unwrap_or(&p.node_terms);
-    let eligible = |n: &str| {
-        let l = &c.node_labels[n];
-        let selected =
-            !t.honor_node_affinity || terms.is_empty() || terms.iter().any(|t| t.matches_labels(l));
-        let tolerated = !t.honor_node_taints
-            || c.node_taints.get(n).is_none_or(|taints| {
-                crate::taints::first_untolerated(taints, &p.tolerations).is_none()
-            });
-        selected && tolerated
-    };
+    // Only pods on the nodes the spread counts (its node inclusion policies).
+    let eligible = |n: &str| c.spread_counts_on(p, t, n);
     let Some(d) = c.value(node, &t.topology_key) else {
         ensure!(
             false,
@@ -411,7 +420,7 @@ fn check_spread(c: &Cluster, p: &Pod, node: &str, t: &TopologySpread) -> Result<
         );
         return Ok(());
     }
-    let domains = c.spread_domains(p, &t.topology_key);
+    let domains = c.spread_domains(p, t);
     let below_min_domains = t
         .min_domains
         .is_some_and(|m| (domains.len() as i64) < i64::from(m));

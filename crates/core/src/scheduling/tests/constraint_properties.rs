@@ -5,7 +5,9 @@
 //! label, the architecture, the instance type and the hostname; pod anti-affinity and affinity on the same keys; host ports; pods
 //! requiring on-demand; pods in two namespaces whose terms look in their own namespace, in
 //! named ones, or in those a namespaceSelector picks (`{}` = all); and existing nodes running
-//! labeled pods, some of them anti-affine by hostname or zone. The checks rebuild every node's
+//! labeled pods, some of them anti-affine by hostname or zone, some full, some tainted, some
+//! in a zone no Provisioner covers (which a spread still counts, as its node inclusion
+//! policies say). The checks rebuild every node's
 //! and every domain's final population from the snapshot and the plan, and test each rule with
 //! their own reading of the terms, not with the simulation's own counters.
 
@@ -55,6 +57,9 @@ pub(super) struct ClassSpec {
     spread_key: usize,
     term_key: usize,
     zone_spread: Option<i32>,
+    /// The spread's node inclusion policies: (nodeAffinityPolicy Honor, nodeTaintsPolicy
+    /// Honor).
+    policies: (bool, bool),
     host_spread: Option<i32>,
     host_anti: Option<usize>,
     zone_anti: bool,
@@ -68,7 +73,12 @@ pub(super) struct ClassSpec {
 
 #[derive(Clone, Debug)]
 pub(super) struct NodeSpec {
+    /// Index into ZONES, or ZONES.len(): z-d, a zone no Provisioner covers.
     zone: usize,
+    /// No room left for any pending pod.
+    full: bool,
+    /// A NoSchedule taint no pod tolerates.
+    tainted: bool,
     pool: usize,
     /// (app, namespace, repels another app by hostname (false) or zone (true)).
     running: Vec<(usize, usize, Option<bool>)>,
@@ -95,6 +105,8 @@ pub(super) fn class_spec() -> impl Strategy<Value = ClassSpec> {
             0usize..4,
             0usize..KEYS.len(),
             0usize..KEYS.len(),
+            prop::bool::weighted(0.8),
+            prop::bool::weighted(0.3),
         ),
     )
         .prop_map(
@@ -109,7 +121,7 @@ pub(super) fn class_spec() -> impl Strategy<Value = ClassSpec> {
                 on_demand,
                 host_affinity,
                 affine_to,
-                (ns, ns_mode, spread_key, term_key),
+                (ns, ns_mode, spread_key, term_key, honor_affinity, honor_taints),
             )| {
                 ClassSpec {
                     count,
@@ -120,6 +132,7 @@ pub(super) fn class_spec() -> impl Strategy<Value = ClassSpec> {
                     spread_key,
                     term_key,
                     zone_spread,
+                    policies: (honor_affinity, honor_taints),
                     host_spread,
                     host_anti,
                     zone_anti,
@@ -135,7 +148,9 @@ pub(super) fn class_spec() -> impl Strategy<Value = ClassSpec> {
 
 pub(super) fn node_spec() -> impl Strategy<Value = NodeSpec> {
     (
-        0usize..ZONES.len(),
+        0usize..=ZONES.len(),
+        prop::bool::weighted(0.25),
+        prop::bool::weighted(0.2),
         0usize..POOLS.len(),
         prop::collection::vec(
             (
@@ -146,8 +161,10 @@ pub(super) fn node_spec() -> impl Strategy<Value = NodeSpec> {
             0..3,
         ),
     )
-        .prop_map(|(zone, pool, running)| NodeSpec {
+        .prop_map(|(zone, full, tainted, pool, running)| NodeSpec {
             zone,
+            full,
+            tainted,
             pool,
             running,
         })
@@ -189,11 +206,13 @@ pub(super) fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
     // Like Deployments: every class of an app spread carries the same spread (key and skew),
     // and key (anti-)affinity is only used by apps that are not spread (so every counted pod is
     // a constrained one and the final skew is what the scheduler checked).
-    let mut app_spread: [Option<(usize, i32)>; APPS.len()] = [None; APPS.len()];
+    // Per app: (key, maxSkew, node inclusion policies) of its spread.
+    type AppSpread = Option<(usize, i32, (bool, bool))>;
+    let mut app_spread: [AppSpread; APPS.len()] = [None; APPS.len()];
     let mut app_on_demand: [Option<bool>; APPS.len()] = [None; APPS.len()];
     for c in classes {
         if app_spread[c.app].is_none() {
-            app_spread[c.app] = c.zone_spread.map(|s| (c.spread_key, s));
+            app_spread[c.app] = c.zone_spread.map(|s| (c.spread_key, s, c.policies));
         }
         app_on_demand[c.app].get_or_insert(c.on_demand);
     }
@@ -201,9 +220,10 @@ pub(super) fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
         .iter()
         .map(|c| {
             let mut c = c.clone();
-            c.zone_spread = app_spread[c.app].map(|(_, s)| s);
-            if let Some((key, _)) = app_spread[c.app] {
+            c.zone_spread = app_spread[c.app].map(|(_, s, _)| s);
+            if let Some((key, _, policies)) = app_spread[c.app] {
                 c.spread_key = key;
+                c.policies = policies;
                 // The kube-scheduler counts a spread over the nodes the pod's own node terms
                 // select, and so does the simulation for running pods; pending pods that may
                 // land on either kind of node are counted wherever they are pinned (a known
@@ -220,9 +240,8 @@ pub(super) fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
             if c.zone_spread.is_some() {
                 c.zone_anti = false;
                 c.zone_affinity = false;
-                // A hostname group that spreads is split across domains and cannot be placed
-                // whole; the domains closed to its refused part then leave its pods' skew
-                // minimum although nodes run there (known limit 1b, docs/architecture.md).
+                // A self-affine hostname group that also spreads can be placed over maxSkew
+                // (known limit 1b, docs/architecture.md).
                 c.host_affinity = false;
                 c.affine_to = None;
             }
@@ -248,8 +267,8 @@ pub(super) fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
                 min_domains: None,
                 hard: true,
                 selector: app_selector(c.app),
-                honor_node_affinity: true,
-                honor_node_taints: false,
+                honor_node_affinity: c.policies.0,
+                honor_node_taints: c.policies.1,
             });
         }
         if let Some(s) = c.host_spread {
@@ -311,7 +330,8 @@ pub(super) fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
     for (ni, n) in nodes.iter().enumerate() {
         let name = format!("n{ni}");
         let mut l = BTreeMap::new();
-        l.insert(labels::ZONE.to_string(), ZONES[n.zone].to_string());
+        let zone = ZONES.get(n.zone).copied().unwrap_or("z-d");
+        l.insert(labels::ZONE.to_string(), zone.to_string());
         l.insert(labels::HOSTNAME.to_string(), name.clone());
         // Every third node is spot: a spread of on-demand-only pods does not count the pods
         // running there (nodeAffinityPolicy Honor).
@@ -320,11 +340,26 @@ pub(super) fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
         l.insert(POOL.to_string(), POOLS[n.pool].to_string());
         l.insert(labels::ARCH.to_string(), "amd64".to_string());
         l.insert(labels::INSTANCE_TYPE.to_string(), "m5.xlarge".to_string());
+        // A full node's allocatable is what its running pods request (none: nothing fits).
+        let cpu = if n.full {
+            500 * n.running.len() as i64
+        } else {
+            4000
+        };
         snap_nodes.push(Node {
             name: name.clone(),
             labels: l,
-            allocatable: Resources::new(4000, 16 * GI, 17 * GI, 30),
+            allocatable: Resources::new(cpu, 16 * GI, 17 * GI, 30),
             capacity: Resources::new(4000, 16 * GI, 20 * GI, 30),
+            taints: if n.tainted {
+                vec![crate::taints::Taint {
+                    key: "dedicated".into(),
+                    value: "db".into(),
+                    effect: crate::taints::Effect::NoSchedule,
+                }]
+            } else {
+                Vec::new()
+            },
             ..Node::default()
         });
         for (ri, (app, ns, repels)) in n.running.iter().enumerate() {
@@ -535,6 +570,7 @@ fn a_type_spread_counts_only_the_types_that_hold_the_pod() {
         spread_key: 4,
         term_key: 0,
         zone_spread: Some(1),
+        policies: (true, false),
         host_spread: None,
         host_anti: None,
         zone_anti: false,
@@ -550,6 +586,7 @@ fn a_type_spread_counts_only_the_types_that_hold_the_pod() {
         ns: 1,
         spread_key: 0,
         zone_spread: None,
+        policies: (true, false),
         ..base.clone()
     };
     plan_holds(&[base.clone(), big(7), big(12)]);
@@ -569,6 +606,7 @@ fn a_domain_closed_to_one_pod_leaves_its_siblings_counted() {
         spread_key: 0,
         term_key: 2,
         zone_spread: None,
+        policies: (true, false),
         host_spread: None,
         host_anti: None,
         zone_anti: true,
@@ -616,6 +654,7 @@ fn plain(app: usize, ns: usize) -> ClassSpec {
         spread_key: 0,
         term_key: 0,
         zone_spread: None,
+        policies: (true, false),
         host_spread: None,
         host_anti: None,
         zone_anti: false,

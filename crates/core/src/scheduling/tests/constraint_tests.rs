@@ -1037,13 +1037,29 @@ fn a_key_no_node_or_provisioner_carries_refuses_spreads_and_affinity_not_anti_af
     );
 }
 
+/// Every pod the plan refused was refused by its topology spread's skew.
+fn assert_refused_for_skew(p: &Plan, n: usize) {
+    assert_eq!(p.unschedulable.len(), n, "{:?}", p.unschedulable);
+    for u in &p.unschedulable {
+        assert!(
+            u.reason
+                .starts_with("topology spread on topology.kubernetes.io/zone (maxSkew 1)"),
+            "{}: {}",
+            u.pod,
+            u.reason
+        );
+    }
+}
+
 #[test]
-fn a_full_node_in_a_zone_no_provisioner_covers_is_no_spread_domain() {
-    // A node group in z-c with no room, which joiner cannot add to: the pods spread over the
-    // zones they can reach, z-a and z-b, two each, rather than being held to one each.
+fn a_full_node_in_a_zone_no_provisioner_covers_still_counts_in_the_spread() {
+    // A node group in z-c with no room, which joiner cannot add to, and no web pod there. The
+    // kube-scheduler counts the zone of every node the pod's node affinity selects (the
+    // Kubernetes docs: nodeAffinityPolicy Honor), full or not: z-c holds 0, so z-a and z-b
+    // take one pod each and the other two stay pending. Buying nodes for them would be money
+    // burnt on pods the scheduler refuses.
     let prov = provisioner_in(&["z-a", "z-b"]);
     let mut pods = spread_pods(4, labels::ZONE);
-    pods.extend(running_web(0, "full"));
     let mut hog = pod("hog", 2000, 512);
     hog.node_name = Some("full".into());
     pods.push(hog);
@@ -1053,11 +1069,68 @@ fn a_full_node_in_a_zone_no_provisioner_covers_is_no_spread_domain() {
         provisioners: vec![prov],
         ..Snapshot::default()
     });
-    assert_all_placed_with_zone_counts(&p, &[("z-a", 2), ("z-b", 2)]);
+    assert_eq!(
+        zone_counts(&p),
+        BTreeMap::from([("z-a".into(), 1), ("z-b".into(), 1)])
+    );
+    assert_refused_for_skew(&p, 2);
 }
 
 #[test]
-fn a_node_with_room_the_pod_tolerates_is_a_spread_domain_and_a_tainted_one_is_not() {
+fn a_full_node_with_matching_pods_raises_the_minimum_for_the_other_zones() {
+    // One web pod runs on a full node in z-c: z-a and z-b may hold two each (maxSkew 1 over
+    // z-c's one), the fifth and sixth pods stay pending.
+    let prov = provisioner_in(&["z-a", "z-b"]);
+    let mut pods = spread_pods(6, labels::ZONE);
+    pods.extend(running_web(1, "full"));
+    let p = run(&Snapshot {
+        pods,
+        nodes: vec![node_in("z-c", "full", 1)],
+        provisioners: vec![prov],
+        ..Snapshot::default()
+    });
+    assert_eq!(
+        zone_counts(&p),
+        BTreeMap::from([("z-a".into(), 2), ("z-b".into(), 2)])
+    );
+    assert_refused_for_skew(&p, 2);
+}
+
+#[test]
+fn a_node_outside_the_pods_node_affinity_is_no_domain_unless_the_policy_ignores_it() {
+    // The full z-c node lacks the label the pods select: with nodeAffinityPolicy Honor (the
+    // default) its zone is not counted, with Ignore it is.
+    let mut prov = provisioner_in(&["z-a", "z-b"]);
+    prov.labels.insert("tier".into(), "web".into());
+    let plan = |honor: bool| {
+        let mut pods = spread_pods(4, labels::ZONE);
+        for p in &mut pods {
+            let mut tier = Requirements::new();
+            tier.add("tier", Requirement::single("web"));
+            p.node_terms = vec![tier];
+            p.topology_spread[0].honor_node_affinity = honor;
+        }
+        let mut hog = pod("hog", 2000, 512);
+        hog.node_name = Some("full".into());
+        pods.push(hog);
+        run(&Snapshot {
+            pods,
+            nodes: vec![node_in("z-c", "full", 2)],
+            provisioners: vec![prov.clone()],
+            ..Snapshot::default()
+        })
+    };
+    assert_all_placed_with_zone_counts(&plan(true), &[("z-a", 2), ("z-b", 2)]);
+    let ignored = plan(false);
+    assert_eq!(
+        zone_counts(&ignored),
+        BTreeMap::from([("z-a".into(), 1), ("z-b".into(), 1)])
+    );
+    assert_refused_for_skew(&ignored, 2);
+}
+
+#[test]
+fn a_tainted_node_counts_unless_the_taints_policy_honors_its_taints() {
     let prov = provisioner_in(&["z-a", "z-b"]);
     let tainted = {
         let mut n = node_in("z-c", "tainted", 8);
@@ -1068,7 +1141,7 @@ fn a_node_with_room_the_pod_tolerates_is_a_spread_domain_and_a_tainted_one_is_no
         });
         n
     };
-    // The tolerated node in z-c takes its share: two pods per zone.
+    // A roomy node in z-c the pods tolerate takes its share: two pods per zone.
     let p = run(&Snapshot {
         pods: spread_pods(6, labels::ZONE),
         nodes: vec![node_in("z-c", "roomy", 8)],
@@ -1080,14 +1153,53 @@ fn a_node_with_room_the_pod_tolerates_is_a_spread_domain_and_a_tainted_one_is_no
         p.existing_nodes.iter().map(|n| n.pods.len()).sum::<usize>(),
         2
     );
-    // The tainted one is no domain: three per reachable zone.
+    let plan = |honor_taints: bool| {
+        let mut pods = spread_pods(6, labels::ZONE);
+        for p in &mut pods {
+            p.topology_spread[0].honor_node_taints = honor_taints;
+        }
+        run(&Snapshot {
+            pods,
+            nodes: vec![tainted.clone()],
+            provisioners: vec![prov.clone()],
+            ..Snapshot::default()
+        })
+    };
+    // nodeTaintsPolicy Ignore (the default): the tainted node's zone counts with no pod, so
+    // one pod per zone the Provisioner reaches.
+    let ignored = plan(false);
+    assert_eq!(
+        zone_counts(&ignored),
+        BTreeMap::from([("z-a".into(), 1), ("z-b".into(), 1)])
+    );
+    assert_refused_for_skew(&ignored, 4);
+    // nodeTaintsPolicy Honor: a node the pods do not tolerate is no domain; three per zone.
+    assert_all_placed_with_zone_counts(&plan(true), &[("z-a", 3), ("z-b", 3)]);
+}
+
+#[test]
+fn pods_a_roomy_node_cannot_all_take_go_to_the_other_zones() {
+    // The z-c node has room for two more web pods beside its one; ten pods spread: the pods
+    // first pinned to z-c beyond its room go to z-a and z-b where the skew allows, so all are
+    // placed (3 in z-c, 4 in z-a, 4 in z-b counting the running one).
+    let prov = provisioner_in(&["z-a", "z-b"]);
+    let mut pods = spread_pods(10, labels::ZONE);
+    pods.extend(running_web(1, "roomy"));
     let p = run(&Snapshot {
-        pods: spread_pods(6, labels::ZONE),
-        nodes: vec![tainted],
+        pods,
+        nodes: vec![node_in("z-c", "roomy", 2)],
         provisioners: vec![prov],
         ..Snapshot::default()
     });
-    assert_all_placed_with_zone_counts(&p, &[("z-a", 3), ("z-b", 3)]);
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    assert_eq!(
+        p.existing_nodes.iter().map(|n| n.pods.len()).sum::<usize>(),
+        2
+    );
+    assert_eq!(
+        zone_counts(&p),
+        BTreeMap::from([("z-a".into(), 4), ("z-b".into(), 4)])
+    );
 }
 
 /// Six pods spreading over zones, z-c reachable only through a Provisioner (weight 10) whose
@@ -1370,6 +1482,122 @@ fn spread_on_the_instance_type_buys_the_cheapest_types_that_fit() {
     assert!(
         paid <= floor + 1e-9,
         "paid {paid:.4}/h for {types:?}; the four cheapest types that fit cost {floor:.4}/h"
+    );
+}
+
+#[test]
+fn an_existing_node_of_a_type_too_small_for_the_pod_still_counts_in_a_type_spread() {
+    // The Provisioner allows two types; a full node of a third, small type runs no web pod.
+    // The kube-scheduler counts that node's type (it counts every node the pod's node
+    // affinity selects, whether the pod fits there or not): each allowed type may hold one
+    // web pod, and the other two stay pending, instead of two per allowed type.
+    let mut prov = Provisioner::default_provisioner();
+    prov.requirements.add(
+        labels::INSTANCE_TYPE,
+        Requirement::one_of(["m5.xlarge", "c5.xlarge"]),
+    );
+    let mut small = node_in("z-a", "small", 1);
+    small
+        .labels
+        .insert(labels::INSTANCE_TYPE.into(), "t3.micro".into());
+    let mut hog = pod("hog", 1000, 512);
+    hog.node_name = Some("small".into());
+    let plan_with = |nodes: Vec<Node>| {
+        let mut pods = spread_pods(4, labels::INSTANCE_TYPE);
+        pods.push(hog.clone());
+        run(&Snapshot {
+            pods,
+            nodes,
+            provisioners: vec![prov.clone()],
+            ..Snapshot::default()
+        })
+    };
+    let alone = plan_with(Vec::new());
+    assert!(alone.unschedulable.is_empty(), "{:?}", alone.unschedulable);
+    let counted = plan_with(vec![small]);
+    let mut per_type: BTreeMap<&str, usize> = BTreeMap::new();
+    for n in &counted.new_nodes {
+        *per_type.entry(n.instance_type.as_str()).or_default() += n.pods.len();
+    }
+    assert_eq!(
+        per_type,
+        BTreeMap::from([("c5.xlarge", 1), ("m5.xlarge", 1)]),
+        "{:?}",
+        counted.unschedulable
+    );
+    assert_eq!(counted.unschedulable.len(), 2);
+    assert!(
+        counted.unschedulable[0]
+            .reason
+            .contains("t3.micro holds the fewest matching pods (0)"),
+        "{}",
+        counted.unschedulable[0].reason
+    );
+}
+
+#[test]
+fn a_new_node_bought_for_other_pods_counts_in_a_spread_that_ignores_node_affinity() {
+    // Web pods must run on demand and spread over capacity types with nodeAffinityPolicy
+    // Ignore; a batch pod requires spot. The spot node bought for the batch pod holds no web
+    // pod, and the kube-scheduler counts it (Ignore: every node's domain counts), so only one
+    // web pod may run on demand. With Honor (the default) the spot node is not the web pods'
+    // domain and all three run.
+    let mut prov = Provisioner::default_provisioner();
+    prov.requirements.add(
+        labels::CAPACITY_TYPE,
+        Requirement::one_of(["spot", "on-demand"]),
+    );
+    let capacity = |ct: &str| {
+        let mut r = Requirements::new();
+        r.add(labels::CAPACITY_TYPE, Requirement::single(ct));
+        r
+    };
+    let plan = |honor: bool| {
+        let mut pods = spread_pods(3, labels::CAPACITY_TYPE);
+        for p in &mut pods {
+            p.node_terms = vec![capacity("on-demand")];
+            p.topology_spread[0].honor_node_affinity = honor;
+        }
+        let mut batch = pod("batch", 500, 512);
+        batch.node_terms = vec![capacity("spot")];
+        pods.push(batch);
+        run(&Snapshot {
+            pods,
+            provisioners: vec![prov.clone()],
+            ..Snapshot::default()
+        })
+    };
+    let web_on = |p: &Plan, ct: CapacityType| -> usize {
+        p.new_nodes
+            .iter()
+            .filter(|n| n.capacity_type == ct)
+            .flat_map(|n| &n.pods)
+            .filter(|k| k.starts_with("default/web"))
+            .count()
+    };
+    let honored = plan(true);
+    assert!(
+        honored.unschedulable.is_empty(),
+        "{:?}",
+        honored.unschedulable
+    );
+    assert_eq!(web_on(&honored, CapacityType::OnDemand), 3);
+    let ignored = plan(false);
+    assert_eq!(web_on(&ignored, CapacityType::OnDemand), 1, "{ignored:#?}");
+    assert_eq!(web_on(&ignored, CapacityType::Spot), 0);
+    assert_eq!(
+        ignored.unschedulable.len(),
+        2,
+        "{:?}",
+        ignored.unschedulable
+    );
+    assert!(
+        ignored
+            .unschedulable
+            .iter()
+            .all(|u| u.pod.starts_with("default/web")),
+        "{:?}",
+        ignored.unschedulable
     );
 }
 
