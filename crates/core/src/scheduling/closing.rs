@@ -41,6 +41,16 @@ struct Outcome<'a> {
     /// The pass's new nodes as the kube-scheduler will see them, one per shape (the first
     /// node's hostname stands for all of its shape).
     new_nodes: Vec<Node>,
+    /// The node each pod the pass placed landed on: an index into `new_nodes` (its shape),
+    /// or an existing node.
+    landed: HashMap<usize, Landed<'a>>,
+}
+
+/// Where a placed pod landed.
+#[derive(Clone, Copy)]
+enum Landed<'a> {
+    New(usize),
+    Existing(&'a Node),
 }
 
 impl<'a> Outcome<'a> {
@@ -58,24 +68,44 @@ impl<'a> Outcome<'a> {
         // thousands of nodes of a few hundred shapes.
         let types: HashMap<&str, &InstanceType> =
             catalog.iter().map(|t| (t.name.as_str(), t)).collect();
-        let mut shapes = HashSet::new();
-        let new_nodes = plan
-            .new_nodes
-            .iter()
-            .filter(|n| {
-                shapes.insert((
-                    n.instance_type.as_str(),
-                    n.provisioner.as_str(),
-                    n.zone.as_str(),
-                    n.capacity_type,
-                    &n.requirements,
-                ))
-            })
-            .map(|n| {
+        let mut shapes = HashMap::new();
+        let mut new_nodes = Vec::new();
+        let mut landed = HashMap::new();
+        for n in &plan.new_nodes {
+            let shape = (
+                n.instance_type.as_str(),
+                n.provisioner.as_str(),
+                n.zone.as_str(),
+                n.capacity_type,
+                &n.requirements,
+            );
+            let at = *shapes.entry(shape).or_insert_with(|| {
                 let ty = types.get(n.instance_type.as_str()).copied();
-                n.as_node(ty, prov(&n.provisioner))
-            })
-            .collect();
+                new_nodes.push(n.as_node(ty, prov(&n.provisioner)));
+                new_nodes.len() - 1
+            });
+            landed.extend(n.pod_indices.iter().map(|&i| (i, Landed::New(at))));
+        }
+        if !plan.existing_nodes.is_empty() {
+            let by_name: HashMap<&str, &Node> = snapshot
+                .nodes
+                .iter()
+                .map(|n| (n.name.as_str(), n))
+                .collect();
+            let placed: HashMap<&str, &Node> = plan
+                .existing_nodes
+                .iter()
+                .filter_map(|u| by_name.get(u.name.as_str()).map(|n| (u, *n)))
+                .flat_map(|(u, n)| u.pods.iter().map(move |k| (k.as_str(), n)))
+                .collect();
+            for (i, p) in snapshot.pods.iter().enumerate() {
+                if p.node_name.is_none() {
+                    if let Some(n) = placed.get(p.key().as_str()) {
+                        landed.insert(i, Landed::Existing(n));
+                    }
+                }
+            }
+        }
         Outcome {
             snapshot,
             refused: plan.unschedulable.iter().map(|u| u.pod.as_str()).collect(),
@@ -85,6 +115,15 @@ impl<'a> Outcome<'a> {
                 .map(|n| (n.name.as_str(), &n.labels))
                 .collect(),
             new_nodes,
+            landed,
+        }
+    }
+
+    /// The node placed pod `i` landed on, as the rules read nodes.
+    fn node_of(&self, i: usize) -> Option<&Node> {
+        match self.landed.get(&i)? {
+            Landed::New(at) => self.new_nodes.get(*at),
+            Landed::Existing(n) => Some(n),
         }
     }
 
@@ -320,8 +359,17 @@ fn close_skewed(pass: &Outcome, pinned: &[PodClass], closed: &mut topology::Clos
             .filter_map(|n| n.labels.get(key))
             .collect();
         // Without refusals, only a new node in a domain the pinning did not count (none of
-        // these pods there, no existing node it counts) can break its counts.
-        if pass.refused.is_empty() && on_new.iter().all(|v| pinned_to.contains(*v)) {
+        // these pods there, no existing node it counts), or pods landing on nodes the spread
+        // does not count (a filter), can break its counts.
+        // Pods of classes this spread does not constrain (other node terms, so another
+        // filter) count in it too, where the pinning of those classes did not look at it.
+        let foreign = pinned.iter().any(|d| {
+            value_of(d, key).is_some()
+                && scope.matches(pass.template(d))
+                && !constrained.iter().any(|(c, _)| std::ptr::eq(*c, d))
+        });
+        let settled = pass.refused.is_empty() && filter.is_none() && !foreign;
+        if settled && on_new.iter().all(|v| pinned_to.contains(*v)) {
             continue;
         }
         let mut on_nodes: HashSet<&String> = snapshot
@@ -333,7 +381,7 @@ fn close_skewed(pass: &Outcome, pinned: &[PodClass], closed: &mut topology::Clos
         let unseen = on_new
             .iter()
             .any(|v| !pinned_to.contains(*v) && !on_nodes.contains(*v));
-        if pass.refused.is_empty() && !unseen {
+        if settled && !unseen {
             continue;
         }
         on_nodes.extend(on_new);
@@ -355,13 +403,20 @@ fn close_skewed(pass: &Outcome, pinned: &[PodClass], closed: &mut topology::Clos
                 *count.entry(v.to_string()).or_default() += 1;
             }
         }
-        for d in pinned.iter().filter(|d| {
-            scope.matches(pass.template(d))
-                && filter
-                    .as_ref()
-                    .is_none_or(|f| f.may_count(&pass.template(d).node_terms))
-        }) {
-            let placed = placed_pods(d).len() as i64;
+        // The pass's pods count where they landed: a pod whose terms let it go to either
+        // kind of node counts only if its node is one the spread counts.
+        let counted_pods = |c: &PodClass| -> Vec<usize> {
+            let placed = placed_pods(c);
+            match filter {
+                None => placed,
+                Some(f) => placed
+                    .into_iter()
+                    .filter(|&i| pass.node_of(i).is_none_or(|n| f.counts_on(n)))
+                    .collect(),
+            }
+        };
+        for d in pinned.iter().filter(|d| scope.matches(pass.template(d))) {
+            let placed = counted_pods(d).len() as i64;
             if let (Some(v), true) = (value_of(d, key), placed > 0) {
                 *count.entry(v).or_default() += placed;
             }
@@ -381,7 +436,7 @@ fn close_skewed(pass: &Outcome, pinned: &[PodClass], closed: &mut topology::Clos
                 {
                     continue;
                 }
-                for &i in placed_pods(c).iter().rev() {
+                for &i in counted_pods(c).iter().rev() {
                     if n - min <= *max_skew {
                         break;
                     }

@@ -224,12 +224,12 @@ pub(super) fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
             if let Some((key, _, policies)) = app_spread[c.app] {
                 c.spread_key = key;
                 c.policies = policies;
-                // The kube-scheduler counts a spread over the nodes the pod's own node terms
-                // select, and so does the simulation for running pods; pending pods that may
-                // land on either kind of node are counted wherever they are pinned (a known
-                // limit, docs/architecture.md), so the classes of a spread workload share
-                // their capacity-type terms: all on-demand-only, or none (running pods of the
-                // workload still sit on spot and on-demand nodes alike).
+                // The classes of a spread workload share their capacity-type terms: all
+                // on-demand-only, or none (running pods of the workload still sit on spot and
+                // on-demand nodes alike). Mixed, the on-demand-only class counts a domain a
+                // Provisioner could launch an on-demand node in as empty, as `plan_check`
+                // reads domains, where the final cluster may have no on-demand node there and
+                // the kube-scheduler no such domain (known limit 1c, docs/architecture.md).
                 c.on_demand = app_on_demand[c.app].unwrap_or(false);
             }
             if c.host_affinity {

@@ -1602,6 +1602,44 @@ fn a_new_node_bought_for_other_pods_counts_in_a_spread_that_ignores_node_affinit
 }
 
 #[test]
+fn on_demand_only_pods_of_a_spread_workload_count_for_its_flexible_pods() {
+    // Two web pods run on a full on-demand node. Ten more are pending, one of them on-demand
+    // only; all spread over capacity types (maxSkew 1). The flexible pods' spread counts every
+    // node, so the on-demand-only pod counts for them where it lands: the end state the
+    // kube-scheduler accepts for every pod is six and six (on demand: the two running, the
+    // on-demand-only pod and three flexible ones), not the flexible pods split as if the
+    // on-demand-only one were not there.
+    let mut prov = Provisioner::default_provisioner();
+    prov.requirements.add(
+        labels::CAPACITY_TYPE,
+        Requirement::one_of(["spot", "on-demand"]),
+    );
+    let mut node = node_in("z-a", "od", 2);
+    node.labels
+        .insert(labels::CAPACITY_TYPE.into(), "on-demand".into());
+    let mut pods = spread_pods(10, labels::CAPACITY_TYPE);
+    let mut od = Requirements::new();
+    od.add(labels::CAPACITY_TYPE, Requirement::single("on-demand"));
+    pods[9].node_terms = vec![od];
+    pods.extend(running_web(2, "od"));
+    let p = run(&Snapshot {
+        pods,
+        nodes: vec![node],
+        provisioners: vec![prov],
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    let on = |ct: CapacityType| -> usize {
+        p.new_nodes
+            .iter()
+            .filter(|n| n.capacity_type == ct)
+            .map(|n| n.pods.len())
+            .sum()
+    };
+    assert_eq!((on(CapacityType::OnDemand), on(CapacityType::Spot)), (4, 6));
+}
+
+#[test]
 fn explain_shows_the_pin_the_plan_used_after_closing_a_domain() {
     // The first pass pins pods to z-c, whose only Provisioner has no cpu left; the plan closes
     // z-c and places them in z-a and z-b. `--explain` must show that final pin, not the first.
