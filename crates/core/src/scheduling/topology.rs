@@ -835,12 +835,56 @@ fn choose(
     pod: &Pod,
 ) -> Result<String, String> {
     let get = |m: &BTreeMap<String, i64>, d: &str| m.get(d).copied().unwrap_or(0);
+    // Skew: every hard spread must accept the domain.
+    let skew_ok = |d: &str| {
+        t.spreads.iter().zip(&domains.counted).all(|(s, counted)| {
+            let min = if (counted.len() as i64) < s.min_domains {
+                0
+            } else {
+                counted
+                    .iter()
+                    .map(|x| get(&count[s.group], x))
+                    .min()
+                    .unwrap_or(0)
+            };
+            let own = i64::from(groups[s.group].scope.matches(pod));
+            get(&count[s.group], d) + own - min <= s.max_skew
+        })
+    };
+    // The least populated domain of the first spread, to name in a refusal.
+    let least = || {
+        let s = t.spreads.first()?;
+        let counted = domains.counted.first()?;
+        counted
+            .iter()
+            .map(|d| (get(&count[s.group], d), d))
+            .min()
+            .map(|(n, d)| format!("{d} holds the fewest matching pods ({n})"))
+    };
     if domains.all.is_empty() && !domains.shut.is_empty() {
+        // Say which domains the skew now rules out and which simply did not take the pod.
+        let (over, refused): (Vec<&String>, Vec<&String>) =
+            domains.shut.iter().partition(|d| !skew_ok(d));
+        let join = |v: &[&String]| v.iter().map(|d| d.as_str()).collect::<Vec<_>>().join(", ");
+        let mut parts = Vec::new();
+        if !refused.is_empty() {
+            parts.push(format!(
+                "{} did not take it (no room, a Provisioner's limit or another rule)",
+                join(&refused)
+            ));
+        }
+        if let (false, Some(s)) = (over.is_empty(), t.spreads.first()) {
+            parts.push(format!(
+                "{} would exceed maxSkew {} of pods {}{}",
+                join(&over),
+                s.max_skew,
+                describe_selector(&groups[s.group].scope),
+                least().map(|l| format!(" ({l})")).unwrap_or_default()
+            ));
+        }
         return Err(format!(
-            "every {key} the pod could use ({}) was tried in an earlier pass and did not take \
-             it (no room, a Provisioner's limit, or over maxSkew once the other pods were \
-             placed)",
-            domains.shut.join(", ")
+            "every {key} the pod could use was tried in an earlier pass: {}",
+            parts.join("; ")
         ));
     }
     if domains.all.is_empty() {
@@ -891,42 +935,14 @@ fn choose(
         // Else the first pod of a self-affine group bootstraps into any allowed domain.
     }
     // Skew: every hard spread must accept the domain.
-    let skew_ok = |d: &str| {
-        t.spreads.iter().zip(&domains.counted).all(|(s, counted)| {
-            let min = if (counted.len() as i64) < s.min_domains {
-                0
-            } else {
-                counted
-                    .iter()
-                    .map(|x| get(&count[s.group], x))
-                    .min()
-                    .unwrap_or(0)
-            };
-            let own = i64::from(groups[s.group].scope.matches(pod));
-            get(&count[s.group], d) + own - min <= s.max_skew
-        })
-    };
     cands.retain(|d| skew_ok(d));
     if cands.is_empty() {
         let s = &t.spreads[0];
-        let counted = domains
-            .counted
-            .first()
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        let least = counted
-            .iter()
-            .map(|d| (get(&count[s.group], d), d))
-            .min()
-            .map(|(n, d)| format!("; {d} holds the fewest matching pods ({n})"))
-            .unwrap_or_default();
+        let least = least().map(|l| format!("; {l}")).unwrap_or_default();
         let tried = if domains.shut.is_empty() {
             String::new()
         } else {
-            format!(
-                "; {} did not take it in an earlier pass",
-                domains.shut.join(", ")
-            )
+            format!("; {} tried in an earlier pass", domains.shut.join(", "))
         };
         return Err(format!(
             "topology spread on {key} (maxSkew {}) of pods {}: no allowed {key} keeps the \

@@ -1640,6 +1640,40 @@ fn on_demand_only_pods_of_a_spread_workload_count_for_its_flexible_pods() {
 }
 
 #[test]
+fn pods_a_full_zone_caps_are_refused_naming_that_zone_whatever_the_passes_tried() {
+    // One web pod runs on a full node in z-c, whose only Provisioner has a spent limit; z-a
+    // and z-b take two each (maxSkew 1 over z-c's one). The other six are refused, and every
+    // reason names z-c as the zone holding the minimum, however many passes each pod went
+    // through before it was refused.
+    let mut ab = provisioner_in(&["z-a", "z-b"]);
+    ab.name = "ab".into();
+    let mut c = provisioner_in(&["z-c"]);
+    c.name = "c".into();
+    c.limits.cpu = Some(0);
+    let mut pods = spread_pods(10, labels::ZONE);
+    pods.extend(running_web(1, "full"));
+    let p = run(&Snapshot {
+        pods,
+        nodes: vec![node_in("z-c", "full", 1)],
+        provisioners: vec![ab, c],
+        ..Snapshot::default()
+    });
+    assert_eq!(
+        zone_counts(&p),
+        BTreeMap::from([("z-a".into(), 2), ("z-b".into(), 2)])
+    );
+    assert_eq!(p.unschedulable.len(), 6);
+    for u in &p.unschedulable {
+        assert!(
+            u.reason.contains("z-c holds the fewest matching pods (1)"),
+            "{}: {}",
+            u.pod,
+            u.reason
+        );
+    }
+}
+
+#[test]
 fn explain_shows_the_pin_the_plan_used_after_closing_a_domain() {
     // The first pass pins pods to z-c, whose only Provisioner has no cpu left; the plan closes
     // z-c and places them in z-a and z-b. `--explain` must show that final pin, not the first.
