@@ -540,7 +540,24 @@ pub fn pin(
     // Classes are decided targets first: one with affinity to other pending classes waits for
     // them, whatever their sizes, so their domains are known when it chooses. The sub-classes
     // come out in the classes' own order.
-    let order = affinity_order(&terms, groups.len());
+    // Per class and key: its own node terms fix the key to one value (a nodeSelector on the
+    // zone), so it cannot move out of another class's way.
+    let fixed: Vec<Vec<bool>> = classes
+        .iter()
+        .map(|c| {
+            let p = &pods[c.template];
+            keys.iter()
+                .map(|k| {
+                    !p.node_terms.is_empty()
+                        && p.node_terms
+                            .iter()
+                            .all(|t| t.get(k).and_then(|r| r.single_value()).is_some())
+                })
+                .collect()
+        })
+        .collect();
+    let group_keys: Vec<usize> = groups.iter().map(|g| g.key).collect();
+    let order = affinity_order(&terms, &group_keys, &fixed);
     let mut slots: Vec<Vec<PodClass>> = vec![Vec::new(); classes.len()];
     let mut taken: Vec<Option<PodClass>> = classes.into_iter().map(Some).collect();
     let mut refused = Vec::new();
@@ -712,10 +729,12 @@ pub fn pin(
 
 /// The order in which classes choose their domains: each after the other classes its pod
 /// affinity terms select (their pods count in a group it needs) and after the classes whose
-/// required anti-affinity selects it, otherwise in class order; a cycle is broken in class
-/// order.
-fn affinity_order(terms: &[Vec<Terms>], groups: usize) -> Vec<usize> {
+/// required anti-affinity selects it — unless its own node terms fix it to one domain of that
+/// key (`fixed`, per class and key), when the anti-affine class waits for it instead —,
+/// otherwise in class order; a cycle is broken in class order.
+fn affinity_order(terms: &[Vec<Terms>], group_keys: &[usize], fixed: &[Vec<bool>]) -> Vec<usize> {
     let n = terms.len();
+    let groups = group_keys.len();
     let mut counted_in: Vec<Vec<usize>> = vec![Vec::new(); groups];
     for (ci, t) in terms.iter().enumerate() {
         for g in t.iter().flat_map(|k| k.matches.iter()) {
@@ -737,10 +756,17 @@ fn affinity_order(terms: &[Vec<Terms>], groups: usize) -> Vec<usize> {
     // class: the rejecting pods pick their domains first and the rejected ones then avoid
     // them (`repelled_by`), rather than spreading first into every domain the rejecting
     // pods could have used.
+    // A rejected class its node terms pin to one domain cannot avoid anything: it goes first
+    // and the rejecting class, which may still choose, avoids it (as the kube-scheduler ends
+    // when the pinned pods arrive first; otherwise the pinned ones would stay pending).
     for (ci, t) in terms.iter().enumerate() {
         for &g in t.iter().flat_map(|k| k.anti_required.iter()) {
             for &cj in counted_in[g].iter().filter(|&&cj| cj != ci) {
-                waits_for[cj].insert(ci);
+                if fixed[cj][group_keys[g]] && !fixed[ci][group_keys[g]] {
+                    waits_for[ci].insert(cj);
+                } else {
+                    waits_for[cj].insert(ci);
+                }
             }
         }
     }

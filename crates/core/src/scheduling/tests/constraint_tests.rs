@@ -1674,6 +1674,36 @@ fn pods_a_full_zone_caps_are_refused_naming_that_zone_whatever_the_passes_tried(
 }
 
 #[test]
+fn pods_a_node_selector_pins_to_a_zone_go_before_a_pod_whose_anti_affinity_rejects_them() {
+    // Karpenter's "should not violate pod anti-affinity on zone": three db pods each select
+    // one zone; a web pod's required zone anti-affinity rejects them. The db pods cannot go
+    // anywhere else, so they take their zones and the web pod, which could have gone
+    // anywhere, is the one left pending (rather than taking z-a and leaving a db pod out).
+    let mut pods = Vec::new();
+    for z in ["z-a", "z-b", "z-c"] {
+        let mut db = pod(&format!("db-{z}"), 2000, 512);
+        db.labels.insert("app".into(), "db".into());
+        let mut sel = Requirements::new();
+        sel.add(labels::ZONE, Requirement::single(z));
+        db.node_terms = vec![sel];
+        pods.push(db);
+    }
+    let mut web = pod("web", 500, 512);
+    web.affinity.push(term(labels::ZONE, true, app("db")));
+    pods.push(web);
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    let refused: Vec<&str> = p.unschedulable.iter().map(|u| u.pod.as_str()).collect();
+    assert_eq!(refused, ["default/web"], "{:?}", p.unschedulable);
+    assert_eq!(
+        zone_counts(&p),
+        BTreeMap::from([("z-a".into(), 1), ("z-b".into(), 1), ("z-c".into(), 1)])
+    );
+}
+
+#[test]
 fn explain_shows_the_pin_the_plan_used_after_closing_a_domain() {
     // The first pass pins pods to z-c, whose only Provisioner has no cpu left; the plan closes
     // z-c and places them in z-a and z-b. `--explain` must show that final pin, not the first.
