@@ -2,10 +2,9 @@
 //! where the decision's simulation put them, replacements added as nodes not yet initialized.
 //! Later decisions are simulated against it, so two decisions never count on the same room.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use crate::instance_type::InstanceType;
-use crate::labels;
 use crate::pod::Node;
 use crate::provisioner::Provisioner;
 use crate::scheduling::{NewNode, Plan};
@@ -27,29 +26,10 @@ pub fn node_of(
         .iter()
         .find(|p| p.name == new.provisioner)
         .unwrap_or(&default);
-    let mut l: BTreeMap<String, String> = t.labels.clone();
-    l.extend(prov.labels.clone());
-    for (k, r) in new.requirements.iter() {
-        if let Some(v) = r.single_value() {
-            l.insert(k.clone(), v.to_string());
-        }
-    }
-    l.insert(labels::ZONE.into(), new.zone.clone());
-    l.insert(
-        labels::CAPACITY_TYPE.into(),
-        new.capacity_type.as_str().into(),
-    );
-    l.insert(labels::HOSTNAME.into(), new.name.clone());
-    l.insert(labels::PROVISIONER_NAME.into(), new.provisioner.clone());
-    l.insert(labels::INSTANCE_TYPE.into(), t.name.clone());
     Some(Node {
-        name: new.name.clone(),
-        labels: l,
-        taints: prov.taints.clone(),
         capacity: prov.kubelet.capacity(t),
         allocatable: prov.kubelet.allocatable(t),
-        unschedulable: false,
-        life: Default::default(),
+        ..new.as_node(Some(t), Some(prov))
     })
 }
 

@@ -62,7 +62,8 @@ impl NewNode {
     /// The node as the kube-scheduler will see it once it joins, for the rules that count
     /// nodes (a spread counts its domain even when none of its pods match): the labels of its
     /// instance type `ty`, of its Provisioner `prov`, its single-valued requirements, its zone,
-    /// capacity type and hostname; the Provisioner's taints.
+    /// capacity type, hostname and instance type; the Provisioner's taints (sizes are left to
+    /// the caller: disruption sizes it by the Provisioner's kubelet settings).
     pub fn as_node(
         &self,
         ty: Option<&crate::instance_type::InstanceType>,
@@ -85,6 +86,9 @@ impl NewNode {
         );
         l.insert(labels::HOSTNAME.into(), self.name.clone());
         l.insert(labels::PROVISIONER_NAME.into(), self.provisioner.clone());
+        if let Some(t) = ty {
+            l.insert(labels::INSTANCE_TYPE.into(), t.name.clone());
+        }
         crate::pod::Node {
             name: self.name.clone(),
             labels: l,
