@@ -216,7 +216,7 @@ pub struct Node {
     pub capacity: Resources,
     /// Allocatable.
     pub allocatable: Resources,
-    /// True when the node is cordoned: it takes no new pods.
+    /// True when the node is cordoned or being deleted: it takes no new pods.
     pub unschedulable: bool,
     /// What disruption reads about the node (age, readiness, opt-outs).
     pub life: NodeLife,

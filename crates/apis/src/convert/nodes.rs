@@ -42,7 +42,10 @@ pub fn node(n: &k8s::Node, name: &str) -> Result<Node, FieldError> {
         taints,
         capacity,
         allocatable,
-        unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+        // A node being deleted takes no new pods either: the kube-scheduler may still bind to
+        // it until its taints land, but buying on its room would leave the pods homeless.
+        unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false)
+            || n.metadata.deletion_timestamp.is_some(),
         life: life(n),
     })
 }

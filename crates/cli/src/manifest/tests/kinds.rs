@@ -223,8 +223,19 @@ kind: Node
 metadata: {name: bare}
 status:
   capacity: {cpu: 4, memory: 16Gi, pods: 110}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: going, deletionTimestamp: "2026-12-05T09:00:00Z"}
+status:
+  capacity: {cpu: 4, memory: 16Gi, pods: 110}
 "#,
     );
+    assert!(
+        l.snapshot.nodes[2].unschedulable,
+        "a node being deleted takes no new pods"
+    );
+    assert!(!l.snapshot.nodes[1].unschedulable);
     let n = &l.snapshot.nodes[0];
     assert_eq!(n.name, "ip-10-0-0-1");
     assert_eq!(n.provisioner(), Some("default"));
