@@ -17,7 +17,7 @@ use joiner_apis::{NodeClaim, NodeTemplate, Provisioner};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{
     Container, Namespace, Node, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PersistentVolumeSpec, Pod, PodSpec,
+    PersistentVolumeClaimStatus, PersistentVolumeSpec, Pod, PodSpec,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -260,7 +260,7 @@ pub fn strip_node(node: &mut Node) {
 }
 
 /// A claim as volume topology reads it: identity (with its deletion mark), the volume it is
-/// bound to, its class.
+/// bound to, its class, its phase (a Lost claim holds its pods).
 pub fn strip_volume_claim(claim: &mut PersistentVolumeClaim) {
     strip_metadata(&mut claim.metadata);
     claim.metadata.annotations = None;
@@ -270,7 +270,10 @@ pub fn strip_volume_claim(claim: &mut PersistentVolumeClaim) {
         storage_class_name: spec.storage_class_name,
         ..PersistentVolumeClaimSpec::default()
     });
-    claim.status = None;
+    claim.status = claim.status.take().map(|s| PersistentVolumeClaimStatus {
+        phase: s.phase,
+        ..PersistentVolumeClaimStatus::default()
+    });
 }
 
 /// A volume as volume topology reads it: its name, zone labels and node affinity.

@@ -787,6 +787,19 @@ fn a_claim_that_binds_after_the_pod_confines_the_next_snapshot() {
 }
 
 #[test]
+fn a_claims_phase_survives_the_watch_so_a_lost_claim_holds_its_pod() {
+    let mut claim: k8s_openapi::api::core::v1::PersistentVolumeClaim = obj(json!({
+        "metadata": {"name": "data", "namespace": "shop"},
+        "spec": {"volumeName": "pv-1", "resources": {"requests": {"storage": "1Gi"}}},
+        "status": {"phase": "Lost", "capacity": {"storage": "1Gi"}},
+    }));
+    joiner_controller::watch::strip_volume_claim(&mut claim);
+    let status = claim.status.expect("status kept");
+    assert_eq!(status.phase.as_deref(), Some("Lost"));
+    assert!(status.capacity.is_none(), "only the phase is kept");
+}
+
+#[test]
 fn a_volume_keeps_its_zone_labels_and_deletion_mark_through_the_watch() {
     use joiner_controller::watch::{strip_volume, strip_volume_claim};
     let mut pv: k8s_openapi::api::core::v1::PersistentVolume = obj(json!({

@@ -190,6 +190,14 @@ impl<'a> VolumeIndex<'a> {
                 "volume claim {key} is being deleted; the pod cannot start with it"
             ));
         }
+        // A claim whose volume is gone never binds again: the kube-scheduler's volume binding
+        // refuses the pod, so no node is bought for it.
+        if claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Lost") {
+            return ClaimEffect::Blocked(format!(
+                "volume claim {key} is Lost (its PersistentVolume is gone); the pod cannot \
+                 start until the claim is recreated"
+            ));
+        }
         let spec = claim.spec.as_ref();
         let volume_name = spec.and_then(|s| s.volume_name.as_deref());
         let class_name = spec.and_then(|s| s.storage_class_name.as_deref());
@@ -459,6 +467,8 @@ mod tests {
                 "spec": {"volumeName": "pv-1"}})),
             obj(json!({"metadata": {"name": "waits", "namespace": "a"},
                 "spec": {"storageClassName": "late"}})),
+            obj(json!({"metadata": {"name": "phase-lost", "namespace": "a"},
+                "spec": {"volumeName": "pv-1"}, "status": {"phase": "Lost"}})),
         ];
         let classes: Vec<StorageClass> = vec![
             obj(
@@ -484,6 +494,7 @@ mod tests {
                 "bound to PersistentVolume pv-gone, which does not exist",
             ),
             ("going", "is being deleted"),
+            ("phase-lost", "is Lost (its PersistentVolume is gone)"),
         ];
         for (claim, why) in expect {
             let reason = held(claim).unwrap_or_else(|| panic!("{claim} is not held"));
