@@ -358,11 +358,10 @@ fn close_skewed(pass: &Outcome, pinned: &[PodClass], closed: &mut topology::Clos
             .filter(counts_on)
             .filter_map(|n| n.labels.get(key))
             .collect();
-        // Without refusals, only a new node in a domain the pinning did not count (none of
-        // these pods there, no existing node it counts), or pods landing on nodes the spread
-        // does not count (a filter), can break its counts.
-        // Pods of classes this spread does not constrain (other node terms, so another
-        // filter) count in it too, where the pinning of those classes did not look at it.
+        // Without refusals the pinning's counts hold unless a new node brought a domain it
+        // did not count (none of these pods there, no existing node it counts), pods landed
+        // on nodes the spread does not count (a filter), or pods of classes this spread does
+        // not constrain (other node terms, so another filter) count in it.
         let foreign = pinned.iter().any(|d| {
             value_of(d, key).is_some()
                 && scope.matches(pass.template(d))

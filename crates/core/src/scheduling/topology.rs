@@ -536,6 +536,20 @@ pub fn pin(
         .map(|k| KeyDomains::new(k, provs, &prov_reqs, catalog, nodes))
         .collect();
     let free = free_room(nodes, pods);
+    // Per spread group, the domains of the existing nodes it counts: a group is shared by
+    // every class whose spread has its key, scope and node filter, so it is worked out once.
+    let spread_groups: BTreeSet<usize> = terms
+        .iter()
+        .flat_map(|t| t.iter().flat_map(|k| k.spreads.iter().map(|s| s.group)))
+        .collect();
+    let group_node_values: HashMap<usize, BTreeSet<String>> = spread_groups
+        .into_iter()
+        .map(|g| {
+            let group = &groups[g];
+            let values = counted_node_values(&key_domains[group.key], nodes, group.nodes.as_ref());
+            (g, values)
+        })
+        .collect();
 
     // Classes are decided targets first: one with affinity to other pending classes waits for
     // them, whatever their sizes, so their domains are known when it chooses. The sub-classes
@@ -607,13 +621,11 @@ pub fn pin(
             })
             .collect();
         // Per key and spread, the domains of the existing nodes the spread counts.
-        let node_counted: Vec<Vec<BTreeSet<String>>> = (0..keys.len())
+        let node_counted: Vec<Vec<&BTreeSet<String>>> = (0..keys.len())
             .map(|k| {
                 t[k].spreads
                     .iter()
-                    .map(|s| {
-                        counted_node_values(&key_domains[k], nodes, groups[s.group].nodes.as_ref())
-                    })
+                    .filter_map(|s| group_node_values.get(&s.group))
                     .collect()
             })
             .collect();
@@ -640,7 +652,7 @@ pub fn pin(
                     let counted = node_counted[k]
                         .iter()
                         .map(|on_nodes| {
-                            let mut c = on_nodes.clone();
+                            let mut c = (*on_nodes).clone();
                             c.extend(reached.iter().map(|v| (*v).clone()));
                             c.into_iter().collect()
                         })
