@@ -105,7 +105,8 @@ pub struct Interruption {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Limits {
-    /// Resource name (cpu, memory, ...) to the most capacity all nodes together may have.
+    /// Resource name (cpu, memory, ...) to the most capacity all nodes together may have;
+    /// `nodes` caps how many nodes it may own (Karpenter's `limits.nodes`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub resources: BTreeMap<String, Quantity>,
 }

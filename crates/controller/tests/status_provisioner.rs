@@ -125,7 +125,7 @@ async fn ready_with_the_capacity_of_its_own_nodes() {
     assert_eq!(
         body["status"]["resources"],
         json!({"cpu": "6", "memory": "24Gi", "ephemeral-storage": "40Gi", "pods": "58",
-               "nvidia.com/gpu": "1"})
+               "nvidia.com/gpu": "1", "nodes": "2"})
     );
     let c = ready(&body);
     assert_eq!(c["type"], "Ready");
@@ -237,7 +237,7 @@ async fn each_unusable_provisioner_has_its_reason() {
         );
         assert_eq!(
             body["status"]["resources"],
-            json!({"cpu": "0", "memory": "0", "ephemeral-storage": "0", "pods": "0"}),
+            json!({"cpu": "0", "memory": "0", "ephemeral-storage": "0", "pods": "0", "nodes": "0"}),
             "no nodes: zero capacity"
         );
     }

@@ -32,7 +32,7 @@ pub use pod::{
     TopologySpread, VolumeZone,
 };
 pub use pod_labels::PodLabels;
-pub use provisioner::{Limits, Provisioner};
+pub use provisioner::{Limits, Provisioner, NODES_LIMIT};
 pub use requirements::{Operator, Requirement, Requirements};
 pub use resources::Resources;
 pub use snapshot::Snapshot;

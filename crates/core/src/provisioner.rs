@@ -7,6 +7,10 @@ use crate::labels;
 use crate::requirements::{Requirement, Requirements};
 use crate::taints::Taint;
 
+/// The limit name that caps how many nodes a Provisioner may own (Karpenter's
+/// `limits.nodes`): every node counts one, whatever its size.
+pub const NODES_LIMIT: &str = "nodes";
+
 /// Caps on what a Provisioner may own (existing and new nodes), in capacity units.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Limits {
@@ -15,7 +19,7 @@ pub struct Limits {
     /// Bytes.
     pub memory: Option<i64>,
     /// Every other capped resource (`pods`, `ephemeral-storage`, `nvidia.com/gpu`, ...), in
-    /// the model's unit for it.
+    /// the model's unit for it, and [`NODES_LIMIT`], a count of nodes.
     pub other: std::collections::BTreeMap<String, i64>,
 }
 

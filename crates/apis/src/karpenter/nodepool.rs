@@ -194,14 +194,7 @@ pub(super) fn node_pool(
     disruption.finish(notes);
 
     if let Some(Value::Object(limits)) = spec.take("limits") {
-        let mut limits = limits.clone();
-        if limits.remove("nodes").is_some() {
-            notes.push(spec.note(
-                "limits",
-                "nodes: joiner limits resources (cpu, memory, ...), not a count of nodes; the node limit is not converted",
-            ));
-        }
-        out.insert("limits".into(), json!({"resources": limits}));
+        out.insert("limits".into(), json!({"resources": limits.clone()}));
     }
     if let Some(w) = spec.take("weight") {
         out.insert("weight".into(), w.clone());

@@ -381,9 +381,12 @@ spec:
     );
     assert!(p.to_core().is_ok(), "{:?}", p.to_core().err());
     let limits = &p.spec.limits.as_ref().expect("limits").resources;
-    assert!(
-        limits.contains_key("cpu") && !limits.contains_key("nodes"),
-        "{limits:?}"
+    // Karpenter's node-count limit carries over as the `nodes` limit.
+    assert_eq!(limits.get("nodes").map(|q| q.0.as_str()), Some("10"));
+    assert!(limits.contains_key("cpu"), "{limits:?}");
+    assert_eq!(
+        p.to_core().expect("converts").limits.other.get("nodes"),
+        Some(&10)
     );
     let c2 = p.spec.consolidation.as_ref().expect("consolidation");
     assert_eq!(c2.enabled, Some(true));
@@ -392,7 +395,6 @@ spec:
     let fields: Vec<&str> = c.notes.iter().map(|n| n.field.as_str()).collect();
     for f in [
         "spec.template.spec.requirements[2].values",
-        "spec.limits",
         "spec.disruption.consolidationPolicy",
     ] {
         assert!(fields.contains(&f), "{f}: {fields:?}");

@@ -168,9 +168,11 @@ fn excluded_by<'a>(t: &InstanceType, reqs: &'a Requirements) -> Option<&'a str> 
 
 /// The summed capacity of the Nodes labelled `joiner.sh/provisioner-name: <name>`: cpu, memory,
 /// ephemeral-storage and pods always (zero when it has no node), extended resources when
-/// present. A Node whose capacity cannot be read is left out (and logged).
+/// present, and `nodes`, their count (what `limits.resources.nodes` caps). A Node whose
+/// capacity cannot be read is left out of the sums (and logged) but still counted.
 pub fn resources(name: &str, nodes: &[Arc<Node>]) -> BTreeMap<String, Quantity> {
     let mut total = Resources::default();
+    let mut count = 0;
     for node in nodes {
         let owned = node
             .metadata
@@ -181,6 +183,7 @@ pub fn resources(name: &str, nodes: &[Arc<Node>]) -> BTreeMap<String, Quantity> 
         if !owned {
             continue;
         }
+        count += 1;
         let node_name = node.metadata.name.as_deref().unwrap_or_default();
         match convert::node(node, node_name) {
             Ok(n) => total.add(&n.capacity),
@@ -197,6 +200,10 @@ pub fn resources(name: &str, nodes: &[Arc<Node>]) -> BTreeMap<String, Quantity> 
     for (key, value) in total.extended() {
         out.insert(key.clone(), Quantity(value.to_string()));
     }
+    out.insert(
+        joiner_core::NODES_LIMIT.to_string(),
+        Quantity(count.to_string()),
+    );
     out
 }
 

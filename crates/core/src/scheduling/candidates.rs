@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use crate::instance_type::InstanceType;
 use crate::labels;
 use crate::pod::{DaemonSet, HostPort, Pod};
-use crate::provisioner::Provisioner;
+use crate::provisioner::{Provisioner, NODES_LIMIT};
 use crate::requirements::{Requirement, Requirements};
 use crate::resources::{human_amount, Resources};
 
@@ -115,7 +115,9 @@ impl<'a> ProvisionerView<'a> {
         for &ci in &types {
             let t = &catalog[ci];
             let alloc = prov.kubelet.allocatable(t);
-            capacity.push(prov.kubelet.capacity(t));
+            let mut cap = prov.kubelet.capacity(t);
+            cap.set(NODES_LIMIT, 1);
+            capacity.push(cap);
             let daemons = daemon_overhead(daemonsets, &prov.taints, |pod| {
                 daemon_selects(pod, &node_reqs, t)
             });

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::instance_type::{offering_allowed, CapacityType, InstanceType, Offering};
 use crate::labels;
 use crate::pod::Pod;
-use crate::provisioner::Provisioner;
+use crate::provisioner::{Provisioner, NODES_LIMIT};
 use crate::requirements::Requirements;
 use crate::resources::Resources;
 use crate::snapshot::Snapshot;
@@ -609,14 +609,18 @@ fn view_of<'p>(
     ProvisionerView::new(prov, catalog, &snapshot.daemonsets, &used, table)
 }
 
-/// Capacity of the existing nodes a provisioner owns (counts against its limits).
+/// Capacity of the existing nodes a provisioner owns, and how many there are (both count
+/// against its limits).
 fn owned_capacity(snapshot: &Snapshot, prov: &str) -> Resources {
     let mut used = Resources::default();
+    let mut count = 0;
     for n in &snapshot.nodes {
         if n.provisioner() == Some(prov) {
             used.add(&n.capacity);
+            count += 1;
         }
     }
+    used.set(NODES_LIMIT, count);
     used
 }
 

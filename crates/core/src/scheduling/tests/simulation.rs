@@ -192,6 +192,88 @@ fn a_node_counts_against_limits_as_its_largest_option() {
     assert_eq!(placed + p.unschedulable.len(), 8, "nothing is lost");
 }
 
+/// Pods of `app` that each need a node of their own (required hostname anti-affinity).
+fn one_per_node(app: &str, n: usize) -> Vec<Pod> {
+    let mut pods = deployment(app, n, 1500, 1024);
+    for p in &mut pods {
+        p.affinity.push(crate::pod::PodAffinityTerm {
+            topology_key: labels::HOSTNAME.into(),
+            selector: {
+                let mut r = Requirements::new();
+                r.add("app", Requirement::single(app));
+                r
+            },
+            namespaces: Vec::new(),
+            namespace_selector: None,
+            anti: true,
+            weight: None,
+        });
+    }
+    pods
+}
+
+#[test]
+fn a_nodes_limit_caps_the_count_of_nodes() {
+    // Karpenter's "should not schedule if limits would be exceeded (node)": a limit of two
+    // nodes, three pods that each need their own node.
+    let mut prov = Provisioner::default_provisioner();
+    prov.limits.other.insert("nodes".into(), 2);
+    let s = Snapshot {
+        pods: one_per_node("spread", 3),
+        provisioners: vec![prov],
+        ..Snapshot::default()
+    };
+    let p = run(&s);
+    assert_eq!(p.new_nodes.len(), 2, "{:?}", p.new_nodes);
+    assert_eq!(p.unschedulable.len(), 1);
+    assert_eq!(
+        p.unschedulable[0].reason,
+        "launching would exceed limit nodes=2"
+    );
+}
+
+#[test]
+fn a_nodes_limit_counts_the_nodes_already_owned() {
+    let mut prov = Provisioner::default_provisioner();
+    prov.limits.other.insert("nodes".into(), 2);
+    let mut owned = Node {
+        name: "owned".into(),
+        allocatable: Resources::new(2000, 4 * GI, 17 * GI, 10),
+        capacity: Resources::new(2000, 4 * GI, 20 * GI, 10),
+        ..Node::default()
+    };
+    owned
+        .labels
+        .insert(labels::PROVISIONER_NAME.into(), "default".into());
+    // Another Provisioner's node does not count.
+    let mut other = owned.clone();
+    other.name = "other".into();
+    other
+        .labels
+        .insert(labels::PROVISIONER_NAME.into(), "gpu".into());
+    let mut full = Vec::new();
+    for (i, n) in ["owned", "other"].iter().enumerate() {
+        let mut filler = pod(&format!("filler-{i}"), 2000, 1024);
+        filler.node_name = Some(n.to_string());
+        full.push(filler);
+    }
+    let mut pods = one_per_node("spread", 3);
+    pods.extend(full);
+    let s = Snapshot {
+        pods,
+        nodes: vec![owned, other],
+        provisioners: vec![prov],
+        ..Snapshot::default()
+    };
+    let p = run(&s);
+    assert_eq!(p.new_nodes.len(), 1, "{:?}", p.new_nodes);
+    assert_eq!(p.unschedulable.len(), 2);
+    assert!(p
+        .unschedulable
+        .iter()
+        .all(|u| u.reason == "launching would exceed limit nodes=2"));
+}
+
 #[test]
 fn a_memory_limit_is_named_in_human_units() {
     let mut prov = Provisioner::default_provisioner();
