@@ -95,11 +95,14 @@ pub(crate) const JOINER_SET_LABELS: &[&str] = &[
     joiner_core::labels::KARPENTER_PROVISIONER_NAME,
 ];
 
-/// Label domains a node launched by joiner may not carry: those the kubelet refuses in
-/// `--node-labels` (the NodeRestriction rule: `kubernetes.io` and `k8s.io`) and those
-/// Karpenter and joiner reserve for themselves.
-pub(crate) const RESTRICTED_DOMAINS: &[&str] =
-    &["kubernetes.io", "k8s.io", "karpenter.sh", "joiner.sh"];
+/// Label domains reserved for Karpenter and joiner: a Provisioner may neither set nor require
+/// a label in them (other than the well-known keys), or its nodes would claim an identity
+/// they do not have. `kubernetes.io` and `k8s.io` are not among them (Karpenter >= 1.10
+/// allows them too): labels there the kubelet may not set itself are put on the Node by
+/// registration instead ([`kubelet_may_set`]).
+pub(crate) const RESTRICTED_DOMAINS: &[&str] = &["karpenter.sh", "joiner.sh"];
+/// Domains the kubelet refuses in `--node-labels` (the NodeRestriction rule).
+const KUBELET_REFUSED_DOMAINS: &[&str] = &["kubernetes.io", "k8s.io"];
 /// Subdomains of those that the kubelet may set.
 pub(crate) const DOMAIN_EXCEPTIONS: &[&str] = &["node.kubernetes.io", "kubelet.kubernetes.io"];
 /// Keys in the restricted domains that nodes carry anyway: the kubelet's own labels and the
@@ -139,34 +142,31 @@ pub(crate) fn within(domain: &str, d: &str) -> bool {
 }
 
 /// Why `key` is in one of `domains` and not allowed there, or `None`.
-fn refused_in(key: &str, domains: &[&str]) -> Option<&'static str> {
+fn refused_in(key: &str, domains: &[&'static str]) -> Option<&'static str> {
     let domain = domain_of(key)?;
     if allowed_keys().any(|k| k == key) || DOMAIN_EXCEPTIONS.iter().any(|e| within(domain, e)) {
         return None;
     }
-    RESTRICTED_DOMAINS
-        .iter()
-        .copied()
-        .filter(|d| domains.contains(d))
-        .find(|d| within(domain, d))
+    domains.iter().copied().find(|d| within(domain, d))
 }
 
 /// True when the kubelet accepts `key` in `--node-labels`: outside `kubernetes.io` and
 /// `k8s.io`, or one of the kubelet's own keys, or under `node.kubernetes.io` or
-/// `kubelet.kubernetes.io`.
+/// `kubelet.kubernetes.io`. Other labels (`node-role.kubernetes.io/worker`,
+/// `node-restriction.kubernetes.io/team`) are left out of the kubelet's flags and put on the
+/// Node by registration, before joiner's startup taint comes off.
 pub fn kubelet_may_set(key: &str) -> bool {
-    refused_in(key, &["kubernetes.io", "k8s.io"]).is_none()
+    refused_in(key, KUBELET_REFUSED_DOMAINS).is_none()
 }
 
-/// Why a Provisioner may not set or require label `key` because of its domain
-/// (`node-role.kubernetes.io/worker`: the kubelet cannot register with it; `karpenter.sh` and
-/// `joiner.sh` are reserved), or `None`. The well-known keys (zone, instance type, arch,
-/// capacity type, ...) and their deprecated spellings are allowed.
+/// Why a Provisioner may not set or require label `key` because of its domain (`karpenter.sh`
+/// and `joiner.sh` are reserved), or `None`. The well-known keys (capacity type, ...) are
+/// allowed.
 pub fn restricted_domain(key: &str) -> Option<String> {
     refused_in(key, RESTRICTED_DOMAINS).map(|d| {
         format!(
-            "label {key} is in the restricted domain {d} (the kubelet cannot register a node \
-             with it; use a label of your own domain)"
+            "label {key} is in the domain {d}, reserved for Karpenter and joiner (use a label \
+             of your own domain)"
         )
     })
 }
@@ -228,13 +228,16 @@ mod tests {
 
     #[test]
     fn restricted_domains() {
-        assert!(restricted_domain("node-role.kubernetes.io/worker").is_some());
-        assert!(restricted_domain("kubernetes.io/role").is_some());
         assert!(restricted_domain("karpenter.sh/nodepool").is_some());
-        assert!(restricted_domain("example.k8s.io/x").is_some());
-        assert!(restricted_domain("kops.k8s.io/instancegroup").is_some());
-        assert!(restricted_domain("node-restriction.kubernetes.io/team").is_some());
+        assert!(restricted_domain("joiner.sh/team").is_some());
+        assert!(restricted_domain("sub.karpenter.sh/x").is_some());
+        // Karpenter >= 1.10 allows the Kubernetes domains; registration labels the Node.
         for ok in [
+            "node-role.kubernetes.io/worker",
+            "kubernetes.io/role",
+            "example.k8s.io/x",
+            "kops.k8s.io/instancegroup",
+            "node-restriction.kubernetes.io/team",
             "node.kubernetes.io/instance-type",
             "beta.kubernetes.io/arch",
             "topology.kubernetes.io/zone",
@@ -244,8 +247,8 @@ mod tests {
             "kubelet.kubernetes.io/x",
             "karpenter.k8s.aws/instance-family",
             "example.com/team",
-            "mykubernetes.io/x",
-            "kubernetes.io",
+            "mykarpenter.sh/x",
+            "karpenter.sh",
             "team",
         ] {
             assert_eq!(restricted_domain(ok), None, "{ok}");
@@ -255,7 +258,11 @@ mod tests {
             "not the kubelet's business"
         );
         assert!(kubelet_may_set("kubernetes.io/hostname"));
+        assert!(kubelet_may_set("node.kubernetes.io/lifecycle"));
+        assert!(kubelet_may_set("topology.kubernetes.io/zone"));
         assert!(!kubelet_may_set("node-role.kubernetes.io/worker"));
+        assert!(!kubelet_may_set("node-restriction.kubernetes.io/team"));
+        assert!(!kubelet_may_set("kops.k8s.io/instancegroup"));
     }
 
     #[test]

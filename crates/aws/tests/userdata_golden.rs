@@ -236,7 +236,6 @@ fn al2_script_calls_bootstrap_with_the_expected_arguments() {
     let ud = joiner_aws::userdata::render(
         nt.ami_family(),
         nt.name(),
-        prov.name(),
         nt.spec.user_data.as_deref(),
         &bootstrap,
     )
@@ -326,14 +325,8 @@ fn warm_pool_al2_first_boot_installs_the_unit_and_does_not_join() {
     let mut bootstrap = joiner_aws::userdata::NodeBootstrap::for_provisioner(cluster(), &prov, 29);
     bootstrap.al2_bootstrap_script = stub.display().to_string();
     bootstrap.warm_pool = Some(WarmState::Stopped);
-    let ud = joiner_aws::userdata::render(
-        joiner_apis::AmiFamily::Al2,
-        "default",
-        prov.name(),
-        None,
-        &bootstrap,
-    )
-    .expect("user data");
+    let ud = joiner_aws::userdata::render(joiner_apis::AmiFamily::Al2, "default", None, &bootstrap)
+        .expect("user data");
     let parts = mime::user_parts("default", &ud.decoded).expect("mime");
     let rooted = |s: &str| {
         s.replace(" /etc/", &format!(" {}/etc/", root.display()))

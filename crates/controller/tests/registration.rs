@@ -25,6 +25,9 @@ fn launched_claim(conditions: Value) -> joiner_apis::NodeClaim {
                     {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large", "c5.large"]},
                     {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-east-1a"]},
                     {"key": "team", "operator": "In", "values": ["web"]},
+                    // A Provisioner label the kubelet may not set itself (NodeRestriction):
+                    // only registration puts it on the Node.
+                    {"key": "node-role.kubernetes.io/web", "operator": "In", "values": [""]},
                     {"key": "karpenter.sh/capacity-type", "operator": "NotIn", "values": ["spot"]}],
                 "taints": [{"key": "dedicated", "value": "web", "effect": "NoSchedule"}],
                 "startupTaints": [{"key": "node.cilium.io/agent-not-ready", "effect": "NoExecute"}]},
@@ -109,6 +112,7 @@ async fn a_new_node_gets_the_claims_labels_taints_and_finalizer_and_the_claim_is
                 "joiner.sh/provisioner-name": "web",
                 "karpenter.sh/capacity-type": "on-demand",
                 "kubernetes.io/hostname": "n1",
+                "node-role.kubernetes.io/web": "",
                 "node.kubernetes.io/instance-type": "m5.large",
                 "team": "web",
                 "topology.kubernetes.io/zone": "us-east-1a"}},

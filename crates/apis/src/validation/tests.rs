@@ -245,13 +245,20 @@ fn at_most_a_hundred_labels_and_requirements() {
         .collect();
     let e = err(&with_spec(&format!("  requirements:\n{reqs}")));
     assert_eq!(e.field(), "spec.requirements");
-    let e = err(&with_spec(
-        "  labels:\n    node-role.kubernetes.io/worker: \"\"\n",
-    ));
+    let e = err(&with_spec("  labels:\n    karpenter.sh/team: a\n"));
     assert!(
-        e.reason().contains("restricted domain kubernetes.io"),
+        e.reason()
+            .contains("in the domain karpenter.sh, reserved for Karpenter and joiner"),
         "{e}"
     );
+    // The Kubernetes domains are allowed (registration puts such labels on the Node).
+    let ok = with_spec("  labels:\n    node-role.kubernetes.io/worker: \"\"\n")
+        .to_core()
+        .expect("converts");
+    assert!(ok
+        .node_requirements()
+        .get("node-role.kubernetes.io/worker")
+        .is_some_and(|r| r.allows("")));
 }
 
 #[test]

@@ -214,13 +214,7 @@ pub fn build(ctx: &LaunchContext<'_>) -> Result<ResolvedLaunchTemplate, LaunchTe
             .map(|w| w.pre_pull_images.clone())
             .unwrap_or_default();
     }
-    let user_data = userdata::render(
-        family,
-        nt.name(),
-        prov.name(),
-        nt.spec.user_data.as_deref(),
-        &bootstrap,
-    )?;
+    let user_data = userdata::render(family, nt.name(), nt.spec.user_data.as_deref(), &bootstrap)?;
 
     let m = &nt.spec.metadata_options;
     let metadata_options = MetadataOptionsSpec {

@@ -96,9 +96,15 @@ impl NodeBootstrap {
     /// The bootstrap of `provisioner`'s nodes: its labels plus `joiner.sh/provisioner-name`,
     /// its taints and startup taints (identical entries once) and joiner's unregistered taint,
     /// its kubelet settings.
+    ///
+    /// Labels the kubelet may not register itself with (`node-role.kubernetes.io/*`,
+    /// `node-restriction.kubernetes.io/*`: the NodeRestriction rule) are left out, or the
+    /// kubelet would refuse to start; registration puts them on the Node with the claim's other
+    /// labels before the unregistered taint comes off, so no pod sees the node without them.
     pub fn for_provisioner(cluster: ClusterInfo, provisioner: &Provisioner, max_pods: u32) -> Self {
         let spec = &provisioner.spec;
         let mut labels = spec.labels.clone();
+        labels.retain(|k, _| joiner_apis::syntax::kubelet_may_set(k));
         labels.insert(
             joiner_core::labels::PROVISIONER_NAME.to_string(),
             provisioner.name().to_string(),
@@ -186,15 +192,6 @@ pub enum UserDataError {
         /// The parser's message.
         reason: String,
     },
-    /// A label the kubelet refuses to register itself with (NodeRestriction): the node would
-    /// never join.
-    #[error("Provisioner {provisioner:?}: spec.labels[{key:?}]: the kubelet may not set labels in the kubernetes.io / k8s.io namespaces (only kubelet.kubernetes.io/, node.kubernetes.io/ and the well-known topology, os, arch, instance-type and hostname keys); the node would fail to start")]
-    RestrictedLabel {
-        /// The Provisioner.
-        provisioner: String,
-        /// The label key.
-        key: String,
-    },
     /// AL2023 (nodeadm) needs the service CIDR.
     #[error("NodeTemplate {node_template:?}: amiFamily AL2023 needs the cluster's service CIDR (nodeadm spec.cluster.cidr), which is unknown")]
     MissingServiceCidr {
@@ -222,18 +219,13 @@ pub enum UserDataError {
 }
 
 /// Renders the user data of `family` for `bootstrap`, merged with the NodeTemplate's own
-/// `user_data`, and checks its size. `node_template` and `provisioner` name the objects in
-/// errors.
+/// `user_data`, and checks its size. `node_template` names the object in errors.
 pub fn render(
     family: AmiFamily,
     node_template: &str,
-    provisioner: &str,
     user_data: Option<&str>,
     bootstrap: &NodeBootstrap,
 ) -> Result<UserData, UserDataError> {
-    if family != AmiFamily::Custom {
-        check_labels(provisioner, &bootstrap.labels)?;
-    }
     if bootstrap.warm_pool.is_some() && family == AmiFamily::Custom {
         return Err(UserDataError::WarmPoolUnsupported {
             node_template: node_template.to_string(),
@@ -255,22 +247,6 @@ pub fn render(
         });
     }
     Ok(UserData { decoded, base64 })
-}
-
-/// Rejects labels the kubelet refuses in `--node-labels` (the NodeRestriction rule): keys in
-/// the `kubernetes.io` or `k8s.io` namespaces, other than the kubelet's own allowed ones
-/// (the same rule the Provisioner CRD and validation apply, `joiner_apis::syntax`).
-fn check_labels(provisioner: &str, labels: &BTreeMap<String, String>) -> Result<(), UserDataError> {
-    match labels
-        .keys()
-        .find(|k| !joiner_apis::syntax::kubelet_may_set(k))
-    {
-        Some(key) => Err(UserDataError::RestrictedLabel {
-            provisioner: provisioner.to_string(),
-            key: key.clone(),
-        }),
-        None => Ok(()),
-    }
 }
 
 /// `'text'` for a POSIX shell: single quotes, each inner `'` written as `'\''`.

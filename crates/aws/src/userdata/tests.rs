@@ -39,7 +39,7 @@ pub(super) fn bootstrap() -> NodeBootstrap {
 }
 
 fn render_ok(family: AmiFamily, user: Option<&str>, b: &NodeBootstrap) -> String {
-    render(family, "nt", "default", user, b).unwrap().decoded
+    render(family, "nt", user, b).unwrap().decoded
 }
 
 #[test]
@@ -82,7 +82,7 @@ fn al2023_node_config_parses_back() {
 fn al2023_needs_the_service_cidr() {
     let mut b = bootstrap();
     b.cluster.service_cidr = None;
-    let err = render(AmiFamily::Al2023, "nt", "default", None, &b).unwrap_err();
+    let err = render(AmiFamily::Al2023, "nt", None, &b).unwrap_err();
     assert_eq!(
         err,
         UserDataError::MissingServiceCidr {
@@ -159,7 +159,6 @@ fn bottlerocket_rejects_non_toml() {
     let err = render(
         AmiFamily::Bottlerocket,
         "br",
-        "default",
         Some("#!/bin/bash\necho hi\n"),
         &bootstrap(),
     )
@@ -178,14 +177,14 @@ fn custom_is_untouched_and_may_be_empty() {
         render_ok(AmiFamily::Custom, Some("anything\r\n"), &b),
         "anything\r\n"
     );
-    let empty = render(AmiFamily::Custom, "nt", "default", None, &b).unwrap();
+    let empty = render(AmiFamily::Custom, "nt", None, &b).unwrap();
     assert_eq!((empty.decoded.as_str(), empty.base64.as_str()), ("", ""));
 }
 
 #[test]
 fn too_large_user_data_names_the_template_and_size() {
     let big = format!("#!/bin/bash\n{}\n", "x".repeat(13_000));
-    let err = render(AmiFamily::Al2, "big", "default", Some(&big), &bootstrap()).unwrap_err();
+    let err = render(AmiFamily::Al2, "big", Some(&big), &bootstrap()).unwrap_err();
     let UserDataError::TooLarge {
         node_template,
         size,
@@ -202,28 +201,42 @@ fn too_large_user_data_names_the_template_and_size() {
     );
     // Just under the limit passes.
     let ok = format!("#!/bin/bash\n{}\n", "x".repeat(10_000));
-    assert!(render(AmiFamily::Al2, "big", "default", Some(&ok), &bootstrap()).is_ok());
+    assert!(render(AmiFamily::Al2, "big", Some(&ok), &bootstrap()).is_ok());
 }
 
 #[test]
-fn restricted_labels_are_refused() {
-    let mut b = bootstrap();
-    b.labels
-        .insert("node-role.kubernetes.io/web".into(), String::new());
-    let err = render(AmiFamily::Al2, "nt", "default", None, &b).unwrap_err();
+fn labels_the_kubelet_may_not_set_are_left_to_registration() {
+    let p: Provisioner = serde_yaml::from_str(
+        r#"
+apiVersion: joiner.sh/v1alpha1
+kind: Provisioner
+metadata: {name: web}
+spec:
+  labels:
+    node-role.kubernetes.io/web: ""
+    node-restriction.kubernetes.io/team: a
+    node.kubernetes.io/lifecycle: x
+    team: a
+"#,
+    )
+    .unwrap();
+    let b = NodeBootstrap::for_provisioner(bootstrap().cluster, &p, 40);
+    // NodeRestriction: the kubelet refuses to start with the first two in --node-labels.
+    let keys: Vec<&str> = b.labels.keys().map(String::as_str).collect();
     assert_eq!(
-        err,
-        UserDataError::RestrictedLabel {
-            provisioner: "default".into(),
-            key: "node-role.kubernetes.io/web".into()
-        }
+        keys,
+        [
+            "joiner.sh/provisioner-name",
+            "node.kubernetes.io/lifecycle",
+            "team"
+        ]
     );
-    let mut ok = bootstrap();
-    ok.labels
-        .insert("node.kubernetes.io/lifecycle".into(), "x".into());
-    ok.labels
-        .insert("topology.kubernetes.io/zone".into(), "x".into());
-    assert!(render(AmiFamily::Al2, "nt", "default", None, &ok).is_ok());
+    for family in [AmiFamily::Al2, AmiFamily::Al2023, AmiFamily::Bottlerocket] {
+        let text = render(family, "nt", None, &b).unwrap().decoded;
+        assert!(text.contains("node.kubernetes.io/lifecycle"), "{text}");
+        assert!(!text.contains("node-role.kubernetes.io"), "{text}");
+        assert!(!text.contains("node-restriction.kubernetes.io"), "{text}");
+    }
 }
 
 #[test]
@@ -248,14 +261,14 @@ fn warm_pool_user_data_does_not_join_on_first_boot() {
         );
     }
     assert!(matches!(
-        render(AmiFamily::Custom, "nt", "default", None, &b),
+        render(AmiFamily::Custom, "nt", None, &b),
         Err(UserDataError::WarmPoolUnsupported { .. })
     ));
     // Bottlerocket warms without any cluster settings, the user's included; the rest of the
     // user's TOML stays.
     let user =
         "[settings.kubernetes]\nmax-pods = 20\n[settings.host-containers.admin]\nenabled = true\n";
-    let warm = render(AmiFamily::Bottlerocket, "nt", "default", Some(user), &b)
+    let warm = render(AmiFamily::Bottlerocket, "nt", Some(user), &b)
         .expect("renders")
         .decoded;
     let parsed: toml::Table = toml::from_str(&warm).expect("toml");
@@ -267,7 +280,7 @@ fn warm_pool_user_data_does_not_join_on_first_boot() {
     );
     let mut cold = b.clone();
     cold.warm_pool = None;
-    let real = render(AmiFamily::Bottlerocket, "nt", "default", Some(user), &cold)
+    let real = render(AmiFamily::Bottlerocket, "nt", Some(user), &cold)
         .expect("renders")
         .decoded;
     assert!(
@@ -315,7 +328,6 @@ fn bottlerocket_user_toml_cannot_replace_the_kubernetes_table() {
     let err = render(
         AmiFamily::Bottlerocket,
         "br",
-        "default",
         Some("[settings]\nkubernetes = \"none\"\n"),
         &bootstrap(),
     )

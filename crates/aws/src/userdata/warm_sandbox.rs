@@ -156,9 +156,7 @@ echo '{{\"kind\":\"CredentialProviderResponse\",\"apiVersion\":\"credentialprovi
 fn first_boot(family: AmiFamily, state: WarmState) -> String {
     let mut b = bootstrap();
     b.warm_pool = Some(state);
-    let doc = render(family, "nt", "default", None, &b)
-        .expect("renders")
-        .decoded;
+    let doc = render(family, "nt", None, &b).expect("renders").decoded;
     let parts = mime::user_parts("nt", &doc).expect("parts");
     parts.last().expect("a part").body.clone()
 }
@@ -183,9 +181,7 @@ fn a_warm_instance_does_not_join_while_warming_and_joins_once_when_claimed() {
         "public.ecr.aws/nginx/nginx:1.27".to_string(),
     ];
     for family in [AmiFamily::Al2, AmiFamily::Al2023] {
-        let doc = render(family, "nt", "default", None, &b)
-            .expect("renders")
-            .decoded;
+        let doc = render(family, "nt", None, &b).expect("renders").decoded;
         let parts = mime::user_parts("nt", &doc).expect("parts");
         // The only part cloud-init runs is joiner's script; AL2023 gets no NodeConfig part
         // nodeadm's own units would join with.

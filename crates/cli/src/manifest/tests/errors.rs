@@ -278,19 +278,19 @@ fn provisioners_may_not_use_restricted_or_malformed_labels_and_taints() {
     };
     let at = "test.yaml: document 1 (Provisioner default): ";
     assert_eq!(
-        prov("  labels: {node-role.kubernetes.io/worker: \"\"}\n"),
-        format!("{at}spec.labels[\"node-role.kubernetes.io/worker\"]: label node-role.kubernetes.io/worker is in the restricted domain kubernetes.io (the kubelet cannot register a node with it; use a label of your own domain)")
+        prov("  labels: {joiner.sh/team: web}\n"),
+        format!("{at}spec.labels[\"joiner.sh/team\"]: label joiner.sh/team is in the domain joiner.sh, reserved for Karpenter and joiner (use a label of your own domain)")
     );
     assert_eq!(
         prov("  requirements: [{key: karpenter.sh/nodepool, operator: Exists}]\n"),
-        format!("{at}spec.requirements[0].key: label karpenter.sh/nodepool is in the restricted domain karpenter.sh (the kubelet cannot register a node with it; use a label of your own domain)")
+        format!("{at}spec.requirements[0].key: label karpenter.sh/nodepool is in the domain karpenter.sh, reserved for Karpenter and joiner (use a label of your own domain)")
     );
     assert_eq!(
         prov("  taints: [{key: dedicated, value: \"a b\", effect: NoSchedule}]\n"),
         format!("{at}spec.taints[0].value: value \"a b\": must consist of alphanumerics, '-', '_' or '.', and start and end with an alphanumeric")
     );
-    // Well-known keys and the node.kubernetes.io exception stay allowed.
-    load_ok("apiVersion: joiner.sh/v1alpha1\nkind: Provisioner\nmetadata: {name: default}\nspec:\n  labels: {node.kubernetes.io/lifecycle: spot, example.com/team: web}\n  requirements: [{key: kubernetes.io/arch, operator: In, values: [arm64]}]\n");
+    // Well-known keys and the Kubernetes domains are allowed (Karpenter >= 1.10 too).
+    load_ok("apiVersion: joiner.sh/v1alpha1\nkind: Provisioner\nmetadata: {name: default}\nspec:\n  labels: {node.kubernetes.io/lifecycle: spot, example.com/team: web, node-role.kubernetes.io/worker: \"\", node-restriction.kubernetes.io/team: a}\n  requirements: [{key: kubernetes.io/arch, operator: In, values: [arm64]}]\n");
 }
 
 #[test]
