@@ -225,7 +225,7 @@ fn keys(out: &mut String) {
         (l::CAPACITY_TYPE, "node label", "spot or on-demand (Karpenter's key, so workloads keep their selectors)."),
         (l::PROVISIONER_NAME, "node label, instance tag", "The Provisioner that launched the node; with the cluster tag, what makes an instance joiner's."),
         (l::NODECLAIM, "node label, instance tag", "The NodeClaim of the node or instance."),
-        (l::KARPENTER_PROVISIONER_NAME, "node label (read)", "Karpenter's provisioner label, read as joiner.sh/provisioner-name."),
+        (l::KARPENTER_PROVISIONER_NAME, "node label (Karpenter's)", "Not joiner's: a node carrying it (or karpenter.sh/nodepool) is Karpenter's, never counted as a joiner Provisioner's; a pod selecting it is refused a new node, with a reason saying so."),
         (l::DO_NOT_DISRUPT, "pod or node annotation", "\"true\": disruption (consolidation, drift, expiry, emptiness) leaves the node alone."),
         (l::KARPENTER_DO_NOT_EVICT, "pod annotation (read)", "Karpenter's older do-not-evict, honoured as joiner.sh/do-not-disrupt."),
         (l::UNREGISTERED_TAINT, "node taint", "NoSchedule startup taint every joiner node registers with, removed once its labels and taints are applied and it is Ready."),

@@ -73,9 +73,14 @@ pub const DEPRECATED: &[(&str, &str)] = &[
     ("beta.kubernetes.io/arch", ARCH),
     ("beta.kubernetes.io/os", OS),
     ("beta.kubernetes.io/instance-type", INSTANCE_TYPE),
-    // Karpenter's provisioner label means the same thing on joiner nodes.
-    (KARPENTER_PROVISIONER_NAME, PROVISIONER_NAME),
 ];
+
+/// True for a key in Karpenter's own domain that joiner's nodes never carry
+/// (`karpenter.sh/nodepool`, `karpenter.sh/provisioner-name`): only Karpenter's nodes do, so
+/// it is not read as joiner's Provisioner label. `karpenter.sh/capacity-type` is shared.
+pub fn is_karpenter_only(key: &str) -> bool {
+    key.starts_with("karpenter.sh/") && key != CAPACITY_TYPE
+}
 
 /// Rewrites deprecated beta label keys to their GA names.
 pub fn normalize(key: &str) -> &str {
@@ -94,6 +99,13 @@ mod tests {
         assert_eq!(normalize("failure-domain.beta.kubernetes.io/zone"), ZONE);
         assert_eq!(normalize("beta.kubernetes.io/instance-type"), INSTANCE_TYPE);
         assert_eq!(normalize("example.com/rack"), "example.com/rack");
+        // Karpenter's provisioner label is Karpenter's: joiner's nodes do not carry it.
+        assert_eq!(
+            normalize(KARPENTER_PROVISIONER_NAME),
+            KARPENTER_PROVISIONER_NAME
+        );
+        assert!(is_karpenter_only("karpenter.sh/nodepool"));
+        assert!(!is_karpenter_only(CAPACITY_TYPE));
         assert!(is_well_known(ZONE));
         assert!(!is_well_known("example.com/rack"));
     }

@@ -244,7 +244,6 @@ impl Node {
     pub fn provisioner(&self) -> Option<&str> {
         self.labels
             .get(crate::labels::PROVISIONER_NAME)
-            .or_else(|| self.labels.get(crate::labels::KARPENTER_PROVISIONER_NAME))
             .map(String::as_str)
     }
 }

@@ -382,7 +382,12 @@ impl<'a> ProvisionerView<'a> {
                 }
                 None => {
                     if !self.defines(k) && !r.allows_absent() {
-                        return ClassFit::Refused(Reason::Requirement(format!("{k} {r}")));
+                        let text = format!("{k} {r}");
+                        return ClassFit::Refused(if labels::is_karpenter_only(k) {
+                            Reason::KarpenterLabel(text)
+                        } else {
+                            Reason::Requirement(text)
+                        });
                     }
                 }
             }

@@ -47,6 +47,8 @@ pub enum Reason {
     HostPort(String),
     /// A topology, affinity or host-port rule leaves no domain or node for the pod.
     Topology(String),
+    /// The pod requires a label only Karpenter's nodes carry (`karpenter.sh/nodepool`).
+    KarpenterLabel(String),
     /// The provisioner's limit leaves no room.
     Limit {
         /// Resource capped.
@@ -114,6 +116,11 @@ impl fmt::Display for Reason {
                 "host port {p} is already bound by a DaemonSet on every allowed instance type"
             ),
             Reason::Topology(t) => write!(f, "{t}"),
+            Reason::KarpenterLabel(r) => write!(
+                f,
+                "requirement {r} selects Karpenter's nodes; joiner's nodes carry {} instead",
+                crate::labels::PROVISIONER_NAME
+            ),
             Reason::Limit { name, limit } => write!(
                 f,
                 "launching would exceed limit {name}={}",

@@ -275,6 +275,65 @@ fn a_nodes_limit_counts_the_nodes_already_owned() {
 }
 
 #[test]
+fn karpenters_nodes_are_not_joiners_and_its_labels_select_only_them() {
+    // A node Karpenter launched for its NodePool "default", beside joiner's Provisioner
+    // "default" capped at one node.
+    let mut prov = Provisioner::default_provisioner();
+    prov.limits.other.insert("nodes".into(), 1);
+    let mut karpenters = Node {
+        name: "karpenter-1".into(),
+        allocatable: Resources::new(2000, 4 * GI, 17 * GI, 10),
+        capacity: Resources::new(2000, 4 * GI, 20 * GI, 10),
+        ..Node::default()
+    };
+    for key in ["karpenter.sh/nodepool", "karpenter.sh/provisioner-name"] {
+        karpenters.labels.insert(key.into(), "default".into());
+    }
+    let select = |name: &str, key: &str| {
+        let mut p = pod(name, 1500, 512);
+        let mut r = Requirements::new();
+        r.add(key, Requirement::single("default"));
+        p.node_terms = vec![r];
+        p
+    };
+    let s = Snapshot {
+        pods: vec![
+            select("on-karpenter", "karpenter.sh/nodepool"),
+            select("needs-karpenter", "karpenter.sh/nodepool"),
+            select("old-selector", "karpenter.sh/provisioner-name"),
+            // Too big for Karpenter's node.
+            pod("free", 2500, 512),
+        ],
+        nodes: vec![karpenters],
+        provisioners: vec![prov],
+        ..Snapshot::default()
+    };
+    let p = run(&s);
+    // The scheduler places one selecting pod on Karpenter's node, as it would.
+    assert_eq!(p.existing_nodes.len(), 1);
+    assert_eq!(p.existing_nodes[0].pods.len(), 1);
+    // Karpenter's node does not count against joiner's one-node limit.
+    assert_eq!(p.new_nodes.len(), 1, "{:?}", p.new_nodes);
+    assert_eq!(p.new_nodes[0].pods, vec!["default/free"]);
+    // The other selecting pods get no joiner node: the scheduler would never put them there.
+    assert_eq!(p.unschedulable.len(), 2);
+    for u in &p.unschedulable {
+        let key = if u.pod == "default/old-selector" {
+            "karpenter.sh/provisioner-name"
+        } else {
+            "karpenter.sh/nodepool"
+        };
+        assert_eq!(
+            u.reason,
+            format!(
+                "requirement {key} In [default] selects Karpenter's nodes; joiner's nodes \
+                 carry joiner.sh/provisioner-name instead"
+            )
+        );
+    }
+}
+
+#[test]
 fn a_memory_limit_is_named_in_human_units() {
     let mut prov = Provisioner::default_provisioner();
     prov.limits.memory = Some(1600 << 30);
