@@ -65,7 +65,7 @@ pub struct PodRecord {
     /// The PersistentVolumeClaims its volumes use (names in its namespace): each snapshot
     /// confines the pod to the zones those volumes are in, read from the claim stores then,
     /// since a claim binds after the pod is created.
-    pub claims: Vec<String>,
+    pub claims: Vec<convert::volumes::PodClaim>,
     /// The simulation's pod, or why the pod cannot be read (`field: reason`).
     pub core: Result<joiner_core::Pod, String>,
 }

@@ -747,7 +747,10 @@ fn a_pending_pod_is_confined_to_the_zone_its_bound_volume_is_in() {
         .into_iter()
         .find(|p| p.metadata.name.as_deref() == Some("db-0"))
         .expect("stored");
-    assert_eq!(stored.claims, vec!["data-db-0".to_string()]);
+    assert_eq!(
+        stored.claims,
+        vec![joiner_apis::convert::volumes::PodClaim::named("data-db-0")]
+    );
     assert!(stored.core.as_ref().expect("core").node_terms.is_empty());
 }
 

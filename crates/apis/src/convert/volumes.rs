@@ -53,6 +53,43 @@ pub enum Source {
     Partial,
 }
 
+/// A claim a pod's volumes use, and, where the claim is made from a template (a generic
+/// ephemeral volume's `volumeClaimTemplate`, a StatefulSet's `volumeClaimTemplates`), the
+/// storage class it will be made with: until it exists, that class decides where the pod may
+/// run (the volume is provisioned through it), as Karpenter reads it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodClaim {
+    /// The claim's name in the pod's namespace.
+    pub name: String,
+    /// The claim template, when the claim is made from one.
+    pub template: Option<ClaimTemplate>,
+}
+
+/// What a claim template says about the claim it makes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClaimTemplate {
+    /// `spec.storageClassName`: `None` for the cluster's default class, `""` for none.
+    pub storage_class_name: Option<String>,
+}
+
+impl PodClaim {
+    /// A claim the pod names directly (`persistentVolumeClaim.claimName`).
+    pub fn named(name: impl Into<String>) -> Self {
+        PodClaim {
+            name: name.into(),
+            template: None,
+        }
+    }
+
+    /// A claim made from a template with `storage_class_name`.
+    pub fn from_template(name: impl Into<String>, storage_class_name: Option<String>) -> Self {
+        PodClaim {
+            name: name.into(),
+            template: Some(ClaimTemplate { storage_class_name }),
+        }
+    }
+}
+
 /// What a pod's volumes mean for its scheduling.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PodVolumes {
@@ -152,13 +189,13 @@ impl<'a> VolumeIndex<'a> {
         self
     }
 
-    /// What the claims `claims` (names in `namespace`) mean for a pod: the zones they confine
-    /// it to, and the first claim that holds it.
-    pub fn pod_volumes(&self, namespace: &str, claims: &[String]) -> PodVolumes {
+    /// What the claims `claims` (in `namespace`) mean for a pod: the zones they confine it
+    /// to, and the first claim that holds it.
+    pub fn pod_volumes(&self, namespace: &str, claims: &[PodClaim]) -> PodVolumes {
         let mut out = PodVolumes::default();
-        for name in claims {
-            let claim = format!("{namespace}/{name}");
-            match self.claim_effect(namespace, name, &claim) {
+        for c in claims {
+            let claim = format!("{namespace}/{}", c.name);
+            match self.claim_effect(namespace, c, &claim) {
                 ClaimEffect::Free => {}
                 ClaimEffect::Confined(zones) => out.zones.push(VolumeZone { claim, zones }),
                 ClaimEffect::Blocked(why) => {
@@ -178,8 +215,16 @@ impl<'a> VolumeIndex<'a> {
         }
     }
 
-    fn claim_effect(&self, namespace: &str, name: &str, key: &str) -> ClaimEffect {
-        let Some(claim) = self.claims.get(&(namespace.to_string(), name.to_string())) else {
+    fn claim_effect(&self, namespace: &str, pod_claim: &PodClaim, key: &str) -> ClaimEffect {
+        let Some(claim) = self
+            .claims
+            .get(&(namespace.to_string(), pod_claim.name.clone()))
+        else {
+            // A claim made from a template will be made with the template's class: read it
+            // as that claim, not yet bound.
+            if let Some(t) = &pod_claim.template {
+                return self.unbound_effect(key, t.storage_class_name.as_deref());
+            }
             return self.missing(
                 format!("PersistentVolumeClaim {key}"),
                 format!("volume claim {key} does not exist; the pod waits for it"),
@@ -200,7 +245,6 @@ impl<'a> VolumeIndex<'a> {
         }
         let spec = claim.spec.as_ref();
         let volume_name = spec.and_then(|s| s.volume_name.as_deref());
-        let class_name = spec.and_then(|s| s.storage_class_name.as_deref());
         if let Some(volume) = volume_name.filter(|v| !v.is_empty()) {
             let Some(pv) = self.volumes.get(volume) else {
                 return self.missing(
@@ -215,6 +259,12 @@ impl<'a> VolumeIndex<'a> {
                 None => ClaimEffect::Free,
             };
         }
+        self.unbound_effect(key, spec.and_then(|s| s.storage_class_name.as_deref()))
+    }
+
+    /// What claim `key`, not bound yet, with storage class `class_name` (`None`: the default
+    /// class) means: the class's zones, or a hold when the class is missing or binds at once.
+    fn unbound_effect(&self, key: &str, class_name: Option<&str>) -> ClaimEffect {
         let class = match class_name {
             Some("") => None,
             Some(class) => match self.classes.get(class) {
@@ -255,9 +305,9 @@ impl<'a> VolumeIndex<'a> {
     }
 }
 
-/// The claim names a pod's volumes use: `persistentVolumeClaim.claimName`, and for a generic
-/// ephemeral volume the claim Kubernetes makes for it, `<pod>-<volume>`.
-pub fn claim_names(pod: &Pod) -> Vec<String> {
+/// The claims a pod's volumes use: `persistentVolumeClaim.claimName`, and for a generic
+/// ephemeral volume the claim Kubernetes makes for it, `<pod>-<volume>`, with its template.
+pub fn claim_names(pod: &Pod) -> Vec<PodClaim> {
     let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
     pod.spec
         .as_ref()
@@ -265,27 +315,41 @@ pub fn claim_names(pod: &Pod) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The claim names of pod `pod_name` made from `spec` (a pod's, or a workload template's),
-/// plus a StatefulSet's `volumeClaimTemplates` (`<template>-<pod>`).
-pub fn spec_claim_names(pod_name: &str, spec: &PodSpec, claim_templates: &[String]) -> Vec<String> {
-    let mut out: Vec<String> = spec
+/// The claims of pod `pod_name` made from `spec` (a pod's, or a workload template's), plus
+/// a StatefulSet's `volumeClaimTemplates` (`<template>-<pod>`, given as templates named).
+pub fn spec_claim_names(
+    pod_name: &str,
+    spec: &PodSpec,
+    claim_templates: &[PodClaim],
+) -> Vec<PodClaim> {
+    let mut out: Vec<PodClaim> = spec
         .volumes
         .iter()
         .flatten()
         .filter_map(|v| {
             if let Some(pvc) = &v.persistent_volume_claim {
-                Some(pvc.claim_name.clone())
-            } else if v.ephemeral.is_some() {
-                Some(format!("{pod_name}-{}", v.name))
+                Some(PodClaim::named(pvc.claim_name.clone()))
+            } else if let Some(e) = &v.ephemeral {
+                let class = e
+                    .volume_claim_template
+                    .as_ref()
+                    .and_then(|t| t.spec.storage_class_name.clone());
+                Some(PodClaim::from_template(
+                    format!("{pod_name}-{}", v.name),
+                    class,
+                ))
             } else {
                 None
             }
         })
         .collect();
     for template in claim_templates {
-        let name = format!("{template}-{pod_name}");
-        if !out.contains(&name) {
-            out.push(name);
+        let name = format!("{}-{pod_name}", template.name);
+        if !out.iter().any(|c| c.name == name) {
+            out.push(PodClaim {
+                name,
+                template: template.template.clone(),
+            });
         }
     }
     out
@@ -411,8 +475,8 @@ mod tests {
         (claims, volumes, classes)
     }
 
-    fn names(list: &[&str]) -> Vec<String> {
-        list.iter().map(|s| s.to_string()).collect()
+    fn names(list: &[&str]) -> Vec<PodClaim> {
+        list.iter().map(|s| PodClaim::named(*s)).collect()
     }
 
     #[test]
@@ -629,6 +693,67 @@ mod tests {
                 {"name": "data", "persistentVolumeClaim": {"claimName": "data-db-0"}},
                 {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
                 {"name": "cfg", "configMap": {"name": "cfg"}}]}}));
-        assert_eq!(claim_names(&pod), ["data-db-0", "db-0-scratch"]);
+        assert_eq!(
+            claim_names(&pod),
+            [
+                PodClaim::named("data-db-0"),
+                PodClaim::from_template("db-0-scratch", None)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_claim_not_made_yet_follows_its_templates_class() {
+        // Karpenter's "should schedule to storage class zones if volume does not exist
+        // (ephemeral volume)" and "should not schedule if storage class zones are
+        // incompatible": the claim `<pod>-<volume>` is made with the template's class.
+        let (c, v, s) = objects();
+        for source in [Source::Cluster, Source::Partial] {
+            let index = VolumeIndex::new(&c, &v, &s).with_source(source);
+            let zonal = index.pod_volumes(
+                "shop",
+                &[PodClaim::from_template(
+                    "web-scratch",
+                    Some("gp3-zonal".into()),
+                )],
+            );
+            assert_eq!(zonal.zones.len(), 1, "{source:?}");
+            assert_eq!(zonal.zones[0].claim, "shop/web-scratch");
+            assert_eq!(
+                zonal.zones[0].zones,
+                Requirement::one_of(["us-east-1a", "us-east-1b"])
+            );
+            assert!(zonal.unknown.is_empty(), "{:?}", zonal.unknown);
+            // No class named: the default one (gp3, which follows the node).
+            let default = index.pod_volumes("shop", &[PodClaim::from_template("x", None)]);
+            assert!(default.is_empty() && default.unknown.is_empty());
+            // An existing claim wins over its template.
+            let made = index.pod_volumes(
+                "shop",
+                &[PodClaim::from_template("bound", Some("gp3-zonal".into()))],
+            );
+            assert!(made.zones[0].zones.allows("us-east-1c"));
+        }
+        let cluster = VolumeIndex::new(&c, &v, &s);
+        let gone =
+            cluster.pod_volumes("shop", &[PodClaim::from_template("x", Some("gone".into()))]);
+        assert_eq!(
+            gone.blocked.as_deref(),
+            Some("volume claim shop/x names StorageClass gone, which does not exist")
+        );
+        let partial = VolumeIndex::new(&c, &v, &s).with_source(Source::Partial);
+        let gone =
+            partial.pod_volumes("shop", &[PodClaim::from_template("x", Some("gone".into()))]);
+        assert_eq!(gone.unknown, ["StorageClass gone"]);
+        let pod: Pod = obj(json!({"metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"containers": [], "volumes": [{"name": "scratch", "ephemeral":
+                {"volumeClaimTemplate": {"spec": {"storageClassName": "gp3-zonal"}}}}]}}));
+        assert_eq!(
+            claim_names(&pod),
+            [PodClaim::from_template(
+                "web-scratch",
+                Some("gp3-zonal".into())
+            )]
+        );
     }
 }

@@ -265,12 +265,18 @@ pub(crate) fn read(
         "StatefulSet" => {
             let s: apps::StatefulSet = obj.parse(doc.value)?;
             let pods = workloads::stateful_set(&s, &namespace, &name).map_err(e)?;
-            let claim_templates: Vec<String> = s
+            let claim_templates: Vec<volumes::PodClaim> = s
                 .spec
                 .volume_claim_templates
                 .iter()
                 .flatten()
-                .filter_map(|t| t.metadata.name.clone())
+                .filter_map(|t| {
+                    let class = t.spec.as_ref().and_then(|s| s.storage_class_name.clone());
+                    t.metadata
+                        .name
+                        .clone()
+                        .map(|n| volumes::PodClaim::from_template(n, class))
+                })
                 .collect();
             let template = s.spec.template.spec.as_ref();
             let pods = unless_gated(loaded, &obj, template, pods);
@@ -474,7 +480,7 @@ fn remember_claims(
     loaded: &mut Loaded,
     pods: &[joiner_core::Pod],
     template: Option<&k8s::PodSpec>,
-    claim_templates: &[String],
+    claim_templates: &[volumes::PodClaim],
 ) {
     let Some(spec) = template else { return };
     for pod in pods {

@@ -43,7 +43,8 @@ pub struct Loaded {
     /// has reconciled them with the pods the input holds.
     pub(crate) expansions: Vec<dump::Expansion>,
     /// The claims each pod's volumes use, by [`claims_key`], until their zones are applied.
-    pub(crate) pod_claims: std::collections::HashMap<String, Vec<String>>,
+    pub(crate) pod_claims:
+        std::collections::HashMap<String, Vec<joiner_apis::convert::volumes::PodClaim>>,
     /// PersistentVolumeClaims, PersistentVolumes and StorageClasses of the input.
     pub(crate) claims: Vec<k8s_openapi::api::core::v1::PersistentVolumeClaim>,
     /// See `claims`.

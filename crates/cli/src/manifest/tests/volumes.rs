@@ -120,3 +120,57 @@ spec:
         );
     }
 }
+
+#[test]
+fn claims_not_made_yet_follow_their_templates_class() {
+    // No claim exists yet: the StatefulSet's and the ephemeral volume's claims will be made
+    // with their templates' classes, and those classes' zones confine the pods.
+    let text = r#"apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: zonal}
+provisioner: ebs.csi.aws.com
+volumeBindingMode: WaitForFirstConsumer
+allowedTopologies:
+  - matchLabelExpressions: [{key: topology.kubernetes.io/zone, values: [us-east-1b, us-east-1c]}]
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db, namespace: shop}
+spec:
+  replicas: 2
+  serviceName: db
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec:
+      containers: [{name: c, image: i}]
+  volumeClaimTemplates:
+    - metadata: {name: data}
+      spec: {storageClassName: zonal, resources: {requests: {storage: 1Gi}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: scratch, namespace: shop}
+spec:
+  containers: [{name: c, image: i}]
+  volumes:
+    - name: tmp
+      ephemeral:
+        volumeClaimTemplate:
+          spec: {storageClassName: zonal, accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}
+"#;
+    let l = load_ok(text);
+    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+    let mut claims: Vec<String> = Vec::new();
+    for p in &l.snapshot.pods {
+        assert_eq!(p.volume_zones.len(), 1, "{}", p.name);
+        let z = &p.volume_zones[0].zones;
+        assert!(z.allows("us-east-1b") && z.allows("us-east-1c") && !z.allows("us-east-1a"));
+        claims.push(p.volume_zones[0].claim.clone());
+    }
+    claims.sort();
+    assert_eq!(
+        claims,
+        ["shop/data-db-0", "shop/data-db-1", "shop/scratch-tmp"]
+    );
+}
