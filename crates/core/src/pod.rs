@@ -107,6 +107,9 @@ pub struct Pod {
     /// The zones its volumes confine it to (already ANDed into `node_terms`; kept to name the
     /// claim when no Provisioner reaches the zone).
     pub volume_zones: Vec<VolumeZone>,
+    /// The nodes its volumes pin it to (already ANDed into `node_terms`; kept to name the
+    /// claim when none of those nodes exists).
+    pub volume_hosts: Vec<VolumeHost>,
     /// The required node terms as the pod states them, before its volumes' zones were ANDed
     /// in; `None` when no volume confines it. Topology spread counts domains from these: the
     /// kube-scheduler's spread honours the pod's node affinity, not where its volumes are.
@@ -147,7 +150,41 @@ pub struct VolumeZone {
     pub zones: Requirement,
 }
 
+/// The nodes a pod's volume can be mounted on: a bound PersistentVolume whose node affinity
+/// names hosts (`kubernetes.io/hostname In [...]`, a local volume or a CSI volume of one
+/// node). No new node can be one of them, so only those existing nodes can take the pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VolumeHost {
+    /// The PersistentVolumeClaim, `namespace/name`.
+    pub claim: String,
+    /// The PersistentVolume bound to it.
+    pub volume: String,
+    /// The hosts allowed (`kubernetes.io/hostname In [...]`).
+    pub hosts: Requirement,
+}
+
 impl Pod {
+    /// Pins the pod to the nodes its volumes can be mounted on: each is ANDed into every
+    /// required node term, like [`Pod::require_volume_zones`], and recorded in
+    /// [`Pod::volume_hosts`].
+    pub fn require_volume_hosts(&mut self, hosts: Vec<VolumeHost>) {
+        if hosts.is_empty() {
+            return;
+        }
+        if self.own_node_terms.is_none() {
+            self.own_node_terms = Some(self.node_terms.clone());
+        }
+        if self.node_terms.is_empty() {
+            self.node_terms.push(Requirements::new());
+        }
+        for vh in &hosts {
+            for term in &mut self.node_terms {
+                term.add(crate::labels::HOSTNAME, vh.hosts.clone());
+            }
+        }
+        self.volume_hosts.extend(hosts);
+    }
+
     /// Confines the pod to the zones of its volumes: each is ANDed into every required node
     /// term (a pod without terms gets one), and recorded in [`Pod::volume_zones`].
     pub fn require_volume_zones(&mut self, zones: Vec<VolumeZone>) {

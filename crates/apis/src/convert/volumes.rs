@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use joiner_core::{labels, Operator, Pod as CorePod, Requirement, VolumeZone};
+use joiner_core::{labels, Operator, Pod as CorePod, Requirement, VolumeHost, VolumeZone};
 use k8s_openapi::api::core::v1::{
     NodeSelectorTerm, PersistentVolume, PersistentVolumeClaim, Pod, PodSpec,
 };
@@ -95,6 +95,8 @@ impl PodClaim {
 pub struct PodVolumes {
     /// The zones each confining claim allows.
     pub zones: Vec<VolumeZone>,
+    /// The nodes each claim bound to a one-node volume can be mounted on.
+    pub hosts: Vec<VolumeHost>,
     /// Why the pod cannot be scheduled yet, naming the claim, when a volume holds it.
     pub blocked: Option<String>,
     /// Claims, volumes or classes the source did not hold (only for [`Source::Partial`]),
@@ -105,12 +107,13 @@ pub struct PodVolumes {
 impl PodVolumes {
     /// True when the volumes change nothing about where the pod may run.
     pub fn is_empty(&self) -> bool {
-        self.zones.is_empty() && self.blocked.is_none()
+        self.zones.is_empty() && self.hosts.is_empty() && self.blocked.is_none()
     }
 
     /// Applies the zones and the hold to the simulation's pod.
     pub fn apply_to(self, pod: &mut CorePod) {
         pod.require_volume_zones(self.zones);
+        pod.require_volume_hosts(self.hosts);
         if let Some(reason) = self.blocked {
             pod.hold_for_volume(reason);
         }
@@ -121,6 +124,12 @@ impl PodVolumes {
 enum ClaimEffect {
     Free,
     Confined(Requirement),
+    /// Bound to a volume only some nodes can mount (and maybe in some zones).
+    Pinned {
+        volume: String,
+        hosts: Requirement,
+        zones: Option<Requirement>,
+    },
     Blocked(String),
     Unknown(String),
 }
@@ -198,6 +207,23 @@ impl<'a> VolumeIndex<'a> {
             match self.claim_effect(namespace, c, &claim) {
                 ClaimEffect::Free => {}
                 ClaimEffect::Confined(zones) => out.zones.push(VolumeZone { claim, zones }),
+                ClaimEffect::Pinned {
+                    volume,
+                    hosts,
+                    zones,
+                } => {
+                    if let Some(zones) = zones {
+                        out.zones.push(VolumeZone {
+                            claim: claim.clone(),
+                            zones,
+                        });
+                    }
+                    out.hosts.push(VolumeHost {
+                        claim,
+                        volume,
+                        hosts,
+                    });
+                }
                 ClaimEffect::Blocked(why) => {
                     out.blocked.get_or_insert(why);
                 }
@@ -254,7 +280,15 @@ impl<'a> VolumeIndex<'a> {
                     ),
                 );
             };
-            return match pv_zones(pv) {
+            let zones = pv_zones(pv);
+            if let Some(hosts) = pv_hosts(pv) {
+                return ClaimEffect::Pinned {
+                    volume: volume.to_string(),
+                    hosts,
+                    zones,
+                };
+            }
+            return match zones {
                 Some(zones) => ClaimEffect::Confined(zones),
                 None => ClaimEffect::Free,
             };
@@ -385,13 +419,38 @@ fn pv_zones(pv: &PersistentVolume) -> Option<Requirement> {
     }
 }
 
+/// The hosts a PV can be mounted on: its node affinity's hostname expressions (terms ORed,
+/// each term's expressions ANDed); `None` when a term names no host, so it admits every node.
+/// Local volumes and CSI volumes of one node say so. The kube-scheduler holds the pod to
+/// them whatever the volume's kind; Karpenter ignores them for local volumes, but a node it
+/// buys for such a pod is one the scheduler will not use.
+fn pv_hosts(pv: &PersistentVolume) -> Option<Requirement> {
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.node_affinity.as_ref())
+        .and_then(|a| a.required.as_ref())
+        .and_then(|r| {
+            union_of_terms(
+                r.node_selector_terms
+                    .iter()
+                    .map(|t| node_term_values(t, &[labels::HOSTNAME])),
+            )
+        })
+}
+
 /// The zones one node-selector term allows (its zone expressions ANDed); `None` when it names
 /// no zone, so it admits every zone. An expression Kubernetes would have refused is skipped.
 fn node_term_zones(term: &NodeSelectorTerm) -> Option<Requirement> {
+    node_term_values(term, ZONE_KEYS)
+}
+
+/// The values of the label keys `keys` one node-selector term allows (its expressions on
+/// them ANDed); `None` when it names none of them.
+fn node_term_values(term: &NodeSelectorTerm, keys: &[&str]) -> Option<Requirement> {
     term.match_expressions
         .iter()
         .flatten()
-        .filter(|e| ZONE_KEYS.contains(&e.key.as_str()))
+        .filter(|e| keys.contains(&e.key.as_str()))
         .filter_map(|e| {
             let op = Operator::parse(&e.operator).ok()?;
             Requirement::new(op, e.values.as_deref().unwrap_or_default()).ok()
@@ -620,6 +679,53 @@ mod tests {
         let only_label: PersistentVolume = obj(json!({"metadata": {"name": "pv",
             "labels": {"failure-domain.beta.kubernetes.io/zone": "z-c"}}, "spec": {}}));
         assert_eq!(pv_zones(&only_label), Some(Requirement::single("z-c")));
+    }
+
+    #[test]
+    fn a_volume_of_one_node_pins_the_pod_to_it() {
+        let pv = |terms: serde_json::Value| -> PersistentVolume {
+            obj(json!({"metadata": {"name": "pv-local"},
+                "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": terms}}}}))
+        };
+        let host =
+            |h: &str| json!({"key": "kubernetes.io/hostname", "operator": "In", "values": [h]});
+        let zone = |z: &str| json!({"key": "topology.kubernetes.io/zone", "operator": "In", "values": [z]});
+        assert_eq!(
+            pv_hosts(&pv(json!([{"matchExpressions": [host("n1")]}]))),
+            Some(Requirement::single("n1"))
+        );
+        assert_eq!(
+            pv_hosts(&pv(json!([{"matchExpressions": [host("n1")]},
+                {"matchExpressions": [host("n2")]}]))),
+            Some(Requirement::one_of(["n1", "n2"]))
+        );
+        assert_eq!(
+            pv_hosts(&pv(json!([{"matchExpressions": [host("n1")]},
+                {"matchExpressions": [zone("z-a")]}]))),
+            None,
+            "a term naming no host admits every node"
+        );
+        // Through the index: the claim's hosts and zones both confine the pod.
+        let volumes = vec![pv(json!([{"matchExpressions": [host("n1"), zone("z-a")]}]))];
+        let claims: Vec<PersistentVolumeClaim> = vec![obj(
+            json!({"metadata": {"name": "data", "namespace": "a"}, "spec": {"volumeName": "pv-local"}}),
+        )];
+        let index = VolumeIndex::new(&claims, &volumes, []);
+        let v = index.pod_volumes("a", &names(&["data"]));
+        assert_eq!(
+            v.hosts,
+            [VolumeHost {
+                claim: "a/data".into(),
+                volume: "pv-local".into(),
+                hosts: Requirement::single("n1")
+            }]
+        );
+        assert_eq!(v.zones[0].zones, Requirement::single("z-a"));
+        let mut pod = CorePod::default();
+        v.apply_to(&mut pod);
+        assert!(pod.node_terms[0]
+            .get(labels::HOSTNAME)
+            .is_some_and(|r| r.allows("n1") && !r.allows("n2")));
     }
 
     #[test]

@@ -174,3 +174,71 @@ spec:
         ["shop/data-db-0", "shop/data-db-1", "shop/scratch-tmp"]
     );
 }
+
+#[test]
+fn a_volume_of_one_node_takes_the_pod_there_or_nowhere() {
+    // Two CSI volumes each only one node can mount (a single-node storage driver): one on a
+    // node of the input, one on a node that is gone. The kube-scheduler's VolumeBinding
+    // keeps each pod to its volume's node, so no new node is bought for either.
+    let volume = |name: &str, host: &str| {
+        format!(
+            r#"apiVersion: v1
+kind: PersistentVolume
+metadata: {{name: {name}}}
+spec:
+  capacity: {{storage: 1Gi}}
+  csi: {{driver: example.com/node-disk, volumeHandle: {name}}}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms: [{{matchExpressions: [{{key: kubernetes.io/hostname, operator: In, values: [{host}]}}]}}]
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: {name}, namespace: default}}
+spec: {{volumeName: {name}, resources: {{requests: {{storage: 1Gi}}}}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: uses-{name}, namespace: default}}
+spec:
+  containers: [{{name: c, image: i, resources: {{requests: {{cpu: 100m}}}}}}]
+  volumes: [{{name: v, persistentVolumeClaim: {{claimName: {name}}}}}]
+"#
+        )
+    };
+    let node = r#"apiVersion: v1
+kind: Node
+metadata:
+  name: n1
+  labels: {kubernetes.io/hostname: n1, topology.kubernetes.io/zone: us-east-1a, kubernetes.io/os: linux, kubernetes.io/arch: amd64}
+status:
+  capacity: {cpu: "2", memory: 4Gi, pods: "10"}
+  allocatable: {cpu: "2", memory: 4Gi, pods: "10"}
+  conditions: [{type: Ready, status: "True"}]
+"#;
+    let text = format!(
+        "{}---\n{}---\n{node}",
+        volume("here", "n1"),
+        volume("gone", "old-node")
+    );
+    let l = load_ok(&text);
+    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+    let catalog = joiner_aws::embedded::catalog("us-east-1")
+        .expect("embedded catalog")
+        .instance_types;
+    let plan = joiner_core::scheduling::simulate(
+        &l.snapshot,
+        &catalog,
+        &joiner_core::scheduling::Options::default(),
+    );
+    assert!(plan.new_nodes.is_empty(), "{:?}", plan.new_nodes);
+    assert_eq!(plan.existing_nodes.len(), 1);
+    assert_eq!(plan.existing_nodes[0].pods, ["default/uses-here"]);
+    assert_eq!(plan.unschedulable.len(), 1);
+    assert_eq!(
+        plan.unschedulable[0].reason,
+        "volume claim default/gone is bound to PersistentVolume gone, which only nodes \
+         kubernetes.io/hostname In [old-node] can mount; no such node exists and a new node \
+         cannot be one"
+    );
+}
