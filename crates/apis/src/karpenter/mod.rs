@@ -74,6 +74,36 @@ pub struct Converted {
     pub node_templates: Vec<NodeTemplate>,
     /// What was not converted, or changed meaning.
     pub notes: Vec<Note>,
+    /// NodePools (and Provisioners) left out whole, by name: they launch nodes joiner cannot
+    /// (Windows), so a plan must not stand a default Provisioner in for them.
+    pub skipped: Vec<String>,
+}
+
+/// Why joiner leaves the node class `object` out, with the field that says so: it selects
+/// Windows AMIs (an alias `windows2022@latest`, or `amiFamily: Windows2019|Windows2022`),
+/// and joiner bootstraps Linux nodes only.
+fn unsupported_class(object: &Value) -> Option<(String, String)> {
+    let spec = &object["spec"];
+    if let Some(f) = spec["amiFamily"]
+        .as_str()
+        .filter(|f| f.starts_with("Windows"))
+    {
+        return Some(("spec.amiFamily".into(), f.to_string()));
+    }
+    spec["amiSelectorTerms"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .find_map(|(i, t)| {
+            let alias = t["alias"].as_str()?;
+            alias.starts_with("windows").then(|| {
+                (
+                    format!("spec.amiSelectorTerms[{i}].alias"),
+                    alias.to_string(),
+                )
+            })
+        })
 }
 
 /// Converts `objects` (each a whole Karpenter manifest as JSON, of a kind [`is_karpenter`]
@@ -88,12 +118,34 @@ pub fn convert(objects: &[Value]) -> Result<Converted, KarpenterError> {
             v["kind"].as_str().unwrap_or_default().to_string(),
         )
     };
+    let name_of = |v: &Value| {
+        v["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let mut left_out: BTreeMap<String, String> = BTreeMap::new();
     for object in objects {
         let (api_version, kind) = header(object);
         match (api_version.as_str(), kind.as_str()) {
             ("karpenter.k8s.aws/v1alpha1", "AWSNodeTemplate") => {
                 let t = v1alpha5::node_template(object, &mut out.notes)?;
                 out.node_templates.push(t);
+            }
+            (_, "EC2NodeClass") if unsupported_class(object).is_some() => {
+                let Some((field, value)) = unsupported_class(object) else {
+                    continue;
+                };
+                let name = name_of(object);
+                out.notes.push(Note {
+                    object: format!("EC2NodeClass {name}"),
+                    field,
+                    message: format!(
+                        "{value}: joiner launches Linux nodes only; not converted, and the \
+                         NodePools using it are skipped"
+                    ),
+                });
+                left_out.insert(name, value);
             }
             (_, "EC2NodeClass") => {
                 let (t, kubelet) = nodeclass::node_class(object, &api_version, &mut out.notes)?;
@@ -113,6 +165,22 @@ pub fn convert(objects: &[Value]) -> Result<Converted, KarpenterError> {
                     .push(v1alpha5::provisioner(object, &mut out.notes)?);
             }
             (_, "NodePool") => {
+                let class = object["spec"]["template"]["spec"]["nodeClassRef"]["name"]
+                    .as_str()
+                    .unwrap_or_default();
+                if let Some(value) = left_out.get(class) {
+                    let name = name_of(object);
+                    out.notes.push(Note {
+                        object: format!("NodePool {name}"),
+                        field: "spec.template.spec.nodeClassRef.name".into(),
+                        message: format!(
+                            "EC2NodeClass {class} selects {value} AMIs, which joiner does not \
+                             launch; skipped"
+                        ),
+                    });
+                    out.skipped.push(name);
+                    continue;
+                }
                 out.provisioners.push(nodepool::node_pool(
                     object,
                     &api_version,

@@ -473,3 +473,59 @@ fn metadata_options_keep_what_karpenter_launched_with() {
         c.notes
     );
 }
+
+#[test]
+fn windows_node_classes_and_their_node_pools_are_left_out_with_a_note() {
+    // Karpenter's "should launch pods with different operating systems on different
+    // instances": a Linux and a Windows NodePool. joiner launches the Linux one only.
+    let c = convert(&yaml(
+        r#"
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: linux}
+spec: {amiSelectorTerms: [{alias: al2023@latest}]}
+---
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: windows}
+spec: {amiSelectorTerms: [{alias: windows2022@latest}]}
+---
+apiVersion: karpenter.k8s.aws/v1beta1
+kind: EC2NodeClass
+metadata: {name: old-windows}
+spec: {amiFamily: Windows2019}
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: linux}
+spec: {template: {spec: {nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: linux}, requirements: []}}}
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: win}
+spec: {template: {spec: {nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: windows}, requirements: []}}}
+"#,
+    ))
+    .expect("converts");
+    let templates: Vec<&str> = c.node_templates.iter().map(|t| t.name()).collect();
+    assert_eq!(templates, ["linux"]);
+    let pools: Vec<&str> = c.provisioners.iter().map(|p| p.name()).collect();
+    assert_eq!(pools, ["linux"]);
+    assert_eq!(c.skipped, ["win"]);
+    let said = |object: &str, field: &str| {
+        c.notes
+            .iter()
+            .find(|n| n.object == object && n.field == field)
+            .map(|n| n.message.clone())
+            .unwrap_or_else(|| panic!("no note on {object} {field}: {:?}", c.notes))
+    };
+    assert_eq!(
+        said("EC2NodeClass windows", "spec.amiSelectorTerms[0].alias"),
+        "windows2022@latest: joiner launches Linux nodes only; not converted, and the NodePools using it are skipped"
+    );
+    assert!(said("EC2NodeClass old-windows", "spec.amiFamily").starts_with("Windows2019: "));
+    assert_eq!(
+        said("NodePool win", "spec.template.spec.nodeClassRef.name"),
+        "EC2NodeClass windows selects windows2022@latest AMIs, which joiner does not launch; skipped"
+    );
+}

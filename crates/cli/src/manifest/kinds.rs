@@ -398,6 +398,7 @@ pub(crate) fn read_karpenter(loaded: &mut Loaded) -> Result<(), ManifestError> {
         "read {} Karpenter object(s) as joiner's Provisioners and NodeTemplates (`joiner import-karpenter` writes them out)",
         karpenter.len()
     ));
+    loaded.skipped_provisioners += converted.skipped.len();
     for note in &converted.notes {
         loaded
             .warnings

@@ -358,6 +358,11 @@ impl<'a> ProvisionerView<'a> {
         if let Some((k, _)) = term.iter().find(|(_, r)| r.is_unsatisfiable()) {
             return ClassFit::Refused(Reason::Contradiction(k.clone()));
         }
+        // Every node joiner launches runs Linux: a Windows pod is told so, not that no type
+        // happens to match.
+        if let Some(r) = term.get(labels::OS).filter(|r| !r.allows("linux")) {
+            return ClassFit::Refused(Reason::LinuxOnly(format!("{} {r}", labels::OS)));
+        }
         // On a refusal for the zone, a zone the catalog has never heard of is the real cause.
         let zone_reason = |reason: Reason| {
             term.get(labels::ZONE)

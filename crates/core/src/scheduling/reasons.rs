@@ -49,6 +49,8 @@ pub enum Reason {
     Topology(String),
     /// The pod requires a label only Karpenter's nodes carry (`karpenter.sh/nodepool`).
     KarpenterLabel(String),
+    /// The pod requires an operating system other than Linux (Windows).
+    LinuxOnly(String),
     /// The provisioner's limit leaves no room.
     Limit {
         /// Resource capped.
@@ -116,6 +118,7 @@ impl fmt::Display for Reason {
                 "host port {p} is already bound by a DaemonSet on every allowed instance type"
             ),
             Reason::Topology(t) => write!(f, "{t}"),
+            Reason::LinuxOnly(r) => write!(f, "requirement {r}: joiner launches Linux nodes only"),
             Reason::KarpenterLabel(r) => write!(
                 f,
                 "requirement {r} selects Karpenter's nodes; joiner's nodes carry {} instead",

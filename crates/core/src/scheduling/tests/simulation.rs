@@ -711,3 +711,20 @@ fn system_reserved_leaves_less_room_on_each_node() {
     });
     assert_eq!(p.new_nodes[0].instance_type, "c5.xlarge");
 }
+
+#[test]
+fn a_windows_pod_is_told_joiner_launches_linux_only() {
+    let mut w = pod("win", 500, 512);
+    let mut r = Requirements::new();
+    r.add(labels::OS, Requirement::single("windows"));
+    w.node_terms = vec![r];
+    let p = run(&Snapshot {
+        pods: vec![w],
+        ..Snapshot::default()
+    });
+    assert!(p.new_nodes.is_empty());
+    assert_eq!(
+        p.unschedulable[0].reason,
+        "requirement kubernetes.io/os In [windows]: joiner launches Linux nodes only"
+    );
+}
