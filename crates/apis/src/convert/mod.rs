@@ -14,6 +14,7 @@ mod pdbs;
 mod pods;
 mod ports;
 mod requests;
+mod runtime_class;
 mod selectors;
 mod spread;
 mod tolerations;
@@ -28,6 +29,7 @@ pub use pods::{
     controller_owner, convert as pod_spec, finished_phase, is_bound, not_planned, pod,
     pod_disruption, PodIdentity,
 };
+pub use runtime_class::{pending_runtime_class, runtime_admission, RuntimeAdmission};
 pub use selectors::workload_selector;
 pub use tolerations::tolerations;
 

@@ -129,6 +129,7 @@ fn known(api_version: &str, kind: &str) -> Option<bool> {
         ("v1", "Node" | "PersistentVolume" | "Namespace") => Some(false),
         ("v1", "PersistentVolumeClaim") => Some(true),
         ("storage.k8s.io/v1", "StorageClass") => Some(false),
+        ("node.k8s.io/v1", "RuntimeClass") => Some(false),
         ("policy/v1", "PodDisruptionBudget") => Some(true),
         (v, "Provisioner" | "NodeTemplate" | "NodeClaim") if v == joiner_apis::API_VERSION => {
             Some(false)
@@ -224,9 +225,11 @@ pub(crate) fn read(
                     .warnings
                     .push(format!("{}: {}: {bad}", doc.location, obj.label()));
             }
-            loaded
-                .pod_claims
-                .insert(super::claims_key(&converted), volumes::claim_names(&pod));
+            let key = super::claims_key(&converted);
+            if let Some(class) = convert::pending_runtime_class(spec) {
+                loaded.pod_runtime.insert(key.clone(), class.to_string());
+            }
+            loaded.pod_claims.insert(key, volumes::claim_names(&pod));
             loaded.snapshot.pods.push(converted);
         }
         "PersistentVolumeClaim" => loaded.claims.push(obj.parse(doc.value)?),
@@ -238,6 +241,11 @@ pub(crate) fn read(
         }
         "PersistentVolume" => loaded.volumes.push(obj.parse(doc.value)?),
         "StorageClass" => loaded.classes.push(obj.parse(doc.value)?),
+        "RuntimeClass" => {
+            let c: k8s_openapi::api::node::v1::RuntimeClass = obj.parse(doc.value)?;
+            let admission = convert::runtime_admission(&c).map_err(e)?;
+            loaded.runtime_classes.insert(name.clone(), admission);
+        }
         "Namespace" => {
             // Its labels are what pod affinity namespaceSelectors select.
             let n: k8s::Namespace = obj.parse(doc.value)?;
@@ -251,7 +259,7 @@ pub(crate) fn read(
             let d: apps::Deployment = obj.parse(doc.value)?;
             let pods = workloads::deployment(&d, &namespace, &name).map_err(e)?;
             let pods = unless_gated(loaded, &obj, d.spec.template.spec.as_ref(), pods);
-            remember_claims(loaded, &pods, d.spec.template.spec.as_ref(), &[]);
+            remember_template(loaded, &pods, d.spec.template.spec.as_ref(), &[]);
             record(loaded, "Deployment", &namespace, &name, &d.metadata, pods);
         }
         "ReplicaSet" => {
@@ -259,7 +267,7 @@ pub(crate) fn read(
             let pods = workloads::replica_set(&r, &namespace, &name).map_err(e)?;
             let template = r.spec.template.as_ref().and_then(|t| t.spec.as_ref());
             let pods = unless_gated(loaded, &obj, template, pods);
-            remember_claims(loaded, &pods, template, &[]);
+            remember_template(loaded, &pods, template, &[]);
             record(loaded, "ReplicaSet", &namespace, &name, &r.metadata, pods);
         }
         "StatefulSet" => {
@@ -280,7 +288,7 @@ pub(crate) fn read(
                 .collect();
             let template = s.spec.template.spec.as_ref();
             let pods = unless_gated(loaded, &obj, template, pods);
-            remember_claims(loaded, &pods, template, &claim_templates);
+            remember_template(loaded, &pods, template, &claim_templates);
             record(loaded, "StatefulSet", &namespace, &name, &s.metadata, pods);
         }
         "Job" => {
@@ -288,12 +296,23 @@ pub(crate) fn read(
             let pods = workloads::job(&j, &namespace, &name).map_err(e)?;
             let template = j.spec.as_ref().and_then(|s| s.template.spec.as_ref());
             let pods = unless_gated(loaded, &obj, template, pods);
-            remember_claims(loaded, &pods, template, &[]);
+            remember_template(loaded, &pods, template, &[]);
             record(loaded, "Job", &namespace, &name, &j.metadata, pods);
         }
         "DaemonSet" => {
             let d: apps::DaemonSet = obj.parse(doc.value)?;
             let ds = convert::daemon_set(&d, &namespace, &name).map_err(e)?;
+            if let Some(class) = d
+                .spec
+                .template
+                .spec
+                .as_ref()
+                .and_then(convert::pending_runtime_class)
+            {
+                loaded
+                    .daemon_runtime
+                    .insert(format!("{namespace}/{name}"), class.to_string());
+            }
             loaded.snapshot.daemonsets.push(ds);
         }
         "Node" => {
@@ -475,19 +494,26 @@ fn unless_gated(
     Vec::new()
 }
 
-/// Remembers the claims each of a workload's `pods` uses: its template's volumes, and a
-/// StatefulSet's claim templates (`<template>-<pod>`).
-fn remember_claims(
+/// Remembers what each of a workload's `pods` needs once the whole input is read: the claims
+/// it uses (its template's volumes, and a StatefulSet's claim templates `<template>-<pod>`),
+/// and the RuntimeClass its template names, not admitted yet.
+fn remember_template(
     loaded: &mut Loaded,
     pods: &[joiner_core::Pod],
     template: Option<&k8s::PodSpec>,
     claim_templates: &[volumes::PodClaim],
 ) {
     let Some(spec) = template else { return };
+    let runtime = convert::pending_runtime_class(spec);
     for pod in pods {
         let claims = volumes::spec_claim_names(&pod.name, spec, claim_templates);
         if !claims.is_empty() {
             loaded.pod_claims.insert(super::claims_key(pod), claims);
+        }
+        if let Some(class) = runtime {
+            loaded
+                .pod_runtime
+                .insert(super::claims_key(pod), class.to_string());
         }
     }
 }
@@ -554,6 +580,7 @@ fn known_kind(kind: &str) -> bool {
             | "Job"
             | "Node"
             | "PodDisruptionBudget"
+            | "RuntimeClass"
             | "Namespace"
             | "Provisioner"
             | "NodeTemplate"

@@ -42,6 +42,13 @@ pub struct Loaded {
     /// Where each workload's template pods are in `snapshot.pods`, until [`dump::settle`]
     /// has reconciled them with the pods the input holds.
     pub(crate) expansions: Vec<dump::Expansion>,
+    /// RuntimeClasses of the input by name: what admitting a pod that names one adds.
+    pub(crate) runtime_classes:
+        std::collections::HashMap<String, joiner_apis::convert::RuntimeAdmission>,
+    /// The RuntimeClass each pod not admitted yet names, by [`claims_key`].
+    pub(crate) pod_runtime: std::collections::HashMap<String, String>,
+    /// The RuntimeClass each DaemonSet's template names, not admitted yet, by `ns/name`.
+    pub(crate) daemon_runtime: std::collections::HashMap<String, String>,
     /// The claims each pod's volumes use, by [`claims_key`], until their zones are applied.
     pub(crate) pod_claims:
         std::collections::HashMap<String, Vec<joiner_apis::convert::volumes::PodClaim>>,
@@ -124,6 +131,7 @@ pub fn karpenter_objects(
 /// DaemonSets charged what their pods request, Provisioners narrowed to their subnets' zones,
 /// pods confined to their volumes' zones, and pods bound to absent nodes named.
 fn finish(loaded: &mut Loaded) {
+    admit_runtime_classes(loaded);
     dump::settle(loaded);
     joiner_core::scheduling::daemons::observe_pod_requests(
         &mut loaded.snapshot.daemonsets,
@@ -198,6 +206,44 @@ fn apply_volume_zones(loaded: &mut Loaded) {
 pub(crate) fn claims_key(pod: &joiner_core::Pod) -> String {
     let kind = pod.owner.as_ref().map_or("Pod", |o| o.kind.as_str());
     format!("{kind}:{}", pod.key())
+}
+
+/// Admits the pods and DaemonSet templates that name a RuntimeClass, as the API server's
+/// RuntimeClass admission would have: its overhead, node selector and tolerations. A class
+/// the input lacks is named in one warning and changes nothing.
+fn admit_runtime_classes(loaded: &mut Loaded) {
+    if loaded.pod_runtime.is_empty() && loaded.daemon_runtime.is_empty() {
+        return;
+    }
+    let mut unknown = std::collections::BTreeSet::new();
+    let classes = &loaded.runtime_classes;
+    let mut admit = |class: &String, pod: &mut joiner_core::Pod| match classes.get(class) {
+        Some(a) => a.apply_to(pod),
+        None => {
+            unknown.insert(class.clone());
+        }
+    };
+    for pod in &mut loaded.snapshot.pods {
+        if let Some(class) = loaded.pod_runtime.get(&claims_key(pod)) {
+            admit(class, pod);
+        }
+    }
+    for ds in &mut loaded.snapshot.daemonsets {
+        if let Some(class) = loaded
+            .daemon_runtime
+            .get(&format!("{}/{}", ds.namespace, ds.name))
+        {
+            admit(class, &mut ds.pod);
+        }
+    }
+    if !unknown.is_empty() {
+        let list: Vec<String> = unknown.into_iter().collect();
+        loaded.warnings.push(format!(
+            "pods name RuntimeClasses the input does not describe, so their overhead is not \
+             known: {}",
+            list.join(", ")
+        ));
+    }
 }
 
 /// Applies each Provisioner's NodeTemplate: its subnets' zones and its ephemeral volume (see

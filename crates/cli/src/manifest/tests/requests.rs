@@ -2,7 +2,7 @@
 
 use joiner_core::resources::NVIDIA_GPU;
 
-use super::one_pod;
+use super::{load_ok, one_pod};
 
 const MI: i64 = 1 << 20;
 
@@ -78,5 +78,83 @@ fn pod_level_resources_replace_container_sums() {
         p.requests.memory,
         64 * MI,
         "resources the pod level does not name stay"
+    );
+}
+
+#[test]
+fn pods_naming_a_runtime_class_are_admitted_with_its_overhead_and_scheduling() {
+    // RuntimeClass admission sets spec.overhead and merges the class's scheduling into the
+    // pod; workload templates have not been through it. The class comes after its users.
+    let text = r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {name: sandboxed, namespace: default}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: s}}
+  template:
+    metadata: {labels: {app: s}}
+    spec:
+      runtimeClassName: kata
+      containers: [{name: c, image: i, resources: {requests: {cpu: "1", memory: 1Gi}}}]
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent, namespace: kube-system}
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec:
+      runtimeClassName: kata
+      containers: [{name: c, image: i, resources: {requests: {cpu: 100m}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: admitted, namespace: default}
+spec:
+  runtimeClassName: kata
+  overhead: {cpu: 250m}
+  containers: [{name: c, image: i, resources: {requests: {cpu: "1"}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: unknown-class, namespace: default}
+spec:
+  runtimeClassName: gvisor
+  containers: [{name: c, image: i, resources: {requests: {cpu: "1"}}}]
+---
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata: {name: kata}
+handler: kata
+overhead: {podFixed: {cpu: "2", memory: 160Mi}}
+scheduling:
+  nodeSelector: {example.com/runtime: kata}
+  tolerations: [{key: kata, operator: Exists, effect: NoSchedule}]
+"#;
+    let l = load_ok(text);
+    let pod = |name: &str| {
+        l.snapshot
+            .pods
+            .iter()
+            .find(|p| p.name.starts_with(name))
+            .unwrap_or_else(|| panic!("no pod {name}"))
+    };
+    let s = pod("sandboxed");
+    assert_eq!(s.requests.cpu, 3000, "1 cpu + the class's 2");
+    assert_eq!(s.requests.memory, (1 << 30) + (160 << 20));
+    assert!(s.node_terms[0]
+        .get("example.com/runtime")
+        .is_some_and(|r| r.allows("kata")));
+    assert_eq!(s.tolerations.len(), 1);
+    assert_eq!(l.snapshot.daemonsets[0].pod.requests.cpu, 2100);
+    // Admitted already: its own overhead stands.
+    assert_eq!(pod("admitted").requests.cpu, 1250);
+    assert_eq!(pod("unknown-class").requests.cpu, 1000);
+    assert!(
+        l.warnings.iter().any(|w| w
+            == "pods name RuntimeClasses the input does not describe, so their overhead is not known: gvisor"),
+        "{:?}",
+        l.warnings
     );
 }
