@@ -494,16 +494,19 @@ impl<'a> ProvisionerView<'a> {
         names.extend(req.extended().iter().map(|(k, _)| k.clone()));
         for name in names {
             let want = req.get(&name);
-            let largest = types
+            // The type leaving the most after its DaemonSets.
+            let best = types
                 .iter()
-                .map(|&i| self.effective[i].get(&name))
-                .max()
-                .unwrap_or(0);
+                .copied()
+                .max_by_key(|&i| self.effective[i].get(&name));
+            let largest = best.map_or(0, |i| self.effective[i].get(&name));
             if want > largest {
+                let daemons = best.map_or(0, |i| self.overhead[i].get(&name));
                 return Reason::Resource {
+                    largest: largest.saturating_add(daemons).max(0),
+                    daemons,
                     name,
                     requested: want,
-                    largest: largest.max(0),
                 };
             }
         }

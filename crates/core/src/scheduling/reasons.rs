@@ -22,10 +22,12 @@ pub enum Reason {
     Resource {
         /// Resource name.
         name: String,
-        /// Requested amount (including DaemonSet overhead).
+        /// The pod's request.
         requested: i64,
-        /// Largest allocatable among the allowed types.
+        /// Allocatable of the allowed type that leaves the most beside its DaemonSets.
         largest: i64,
+        /// What that type's DaemonSets request of it.
+        daemons: i64,
     },
     /// Each resource fits some type but none has all of them at once.
     ResourcesTogether(String),
@@ -76,11 +78,25 @@ impl fmt::Display for Reason {
                 name,
                 requested,
                 largest,
+                daemons: 0,
             } => write!(
                 f,
                 "no instance type has {} allocatable; the largest allowed has {}",
                 human_amount(name, *requested),
                 human_amount(name, *largest)
+            ),
+            Reason::Resource {
+                name,
+                requested,
+                largest,
+                daemons,
+            } => write!(
+                f,
+                "no instance type has {} allocatable beside its DaemonSets; the largest allowed \
+                 has {}, of which DaemonSets request {}",
+                human_amount(name, *requested),
+                human_amount(name, *largest),
+                human_amount(name, *daemons)
             ),
             Reason::ResourcesTogether(r) => {
                 write!(f, "no instance type has room for {r} at once")
@@ -153,11 +169,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn daemonset_overhead_is_named_when_it_takes_the_room() {
+        // A DaemonSet requesting more than the largest type has: the pod is told why, not
+        // that the largest type has nothing.
+        let r = Reason::Resource {
+            name: "cpu".into(),
+            requested: 100,
+            largest: 3_920,
+            daemons: 6_000,
+        };
+        assert_eq!(
+            r.to_string(),
+            "no instance type has 0.1 cpu cores allocatable beside its DaemonSets; the largest \
+             allowed has 3.92 cpu cores, of which DaemonSets request 6 cpu cores"
+        );
+    }
+
+    #[test]
     fn phrasing() {
         let r = Reason::Resource {
             name: "cpu".into(),
             requested: 1_000_000,
             largest: 448_000,
+            daemons: 0,
         };
         assert_eq!(
             r.to_string(),
@@ -167,6 +201,7 @@ mod tests {
             name: "memory".into(),
             requested: 3000 << 30,
             largest: (1466 << 30) + (1 << 29),
+            daemons: 0,
         };
         assert_eq!(
             m.to_string(),

@@ -728,3 +728,31 @@ fn a_windows_pod_is_told_joiner_launches_linux_only() {
         "requirement kubernetes.io/os In [windows]: joiner launches Linux nodes only"
     );
 }
+
+#[test]
+fn a_daemonset_taking_every_types_room_is_named() {
+    let mut prov = Provisioner::default_provisioner();
+    prov.requirements.add(
+        labels::INSTANCE_TYPE,
+        Requirement::one_of(["m5.large", "m5.xlarge"]),
+    );
+    let s = Snapshot {
+        pods: vec![pod("a", 100, 64)],
+        daemonsets: vec![DaemonSet {
+            namespace: "kube-system".into(),
+            name: "hog".into(),
+            pod: pod("hog", 6000, 64),
+        }],
+        provisioners: vec![prov],
+        ..Snapshot::default()
+    };
+    let p = run(&s);
+    assert!(p.new_nodes.is_empty());
+    let reason = &p.unschedulable[0].reason;
+    assert!(
+        reason.starts_with(
+            "no instance type has 0.1 cpu cores allocatable beside its DaemonSets; the largest allowed has "
+        ) && reason.ends_with(", of which DaemonSets request 6 cpu cores"),
+        "{reason}"
+    );
+}
