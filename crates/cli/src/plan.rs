@@ -119,6 +119,46 @@ fn pod_to_explain(
         .or(first)
 }
 
+/// The capacity NodeClaims of the input stand for, as the controller reads it
+/// (`joiner_controller::inflight`): a claim whose Node has not registered becomes an
+/// in-flight node, and a registered Node whose claim is not initialized yet is planned
+/// without its startup and not-ready taints. Pods of an earlier batch are still pending and
+/// will run there, so a plan from a dump taken during a scale-up does not buy them again.
+/// Returns a warning per claim that could not be sized.
+fn add_claimed_capacity(
+    loaded: &mut manifest::Loaded,
+    catalog: &[joiner_core::InstanceType],
+) -> Vec<String> {
+    if loaded.node_claims.is_empty() {
+        return Vec::new();
+    }
+    let claims: Vec<std::sync::Arc<joiner_apis::NodeClaim>> = loaded
+        .node_claims
+        .iter()
+        .cloned()
+        .map(std::sync::Arc::new)
+        .collect();
+    let snap = &mut loaded.snapshot;
+    let mut warnings = joiner_controller::inflight::settle_initializing(
+        &mut snap.nodes,
+        &loaded.kube_nodes,
+        &claims,
+        catalog,
+        &snap.daemonsets,
+        &snap.provisioners,
+    );
+    let (in_flight, more) = joiner_controller::inflight::in_flight_nodes(
+        &claims,
+        &loaded.kube_nodes,
+        catalog,
+        &snap.daemonsets,
+        &snap.provisioners,
+    );
+    snap.nodes.extend(in_flight);
+    warnings.extend(more);
+    warnings
+}
+
 /// Loads the manifests, simulates against the region's catalog and renders the plan.
 pub fn run(args: &PlanArgs) -> Result<String, CliError> {
     let mut loaded = manifest::load(&args.files)?;
@@ -149,6 +189,8 @@ pub fn run(args: &PlanArgs) -> Result<String, CliError> {
         );
         loaded.snapshot.provisioners.push(default);
     }
+    let claim_warnings = add_claimed_capacity(&mut loaded, &catalog.types);
+    loaded.warnings.extend(claim_warnings);
     if args.consolidate {
         if !args.explain.is_empty() {
             return Err(CliError::Usage(
@@ -175,18 +217,6 @@ pub fn run(args: &PlanArgs) -> Result<String, CliError> {
     let plan = simulate(&loaded.snapshot, &catalog.types, &Options::default());
     let mut warnings = loaded.warnings;
     warnings.extend(catalog.warnings);
-    let pool_members = loaded
-        .node_claims
-        .iter()
-        .filter(|c| c.warm_pool().is_some())
-        .count();
-    if loaded.node_claims.len() > pool_members {
-        warnings.push(format!(
-            "{} NodeClaim(s) read and not used: only `--consolidate` reads claims (for drift) \
-             and warm-pool members; capacity is read from the Nodes",
-            loaded.node_claims.len() - pool_members
-        ));
-    }
     let mut explanations: Vec<Explanation> = Vec::new();
     let refused: std::collections::HashSet<&str> =
         plan.unschedulable.iter().map(|u| u.pod.as_str()).collect();

@@ -646,10 +646,88 @@ fn warm_pool_members_from_the_input() {
     assert_eq!(pool["from_spec"], false);
     assert_eq!(pool["members"].as_array().map(Vec::len), Some(1));
     assert_eq!(pool["serves"], 1);
-    // The members are not reported as claims the plan ignored.
-    let warnings = out["warnings"].to_string();
-    assert!(
-        !warnings.contains("NodeClaim(s) read and not used"),
-        "{warnings}"
+    // The members are capacity for no pod: not in-flight nodes of the plan.
+    let existing = out["existing_nodes"].to_string();
+    assert!(!existing.contains("web-warm"), "{existing}");
+}
+
+/// A dump taken during a scale-up: one claim launched and not registered, one whose Node
+/// registered and is still starting (not Ready, startup and not-ready taints). Both are the
+/// capacity the controller counts (`joiner_controller::inflight`): the pending pods go there
+/// and nothing is bought again.
+#[test]
+fn node_claims_in_the_input_are_capacity_on_the_way() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let claim = |name: &str, instance: &str, node: Option<&str>| {
+        let node_name = node
+            .map(|n| format!("  nodeName: {n}\n"))
+            .unwrap_or_default();
+        format!(
+            "apiVersion: joiner.sh/v1alpha1\nkind: NodeClaim\nmetadata: {{name: {name}}}\nspec:\n  provisionerName: default\n  requirements:\n  - {{key: node.kubernetes.io/instance-type, operator: In, values: [m5.xlarge]}}\n  startupTaints: [{{key: example.com/agent-not-ready, effect: NoSchedule}}]\nstatus:\n  providerID: aws:///us-east-1a/{instance}\n  instanceID: {instance}\n  instanceType: m5.xlarge\n  zone: us-east-1a\n  capacityType: on-demand\n{node_name}  conditions: [{{type: Launched, status: \"True\", reason: Launched, message: \"\", lastTransitionTime: \"2026-12-01T00:00:00Z\"}}]\n"
+        )
+    };
+    let text = format!(
+        r#"apiVersion: joiner.sh/v1alpha1
+kind: Provisioner
+metadata: {{name: default}}
+spec:
+  startupTaints: [{{key: example.com/agent-not-ready, effect: NoSchedule}}]
+---
+{}---
+{}---
+apiVersion: v1
+kind: Node
+metadata:
+  name: ip-10-0-0-2
+  labels: {{kubernetes.io/hostname: ip-10-0-0-2, joiner.sh/provisioner-name: default, joiner.sh/nodeclaim: starting, node.kubernetes.io/instance-type: m5.xlarge, topology.kubernetes.io/zone: us-east-1a, kubernetes.io/os: linux, kubernetes.io/arch: amd64, karpenter.sh/capacity-type: on-demand}}
+spec:
+  providerID: aws:///us-east-1a/i-0000000000000002
+  taints:
+  - {{key: node.kubernetes.io/not-ready, effect: NoSchedule}}
+  - {{key: example.com/agent-not-ready, effect: NoSchedule}}
+status:
+  capacity: {{cpu: "4", memory: 16Gi, pods: "58"}}
+  allocatable: {{cpu: 3920m, memory: 15Gi, pods: "58"}}
+  conditions: [{{type: Ready, status: "False"}}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web, namespace: default}}
+spec:
+  replicas: 4
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec:
+      containers: [{{name: c, image: i, resources: {{requests: {{cpu: 1500m, memory: 1Gi}}}}}}]
+"#,
+        claim("launching", "i-0000000000000001", None),
+        claim("starting", "i-0000000000000002", Some("ip-10-0-0-2")),
+    );
+    std::fs::write(dir.path().join("dump.yaml"), text).expect("write");
+    let path = dir.path().join("dump.yaml").display().to_string();
+    let out: serde_json::Value =
+        serde_json::from_str(&joiner(&["plan", "-o", "json", "-f", &path])).expect("json");
+    assert_eq!(
+        out["new_nodes"].as_array().map(Vec::len),
+        Some(0),
+        "{out:#}"
+    );
+    let mut used: Vec<(String, usize)> = out["existing_nodes"]
+        .as_array()
+        .expect("existing")
+        .iter()
+        .map(|n| {
+            (
+                n["name"].as_str().unwrap_or_default().to_string(),
+                n["pods"].as_array().map_or(0, Vec::len),
+            )
+        })
+        .collect();
+    used.sort();
+    assert_eq!(
+        used,
+        [("ip-10-0-0-2".to_string(), 2), ("launching".to_string(), 2)],
+        "{out:#}"
     );
 }

@@ -319,6 +319,8 @@ pub(crate) fn read(
             let n: k8s::Node = obj.parse(doc.value)?;
             let node = convert::node(&n, &name).map_err(e)?;
             loaded.snapshot.nodes.push(node);
+            // Kept whole: NodeClaims are matched to their Nodes by providerID once all is read.
+            loaded.kube_nodes.push(std::sync::Arc::new(n));
         }
         "Provisioner" => {
             let p: joiner_apis::Provisioner = obj.parse(doc.value)?;

@@ -42,6 +42,8 @@ pub struct Loaded {
     /// Where each workload's template pods are in `snapshot.pods`, until [`dump::settle`]
     /// has reconciled them with the pods the input holds.
     pub(crate) expansions: Vec<dump::Expansion>,
+    /// The Nodes of the input as read, to match NodeClaims to (`spec.providerID`, name).
+    pub kube_nodes: Vec<std::sync::Arc<k8s_openapi::api::core::v1::Node>>,
     /// RuntimeClasses of the input by name: what admitting a pod that names one adds.
     pub(crate) runtime_classes:
         std::collections::HashMap<String, joiner_apis::convert::RuntimeAdmission>,
