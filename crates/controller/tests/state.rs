@@ -946,3 +946,57 @@ fn namespace_selectors_read_the_watched_namespaces_labels() {
     );
     drop(namespaces);
 }
+
+#[test]
+fn users_of_a_read_write_once_claim_are_kept_on_its_node() {
+    // One user runs on n1; another is pending. A ReadWriteOnce volume is attached to one node
+    // at a time: the pending user must join n1. A ReadWriteMany claim ties nobody.
+    let running = pod(
+        "web-0",
+        json!({"nodeName": "n1", "containers": containers("500m"),
+               "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "rwo"}}]}),
+        json!({"phase": "Running"}),
+    );
+    let f = fixture(vec![
+        running,
+        claim_pod("web-1", "rwo"),
+        claim_pod("shared-1", "rwx"),
+    ]);
+    let (stores, _c, _v, _s) = volume_stores(
+        vec![
+            json!({"metadata": {"name": "rwo", "namespace": "shop"},
+                   "spec": {"volumeName": "pv-1", "accessModes": ["ReadWriteOnce"]}}),
+            json!({"metadata": {"name": "rwx", "namespace": "shop"},
+                   "spec": {"volumeName": "pv-2", "accessModes": ["ReadWriteMany"]}}),
+        ],
+        vec![
+            json!({"metadata": {"name": "pv-1"}, "spec": {}}),
+            json!({"metadata": {"name": "pv-2"}, "spec": {}}),
+        ],
+        vec![],
+    );
+    let mut state = f.state.clone();
+    state.volumes = stores;
+    let (snap, _) = state.snapshot();
+    let by_name = |n: &str| {
+        snap.pods
+            .iter()
+            .find(|p| p.name == n)
+            .unwrap_or_else(|| panic!("{n} in the snapshot"))
+    };
+    let label = joiner_apis::convert::volumes::single_node_claim_label("shop/rwo");
+    assert_eq!(
+        by_name("web-0").labels.get(&label).map(String::as_str),
+        Some("true")
+    );
+    // A running user's affinity constrains nothing, but keeps users together when moved.
+    assert_eq!(by_name("web-0").affinity, by_name("web-1").affinity);
+    let pending = by_name("web-1");
+    assert_eq!(pending.labels.get(&label).map(String::as_str), Some("true"));
+    assert_eq!(pending.affinity.len(), 1);
+    let term = &pending.affinity[0];
+    assert_eq!(term.topology_key, "kubernetes.io/hostname");
+    assert!(!term.anti && term.weight.is_none());
+    assert!(term.selector.get(&label).is_some_and(|r| r.allows("true")));
+    assert!(by_name("shared-1").affinity.is_empty());
+}

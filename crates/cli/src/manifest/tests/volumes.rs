@@ -242,3 +242,93 @@ status:
          cannot be one"
     );
 }
+
+#[test]
+fn users_of_a_read_write_once_claim_share_one_node() {
+    // Karpenter's "should launch a single node if all pods use the same PVC": an EBS volume
+    // attaches to one instance, so pods spread over several nodes would hang on all but one.
+    let shared = |mode: &str| {
+        format!(
+            r#"apiVersion: v1
+kind: PersistentVolume
+metadata: {{name: vol}}
+spec:
+  capacity: {{storage: 1Gi}}
+  accessModes: [{mode}]
+  csi: {{driver: ebs.csi.aws.com, volumeHandle: vol-1}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: same, namespace: default}}
+spec: {{accessModes: [{mode}], volumeName: vol, resources: {{requests: {{storage: 1Gi}}}}}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: shared, namespace: default}}
+spec:
+  replicas: 6
+  selector: {{matchLabels: {{app: shared}}}}
+  template:
+    metadata: {{labels: {{app: shared}}}}
+    spec:
+      containers: [{{name: c, image: i, resources: {{requests: {{cpu: 500m, memory: 256Mi}}}}}}]
+      volumes: [{{name: v, persistentVolumeClaim: {{claimName: same}}}}]
+"#
+        )
+    };
+    let catalog = joiner_aws::embedded::catalog("us-east-1")
+        .expect("embedded catalog")
+        .instance_types;
+    let plan = |text: &str| {
+        let l = load_ok(text);
+        joiner_core::scheduling::simulate(
+            &l.snapshot,
+            &catalog,
+            &joiner_core::scheduling::Options::default(),
+        )
+    };
+    let rwo = plan(&shared("ReadWriteOnce"));
+    assert!(rwo.unschedulable.is_empty(), "{:?}", rwo.unschedulable);
+    assert_eq!(rwo.new_nodes.len(), 1, "{:?}", rwo.new_nodes);
+    assert_eq!(rwo.new_nodes[0].pods.len(), 6);
+    // A user already runs on n1, where the volume is attached: the pending users join it.
+    let attached = format!(
+        r#"{}---
+apiVersion: v1
+kind: Node
+metadata:
+  name: n1
+  labels: {{kubernetes.io/hostname: n1, topology.kubernetes.io/zone: us-east-1a, kubernetes.io/os: linux, kubernetes.io/arch: amd64}}
+status:
+  allocatable: {{cpu: "8", memory: 16Gi, pods: "20"}}
+  conditions: [{{type: Ready, status: "True"}}]
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: n2
+  labels: {{kubernetes.io/hostname: n2, topology.kubernetes.io/zone: us-east-1a, kubernetes.io/os: linux, kubernetes.io/arch: amd64}}
+status:
+  allocatable: {{cpu: "8", memory: 16Gi, pods: "20"}}
+  conditions: [{{type: Ready, status: "True"}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: first-user, namespace: default}}
+spec:
+  nodeName: n2
+  containers: [{{name: c, image: i, resources: {{requests: {{cpu: 100m}}}}}}]
+  volumes: [{{name: v, persistentVolumeClaim: {{claimName: same}}}}]
+"#,
+        shared("ReadWriteOnce")
+    );
+    let joined = plan(&attached);
+    assert!(joined.new_nodes.is_empty(), "{:?}", joined.new_nodes);
+    assert_eq!(joined.existing_nodes.len(), 1);
+    assert_eq!(joined.existing_nodes[0].name, "n2");
+    assert_eq!(joined.existing_nodes[0].pods.len(), 6);
+    // ReadWriteMany ties nobody: the cheapest packing may use several nodes.
+    let rwx = plan(&shared("ReadWriteMany"));
+    assert!(rwx.unschedulable.is_empty());
+    assert_eq!(rwx.new_nodes.iter().map(|n| n.pods.len()).sum::<usize>(), 6);
+}
