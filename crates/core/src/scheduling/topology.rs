@@ -579,6 +579,11 @@ pub fn pin(
         let Some(class) = taken[ci].take() else {
             continue;
         };
+        // A class whose pods must all share one node goes into the domains its first pod
+        // chooses; each later pod is held to them (and to the spreads' skew there).
+        let join = join_of(&pods[class.template], pods, || {
+            pods_of_templates(&taken, &slots, pods)
+        });
         let out = &mut slots[ci];
         let t = &terms[ci];
         let takes_part = |k: usize| t[k].is_constrained() || !t[k].matches.is_empty();
@@ -684,12 +689,49 @@ pub fn pin(
             })
             .collect();
         let mut split: BTreeMap<Vec<Option<String>>, Vec<usize>> = BTreeMap::new();
+        let mut first_choice: Option<Vec<Option<String>>> = None;
         for &pi in &class.pods {
             let shut = closed.for_pod(pi);
             let domains = if shut.0.is_empty() {
                 &open
             } else {
                 by_shut.entry(shut).or_insert_with_key(|s| domains_for(s))
+            };
+            let held: Vec<Domains>;
+            let domains = match (&join, &first_choice) {
+                (Join::FirstChoice, Some(first)) => {
+                    held = domains
+                        .iter()
+                        .zip(first)
+                        .map(|(d, v)| match v {
+                            Some(v) => d.only(&[v.as_str()]),
+                            None => d.clone(),
+                        })
+                        .collect();
+                    &held
+                }
+                (Join::Nodes(names), _) => {
+                    held = domains
+                        .iter()
+                        .enumerate()
+                        .map(|(k, d)| {
+                            let values: Vec<&str> = names
+                                .iter()
+                                .filter_map(|n| by_name.get(n.as_str()))
+                                .filter_map(|n| n.labels.get(&keys[k]))
+                                .map(String::as_str)
+                                .collect();
+                            // Nodes without the key: the co-location decides (and refuses).
+                            if values.is_empty() {
+                                d.clone()
+                            } else {
+                                d.only(&values)
+                            }
+                        })
+                        .collect();
+                    &held
+                }
+                _ => domains,
             };
             let mut choice: Vec<Option<String>> = vec![None; keys.len()];
             let mut why = None;
@@ -715,6 +757,9 @@ pub fn pin(
                     *repel[g].entry(d.clone()).or_default() += 1;
                 }
             }
+            if matches!(join, Join::FirstChoice) && first_choice.is_none() {
+                first_choice = Some(choice.clone());
+            }
             split.entry(choice).or_default().push(pi);
         }
         for (choice, members) in split {
@@ -737,6 +782,74 @@ pub fn pin(
         classes: slots.into_iter().flatten().collect(),
         refused,
     }
+}
+
+/// Where the pods of a class must go because of their required hostname pod affinity, as far
+/// as the pinning can tell (`colocation::analyze` decides the rest).
+enum Join {
+    /// Nothing the pinning can use.
+    Free,
+    /// Every term selects the class itself and no other pod, running or pending: all its pods
+    /// share one node, so they go into the domains the first pod chose.
+    FirstChoice,
+    /// Every term that selects running pods is met only on these existing nodes: the class
+    /// goes into their domains.
+    Nodes(Vec<String>),
+}
+
+/// How the pods of `p`'s class must join others ([`Join`]); `others` gives the templates of
+/// the other pending classes, worked out only for a class with such a term.
+fn join_of<'a>(p: &Pod, pods: &[Pod], others: impl FnOnce() -> Vec<&'a Pod>) -> Join {
+    let terms: Vec<Scope> = p
+        .affinity
+        .iter()
+        .filter(|a| !a.anti && a.weight.is_none() && a.topology_key == labels::HOSTNAME)
+        .map(|a| Scope::of_term(p, a))
+        .collect();
+    if terms.is_empty() {
+        return Join::Free;
+    }
+    let others = others();
+    let mut nodes: Option<BTreeSet<String>> = None;
+    for s in &terms {
+        if others.iter().any(|o| s.matches(o)) {
+            return Join::Free;
+        }
+        let running: BTreeSet<String> = pods
+            .iter()
+            .filter(|o| s.matches(o))
+            .filter_map(|o| o.node_name.clone())
+            .collect();
+        if running.is_empty() {
+            if !s.matches(p) {
+                return Join::Free;
+            }
+            continue;
+        }
+        nodes = Some(match nodes {
+            None => running,
+            Some(n) => n.intersection(&running).cloned().collect(),
+        });
+    }
+    match nodes {
+        Some(n) => Join::Nodes(n.into_iter().collect()),
+        None => Join::FirstChoice,
+    }
+}
+
+/// The template pods of the classes other than the one being pinned: those still waiting
+/// (`taken`) and the sub-classes already pinned (`slots`).
+fn pods_of_templates<'a>(
+    taken: &[Option<PodClass>],
+    slots: &[Vec<PodClass>],
+    pods: &'a [Pod],
+) -> Vec<&'a Pod> {
+    taken
+        .iter()
+        .flatten()
+        .chain(slots.iter().flatten())
+        .map(|c| &pods[c.template])
+        .collect()
 }
 
 /// The order in which classes choose their domains: each after the other classes its pod
@@ -849,7 +962,7 @@ fn affinity_order(terms: &[Vec<Terms>], group_keys: &[usize], fixed: &[Vec<bool>
 /// A key's domains for one class: those it could be placed in by its own node affinity,
 /// those it may be placed in (its volumes allow them too), and per spread those the spread
 /// counts in its minimum.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Domains {
     all: Vec<String>,
     allowed: Vec<String>,
@@ -860,6 +973,25 @@ struct Domains {
     shut: Vec<String>,
     /// The cheapest node for the pod per value (keys `cheapest_per_value` prices).
     prices: BTreeMap<String, f64>,
+}
+
+impl Domains {
+    /// The same domains with only `values` left to place in (the others still count).
+    fn only(&self, values: &[&str]) -> Domains {
+        let keep = |v: &Vec<String>| {
+            v.iter()
+                .filter(|d| values.contains(&d.as_str()))
+                .cloned()
+                .collect()
+        };
+        Domains {
+            all: keep(&self.all),
+            allowed: keep(&self.allowed),
+            counted: self.counted.clone(),
+            shut: self.shut.clone(),
+            prices: self.prices.clone(),
+        }
+    }
 }
 
 /// The domain for the next pod of a class, or why there is none.

@@ -210,7 +210,9 @@ pub(super) fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
     type AppSpread = Option<(usize, i32, (bool, bool))>;
     let mut app_spread: [AppSpread; APPS.len()] = [None; APPS.len()];
     let mut app_on_demand: [Option<bool>; APPS.len()] = [None; APPS.len()];
+    let mut app_classes = [0usize; APPS.len()];
     for c in classes {
+        app_classes[c.app] += 1;
         if app_spread[c.app].is_none() {
             app_spread[c.app] = c.zone_spread.map(|s| (c.spread_key, s, c.policies));
         }
@@ -240,10 +242,14 @@ pub(super) fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
             if c.zone_spread.is_some() {
                 c.zone_anti = false;
                 c.zone_affinity = false;
-                // A self-affine hostname group that also spreads can be placed over maxSkew
-                // (known limit 1b, docs/architecture.md).
-                c.host_affinity = false;
                 c.affine_to = None;
+                // A self-affine hostname group that spreads is placed in the domain of its
+                // first pod, within the skew. One whose term also selects other pending
+                // classes follows them and can be placed over maxSkew (known limit 1b,
+                // docs/architecture.md): such groups spread alone here.
+                if app_classes[c.app] > 1 {
+                    c.host_affinity = false;
+                }
             }
             c
         })

@@ -1804,3 +1804,57 @@ fn a_spread_honouring_taints_counts_no_pod_on_a_node_it_does_not_tolerate() {
     );
     assert_eq!(zones, ["z-a", "z-c"]);
 }
+
+/// `n` db pods that must share a node (required hostname affinity to their own app) and
+/// spread over zones with maxSkew 1.
+fn affine_spread_db(n: usize) -> Vec<Pod> {
+    let mut pods = deployment("db", n, 500, 512);
+    for p in &mut pods {
+        p.affinity.push(term(labels::HOSTNAME, false, app("db")));
+        p.topology_spread.push(spread(labels::ZONE, 1, app("db")));
+    }
+    pods
+}
+
+#[test]
+fn a_self_affine_group_that_spreads_stays_in_its_first_pods_zone_within_the_skew() {
+    // The first pod opens a node in some zone; the others must join that node, where the
+    // spread (the other zones a Provisioner launches in count, empty) takes one pod only.
+    let p = run(&Snapshot {
+        pods: affine_spread_db(4),
+        ..Snapshot::default()
+    });
+    assert_eq!(p.new_nodes.len(), 1, "{:?}", p.new_nodes);
+    assert_eq!(p.new_nodes[0].pods.len(), 1);
+    assert_eq!(p.unschedulable.len(), 3);
+    for u in &p.unschedulable {
+        assert!(
+            u.reason
+                .contains("topology spread on topology.kubernetes.io/zone (maxSkew 1)")
+                && u.reason.contains("keeps the skew"),
+            "{}",
+            u.reason
+        );
+    }
+}
+
+#[test]
+fn a_group_affine_to_a_running_pod_spreads_only_in_that_pods_zone() {
+    // A db pod runs on n1 in z-a: the pending ones must join n1 (their affinity), not the
+    // zones the spread would rather have them in.
+    let mut pods = affine_spread_db(2);
+    let mut running = deployment("db", 1, 500, 512);
+    running[0].name = "db-running".into();
+    running[0].node_name = Some("n1".into());
+    pods.extend(running);
+    let p = run(&Snapshot {
+        pods,
+        nodes: vec![node_in("z-a", "n1", 8)],
+        ..Snapshot::default()
+    });
+    // Joining n1 would make z-a 2 against empty z-b and z-c: refused, and nothing is bought
+    // elsewhere (the pods could not run there).
+    assert!(p.new_nodes.is_empty(), "{:?}", p.new_nodes);
+    assert!(p.existing_nodes.is_empty(), "{:?}", p.existing_nodes);
+    assert_eq!(p.unschedulable.len(), 2);
+}
