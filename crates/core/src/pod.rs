@@ -108,8 +108,8 @@ pub struct Pod {
     /// claim when no Provisioner reaches the zone).
     pub volume_zones: Vec<VolumeZone>,
     /// The nodes its volumes pin it to (already ANDed into `node_terms`; kept to name the
-    /// claim when none of those nodes exists).
-    pub volume_hosts: Vec<VolumeHost>,
+    /// claim when none of those nodes exists). Boxed: rare, and every pod carries the field.
+    pub volume_hosts: Option<Box<Vec<VolumeHost>>>,
     /// The required node terms as the pod states them, before its volumes' zones were ANDed
     /// in; `None` when no volume confines it. Topology spread counts domains from these: the
     /// kube-scheduler's spread honours the pod's node affinity, not where its volumes are.
@@ -182,7 +182,7 @@ impl Pod {
                 term.add(crate::labels::HOSTNAME, vh.hosts.clone());
             }
         }
-        self.volume_hosts.extend(hosts);
+        self.volume_hosts.get_or_insert_default().extend(hosts);
     }
 
     /// Confines the pod to the zones of its volumes: each is ANDed into every required node

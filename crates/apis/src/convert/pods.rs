@@ -72,7 +72,7 @@ pub fn convert(id: PodIdentity, spec: &PodSpec, prefix: &str) -> Result<Pod, Fie
         node_name,
         // Volumes need the claims and volumes of the cluster: `volumes::VolumeIndex`.
         volume_zones: Vec::new(),
-        volume_hosts: Vec::new(),
+        volume_hosts: None,
         own_node_terms: None,
         volume_hold: None,
         avoid_soft_taints: false,

@@ -108,6 +108,8 @@ impl<'a> ProvisionerView<'a> {
                 Some(k) => *excluded.entry(k.to_string()).or_default() += 1,
             }
         }
+        // Every node counts one against a `nodes` limit.
+        let counts_nodes = prov.limits.other.contains_key(NODES_LIMIT);
         let mut effective = Vec::with_capacity(types.len());
         let mut capacity = Vec::with_capacity(types.len());
         let mut overhead = Vec::with_capacity(types.len());
@@ -116,7 +118,9 @@ impl<'a> ProvisionerView<'a> {
             let t = &catalog[ci];
             let alloc = prov.kubelet.allocatable(t);
             let mut cap = prov.kubelet.capacity(t);
-            cap.set(NODES_LIMIT, 1);
+            if counts_nodes {
+                cap.set(NODES_LIMIT, 1);
+            }
             capacity.push(cap);
             let daemons = daemon_overhead(daemonsets, &prov.taints, |pod| {
                 daemon_selects(pod, &node_reqs, t)

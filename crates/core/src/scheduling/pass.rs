@@ -492,22 +492,26 @@ impl<'a> Pass<'a> {
     /// existing node is and no Provisioner can launch: the claim and zone named, which says
     /// more than the requirement conflict it comes down to.
     fn unreachable_volume(&self, pod: &Pod) -> Option<String> {
-        let gone_host = pod.volume_hosts.iter().find_map(|vh| {
-            let exists = self.snapshot.nodes.iter().any(|n| {
-                let host = n.labels.get(crate::labels::HOSTNAME).unwrap_or(&n.name);
-                vh.hosts.allows(host)
-            });
-            (!exists).then(|| {
-                format!(
-                    "volume claim {} is bound to PersistentVolume {}, which only nodes {} {} \
+        let gone_host = pod
+            .volume_hosts
+            .iter()
+            .flat_map(|v| v.iter())
+            .find_map(|vh| {
+                let exists = self.snapshot.nodes.iter().any(|n| {
+                    let host = n.labels.get(crate::labels::HOSTNAME).unwrap_or(&n.name);
+                    vh.hosts.allows(host)
+                });
+                (!exists).then(|| {
+                    format!(
+                        "volume claim {} is bound to PersistentVolume {}, which only nodes {} {} \
                      can mount; no such node exists and a new node cannot be one",
-                    vh.claim,
-                    vh.volume,
-                    crate::labels::HOSTNAME,
-                    vh.hosts
-                )
-            })
-        });
+                        vh.claim,
+                        vh.volume,
+                        crate::labels::HOSTNAME,
+                        vh.hosts
+                    )
+                })
+            });
         if gone_host.is_some() {
             return gone_host;
         }
