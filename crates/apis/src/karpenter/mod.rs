@@ -132,10 +132,7 @@ pub fn convert(objects: &[Value]) -> Result<Converted, KarpenterError> {
                 let t = v1alpha5::node_template(object, &mut out.notes)?;
                 out.node_templates.push(t);
             }
-            (_, "EC2NodeClass") if unsupported_class(object).is_some() => {
-                let Some((field, value)) = unsupported_class(object) else {
-                    continue;
-                };
+            (_, "EC2NodeClass") if let Some((field, value)) = unsupported_class(object) => {
                 let name = name_of(object);
                 out.notes.push(Note {
                     object: format!("EC2NodeClass {name}"),

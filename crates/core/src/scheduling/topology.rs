@@ -690,6 +690,21 @@ pub fn pin(
             .collect();
         let mut split: BTreeMap<Vec<Option<String>>, Vec<usize>> = BTreeMap::new();
         let mut first_choice: Option<Vec<Option<String>>> = None;
+        // Per key, the values of the nodes a class affine to running pods must join.
+        let node_values: Vec<Vec<&str>> = match &join {
+            Join::Nodes(names) => keys
+                .iter()
+                .map(|key| {
+                    names
+                        .iter()
+                        .filter_map(|n| by_name.get(n.as_str()))
+                        .filter_map(|n| n.labels.get(key))
+                        .map(String::as_str)
+                        .collect()
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
         for &pi in &class.pods {
             let shut = closed.for_pod(pi);
             let domains = if shut.0.is_empty() {
@@ -710,22 +725,16 @@ pub fn pin(
                         .collect();
                     &held
                 }
-                (Join::Nodes(names), _) => {
+                (Join::Nodes(_), _) => {
                     held = domains
                         .iter()
-                        .enumerate()
-                        .map(|(k, d)| {
-                            let values: Vec<&str> = names
-                                .iter()
-                                .filter_map(|n| by_name.get(n.as_str()))
-                                .filter_map(|n| n.labels.get(&keys[k]))
-                                .map(String::as_str)
-                                .collect();
+                        .zip(&node_values)
+                        .map(|(d, values)| {
                             // Nodes without the key: the co-location decides (and refuses).
                             if values.is_empty() {
                                 d.clone()
                             } else {
-                                d.only(&values)
+                                d.only(values)
                             }
                         })
                         .collect();
