@@ -86,20 +86,6 @@ impl VolumeStores {
         volumes.apply_to(&mut confined);
         Some(confined)
     }
-
-    /// A bound pod's core form tied to the single-node claims it mounts (see
-    /// `volumes::mark_single_node_claims`), so pending users of one go to its node; `None`
-    /// when it mounts none.
-    fn mark(&self, index: &VolumeIndex<'_>, pod: &PodRecord) -> Option<joiner_core::Pod> {
-        let core = pod.core.as_ref().ok()?;
-        let claims = index.single_node_claims(&core.namespace, &pod.claims);
-        if claims.is_empty() {
-            return None;
-        }
-        let mut marked = core.clone();
-        joiner_apis::convert::volumes::mark_single_node_claims(&mut marked, &claims);
-        Some(marked)
-    }
 }
 
 /// How long a NodeClaim this replica wrote is remembered when the watch never delivers it (it
@@ -272,12 +258,6 @@ impl ClusterState {
             if pod.role == PodRole::Pending && !pod.claims.is_empty() {
                 if let Some(confined) = self.volumes.confine(&index, &pod) {
                     snap.pods.push(confined);
-                    continue;
-                }
-            }
-            if pod.role == PodRole::Bound && !pod.claims.is_empty() {
-                if let Some(marked) = self.volumes.mark(&index, &pod) {
-                    snap.pods.push(marked);
                     continue;
                 }
             }

@@ -260,8 +260,7 @@ pub fn strip_node(node: &mut Node) {
 }
 
 /// A claim as volume topology reads it: identity (with its deletion mark), the volume it is
-/// bound to, its class, its access modes (a ReadWriteOnce claim keeps its users on one node),
-/// its phase (a Lost claim holds its pods).
+/// bound to, its class, its phase (a Lost claim holds its pods).
 pub fn strip_volume_claim(claim: &mut PersistentVolumeClaim) {
     strip_metadata(&mut claim.metadata);
     claim.metadata.annotations = None;
@@ -269,8 +268,6 @@ pub fn strip_volume_claim(claim: &mut PersistentVolumeClaim) {
     claim.spec = claim.spec.take().map(|spec| PersistentVolumeClaimSpec {
         volume_name: spec.volume_name,
         storage_class_name: spec.storage_class_name,
-        // ReadWriteOnce claims keep their users on one node.
-        access_modes: spec.access_modes,
         ..PersistentVolumeClaimSpec::default()
     });
     claim.status = claim.status.take().map(|s| PersistentVolumeClaimStatus {

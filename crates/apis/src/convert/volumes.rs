@@ -90,39 +90,6 @@ impl PodClaim {
     }
 }
 
-/// The domain of the labels [`mark_single_node_claims`] puts on pods.
-pub const SINGLE_NODE_CLAIM_DOMAIN: &str = "volume.joiner.sh";
-
-/// The label marking the users of claim `claim` (`namespace/name`): a hash keeps any claim
-/// name within a label key's 63 characters.
-pub fn single_node_claim_label(claim: &str) -> String {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    claim.hash(&mut h);
-    format!("{SINGLE_NODE_CLAIM_DOMAIN}/{:016x}", h.finish())
-}
-
-/// Ties `pod` to the other users of each of `claims` (claims only one node can mount at a
-/// time): it carries the claim's label, and requires the node of the pods carrying it (pod
-/// affinity on the hostname, within its namespace). A running pod's own affinity constrains
-/// nothing, but a disruption trial that moves it keeps the users together.
-pub fn mark_single_node_claims(pod: &mut CorePod, claims: &[String]) {
-    for claim in claims {
-        let label = single_node_claim_label(claim);
-        pod.labels.insert(label.clone(), "true".to_string());
-        let mut selector = joiner_core::Requirements::new();
-        selector.add(&label, Requirement::single("true"));
-        pod.affinity.push(joiner_core::PodAffinityTerm {
-            topology_key: labels::HOSTNAME.to_string(),
-            selector,
-            namespaces: vec![pod.namespace.clone()],
-            namespace_selector: None,
-            anti: false,
-            weight: None,
-        });
-    }
-}
-
 /// What a pod's volumes mean for its scheduling.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PodVolumes {
@@ -132,10 +99,6 @@ pub struct PodVolumes {
     pub hosts: Vec<VolumeHost>,
     /// Why the pod cannot be scheduled yet, naming the claim, when a volume holds it.
     pub blocked: Option<String>,
-    /// The claims (`namespace/name`) only one node can mount at a time (ReadWriteOnce or
-    /// ReadWriteOncePod, neither ReadWriteMany nor ReadOnlyMany): every pod using one must
-    /// run on the same node, or all but one hang on a Multi-Attach error.
-    pub single_node: Vec<String>,
     /// Claims, volumes or classes the source did not hold (only for [`Source::Partial`]),
     /// named `kind namespace/name`.
     pub unknown: Vec<String>,
@@ -144,16 +107,11 @@ pub struct PodVolumes {
 impl PodVolumes {
     /// True when the volumes change nothing about where the pod may run.
     pub fn is_empty(&self) -> bool {
-        self.zones.is_empty()
-            && self.hosts.is_empty()
-            && self.blocked.is_none()
-            && self.single_node.is_empty()
+        self.zones.is_empty() && self.hosts.is_empty() && self.blocked.is_none()
     }
 
-    /// Applies the zones, the hold and the single-node claims
-    /// ([`mark_single_node_claims`]) to the simulation's pod.
+    /// Applies the zones and the hold to the simulation's pod.
     pub fn apply_to(self, pod: &mut CorePod) {
-        mark_single_node_claims(pod, &self.single_node);
         pod.require_volume_zones(self.zones);
         pod.require_volume_hosts(self.hosts);
         if let Some(reason) = self.blocked {
@@ -243,10 +201,7 @@ impl<'a> VolumeIndex<'a> {
     /// What the claims `claims` (in `namespace`) mean for a pod: the zones they confine it
     /// to, and the first claim that holds it.
     pub fn pod_volumes(&self, namespace: &str, claims: &[PodClaim]) -> PodVolumes {
-        let mut out = PodVolumes {
-            single_node: self.single_node_claims(namespace, claims),
-            ..PodVolumes::default()
-        };
+        let mut out = PodVolumes::default();
         for c in claims {
             let claim = format!("{namespace}/{}", c.name);
             match self.claim_effect(namespace, c, &claim) {
@@ -276,31 +231,6 @@ impl<'a> VolumeIndex<'a> {
             }
         }
         out
-    }
-
-    /// Those of `claims` (in `namespace`) that exist and only one node can mount at a time:
-    /// their access modes are ReadWriteOnce or ReadWriteOncePod, and neither ReadWriteMany
-    /// nor ReadOnlyMany. As `namespace/name`.
-    pub fn single_node_claims(&self, namespace: &str, claims: &[PodClaim]) -> Vec<String> {
-        claims
-            .iter()
-            .filter(|c| {
-                self.claims
-                    .get(&(namespace.to_string(), c.name.clone()))
-                    .and_then(|pvc| pvc.spec.as_ref())
-                    .and_then(|s| s.access_modes.as_ref())
-                    .is_some_and(|modes| {
-                        let shared = modes
-                            .iter()
-                            .any(|m| m == "ReadWriteMany" || m == "ReadOnlyMany");
-                        let single = modes
-                            .iter()
-                            .any(|m| m == "ReadWriteOnce" || m == "ReadWriteOncePod");
-                        single && !shared
-                    })
-            })
-            .map(|c| format!("{namespace}/{}", c.name))
-            .collect()
     }
 
     /// A missing object: held in the cluster's view, unknown in a partial one.
@@ -796,53 +726,6 @@ mod tests {
         assert!(pod.node_terms[0]
             .get(labels::HOSTNAME)
             .is_some_and(|r| r.allows("n1") && !r.allows("n2")));
-    }
-
-    #[test]
-    fn only_claims_one_node_mounts_tie_their_users_together() {
-        let claim = |name: &str, modes: serde_json::Value| -> PersistentVolumeClaim {
-            obj(json!({"metadata": {"name": name, "namespace": "a"},
-                "spec": {"volumeName": "pv", "accessModes": modes}}))
-        };
-        let claims = vec![
-            claim("rwo", json!(["ReadWriteOnce"])),
-            claim("rwop", json!(["ReadWriteOncePod"])),
-            claim("rwx", json!(["ReadWriteMany"])),
-            claim("rox", json!(["ReadOnlyMany"])),
-            claim("both", json!(["ReadWriteOnce", "ReadOnlyMany"])),
-            claim("none", json!([])),
-        ];
-        let index = VolumeIndex::new(&claims, [], []);
-        let all = names(&["rwo", "rwop", "rwx", "rox", "both", "none", "missing"]);
-        assert_eq!(index.single_node_claims("a", &all), ["a/rwo", "a/rwop"]);
-        // A user requires the node of the claim's other users.
-        let mut pending = CorePod {
-            namespace: "a".into(),
-            ..CorePod::default()
-        };
-        index
-            .pod_volumes("a", &names(&["rwo"]))
-            .apply_to(&mut pending);
-        let label = single_node_claim_label("a/rwo");
-        assert_eq!(pending.labels.get(&label).map(String::as_str), Some("true"));
-        assert_eq!(pending.affinity.len(), 1);
-        assert_eq!(pending.affinity[0].namespaces, ["a"]);
-        let mut running = CorePod {
-            namespace: "a".into(),
-            node_name: Some("n1".into()),
-            ..CorePod::default()
-        };
-        index
-            .pod_volumes("a", &names(&["rwo"]))
-            .apply_to(&mut running);
-        assert!(running.labels.get(&label).is_some());
-        assert_eq!(running.affinity, pending.affinity);
-        assert_ne!(
-            label,
-            single_node_claim_label("b/rwo"),
-            "claims are namespaced"
-        );
-        assert!(label.len() <= "volume.joiner.sh/".len() + 63);
     }
 
     #[test]
