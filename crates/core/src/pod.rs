@@ -171,16 +171,8 @@ impl Pod {
         if hosts.is_empty() {
             return;
         }
-        if self.own_node_terms.is_none() {
-            self.own_node_terms = Some(self.node_terms.clone());
-        }
-        if self.node_terms.is_empty() {
-            self.node_terms.push(Requirements::new());
-        }
         for vh in &hosts {
-            for term in &mut self.node_terms {
-                term.add(crate::labels::HOSTNAME, vh.hosts.clone());
-            }
+            self.and_volume_requirement(crate::labels::HOSTNAME, &vh.hosts);
         }
         self.volume_hosts.get_or_insert_default().extend(hosts);
     }
@@ -191,18 +183,24 @@ impl Pod {
         if zones.is_empty() {
             return;
         }
+        for vz in &zones {
+            self.and_volume_requirement(crate::labels::ZONE, &vz.zones);
+        }
+        self.volume_zones.extend(zones);
+    }
+
+    /// ANDs a volume's requirement on `key` into every required node term (a pod without
+    /// terms gets one), keeping the pod's own terms first in [`Pod::own_node_terms`].
+    fn and_volume_requirement(&mut self, key: &str, req: &Requirement) {
         if self.own_node_terms.is_none() {
             self.own_node_terms = Some(self.node_terms.clone());
         }
         if self.node_terms.is_empty() {
             self.node_terms.push(Requirements::new());
         }
-        for vz in &zones {
-            for term in &mut self.node_terms {
-                term.add(crate::labels::ZONE, vz.zones.clone());
-            }
+        for term in &mut self.node_terms {
+            term.add(key, req.clone());
         }
-        self.volume_zones.extend(zones);
     }
 
     /// Holds the pod for a volume that keeps it from being scheduled (see
