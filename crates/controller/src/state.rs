@@ -255,7 +255,10 @@ impl ClusterState {
             if pod.role == PodRole::Ignored {
                 continue;
             }
-            if pod.role == PodRole::Pending && !pod.claims.is_empty() {
+            // Bound pods too: disruption moves them in its trials, and a pod whose volume
+            // only its node (or zone) can mount must not be moved elsewhere, as the plan's
+            // `--consolidate` does not move it.
+            if !pod.claims.is_empty() {
                 if let Some(confined) = self.volumes.confine(&index, &pod) {
                     snap.pods.push(confined);
                     continue;

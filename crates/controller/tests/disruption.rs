@@ -376,3 +376,45 @@ async fn claims_hashed_by_another_release_are_restamped_not_called_drifted() {
         Some(joiner_apis::drift::provisioner_hash(&prov.spec).as_str())
     );
 }
+
+#[tokio::test]
+async fn a_pod_whose_local_volume_only_its_node_mounts_keeps_that_node() {
+    // As two_quiet_nodes, but web-a's claim is bound to a local volume on node a: evicted,
+    // it could run nowhere else (kube-scheduler's VolumeBinding), so b is the node that goes.
+    let mut local = running("web-a", "a", "1");
+    local.spec.as_mut().expect("spec").volumes = Some(vec![obj(json!({
+        "name": "data", "persistentVolumeClaim": {"claimName": "data-web-a"}}))]);
+    let mut h = harness(
+        vec![
+            joiner_node("a", "m5.xlarge", "fake:///z-a/i-a"),
+            joiner_node("b", "m5.xlarge", "fake:///z-a/i-b"),
+        ],
+        vec![
+            joiner_claim("a", "m5.xlarge", "fake:///z-a/i-a"),
+            joiner_claim("b", "m5.xlarge", "fake:///z-a/i-b"),
+        ],
+        vec![local, running("web-b", "b", "1")],
+    );
+    let claims = support::store(vec![obj(json!({
+        "metadata": {"name": "data-web-a", "namespace": "shop"},
+        "spec": {"volumeName": "local-a", "accessModes": ["ReadWriteOnce"]},
+        "status": {"phase": "Bound"}}))]);
+    let volumes = support::store(vec![obj(json!({
+        "metadata": {"name": "local-a"},
+        "spec": {"capacity": {"storage": "100Gi"}, "local": {"path": "/mnt/disks/1"},
+                 "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                     {"key": "kubernetes.io/hostname", "operator": "In", "values": ["a"]}]}]}}}}))]);
+    let classes = support::store(Vec::new());
+    h.ctx.state.volumes = joiner_controller::state::VolumeStores {
+        claims: claims.as_reader(),
+        volumes: volumes.as_reader(),
+        classes: classes.as_reader(),
+    };
+    let mut memory = Memory::default();
+    let t0 = Instant::now();
+    let first = pass(&h.ctx, &mut memory, t0).await.expect("pass");
+    let Outcome::Validating(key) = first else {
+        panic!("expected a decision to validate, got {first:?}");
+    };
+    assert_eq!(key.nodes, ["b"], "a holds the only node web-a's volume mounts on");
+}
