@@ -416,5 +416,9 @@ async fn a_pod_whose_local_volume_only_its_node_mounts_keeps_that_node() {
     let Outcome::Validating(key) = first else {
         panic!("expected a decision to validate, got {first:?}");
     };
-    assert_eq!(key.nodes, ["b"], "a holds the only node web-a's volume mounts on");
+    assert_eq!(
+        key.nodes,
+        ["b"],
+        "a holds the only node web-a's volume mounts on"
+    );
 }

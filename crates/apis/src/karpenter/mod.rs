@@ -124,25 +124,33 @@ pub fn convert(objects: &[Value]) -> Result<Converted, KarpenterError> {
             .unwrap_or_default()
             .to_string()
     };
-    let mut left_out: BTreeMap<String, String> = BTreeMap::new();
+    // Windows node classes left out, by (kind, name): the AMIs they select.
+    let mut left_out: BTreeMap<(String, String), String> = BTreeMap::new();
     for object in objects {
         let (api_version, kind) = header(object);
         match (api_version.as_str(), kind.as_str()) {
-            ("karpenter.k8s.aws/v1alpha1", "AWSNodeTemplate") => {
-                let t = v1alpha5::node_template(object, &mut out.notes)?;
-                out.node_templates.push(t);
-            }
-            (_, "EC2NodeClass") if let Some((field, value)) = unsupported_class(object) => {
+            ("karpenter.k8s.aws/v1alpha1", "AWSNodeTemplate") | (_, "EC2NodeClass")
+                if let Some((field, value)) = unsupported_class(object) =>
+            {
                 let name = name_of(object);
+                let users = if kind == "EC2NodeClass" {
+                    "NodePools"
+                } else {
+                    "Provisioners"
+                };
                 out.notes.push(Note {
-                    object: format!("EC2NodeClass {name}"),
+                    object: format!("{kind} {name}"),
                     field,
                     message: format!(
                         "{value}: joiner launches Linux nodes only; not converted, and the \
-                         NodePools using it are skipped"
+                         {users} using it are skipped"
                     ),
                 });
-                left_out.insert(name, value);
+                left_out.insert((kind.clone(), name), value);
+            }
+            ("karpenter.k8s.aws/v1alpha1", "AWSNodeTemplate") => {
+                let t = v1alpha5::node_template(object, &mut out.notes)?;
+                out.node_templates.push(t);
             }
             (_, "EC2NodeClass") => {
                 let (t, kubelet) = nodeclass::node_class(object, &api_version, &mut out.notes)?;
@@ -158,24 +166,21 @@ pub fn convert(objects: &[Value]) -> Result<Converted, KarpenterError> {
         let (api_version, kind) = header(object);
         match (api_version.as_str(), kind.as_str()) {
             ("karpenter.sh/v1alpha5", "Provisioner") => {
+                if skip_user(
+                    object,
+                    "AWSNodeTemplate",
+                    "spec.providerRef.name",
+                    &left_out,
+                    &mut out,
+                ) {
+                    continue;
+                }
                 out.provisioners
                     .push(v1alpha5::provisioner(object, &mut out.notes)?);
             }
             (_, "NodePool") => {
-                let class = object["spec"]["template"]["spec"]["nodeClassRef"]["name"]
-                    .as_str()
-                    .unwrap_or_default();
-                if let Some(value) = left_out.get(class) {
-                    let name = name_of(object);
-                    out.notes.push(Note {
-                        object: format!("NodePool {name}"),
-                        field: "spec.template.spec.nodeClassRef.name".into(),
-                        message: format!(
-                            "EC2NodeClass {class} selects {value} AMIs, which joiner does not \
-                             launch; skipped"
-                        ),
-                    });
-                    out.skipped.push(name);
+                let field = "spec.template.spec.nodeClassRef.name";
+                if skip_user(object, "EC2NodeClass", field, &left_out, &mut out) {
                     continue;
                 }
                 out.provisioners.push(nodepool::node_pool(
@@ -199,6 +204,38 @@ pub fn convert(objects: &[Value]) -> Result<Converted, KarpenterError> {
         }
     }
     Ok(out)
+}
+
+/// Leaves out the Provisioner or NodePool `object` when the `class_kind` its `field` names
+/// was left out (see [`unsupported_class`]), with a note; true when it did.
+fn skip_user(
+    object: &Value,
+    class_kind: &str,
+    field: &str,
+    left_out: &BTreeMap<(String, String), String>,
+    out: &mut Converted,
+) -> bool {
+    let class = field
+        .split('.')
+        .fold(object, |v, key| &v[key])
+        .as_str()
+        .unwrap_or_default();
+    let Some(value) = left_out.get(&(class_kind.to_string(), class.to_string())) else {
+        return false;
+    };
+    let name = object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    out.notes.push(Note {
+        object: format!("{} {name}", object["kind"].as_str().unwrap_or_default()),
+        field: field.into(),
+        message: format!(
+            "{class_kind} {class} selects {value} AMIs, which joiner does not launch; skipped"
+        ),
+    });
+    out.skipped.push(name);
+    true
 }
 
 /// Reads the typed joiner object from `value`, built by a converter: a failure here is a

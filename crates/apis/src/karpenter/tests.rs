@@ -529,3 +529,51 @@ spec: {template: {spec: {nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeC
         "EC2NodeClass windows selects windows2022@latest AMIs, which joiner does not launch; skipped"
     );
 }
+
+#[test]
+fn a_windows_aws_node_template_and_its_provisioners_are_left_out_with_a_note() {
+    let c = convert(&yaml(
+        r#"
+apiVersion: karpenter.sh/v1alpha5
+kind: Provisioner
+metadata: {name: win}
+spec: {providerRef: {name: win}}
+---
+apiVersion: karpenter.k8s.aws/v1alpha1
+kind: AWSNodeTemplate
+metadata: {name: win}
+spec: {amiFamily: Windows2022, subnetSelector: {a: b}, securityGroupSelector: {a: b}}
+---
+apiVersion: karpenter.k8s.aws/v1alpha1
+kind: AWSNodeTemplate
+metadata: {name: linux}
+spec: {amiFamily: AL2, subnetSelector: {a: b}, securityGroupSelector: {a: b}}
+---
+apiVersion: karpenter.sh/v1alpha5
+kind: Provisioner
+metadata: {name: linux}
+spec: {providerRef: {name: linux}}
+"#,
+    ))
+    .expect("converts");
+    let templates: Vec<&str> = c.node_templates.iter().map(|t| t.name()).collect();
+    assert_eq!(templates, ["linux"]);
+    let provisioners: Vec<&str> = c.provisioners.iter().map(|p| p.name()).collect();
+    assert_eq!(provisioners, ["linux"]);
+    assert_eq!(c.skipped, ["win"]);
+    let said = |object: &str, field: &str| {
+        c.notes
+            .iter()
+            .find(|n| n.object == object && n.field == field)
+            .map(|n| n.message.clone())
+            .unwrap_or_else(|| panic!("no note on {object} {field}: {:?}", c.notes))
+    };
+    assert_eq!(
+        said("AWSNodeTemplate win", "spec.amiFamily"),
+        "Windows2022: joiner launches Linux nodes only; not converted, and the Provisioners using it are skipped"
+    );
+    assert_eq!(
+        said("Provisioner win", "spec.providerRef.name"),
+        "AWSNodeTemplate win selects Windows2022 AMIs, which joiner does not launch; skipped"
+    );
+}
