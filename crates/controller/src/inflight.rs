@@ -242,14 +242,15 @@ pub const STARTING_TAINTS: &[&str] = &[
 ];
 
 /// Nodes that registered for a claim not yet Initialized are still starting: they carry the
-/// claim's startup taints and the not-ready taints, and may not report allocatable yet (or not
-/// yet the extended resources a device plugin adds, such as `nvidia.com/gpu`). Taken
-/// at face value they would refuse the very pods they were bought for, and the next batch would
-/// buy again. So those taints are dropped from the snapshot's node (the pods will be able to
-/// run there once it is initialized), a node without allocatable gets the claim's, and one
-/// without an extended resource its claim requests gets that resource of the claim's type.
-/// `snap_nodes` are the converted `kube_nodes`, matched by name. Returns a warning per claim
-/// that could not be sized.
+/// claim's startup taints and the not-ready taints, may lack the labels registration adds, and
+/// may not report allocatable yet (or not yet the extended resources a device plugin adds, such
+/// as `nvidia.com/gpu`). Taken at face value they would refuse the very pods they were bought
+/// for, and the next batch would buy again. So those taints are dropped from the snapshot's
+/// node (the pods will be able to run there once it is initialized), the claim's labels it
+/// lacks are added, a node without allocatable gets the claim's, and one without an extended
+/// resource its claim requests gets that resource of the claim's type. `snap_nodes` are the
+/// converted `kube_nodes`, matched by name. Returns a warning per claim that could not be
+/// sized.
 pub fn settle_initializing(
     snap_nodes: &mut [Node],
     kube_nodes: &[Arc<k8s::Node>],
@@ -292,6 +293,12 @@ pub fn settle_initializing(
             .chain(STARTING_TAINTS.iter().copied())
             .collect();
         node.taints.retain(|t| !startup.contains(t.key.as_str()));
+        // Labels the kubelet may not set itself (node-role.kubernetes.io/…) arrive with
+        // registration's patch, a moment after the Node: until then the node is planned
+        // with the labels its claim promises, or a pod selecting one would buy another.
+        for (key, value) in crate::lifecycle::registration::claim_labels(claim) {
+            node.labels.entry(key).or_insert(value);
+        }
         let unreported = node.allocatable == joiner_core::Resources::default();
         // A device plugin reports its resources some time after the node is Ready: until
         // then the node is planned with what its type will have.

@@ -570,6 +570,55 @@ fn a_registered_node_of_an_uninitialized_claim_is_planned_without_its_starting_t
 }
 
 #[test]
+fn a_registered_node_is_planned_with_the_labels_its_claim_promises_before_registration_adds_them() {
+    // The kubelet may not set node-role.kubernetes.io/worker (NodeRestriction): registration
+    // adds it a moment after the Node appears. In between, a pod selecting it must see this
+    // node, not buy another.
+    let mut starting = claim(
+        "default-hhhhh",
+        json!({"spec": {"requirements": [
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large"]},
+            {"key": "node-role.kubernetes.io/worker", "operator": "In", "values": ["true"]},
+            {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-east-1a", "us-east-1b"]},
+        ]}}),
+    );
+    starting.status = Some(obj(json!({
+        "instanceType": "m5.large", "providerID": "aws:///us-east-1b/i-8", "zone": "us-east-1a",
+    })));
+    let node: Node = obj(json!({
+        "metadata": {"name": "ip-10-0-1-8", "labels": {
+            "node.kubernetes.io/instance-type": "m5.large",
+            "topology.kubernetes.io/zone": "us-east-1b",
+        }},
+        "spec": {"providerID": "aws:///us-east-1b/i-8"},
+        "status": {"allocatable": {"cpu": "2", "memory": "7Gi", "pods": "29"}},
+    }));
+    let f = fixture_with(vec![], vec![node], vec![starting]);
+    let (snap, _) = f.state.snapshot_with_catalog(&catalog());
+    let planned = snap
+        .nodes
+        .iter()
+        .find(|n| n.name == "ip-10-0-1-8")
+        .expect("node");
+    let label = |k: &str| planned.labels.get(k).map(String::as_str);
+    assert_eq!(label("node-role.kubernetes.io/worker"), Some("true"));
+    assert_eq!(label("joiner.sh/provisioner-name"), Some("default"));
+    assert_eq!(label("joiner.sh/nodeclaim"), Some("default-hhhhh"));
+    assert_eq!(
+        label("topology.kubernetes.io/zone"),
+        Some("us-east-1b"),
+        "what the node reports stands"
+    );
+    let (plain, _) = f.state.snapshot();
+    let as_is = plain
+        .nodes
+        .iter()
+        .find(|n| n.name == "ip-10-0-1-8")
+        .expect("node");
+    assert!(!as_is.labels.contains_key("node-role.kubernetes.io/worker"));
+}
+
+#[test]
 fn a_gpu_node_whose_device_plugin_has_not_reported_is_planned_with_its_gpus() {
     // Registered and Ready, but the NVIDIA device plugin has not reported nvidia.com/gpu yet:
     // planned with the GPU of its type, so its pods are not bought a second node.
