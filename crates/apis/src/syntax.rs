@@ -92,7 +92,6 @@ pub(crate) const JOINER_SET_LABELS: &[&str] = &[
     joiner_core::labels::HOSTNAME,
     joiner_core::labels::PROVISIONER_NAME,
     joiner_core::labels::NODECLAIM,
-    joiner_core::labels::KARPENTER_PROVISIONER_NAME,
 ];
 
 /// Label domains reserved for Karpenter and joiner: a Provisioner may neither set nor require
