@@ -4,11 +4,13 @@
 //! The stores are filled by watchers (or, in tests, by `Writer::apply_watcher_event`); this
 //! module only reads them, so a snapshot is a consistent-enough copy taken without a request.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use joiner_apis::convert;
-use joiner_apis::convert::volumes::VolumeIndex;
+use joiner_apis::convert::once_pod;
+use joiner_apis::convert::volumes::{PodClaim, VolumeIndex};
 use joiner_apis::{NodeClaim, NodeTemplate, ObjectLookup, Provisioner};
 use joiner_core::kubelet::KubeletSettings;
 use joiner_core::scheduling::daemons;
@@ -251,15 +253,20 @@ impl ClusterState {
             volumes.iter().map(|v| v.as_ref()),
             classes.iter().map(|c| c.as_ref()),
         );
-        for pod in self.pods.state() {
+        let pods = self.pods.state();
+        let mut claims_of: HashMap<String, &[PodClaim]> = HashMap::new();
+        for pod in &pods {
             if pod.role == PodRole::Ignored {
                 continue;
+            }
+            if let (false, Ok(core)) = (pod.claims.is_empty(), &pod.core) {
+                claims_of.insert(core.key(), &pod.claims);
             }
             // Bound pods too: disruption moves them in its trials, and a pod whose volume
             // only its node (or zone) can mount must not be moved elsewhere, as the plan's
             // `--consolidate` does not move it.
             if !pod.claims.is_empty() {
-                if let Some(confined) = self.volumes.confine(&index, &pod) {
+                if let Some(confined) = self.volumes.confine(&index, pod) {
                     snap.pods.push(confined);
                     continue;
                 }
@@ -269,6 +276,9 @@ impl ClusterState {
                 Err(e) => warnings.push(format!("Pod {}: {e}", namespaced_name(&pod.metadata))),
             }
         }
+        once_pod::hold_once_pod_conflicts(&index, &mut snap.pods, |p| {
+            claims_of.get(&p.key()).copied()
+        });
 
         let kube_nodes = self.nodes.state();
         for node in &kube_nodes {

@@ -268,6 +268,7 @@ pub fn strip_volume_claim(claim: &mut PersistentVolumeClaim) {
     claim.spec = claim.spec.take().map(|spec| PersistentVolumeClaimSpec {
         volume_name: spec.volume_name,
         storage_class_name: spec.storage_class_name,
+        access_modes: spec.access_modes,
         ..PersistentVolumeClaimSpec::default()
     });
     claim.status = claim.status.take().map(|s| PersistentVolumeClaimStatus {

@@ -804,6 +804,41 @@ fn a_pending_pod_is_confined_to_the_zone_its_bound_volume_is_in() {
 }
 
 #[test]
+fn a_second_user_of_a_read_write_once_pod_claim_is_held_naming_the_first() {
+    // The kube-scheduler refuses a pod whose ReadWriteOncePod claim a scheduled pod uses:
+    // nothing is bought for it. The watch keeps the claim's access modes for this.
+    let mut owner = claim_pod("db-0", "data");
+    owner.spec.as_mut().expect("spec").node_name = Some("n1".into());
+    owner.status = Some(obj(json!({"phase": "Running"})));
+    let mut f = fixture(vec![owner, claim_pod("db-0-copy", "data")]);
+    let (stores, _c, _v, _s) = volume_stores(
+        vec![json!({"metadata": {"name": "data", "namespace": "shop"},
+                    "spec": {"volumeName": "pv-1", "accessModes": ["ReadWriteOncePod"]},
+                    "status": {"phase": "Bound"}})],
+        vec![json!({"metadata": {"name": "pv-1"}, "spec": {}})],
+        vec![],
+    );
+    f.state.volumes = stores;
+    let (snap, _) = f.state.snapshot();
+    let hold = |n: &str| {
+        snap.pods
+            .iter()
+            .find(|p| p.name == n)
+            .unwrap_or_else(|| panic!("{n} in the snapshot"))
+            .volume_hold
+            .clone()
+    };
+    assert_eq!(hold("db-0"), None);
+    assert_eq!(
+        hold("db-0-copy").as_deref(),
+        Some(
+            "volume claim shop/data is ReadWriteOncePod and pod shop/db-0 uses it; one pod at \
+             a time may use it, so this one waits"
+        )
+    );
+}
+
+#[test]
 fn a_claim_that_binds_after_the_pod_confines_the_next_snapshot() {
     let f = fixture(vec![claim_pod("db-0", "data-db-0")]);
     let mut state = f.state.clone();

@@ -10,6 +10,7 @@ mod affinity;
 mod daemonsets;
 pub mod node_claim;
 mod nodes;
+pub mod once_pod;
 mod pdbs;
 mod pods;
 mod ports;

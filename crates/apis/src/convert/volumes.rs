@@ -41,6 +41,10 @@ pub const DEFAULT_CLASS: &str = "storageclass.kubernetes.io/is-default-class";
 /// The beta form of [`DEFAULT_CLASS`], still honoured by Kubernetes.
 pub const BETA_DEFAULT_CLASS: &str = "storageclass.beta.kubernetes.io/is-default-class";
 
+/// The access mode whose claim one pod at a time may use, cluster-wide: the kube-scheduler
+/// enforces it (VolumeRestrictions), unlike ReadWriteOnce.
+pub const READ_WRITE_ONCE_POD: &str = "ReadWriteOncePod";
+
 /// Whether the objects indexed are all there are.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Source {
@@ -196,6 +200,19 @@ impl<'a> VolumeIndex<'a> {
     pub fn with_source(mut self, source: Source) -> Self {
         self.source = source;
         self
+    }
+
+    /// True when claim `name` in `namespace` exists and is ReadWriteOncePod: one pod at a
+    /// time may use it (see [`super::once_pod`]).
+    pub fn is_once_pod(&self, namespace: &str, name: &str) -> bool {
+        self.claims
+            .get(&(namespace.to_string(), name.to_string()))
+            .is_some_and(|c| once_pod_claim(c))
+    }
+
+    /// True when some claim indexed is ReadWriteOncePod, so the pods need reading at all.
+    pub fn has_once_pod_claims(&self) -> bool {
+        self.claims.values().any(|c| once_pod_claim(c))
     }
 
     /// What the claims `claims` (in `namespace`) mean for a pod: the zones they confine it
@@ -417,6 +434,14 @@ fn pv_zones(pv: &PersistentVolume) -> Option<Requirement> {
         (Some(a), Some(l)) => Some(a.intersect(&l)),
         (a, l) => a.or(l),
     }
+}
+
+fn once_pod_claim(claim: &PersistentVolumeClaim) -> bool {
+    claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.access_modes.as_ref())
+        .is_some_and(|modes| modes.iter().any(|m| m == READ_WRITE_ONCE_POD))
 }
 
 /// The hosts a PV can be mounted on: its node affinity's hostname expressions (terms ORed,

@@ -178,7 +178,8 @@ fn warn_of_missing_nodes(loaded: &mut Loaded) {
 }
 
 /// Confines each pod to the zones its volumes are in, and holds those a volume keeps from
-/// being scheduled (see `joiner_apis::convert::volumes`), from the claims, volumes and classes
+/// being scheduled (see `joiner_apis::convert::volumes`; a second user of a ReadWriteOncePod
+/// claim, `convert::once_pod`), from the claims, volumes and classes
 /// the input holds. The input is partial: a claim, volume or class it lacks is named in one
 /// warning and confines nothing.
 fn apply_volume_zones(loaded: &mut Loaded) {
@@ -193,6 +194,11 @@ fn apply_volume_zones(loaded: &mut Loaded) {
             volumes.apply_to(pod);
         }
     }
+    joiner_apis::convert::once_pod::hold_once_pod_conflicts(
+        &index,
+        &mut loaded.snapshot.pods,
+        |p| loaded.pod_claims.get(&claims_key(p)).map(Vec::as_slice),
+    );
     if !unknown.is_empty() {
         let list: Vec<String> = unknown.into_iter().collect();
         loaded.warnings.push(format!(

@@ -242,3 +242,102 @@ status:
          cannot be one"
     );
 }
+
+#[test]
+fn one_pod_at_a_time_uses_a_read_write_once_pod_claim() {
+    // Kubernetes' ReadWriteOncePod: the kube-scheduler refuses a pod whose such claim another
+    // pod uses (VolumeRestrictions). "solo" is used by a running pod: the Deployment's three
+    // replicas all wait. "queued" is used by nobody: one of the three replicas using it gets a
+    // node, the other two wait. A ReadWriteOnce claim restricts nothing.
+    let claim = |name: &str, mode: &str| {
+        format!(
+            "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: {name}, namespace: shop}}\n\
+             spec: {{accessModes: [{mode}], storageClassName: gp3, resources: {{requests: {{storage: 1Gi}}}}}}\n"
+        )
+    };
+    let deployment = |name: &str, claim: &str| {
+        format!(
+            r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: shop}}
+spec:
+  replicas: 3
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec:
+      containers: [{{name: c, image: i, resources: {{requests: {{cpu: 100m}}}}}}]
+      volumes: [{{name: v, persistentVolumeClaim: {{claimName: {claim}}}}}]
+"#
+        )
+    };
+    let text = [
+        "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {name: gp3}\n\
+         provisioner: ebs.csi.aws.com\nvolumeBindingMode: WaitForFirstConsumer\n"
+            .to_string(),
+        claim("solo", "ReadWriteOncePod"),
+        claim("queued", "ReadWriteOncePod"),
+        claim("shared", "ReadWriteOnce"),
+        r#"apiVersion: v1
+kind: Pod
+metadata: {name: owner, namespace: shop}
+spec:
+  nodeName: n1
+  containers: [{name: c, image: i}]
+  volumes: [{name: v, persistentVolumeClaim: {claimName: solo}}]
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: n1
+  labels: {kubernetes.io/hostname: n1, topology.kubernetes.io/zone: us-east-1a, kubernetes.io/os: linux, kubernetes.io/arch: amd64}
+status:
+  capacity: {cpu: "1", memory: 4Gi, pods: "10"}
+  allocatable: {cpu: "1", memory: 4Gi, pods: "10"}
+  conditions: [{type: Ready, status: "True"}]
+"#
+        .to_string(),
+        deployment("waits", "solo"),
+        deployment("takes", "queued"),
+        deployment("rwo", "shared"),
+    ]
+    .join("---\n");
+    let l = load_ok(&text);
+    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+    let holds = |app: &str| -> Vec<Option<&str>> {
+        l.snapshot
+            .pods
+            .iter()
+            .filter(|p| p.labels.get("app").map(String::as_str) == Some(app))
+            .map(|p| p.volume_hold.as_deref())
+            .collect()
+    };
+    let waits = holds("waits");
+    assert_eq!(waits.len(), 3);
+    assert!(
+        waits.iter().all(|h| h.is_some_and(|h| h
+            .starts_with("volume claim shop/solo is ReadWriteOncePod and pod shop/owner uses it"))),
+        "{waits:?}"
+    );
+    let takes = holds("takes");
+    assert_eq!(takes.iter().filter(|h| h.is_none()).count(), 1, "{takes:?}");
+    assert_eq!(takes.iter().filter(|h| h.is_some()).count(), 2, "{takes:?}");
+    assert_eq!(holds("rwo"), [None, None, None]);
+
+    let catalog = joiner_aws::embedded::catalog("us-east-1")
+        .expect("embedded catalog")
+        .instance_types;
+    let plan = joiner_core::scheduling::simulate(
+        &l.snapshot,
+        &catalog,
+        &joiner_core::scheduling::Options::default(),
+    );
+    let placed: usize = plan
+        .existing_nodes
+        .iter()
+        .map(|n| n.pods.len())
+        .sum::<usize>()
+        + plan.new_nodes.iter().map(|n| n.pods.len()).sum::<usize>();
+    assert_eq!(placed, 4, "one 'takes' pod and the three 'rwo' pods");
+    assert_eq!(plan.unschedulable.len(), 5);
+}
