@@ -100,4 +100,28 @@ impl<'a> ExistingNodes<'a> {
         }
         done
     }
+
+    /// Places all of `pods` (as [`Self::place_class`]) on the first node, by name, that holds
+    /// every one of them, or none: a group whose required hostname affinity selects itself
+    /// must share one node. Returns how many were placed (all or zero).
+    pub fn place_class_whole(
+        &mut self,
+        class: usize,
+        template: &Pod,
+        pods: &[usize],
+        rules: &NodeRules,
+    ) -> usize {
+        let n = pods.len() as i64;
+        let Some(i) = (0..self.nodes.len()).find(|&i| {
+            self.admits(i, template)
+                && rules.cap(class, &self.state[i]) >= n
+                && self.free[i].copies_fitting(&template.requests, n) == n
+        }) else {
+            return 0;
+        };
+        rules.add(class, n, &mut self.state[i]);
+        self.free[i].add_times(&template.requests, -n);
+        self.placed[i].extend_from_slice(pods);
+        pods.len()
+    }
 }

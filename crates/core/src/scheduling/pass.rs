@@ -188,13 +188,25 @@ impl<'a> Pass<'a> {
     }
 
     /// Stage 1: existing (and in-flight) nodes, capacity already paid for. Followers wait for
-    /// their targets; a cycle's leader goes only onto new nodes, with its partners.
+    /// their targets; a cycle's leader goes only onto new nodes, with its partners. A group
+    /// that must share one node goes whole onto one that holds it, when one does: a node
+    /// bought for it in an earlier batch is still in flight while its pods are pending.
     fn place_on_existing_nodes(&mut self) {
         for ci in 0..self.classes.len() {
             let only = match &self.together[ci] {
                 Together::Free => None,
                 Together::OnNodes(n) => Some(n),
-                Together::OneNode | Together::Refused(_) | Together::Follows(_) => continue,
+                Together::OneNode => {
+                    let placed = self.existing.place_class_whole(
+                        ci,
+                        &self.templates[ci],
+                        &self.classes[ci].pods,
+                        &self.rules,
+                    );
+                    self.record_placed(ci, placed);
+                    continue;
+                }
+                Together::Refused(_) | Together::Follows(_) => continue,
             };
             let placed = self.existing.place_class(
                 ci,

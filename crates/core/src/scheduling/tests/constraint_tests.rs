@@ -564,6 +564,39 @@ fn hostname_self_affinity_puts_the_group_on_one_node() {
 }
 
 #[test]
+fn a_hostname_self_affine_group_goes_whole_onto_an_existing_node_that_holds_it() {
+    // The node bought for the group in an earlier batch is still in flight (or an existing
+    // node has room): the group goes there, and nothing is bought again. A node that holds
+    // only part of the group is not used: the group must share one node.
+    let group = |n: usize| {
+        let mut pods = deployment("shard", n, 1000, 1024);
+        for p in &mut pods {
+            p.affinity.push(term(labels::HOSTNAME, false, app("shard")));
+        }
+        pods
+    };
+    let nodes = || vec![node_in("z-a", "n-small", 2), node_in("z-a", "n-big", 8)];
+    let fits = run(&Snapshot {
+        pods: group(6),
+        nodes: nodes(),
+        ..Snapshot::default()
+    });
+    assert!(fits.new_nodes.is_empty(), "{:?}", fits.new_nodes);
+    assert_eq!(fits.existing_nodes.len(), 1);
+    assert_eq!(fits.existing_nodes[0].name, "n-big");
+    assert_eq!(fits.existing_nodes[0].pods.len(), 6);
+
+    let too_many = run(&Snapshot {
+        pods: group(12),
+        nodes: nodes(),
+        ..Snapshot::default()
+    });
+    assert!(too_many.existing_nodes.iter().all(|n| n.pods.is_empty()));
+    assert_eq!(too_many.new_nodes.len(), 1);
+    assert_eq!(too_many.new_nodes[0].pods.len(), 12);
+}
+
+#[test]
 fn hostname_affinity_to_a_running_pod_uses_its_node_only() {
     let mut cache = pod("cache", 100, 128);
     cache.labels.insert("app".into(), "cache".into());
