@@ -517,6 +517,64 @@ async fn pending_pods_get_claims_instances_and_events_and_a_second_batch_buys_no
 }
 
 #[tokio::test]
+async fn a_self_affine_group_waits_on_the_claim_bought_for_it_rather_than_buying_another() {
+    // Pods that must share a node (required pod affinity on the hostname to their own app):
+    // while the node bought for them is in flight they are still pending, and the next batch
+    // must put them on it, not buy a second node for the group.
+    let together = |name: &str| {
+        let mut pod = pending_pod(name, "500m");
+        pod.spec.as_mut().expect("spec").affinity = Some(obj(json!({"podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [{
+                "topologyKey": "kubernetes.io/hostname",
+                "labelSelector": {"matchLabels": {"app": "shop"}}}]}})));
+        pod
+    };
+    let h = harness(
+        vec![together("a"), together("b")],
+        vec![],
+        Script::default(),
+    )
+    .await;
+    let mut memory = Memory::default();
+    let first = provision_batch(&h.ctx, &mut memory)
+        .await
+        .expect("batch runs");
+    assert!(first.errors.is_empty(), "{:?}", first.errors);
+    assert_eq!(first.plan.new_nodes.len(), 1, "{:?}", first.plan);
+    assert_eq!(first.plan.new_nodes[0].pods, ["shop/a", "shop/b"]);
+
+    let posts = claim_posts(&h.api);
+    let patches = status_patches(&h.api);
+    assert_eq!((posts.len(), patches.len()), (1, 1));
+    let mut body = stored(&posts[0], "x");
+    merge_status(&mut body, &patches[0].body["status"]);
+    let name = body["metadata"]["name"].as_str().expect("name").to_string();
+    let mut claims_writer = h.claims;
+    claims_writer.apply_watcher_event(&Event::Apply(obj::<NodeClaim>(body)));
+
+    let second = provision_batch(&h.ctx, &mut memory)
+        .await
+        .expect("second batch runs");
+    assert!(second.errors.is_empty(), "{:?}", second.errors);
+    assert!(second.plan.new_nodes.is_empty(), "{:?}", second.plan);
+    let on_claim: Vec<(&str, &[String])> = second
+        .plan
+        .existing_nodes
+        .iter()
+        .map(|u| (u.name.as_str(), u.pods.as_slice()))
+        .collect();
+    assert_eq!(
+        on_claim,
+        [(
+            name.as_str(),
+            &["shop/a".to_string(), "shop/b".to_string()][..]
+        )]
+    );
+    assert_eq!(claim_posts(&h.api).len(), 1, "no second claim");
+    assert_eq!(instances(&h.clients).await.len(), 1);
+}
+
+#[tokio::test]
 async fn a_taken_claim_name_is_retried_with_a_fresh_one() {
     let h = harness(
         vec![pending_pod("a", "1500m")],
