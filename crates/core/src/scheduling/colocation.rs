@@ -8,7 +8,8 @@
 //! follows them: it may only go onto nodes (existing or new) that run a matching pod, running or
 //! placed by the same plan, and the packer folds it into the fills of its targets
 //! ([`Follow`]). Cycles (A selects B, B selects A) are broken at one class, the leader, which is
-//! placed with its partners on the same node.
+//! placed with its partners on the same node; the leader must match its own terms, as the
+//! kube-scheduler requires of a pod placed before its partners, or the cycle is refused.
 
 use std::collections::BTreeSet;
 
@@ -187,14 +188,20 @@ pub fn analyze(pods: &[Pod], templates: &[Pod]) -> Vec<Together> {
             }
         })
         .collect();
-    break_cycles(&mut out);
+    break_cycles(&mut out, templates);
     out
 }
 
 /// Marks one class of every cycle of followers (through first terms) as a leader, so some class
 /// of the cycle may open a node. A follower is *resolved* when a chain of first-term targets
 /// reaches a class that may open nodes; an unresolved one lies on, or behind, a cycle.
-fn break_cycles(together: &mut [Together]) {
+///
+/// The leader must be a class whose pods match every one of their own required pod-affinity
+/// terms: the kube-scheduler lets a pod break its affinity only then (the first pod of a
+/// series affine to itself, when no pod its terms select runs). A cycle with no such class
+/// never starts in the cluster (each side waits for the other), so its classes are refused
+/// rather than bought a node the scheduler will not use.
+fn break_cycles(together: &mut [Together], templates: &[Pod]) {
     let first_targets = |t: &Together| -> Option<Vec<usize>> {
         t.follower()
             .and_then(|f| f.terms.first())
@@ -231,10 +238,54 @@ fn break_cycles(together: &mut [Together]) {
                 None => break,
             }
         }
-        if let Together::Follows(f) = &mut together[at] {
-            f.leader = true;
-        } else {
-            return;
+        // The cycle through `at`, in walk order.
+        let mut cycle = vec![at];
+        let mut next = at;
+        loop {
+            next = match first_targets(&together[next])
+                .and_then(|ts| ts.into_iter().find(|&x| !resolved[x]))
+            {
+                Some(n) if n != at && !cycle.contains(&n) => n,
+                _ => break,
+            };
+            cycle.push(next);
+        }
+        match cycle
+            .iter()
+            .copied()
+            .find(|&c| matches_own_terms(&templates[c]))
+        {
+            Some(leader) => {
+                if let Together::Follows(f) = &mut together[leader] {
+                    f.leader = true;
+                } else {
+                    return;
+                }
+            }
+            None => {
+                for &c in &cycle {
+                    let describe = together[c]
+                        .follower()
+                        .and_then(|f| f.terms.first())
+                        .map(|t| t.describe.clone())
+                        .unwrap_or_default();
+                    together[c] = Together::Refused(format!(
+                        "pod affinity on {}: the pending pods matching {describe} wait, by \
+                         their own affinity, for pods like this one; the kube-scheduler starts \
+                         such a cycle only with a pod matching its own terms, and none does",
+                        labels::HOSTNAME
+                    ));
+                }
+            }
         }
     }
+}
+
+/// True when the pod matches each of its own required pod-affinity terms (the kube-scheduler's
+/// condition for placing a first pod whose partners do not run yet).
+fn matches_own_terms(pod: &Pod) -> bool {
+    pod.affinity
+        .iter()
+        .filter(|a| !a.anti)
+        .all(|a| Scope::of_term(pod, a).matches(pod))
 }

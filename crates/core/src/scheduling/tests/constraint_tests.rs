@@ -809,9 +809,35 @@ fn hostname_affinity_to_pending_pods_mixes_running_existing_and_new_targets() {
 }
 
 #[test]
-fn hostname_affinity_cycle_places_the_pair_together() {
-    // a selects b and b selects a: every node holding one holds the other.
+fn a_hostname_affinity_cycle_starts_only_from_a_pod_matching_its_own_terms() {
+    // a selects b and b selects a, neither matching its own term: the kube-scheduler places
+    // neither (InterPodAffinity lets a pod without partners through only when it matches
+    // all its own terms), so nothing is bought for them.
     let mut pods = with_affinity(deployment("a", 3, 1000, 512), labels::HOSTNAME, app("b"));
+    pods.extend(with_affinity(
+        deployment("b", 3, 500, 512),
+        labels::HOSTNAME,
+        app("a"),
+    ));
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert!(p.new_nodes.is_empty(), "{:?}", p.new_nodes);
+    assert_eq!(p.unschedulable.len(), 6);
+    assert!(
+        p.unschedulable[0].reason.contains(
+            "the kube-scheduler starts such a cycle only with a pod matching its own terms"
+        ),
+        "{:?}",
+        p.unschedulable[0]
+    );
+
+    // a selects app In [a, b]: its first pod may start a node, and every node holding one
+    // holds the other.
+    let mut both = Requirements::new();
+    both.add("app", Requirement::one_of(["a", "b"]));
+    let mut pods = with_affinity(deployment("a", 3, 1000, 512), labels::HOSTNAME, both);
     pods.extend(with_affinity(
         deployment("b", 3, 500, 512),
         labels::HOSTNAME,
