@@ -30,7 +30,7 @@ pub use pods::{
     controller_owner, convert as pod_spec, finished_phase, is_bound, not_planned, pod,
     pod_disruption, PodIdentity,
 };
-pub use runtime_class::{pending_runtime_class, runtime_admission, RuntimeAdmission};
+pub use runtime_class::{pending_runtime, runtime_admission, PendingRuntime, RuntimeAdmission};
 pub use selectors::workload_selector;
 pub use tolerations::tolerations;
 

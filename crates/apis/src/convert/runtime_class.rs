@@ -55,14 +55,51 @@ pub fn runtime_admission(class: &RuntimeClass) -> Result<RuntimeAdmission, Field
     })
 }
 
+/// A RuntimeClass a pod names that admission has not applied yet, with the pod's own
+/// `nodeSelector`, which admission checks the class's against.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PendingRuntime {
+    /// `spec.runtimeClassName`.
+    pub class: String,
+    /// The pod's `spec.nodeSelector`.
+    pub node_selector: Vec<(String, String)>,
+}
+
 /// The RuntimeClass a pod names and admission has not applied yet (no `spec.overhead`).
-pub fn pending_runtime_class(spec: &PodSpec) -> Option<&str> {
-    spec.runtime_class_name
+pub fn pending_runtime(spec: &PodSpec) -> Option<PendingRuntime> {
+    let class = spec
+        .runtime_class_name
         .as_deref()
-        .filter(|c| !c.is_empty() && spec.overhead.is_none())
+        .filter(|c| !c.is_empty() && spec.overhead.is_none())?;
+    Some(PendingRuntime {
+        class: class.to_string(),
+        node_selector: spec
+            .node_selector
+            .iter()
+            .flatten()
+            .map(|(k, v)| (labels::normalize(k).to_string(), v.clone()))
+            .collect(),
+    })
 }
 
 impl RuntimeAdmission {
+    /// Why the API server's RuntimeClass admission refuses a pod naming this class with
+    /// `pending`'s nodeSelector: a key both set, to different values. Such a pod is never
+    /// created, so it is never pending.
+    pub fn conflict(&self, pending: &PendingRuntime) -> Option<String> {
+        self.node_selector.iter().find_map(|(k, class_value)| {
+            let (_, pod_value) = pending
+                .node_selector
+                .iter()
+                .find(|(pk, pv)| pk == k && pv != class_value)?;
+            Some(format!(
+                "RuntimeClass {} sets nodeSelector {k}={class_value} and the pod's nodeSelector \
+                 has {k}={pod_value}; the API server's RuntimeClass admission refuses such a pod",
+                pending.class
+            ))
+        })
+    }
+
     /// Applies the admission to the simulation's pod.
     pub fn apply_to(&self, pod: &mut Pod) {
         pod.requests.add(&self.overhead);
@@ -116,18 +153,47 @@ mod tests {
     fn only_pods_not_yet_admitted_are_pending() {
         let spec = |v: serde_json::Value| -> PodSpec { serde_json::from_value(v).expect("spec") };
         assert_eq!(
-            pending_runtime_class(&spec(json!({"containers": [], "runtimeClassName": "kata"}))),
-            Some("kata")
+            pending_runtime(&spec(json!({"containers": [], "runtimeClassName": "kata",
+                "nodeSelector": {"beta.kubernetes.io/arch": "amd64"}}))),
+            Some(PendingRuntime {
+                class: "kata".into(),
+                node_selector: vec![("kubernetes.io/arch".into(), "amd64".into())],
+            })
         );
         assert_eq!(
-            pending_runtime_class(&spec(json!({"containers": [], "runtimeClassName": "kata",
+            pending_runtime(&spec(json!({"containers": [], "runtimeClassName": "kata",
                 "overhead": {"cpu": "2"}}))),
             None,
             "admitted already"
         );
+        assert_eq!(pending_runtime(&spec(json!({"containers": []}))), None);
+    }
+
+    #[test]
+    fn a_node_selector_setting_the_classs_key_otherwise_conflicts() {
+        let kata = runtime_admission(&class(
+            json!({"metadata": {"name": "kata"}, "handler": "kata",
+            "scheduling": {"nodeSelector": {"runtime": "kata"}}}),
+        ))
+        .expect("reads");
+        let pending = |pairs: &[(&str, &str)]| PendingRuntime {
+            class: "kata".into(),
+            node_selector: pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        assert_eq!(kata.conflict(&pending(&[])), None);
         assert_eq!(
-            pending_runtime_class(&spec(json!({"containers": []}))),
+            kata.conflict(&pending(&[("runtime", "kata"), ("team", "a")])),
             None
+        );
+        assert_eq!(
+            kata.conflict(&pending(&[("runtime", "runc")])).as_deref(),
+            Some(
+                "RuntimeClass kata sets nodeSelector runtime=kata and the pod's nodeSelector \
+                 has runtime=runc; the API server's RuntimeClass admission refuses such a pod"
+            )
         );
     }
 

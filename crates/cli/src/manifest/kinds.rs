@@ -226,8 +226,8 @@ pub(crate) fn read(
                     .push(format!("{}: {}: {bad}", doc.location, obj.label()));
             }
             let key = super::claims_key(&converted);
-            if let Some(class) = convert::pending_runtime_class(spec) {
-                loaded.pod_runtime.insert(key.clone(), class.to_string());
+            if let Some(runtime) = convert::pending_runtime(spec) {
+                loaded.pod_runtime.insert(key.clone(), runtime);
             }
             loaded.pod_claims.insert(key, volumes::claim_names(&pod));
             loaded.snapshot.pods.push(converted);
@@ -307,11 +307,11 @@ pub(crate) fn read(
                 .template
                 .spec
                 .as_ref()
-                .and_then(convert::pending_runtime_class)
+                .and_then(convert::pending_runtime)
             {
                 loaded
                     .daemon_runtime
-                    .insert(format!("{namespace}/{name}"), class.to_string());
+                    .insert(format!("{namespace}/{name}"), class);
             }
             loaded.snapshot.daemonsets.push(ds);
         }
@@ -506,16 +506,16 @@ fn remember_template(
     claim_templates: &[volumes::PodClaim],
 ) {
     let Some(spec) = template else { return };
-    let runtime = convert::pending_runtime_class(spec);
+    let runtime = convert::pending_runtime(spec);
     for pod in pods {
         let claims = volumes::spec_claim_names(&pod.name, spec, claim_templates);
         if !claims.is_empty() {
             loaded.pod_claims.insert(super::claims_key(pod), claims);
         }
-        if let Some(class) = runtime {
+        if let Some(runtime) = &runtime {
             loaded
                 .pod_runtime
-                .insert(super::claims_key(pod), class.to_string());
+                .insert(super::claims_key(pod), runtime.clone());
         }
     }
 }

@@ -48,9 +48,10 @@ pub struct Loaded {
     pub(crate) runtime_classes:
         std::collections::HashMap<String, joiner_apis::convert::RuntimeAdmission>,
     /// The RuntimeClass each pod not admitted yet names, by [`claims_key`].
-    pub(crate) pod_runtime: std::collections::HashMap<String, String>,
+    pub(crate) pod_runtime: std::collections::HashMap<String, joiner_apis::convert::PendingRuntime>,
     /// The RuntimeClass each DaemonSet's template names, not admitted yet, by `ns/name`.
-    pub(crate) daemon_runtime: std::collections::HashMap<String, String>,
+    pub(crate) daemon_runtime:
+        std::collections::HashMap<String, joiner_apis::convert::PendingRuntime>,
     /// The claims each pod's volumes use, by [`claims_key`], until their zones are applied.
     pub(crate) pod_claims:
         std::collections::HashMap<String, Vec<joiner_apis::convert::volumes::PodClaim>>,
@@ -218,31 +219,76 @@ pub(crate) fn claims_key(pod: &joiner_core::Pod) -> String {
 
 /// Admits the pods and DaemonSet templates that name a RuntimeClass, as the API server's
 /// RuntimeClass admission would have: its overhead, node selector and tolerations. A class
-/// the input lacks is named in one warning and changes nothing.
+/// the input lacks is named in one warning and changes nothing. Pods (and DaemonSets) whose
+/// nodeSelector conflicts with their class's are refused by admission, so they never exist:
+/// they are left out, with a warning per workload.
 fn admit_runtime_classes(loaded: &mut Loaded) {
     if loaded.pod_runtime.is_empty() && loaded.daemon_runtime.is_empty() {
         return;
     }
     let mut unknown = std::collections::BTreeSet::new();
+    // Workloads (or pods) whose pods admission refuses: the reason, and how many pods.
+    let mut refused: std::collections::BTreeMap<String, (String, usize)> = Default::default();
     let classes = &loaded.runtime_classes;
-    let mut admit = |class: &String, pod: &mut joiner_core::Pod| match classes.get(class) {
-        Some(a) => a.apply_to(pod),
-        None => {
-            unknown.insert(class.clone());
-        }
-    };
-    for pod in &mut loaded.snapshot.pods {
-        if let Some(class) = loaded.pod_runtime.get(&claims_key(pod)) {
-            admit(class, pod);
-        }
-    }
-    for ds in &mut loaded.snapshot.daemonsets {
-        if let Some(class) = loaded
-            .daemon_runtime
-            .get(&format!("{}/{}", ds.namespace, ds.name))
+    // Admits `pod`; false when admission refuses it.
+    let mut admit =
+        |runtime: &joiner_apis::convert::PendingRuntime, pod: &mut joiner_core::Pod| match classes
+            .get(&runtime.class)
         {
-            admit(class, &mut ds.pod);
+            Some(a) => match a.conflict(runtime) {
+                Some(why) => Err(why),
+                None => {
+                    a.apply_to(pod);
+                    Ok(())
+                }
+            },
+            None => {
+                unknown.insert(runtime.class.clone());
+                Ok(())
+            }
+        };
+    let mut pods = std::mem::take(&mut loaded.snapshot.pods);
+    pods.retain_mut(|pod| {
+        let Some(runtime) = loaded.pod_runtime.get(&claims_key(pod)) else {
+            return true;
+        };
+        match admit(runtime, pod) {
+            Ok(()) => true,
+            Err(why) => {
+                let owner = pod.owner.as_ref().map_or_else(
+                    || format!("Pod {}", pod.key()),
+                    |o| format!("{} {}/{}", o.kind, pod.namespace, o.name),
+                );
+                refused.entry(owner).or_insert((why, 0)).1 += 1;
+                false
+            }
         }
+    });
+    loaded.snapshot.pods = pods;
+    let mut daemonsets = std::mem::take(&mut loaded.snapshot.daemonsets);
+    daemonsets.retain_mut(|ds| {
+        let key = format!("{}/{}", ds.namespace, ds.name);
+        let Some(runtime) = loaded.daemon_runtime.get(&key) else {
+            return true;
+        };
+        match admit(runtime, &mut ds.pod) {
+            Ok(()) => true,
+            Err(why) => {
+                refused.insert(format!("DaemonSet {key}"), (why, 0));
+                false
+            }
+        }
+    });
+    loaded.snapshot.daemonsets = daemonsets;
+    for (owner, (why, pods)) in refused {
+        let count = match pods {
+            0 => String::new(),
+            1 => " (1 pod)".to_string(),
+            n => format!(" ({n} pods)"),
+        };
+        loaded
+            .warnings
+            .push(format!("{owner}{count} is not planned: {why}"));
     }
     if !unknown.is_empty() {
         let list: Vec<String> = unknown.into_iter().collect();

@@ -158,3 +158,69 @@ scheduling:
         l.warnings
     );
 }
+
+#[test]
+fn pods_whose_node_selector_conflicts_with_their_runtime_class_are_not_planned() {
+    // The API server's RuntimeClass admission refuses a pod whose nodeSelector sets a key of
+    // the class's nodeSelector to another value: its workload never gets pods, and a
+    // DaemonSet never runs one. The same key with the same value is admitted.
+    let text = r#"apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata: {name: kata}
+handler: kata
+scheduling:
+  nodeSelector: {runtime: kata}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: clash, namespace: default}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: clash}}
+  template:
+    metadata: {labels: {app: clash}}
+    spec:
+      runtimeClassName: kata
+      nodeSelector: {runtime: runc}
+      containers: [{name: c, image: i}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: agrees, namespace: default}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: agrees}}
+  template:
+    metadata: {labels: {app: agrees}}
+    spec:
+      runtimeClassName: kata
+      nodeSelector: {runtime: kata, team: a}
+      containers: [{name: c, image: i}]
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent, namespace: kube-system}
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec:
+      runtimeClassName: kata
+      nodeSelector: {runtime: runc}
+      containers: [{name: c, image: i}]
+"#;
+    let l = load_ok(text);
+    let names: Vec<&str> = l.snapshot.pods.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+    assert!(names[0].starts_with("agrees"), "{names:?}");
+    assert!(l.snapshot.daemonsets.is_empty());
+    let why = "RuntimeClass kata sets nodeSelector runtime=kata and the pod's nodeSelector has \
+               runtime=runc; the API server's RuntimeClass admission refuses such a pod";
+    assert_eq!(
+        l.warnings,
+        [
+            format!("DaemonSet kube-system/agent is not planned: {why}"),
+            format!("Deployment default/clash (2 pods) is not planned: {why}"),
+        ]
+    );
+}
