@@ -3,10 +3,15 @@
 //! The kube-scheduler's VolumeRestrictions plugin refuses a pod whose ReadWriteOncePod claim
 //! another scheduled pod uses, on every node: the pod stays pending until that pod is gone
 //! (or preempted, which nominates the pod to the victim's node, where nothing need be
-//! bought). Of several pending pods sharing one such claim the scheduler binds one; the others
-//! then conflict with it. joiner holds the pods the scheduler would refuse (`Pod::volume_hold`),
-//! naming the claim and the pod using it, so no node is bought for a pod that cannot start.
-//! ReadWriteOnce claims are not restricted by the scheduler and are not held here.
+//! bought). joiner holds such a pod (`Pod::volume_hold`), naming the claim and the pod using
+//! it, so no node is bought for a pod that cannot start.
+//!
+//! Only scheduled pods count, as in the scheduler: of several pending pods sharing one such
+//! claim none is held, since which of them the scheduler binds first (and whether it can
+//! bind that one at all) is not known before the pass. Once one is bound, the others are held
+//! by the next snapshot. Only `persistentVolumeClaim` volumes count (the plugin reads no
+//! generic ephemeral volume), and ReadWriteOnce claims are not restricted by the scheduler and
+//! are not held here.
 
 use std::collections::HashMap;
 
@@ -14,11 +19,8 @@ use joiner_core::Pod as CorePod;
 
 use super::volumes::{PodClaim, VolumeIndex};
 
-/// Holds each pending pod in `pods` that the kube-scheduler would refuse for a
-/// ReadWriteOncePod claim (see the module docs). `claims_of` gives a pod's claims. Users
-/// are taken in the scheduler's queue order, highest priority first (then by name, so the
-/// choice is stable between snapshots); a pending pod already held for another reason takes
-/// no claim. Bound pods are never held.
+/// Holds each pending pod in `pods` whose ReadWriteOncePod claim a bound pod of `pods` uses
+/// (see the module docs). `claims_of` gives a pod's claims. Bound pods are never held.
 pub fn hold_once_pod_conflicts<'c>(
     index: &VolumeIndex<'_>,
     pods: &mut [CorePod],
@@ -27,61 +29,35 @@ pub fn hold_once_pod_conflicts<'c>(
     if !index.has_once_pod_claims() {
         return;
     }
-    // Claim (`namespace/name`) → the pod using it, and whether that pod is pending too.
-    let mut users: HashMap<String, (String, bool)> = HashMap::new();
-    let mut pending = Vec::new();
-    for (i, pod) in pods.iter().enumerate() {
-        let Some(claims) = claims_of(pod) else {
-            continue;
-        };
-        let once: Vec<&PodClaim> = claims
+    let once = |pod: &CorePod| -> Vec<String> {
+        claims_of(pod)
+            .unwrap_or_default()
             .iter()
-            .filter(|c| index.is_once_pod(&pod.namespace, &c.name))
-            .collect();
-        if once.is_empty() {
-            continue;
-        }
-        if pod.node_name.is_some() {
-            for c in once {
-                users
-                    .entry(format!("{}/{}", pod.namespace, c.name))
-                    .or_insert_with(|| (pod.key(), false));
-            }
-        } else {
-            pending.push((i, once));
+            .filter(|c| c.template.is_none() && index.is_once_pod(&pod.namespace, &c.name))
+            .map(|c| format!("{}/{}", pod.namespace, c.name))
+            .collect()
+    };
+    // Claim (`namespace/name`) → the bound pod using it.
+    let mut users: HashMap<String, String> = HashMap::new();
+    for pod in pods.iter().filter(|p| p.node_name.is_some()) {
+        for claim in once(pod) {
+            users.entry(claim).or_insert_with(|| pod.key());
         }
     }
-    pending.sort_by(|(a, _), (b, _)| {
-        let (a, b) = (&pods[*a], &pods[*b]);
-        b.priority
-            .cmp(&a.priority)
-            .then_with(|| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)))
-    });
-    for (i, once) in pending {
-        let pod = &mut pods[i];
-        if pod.volume_hold.is_some() {
+    if users.is_empty() {
+        return;
+    }
+    for pod in pods.iter_mut().filter(|p| p.node_name.is_none()) {
+        let Some((claim, user)) = once(pod)
+            .into_iter()
+            .find_map(|c| users.get(&c).map(|u| (c, u.clone())))
+        else {
             continue;
-        }
-        let keys: Vec<String> = once
-            .iter()
-            .map(|c| format!("{}/{}", pod.namespace, c.name))
-            .collect();
-        let taken = keys.iter().find_map(|k| users.get(k).map(|user| (k, user)));
-        if let Some((claim, (user, user_pending))) = taken {
-            let how = if *user_pending {
-                "is to take it first (pending too)"
-            } else {
-                "uses it"
-            };
-            pod.hold_for_volume(format!(
-                "volume claim {claim} is ReadWriteOncePod and pod {user} {how}; one pod at a \
-                 time may use it, so this one waits"
-            ));
-            continue;
-        }
-        for k in keys {
-            users.insert(k, (pod.key(), true));
-        }
+        };
+        pod.hold_for_volume(format!(
+            "volume claim {claim} is ReadWriteOncePod and pod {user} uses it; one pod at a \
+             time may use it, so this one waits"
+        ));
     }
 }
 
@@ -99,12 +75,11 @@ mod tests {
         .expect("parses")
     }
 
-    fn pod(name: &str, node: Option<&str>, priority: i32) -> CorePod {
+    fn pod(name: &str, node: Option<&str>) -> CorePod {
         CorePod {
             namespace: "shop".into(),
             name: name.into(),
             node_name: node.map(str::to_string),
-            priority,
             ..CorePod::default()
         }
     }
@@ -116,11 +91,12 @@ mod tests {
     }
 
     #[test]
-    fn a_second_user_of_a_once_pod_claim_waits_and_a_once_claim_does_not() {
+    fn a_pending_user_of_a_once_pod_claim_a_bound_pod_uses_waits() {
         let claims = [
             claim("solo", "ReadWriteOncePod"),
             claim("shared", "ReadWriteOnce"),
             claim("queued", "ReadWriteOncePod"),
+            claim("scratch", "ReadWriteOncePod"),
         ];
         let index = VolumeIndex::new(&claims, [], []);
         let uses: HashMap<&str, Vec<PodClaim>> = [
@@ -128,20 +104,25 @@ mod tests {
             ("wants-solo", vec![PodClaim::named("solo")]),
             ("rwo-a", vec![PodClaim::named("shared")]),
             ("rwo-b", vec![PodClaim::named("shared")]),
-            ("low", vec![PodClaim::named("queued")]),
-            ("high", vec![PodClaim::named("queued")]),
-            ("also", vec![PodClaim::named("queued")]),
+            // Pending users of an unused claim: which one the scheduler binds first is not
+            // known before the pass, so none is held.
+            ("queued-a", vec![PodClaim::named("queued")]),
+            ("queued-b", vec![PodClaim::named("queued")]),
+            // A generic ephemeral volume is not counted by the scheduler's VolumeRestrictions.
+            ("ephemeral", vec![PodClaim::from_template("scratch", None)]),
+            ("names-scratch", vec![PodClaim::named("scratch")]),
         ]
         .into_iter()
         .collect();
         let mut pods = vec![
-            pod("wants-solo", None, 0),
-            pod("running", Some("n1"), 0),
-            pod("rwo-a", None, 0),
-            pod("rwo-b", Some("n1"), 0),
-            pod("low", None, 0),
-            pod("high", None, 100),
-            pod("also", None, 0),
+            pod("wants-solo", None),
+            pod("running", Some("n1")),
+            pod("rwo-a", None),
+            pod("rwo-b", Some("n1")),
+            pod("queued-a", None),
+            pod("queued-b", None),
+            pod("ephemeral", Some("n1")),
+            pod("names-scratch", None),
         ];
         hold_once_pod_conflicts(&index, &mut pods, |p| {
             uses.get(p.name.as_str()).map(Vec::as_slice)
@@ -159,38 +140,11 @@ mod tests {
                 ("running", None),
                 ("rwo-a", None),
                 ("rwo-b", None),
-                (
-                    "low",
-                    Some(
-                        "volume claim shop/queued is ReadWriteOncePod and pod shop/high is to \
-                         take it first (pending too); one pod at a time may use it, so this \
-                         one waits"
-                    )
-                ),
-                ("high", None),
-                (
-                    "also",
-                    Some(
-                        "volume claim shop/queued is ReadWriteOncePod and pod shop/high is to \
-                         take it first (pending too); one pod at a time may use it, so this \
-                         one waits"
-                    )
-                ),
+                ("queued-a", None),
+                ("queued-b", None),
+                ("ephemeral", None),
+                ("names-scratch", None),
             ]
-        );
-    }
-
-    #[test]
-    fn a_pod_held_for_another_reason_leaves_the_claim_to_the_next() {
-        let claims = [claim("solo", "ReadWriteOncePod")];
-        let index = VolumeIndex::new(&claims, [], []);
-        let uses = [PodClaim::named("solo")];
-        let mut pods = vec![pod("a", None, 0), pod("b", None, 0)];
-        pods[0].hold_for_volume("another claim is missing".into());
-        hold_once_pod_conflicts(&index, &mut pods, |_| Some(&uses[..]));
-        assert_eq!(
-            holds(&pods),
-            [("a", Some("another claim is missing")), ("b", None)]
         );
     }
 }
