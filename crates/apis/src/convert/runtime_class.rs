@@ -19,7 +19,8 @@ use super::FieldError;
 pub struct RuntimeAdmission {
     /// `overhead.podFixed`: added to the pod's requests.
     pub overhead: Resources,
-    /// `scheduling.nodeSelector`: ANDed into each of the pod's required node terms.
+    /// `scheduling.nodeSelector`, keys as written (admission compares them so): ANDed into
+    /// each of the pod's required node terms.
     pub node_selector: Vec<(String, String)>,
     /// `scheduling.tolerations`: added to the pod's.
     pub tolerations: Vec<Toleration>,
@@ -40,7 +41,7 @@ pub fn runtime_admission(class: &RuntimeClass) -> Result<RuntimeAdmission, Field
         .flatten()
     {
         super::check_label("scheduling.nodeSelector", k, v)?;
-        node_selector.push((labels::normalize(k).to_string(), v.clone()));
+        node_selector.push((k.clone(), v.clone()));
     }
     let tolerations = tolerations(
         scheduling
@@ -61,7 +62,7 @@ pub fn runtime_admission(class: &RuntimeClass) -> Result<RuntimeAdmission, Field
 pub struct PendingRuntime {
     /// `spec.runtimeClassName`.
     pub class: String,
-    /// The pod's `spec.nodeSelector`.
+    /// The pod's `spec.nodeSelector`, keys as written.
     pub node_selector: Vec<(String, String)>,
 }
 
@@ -77,15 +78,15 @@ pub fn pending_runtime(spec: &PodSpec) -> Option<PendingRuntime> {
             .node_selector
             .iter()
             .flatten()
-            .map(|(k, v)| (labels::normalize(k).to_string(), v.clone()))
+            .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
     })
 }
 
 impl RuntimeAdmission {
     /// Why the API server's RuntimeClass admission refuses a pod naming this class with
-    /// `pending`'s nodeSelector: a key both set, to different values. Such a pod is never
-    /// created, so it is never pending.
+    /// `pending`'s nodeSelector: a key both set, as written, to different values. Such a pod
+    /// is never created, so it is never pending.
     pub fn conflict(&self, pending: &PendingRuntime) -> Option<String> {
         self.node_selector.iter().find_map(|(k, class_value)| {
             let (_, pod_value) = pending
@@ -109,7 +110,7 @@ impl RuntimeAdmission {
             }
             for term in &mut pod.node_terms {
                 for (k, v) in &self.node_selector {
-                    term.add(k, Requirement::single(v));
+                    term.add(labels::normalize(k), Requirement::single(v));
                 }
             }
         }
@@ -157,7 +158,7 @@ mod tests {
                 "nodeSelector": {"beta.kubernetes.io/arch": "amd64"}}))),
             Some(PendingRuntime {
                 class: "kata".into(),
-                node_selector: vec![("kubernetes.io/arch".into(), "amd64".into())],
+                node_selector: vec![("beta.kubernetes.io/arch".into(), "amd64".into())],
             })
         );
         assert_eq!(
@@ -184,6 +185,15 @@ mod tests {
                 .collect(),
         };
         assert_eq!(kata.conflict(&pending(&[])), None);
+        // Admission compares keys as written: a beta alias of another key is no conflict (the
+        // pod is admitted, and its terms then admit no node).
+        let arch = runtime_admission(&class(json!({"metadata": {"name": "x86"}, "handler": "h",
+            "scheduling": {"nodeSelector": {"kubernetes.io/arch": "amd64"}}})))
+        .expect("reads");
+        assert_eq!(
+            arch.conflict(&pending(&[("beta.kubernetes.io/arch", "arm64")])),
+            None
+        );
         assert_eq!(
             kata.conflict(&pending(&[("runtime", "kata"), ("team", "a")])),
             None
