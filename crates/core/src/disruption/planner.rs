@@ -373,13 +373,14 @@ impl<'a> Planner<'a> {
     }
 
     /// Replaces one node for a forceful or drift reason: its pods must all have a place, on
-    /// other nodes or on as many new nodes as they need; price is not weighed.
+    /// other nodes or on as many new nodes as they need; price is not weighed, and a pod's
+    /// local volume does not keep the node ([`trial::run_forced`]).
     fn replace(&mut self, c: &Candidate, reason: Reason, detail: String) {
         let name = self.name(c);
         let Some(at) = self.at_work(c) else {
             return;
         };
-        match trial::run(
+        match trial::run_forced(
             &mut self.work,
             self.input.catalog,
             self.input.opts,

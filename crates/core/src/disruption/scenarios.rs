@@ -531,3 +531,39 @@ fn every_node_that_stays_says_why() {
         ]
     );
 }
+
+#[test]
+fn a_local_volume_keeps_its_node_from_consolidation_but_not_from_expiration() {
+    // web-a's claim is bound to a local volume of node a (kube-scheduler: only a mounts it).
+    // Consolidation weighs a saving: it never gives the data up, so b goes and web-b moves
+    // to a. Expiration is asked for: a still expires, its pod placed as Karpenter places such
+    // a pod (anywhere in its zones), since the node and its disk go either way.
+    let mut local = pod("web-a", "a", 1000);
+    local.require_volume_hosts(vec![crate::pod::VolumeHost {
+        claim: "default/data-web-a".into(),
+        volume: "local-a".into(),
+        hosts: crate::requirements::Requirement::single("a"),
+    }]);
+    let s = cluster(
+        vec![
+            node("a", "m5.xlarge", "on-demand"),
+            node("b", "m5.xlarge", "on-demand"),
+        ],
+        vec![local, pod("web-b", "b", 1000)],
+    );
+    let consolidate = run(&s, &aggressive(), MON_9AM);
+    assert_eq!(decisions(&consolidate), ["Underutilized [\"b\"] -> []"]);
+
+    let expire = DisruptionSettings {
+        expire_after: Some(1_000),
+        budgets: vec![budget("1")],
+        ..DisruptionSettings::default()
+    };
+    let p = run(&s, &expire, 2_000);
+    assert_eq!(
+        decisions(&p)[0],
+        "Expired [\"a\"] -> []",
+        "a goes first (same age, by name); web-a fits on b: {:?}",
+        p.kept
+    );
+}

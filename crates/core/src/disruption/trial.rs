@@ -62,7 +62,39 @@ pub fn run(
     opts: &Options,
     removed: &[usize],
 ) -> Result<Outcome, String> {
-    let (plan, replacements) = without(snapshot, catalog, opts, removed);
+    outcome(snapshot, catalog, opts, removed, VolumeHosts::Keep)
+}
+
+/// [`run`] for a removal the user asked for (expiration, drift) rather than a saving: a moved
+/// pod whose volume only its old node can mount (a local volume) is placed as if its volume
+/// let it go anywhere in its zones, as Karpenter does, so such a node still expires and rolls.
+/// The pod's data on that node is given up, which is what expiring the node means.
+pub fn run_forced(
+    snapshot: &mut Snapshot,
+    catalog: &[InstanceType],
+    opts: &Options,
+    removed: &[usize],
+) -> Result<Outcome, String> {
+    outcome(snapshot, catalog, opts, removed, VolumeHosts::Release)
+}
+
+/// What a trial does with the hostname pins of moved pods' volumes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum VolumeHosts {
+    /// They hold: a pod whose volume only a removed node mounts has no place.
+    Keep,
+    /// They are let go (see [`run_forced`]).
+    Release,
+}
+
+fn outcome(
+    snapshot: &mut Snapshot,
+    catalog: &[InstanceType],
+    opts: &Options,
+    removed: &[usize],
+    hosts: VolumeHosts,
+) -> Result<Outcome, String> {
+    let (plan, replacements) = without(snapshot, catalog, opts, removed, hosts);
     if let Some(u) = plan.unschedulable.first() {
         return Err(format!(
             "pod {} would not fit elsewhere: {}",
@@ -100,7 +132,7 @@ pub fn evacuate(
     opts: &Options,
     removed: &[usize],
 ) -> (Plan, Vec<NewNode>) {
-    without(snapshot, catalog, opts, removed)
+    without(snapshot, catalog, opts, removed, VolumeHosts::Keep)
 }
 
 /// The simulation of `snapshot` without the nodes at `removed` (see [`run`]), undone before
@@ -110,6 +142,7 @@ fn without(
     catalog: &[InstanceType],
     opts: &Options,
     removed: &[usize],
+    hosts: VolumeHosts,
 ) -> (Plan, Vec<NewNode>) {
     let mut removed: Vec<usize> = removed.to_vec();
     removed.sort_unstable();
@@ -132,9 +165,24 @@ fn without(
             }
         }
     }
+    // Pins let go, with what they replaced: (pod, its terms, its volume hosts).
+    let mut released = Vec::new();
+    if hosts == VolumeHosts::Release {
+        for &(i, _) in &moved {
+            let p = &mut snapshot.pods[i];
+            if let Some(free) = p.terms_without_volume_hosts() {
+                let terms = std::mem::replace(&mut p.node_terms, free);
+                released.push((i, terms, p.volume_hosts.take()));
+            }
+        }
+    }
     let plan = simulate(snapshot, catalog, opts);
 
     // Undo, in reverse.
+    for (i, terms, volume_hosts) in released {
+        snapshot.pods[i].node_terms = terms;
+        snapshot.pods[i].volume_hosts = volume_hosts;
+    }
     for (i, on) in moved {
         snapshot.pods[i].node_name = Some(on);
     }
@@ -258,5 +306,31 @@ mod tests {
         assert_eq!(out.replacements.len(), 1);
         assert_eq!(out.replacements[0].pod_indices, [2]);
         assert_eq!(s.pods[2].name, "web-a");
+    }
+
+    #[test]
+    fn a_forced_trial_lets_a_local_volume_go_and_puts_its_pin_back() {
+        let mut local = pod("db", "a", 1000);
+        local.require_volume_hosts(vec![crate::pod::VolumeHost {
+            claim: "default/data".into(),
+            volume: "local-a".into(),
+            hosts: crate::requirements::Requirement::single("a"),
+        }]);
+        let before = local.clone();
+        let mut s = cluster(
+            vec![
+                node("a", "m5.xlarge", "on-demand"),
+                node("b", "m5.xlarge", "on-demand"),
+            ],
+            vec![local],
+        );
+        let kept = run(&mut s, &catalog(), &Options::default(), &[0]).expect_err("pinned");
+        assert!(
+            kept.starts_with("pod default/db would not fit elsewhere"),
+            "{kept}"
+        );
+        let out = run_forced(&mut s, &catalog(), &Options::default(), &[0]).expect("moves");
+        assert_eq!(out.plan.existing_nodes[0].name, "b");
+        assert_eq!(s.pods[0], before, "the trial is undone, pin and all");
     }
 }
