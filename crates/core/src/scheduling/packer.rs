@@ -232,13 +232,20 @@ impl<'p, 'v> Packer<'p, 'v> {
             }
         }
         if members[seed].one_node {
-            // A one-node group wants a type that holds all of it, when one exists.
+            // A one-node group wants a type that holds all of it, when one exists; a cycle's
+            // leader, all of it and of its followers.
             let want = remaining[members[seed].class].min(self.alone[seed]);
+            let mut need = Resources::default();
+            need.add_times(seed_requests, want);
+            for &f in &members[seed].followers {
+                need.add_times(&self.classes[f].requests, remaining[f].max(0));
+            }
             let whole: Vec<(f64, usize)> = ranked
                 .iter()
                 .copied()
                 .filter(|&(_, t)| {
                     self.view.effective[t].copies_fitting(seed_requests, want) >= want
+                        && need.fits(&self.view.effective[t])
                 })
                 .collect();
             if !whole.is_empty() {

@@ -358,7 +358,13 @@ impl<'a> Pass<'a> {
                     class: ci,
                     req,
                     types,
-                    one_node: self.together[ci] == Together::OneNode,
+                    // A cycle's leader matches its own terms, so the kube-scheduler puts
+                    // the whole cycle beside its first pod: one node, as a self-affine group.
+                    one_node: match &self.together[ci] {
+                        Together::OneNode => true,
+                        Together::Follows(f) => f.leader,
+                        _ => false,
+                    },
                     follow: match &self.together[ci] {
                         Together::Follows(f) => Some(f.clone()),
                         _ => None,
