@@ -101,27 +101,42 @@ impl<'a> ExistingNodes<'a> {
         done
     }
 
-    /// Places all of `pods` (as [`Self::place_class`]) on the first node, by name, that holds
-    /// every one of them, or none: a group whose required hostname affinity selects itself
-    /// must share one node. Returns how many were placed (all or zero).
+    /// Places the pods of a group whose required hostname affinity selects itself (all on one
+    /// node; `pods` identical, as [`Self::place_class`]): all of them on the first node, by
+    /// name, that holds every one; else, when some node has room for part of the group, as
+    /// many as the roomiest such node holds, since the kube-scheduler puts the group's first
+    /// pod on a node with room and the rest can only join it. Returns how many were placed,
+    /// and the node when that is not all of them.
     pub fn place_class_whole(
         &mut self,
         class: usize,
         template: &Pod,
         pods: &[usize],
         rules: &NodeRules,
-    ) -> usize {
+    ) -> (usize, Option<String>) {
         let n = pods.len() as i64;
-        let Some(i) = (0..self.nodes.len()).find(|&i| {
-            self.admits(i, template)
-                && rules.cap(class, &self.state[i]) >= n
-                && self.free[i].copies_fitting(&template.requests, n) == n
-        }) else {
-            return 0;
+        let mut best: Option<(usize, i64)> = None;
+        for i in 0..self.nodes.len() {
+            if !self.admits(i, template) {
+                continue;
+            }
+            let want = n.min(rules.cap(class, &self.state[i]));
+            let k = self.free[i].copies_fitting(&template.requests, want);
+            if k == n {
+                best = Some((i, k));
+                break;
+            }
+            if k > 0 && best.is_none_or(|(_, b)| k > b) {
+                best = Some((i, k));
+            }
+        }
+        let Some((i, k)) = best else {
+            return (0, None);
         };
-        rules.add(class, n, &mut self.state[i]);
-        self.free[i].add_times(&template.requests, -n);
-        self.placed[i].extend_from_slice(pods);
-        pods.len()
+        rules.add(class, k, &mut self.state[i]);
+        self.free[i].add_times(&template.requests, -k);
+        self.placed[i].extend_from_slice(&pods[..k as usize]);
+        let partial = (k < n).then(|| self.nodes[i].name.clone());
+        (k as usize, partial)
     }
 }

@@ -189,21 +189,36 @@ impl<'a> Pass<'a> {
 
     /// Stage 1: existing (and in-flight) nodes, capacity already paid for. Followers wait for
     /// their targets; a cycle's leader goes only onto new nodes, with its partners. A group
-    /// that must share one node goes whole onto one that holds it, when one does: a node
-    /// bought for it in an earlier batch is still in flight while its pods are pending.
+    /// that must share one node goes whole onto one that holds it, when one does (a node
+    /// bought for it in an earlier batch is still in flight while its pods are pending); when
+    /// a node has room for only part of it, that part goes there and the rest is refused, as
+    /// the kube-scheduler would leave it (see `ExistingNodes::place_class_whole`).
     fn place_on_existing_nodes(&mut self) {
         for ci in 0..self.classes.len() {
             let only = match &self.together[ci] {
                 Together::Free => None,
                 Together::OnNodes(n) => Some(n),
                 Together::OneNode => {
-                    let placed = self.existing.place_class_whole(
+                    let (placed, partial) = self.existing.place_class_whole(
                         ci,
                         &self.templates[ci],
                         &self.classes[ci].pods,
                         &self.rules,
                     );
                     self.record_placed(ci, placed);
+                    if let Some(node) = partial {
+                        // The rest can only join that node: no new node is bought for them.
+                        self.refusals[ci].push((
+                            String::new(),
+                            Reason::Topology(format!(
+                                "pod affinity on {}: its pods must share one node, and the \
+                                 node its first pod goes to ({node}) has room for {placed} of \
+                                 them",
+                                labels::HOSTNAME
+                            )),
+                        ));
+                        self.sealed[ci] = true;
+                    }
                     continue;
                 }
                 Together::Refused(_) | Together::Follows(_) => continue,

@@ -566,10 +566,9 @@ fn hostname_self_affinity_puts_the_group_on_one_node() {
 #[test]
 fn a_hostname_self_affine_group_goes_whole_onto_an_existing_node_that_holds_it() {
     // The node bought for the group in an earlier batch is still in flight (or an existing
-    // node has room): the group goes there, and nothing is bought again. A node that holds
-    // only part of the group is not used: the group must share one node.
-    let group = |n: usize| {
-        let mut pods = deployment("shard", n, 1000, 1024);
+    // node has room): the group goes there, and nothing is bought again.
+    let group = |n: usize, cpu: i64| {
+        let mut pods = deployment("shard", n, cpu, 1024);
         for p in &mut pods {
             p.affinity.push(term(labels::HOSTNAME, false, app("shard")));
         }
@@ -577,7 +576,7 @@ fn a_hostname_self_affine_group_goes_whole_onto_an_existing_node_that_holds_it()
     };
     let nodes = || vec![node_in("z-a", "n-small", 2), node_in("z-a", "n-big", 8)];
     let fits = run(&Snapshot {
-        pods: group(6),
+        pods: group(6, 1000),
         nodes: nodes(),
         ..Snapshot::default()
     });
@@ -586,14 +585,34 @@ fn a_hostname_self_affine_group_goes_whole_onto_an_existing_node_that_holds_it()
     assert_eq!(fits.existing_nodes[0].name, "n-big");
     assert_eq!(fits.existing_nodes[0].pods.len(), 6);
 
+    // No node holds all 12: the kube-scheduler puts the first pod on a node with room, and
+    // the others can only join it. The roomiest node takes 8; the other 4 would wait for
+    // ever, so nothing is bought for them.
     let too_many = run(&Snapshot {
-        pods: group(12),
+        pods: group(12, 1000),
         nodes: nodes(),
         ..Snapshot::default()
     });
-    assert!(too_many.existing_nodes.iter().all(|n| n.pods.is_empty()));
-    assert_eq!(too_many.new_nodes.len(), 1);
-    assert_eq!(too_many.new_nodes[0].pods.len(), 12);
+    assert!(too_many.new_nodes.is_empty(), "{:?}", too_many.new_nodes);
+    assert_eq!(too_many.existing_nodes.len(), 1);
+    assert_eq!(too_many.existing_nodes[0].name, "n-big");
+    assert_eq!(too_many.existing_nodes[0].pods.len(), 8);
+    assert_eq!(too_many.unschedulable.len(), 4);
+    assert_eq!(
+        too_many.unschedulable[0].reason,
+        "pod affinity on kubernetes.io/hostname: its pods must share one node, and the node \
+         its first pod goes to (n-big) has room for 8 of them"
+    );
+
+    // No existing node has room for one: a new node takes the whole group.
+    let none_fit = run(&Snapshot {
+        pods: group(3, 9000),
+        nodes: nodes(),
+        ..Snapshot::default()
+    });
+    assert!(none_fit.existing_nodes.iter().all(|n| n.pods.is_empty()));
+    assert_eq!(none_fit.new_nodes.len(), 1);
+    assert_eq!(none_fit.new_nodes[0].pods.len(), 3);
 }
 
 #[test]
