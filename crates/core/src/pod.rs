@@ -203,22 +203,6 @@ impl Pod {
         }
     }
 
-    /// The pod's required node terms without its volumes' hostname pins (its own terms with
-    /// its volumes' zones ANDed in); `None` when no volume pins it to hosts.
-    pub fn terms_without_volume_hosts(&self) -> Option<Vec<Requirements>> {
-        self.volume_hosts.as_ref()?;
-        let mut terms = self.spread_node_terms().to_vec();
-        if !self.volume_zones.is_empty() && terms.is_empty() {
-            terms.push(Requirements::new());
-        }
-        for vz in &self.volume_zones {
-            for term in &mut terms {
-                term.add(crate::labels::ZONE, vz.zones.clone());
-            }
-        }
-        Some(terms)
-    }
-
     /// Holds the pod for a volume that keeps it from being scheduled (see
     /// [`Pod::volume_hold`]); the first reason given is kept.
     pub fn hold_for_volume(&mut self, reason: String) {

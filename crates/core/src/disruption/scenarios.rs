@@ -536,8 +536,8 @@ fn every_node_that_stays_says_why() {
 fn a_local_volume_keeps_its_node_from_consolidation_but_not_from_expiration() {
     // web-a's claim is bound to a local volume of node a (kube-scheduler: only a mounts it).
     // Consolidation weighs a saving: it never gives the data up, so b goes and web-b moves
-    // to a. Expiration is asked for: a still expires, its pod placed as Karpenter places such
-    // a pod (anywhere in its zones), since the node and its disk go either way.
+    // to a. Expiration is asked for: a still expires, as under Karpenter; web-a can run
+    // nowhere else once its volume's node is gone, so nothing is bought for it.
     let mut local = pod("web-a", "a", 1000);
     local.require_volume_hosts(vec![crate::pod::VolumeHost {
         claim: "default/data-web-a".into(),
@@ -563,7 +563,7 @@ fn a_local_volume_keeps_its_node_from_consolidation_but_not_from_expiration() {
     assert_eq!(
         decisions(&p)[0],
         "Expired [\"a\"] -> []",
-        "a goes first (same age, by name); web-a fits on b: {:?}",
+        "a goes first (same age, by name), with web-a: {:?}",
         p.kept
     );
 }

@@ -65,10 +65,11 @@ pub fn run(
     outcome(snapshot, catalog, opts, removed, VolumeHosts::Keep)
 }
 
-/// [`run`] for a removal the user asked for (expiration, drift) rather than a saving: a moved
-/// pod whose volume only its old node can mount (a local volume) is placed as if its volume
-/// let it go anywhere in its zones, as Karpenter does, so such a node still expires and rolls.
-/// The pod's data on that node is given up, which is what expiring the node means.
+/// [`run`] for a removal the user asked for (expiration, drift) rather than a saving: a pod
+/// whose volume only the removed node can mount (a local volume) does not keep the node, so
+/// such a node still expires and rolls, as under Karpenter. The pod can run nowhere else (its
+/// volume's node is gone), so it leaves with the node, as a DaemonSet pod does, and no node is
+/// bought for it; its data on that node is given up, which is what expiring the node means.
 pub fn run_forced(
     snapshot: &mut Snapshot,
     catalog: &[InstanceType],
@@ -83,7 +84,7 @@ pub fn run_forced(
 enum VolumeHosts {
     /// They hold: a pod whose volume only a removed node mounts has no place.
     Keep,
-    /// They are let go (see [`run_forced`]).
+    /// A pod they keep from every node that stays leaves with its node (see [`run_forced`]).
     Release,
 }
 
@@ -157,32 +158,24 @@ fn without(
 
     let (swaps, mut aside) = set_aside_pending(&mut snapshot.pods);
     let mut moved: Vec<(usize, String)> = Vec::new();
-    for (i, p) in snapshot.pods.iter_mut().enumerate() {
+    let stranded = |p: &crate::pod::Pod| {
+        hosts == VolumeHosts::Release && !volume_can_follow(p, &snapshot.nodes)
+    };
+    let mut leaving_pods = Vec::new();
+    for (i, p) in snapshot.pods.iter().enumerate() {
         let leaving = p.node_name.as_ref().is_some_and(|on| gone.contains(on));
-        if leaving && !leaves_with_node(p) {
-            if let Some(on) = p.node_name.take() {
-                moved.push((i, on));
-            }
+        if leaving && !leaves_with_node(p) && !stranded(p) {
+            leaving_pods.push(i);
         }
     }
-    // Pins let go, with what they replaced: (pod, its terms, its volume hosts).
-    let mut released = Vec::new();
-    if hosts == VolumeHosts::Release {
-        for &(i, _) in &moved {
-            let p = &mut snapshot.pods[i];
-            if let Some(free) = p.terms_without_volume_hosts() {
-                let terms = std::mem::replace(&mut p.node_terms, free);
-                released.push((i, terms, p.volume_hosts.take()));
-            }
+    for i in leaving_pods {
+        if let Some(on) = snapshot.pods[i].node_name.take() {
+            moved.push((i, on));
         }
     }
     let plan = simulate(snapshot, catalog, opts);
 
     // Undo, in reverse.
-    for (i, terms, volume_hosts) in released {
-        snapshot.pods[i].node_terms = terms;
-        snapshot.pods[i].volume_hosts = volume_hosts;
-    }
     for (i, on) in moved {
         snapshot.pods[i].node_name = Some(on);
     }
@@ -205,6 +198,23 @@ fn without(
         })
         .collect();
     (plan, replacements)
+}
+
+/// True unless the pod's volumes pin it to hosts none of `nodes` (those that stay) is: a pod
+/// whose local volume is on a removed node can run nowhere else, so a trial that must remove
+/// the node ([`run_forced`]) lets it go with the node rather than buy it a node it could
+/// never use.
+fn volume_can_follow(p: &crate::pod::Pod, nodes: &[crate::pod::Node]) -> bool {
+    let Some(pins) = p.volume_hosts.as_deref() else {
+        return true;
+    };
+    nodes.iter().any(|n| {
+        let host = n
+            .labels
+            .get(crate::labels::HOSTNAME)
+            .map_or(n.name.as_str(), String::as_str);
+        pins.iter().all(|vh| vh.hosts.allows(host))
+    })
 }
 
 /// Moves the pending pods of `pods` to its end and splits them off: each pending pod before
@@ -309,28 +319,40 @@ mod tests {
     }
 
     #[test]
-    fn a_forced_trial_lets_a_local_volume_go_and_puts_its_pin_back() {
-        let mut local = pod("db", "a", 1000);
-        local.require_volume_hosts(vec![crate::pod::VolumeHost {
-            claim: "default/data".into(),
-            volume: "local-a".into(),
-            hosts: crate::requirements::Requirement::single("a"),
-        }]);
-        let before = local.clone();
-        let mut s = cluster(
+    fn a_forced_trial_lets_a_pod_go_with_the_only_node_its_volume_mounts_on() {
+        let pinned = |name: &str, hosts: &[&str]| {
+            let mut p = pod(name, "a", 1000);
+            p.require_volume_hosts(vec![crate::pod::VolumeHost {
+                claim: format!("default/{name}"),
+                volume: format!("pv-{name}"),
+                hosts: crate::requirements::Requirement::one_of(hosts.iter().copied()),
+            }]);
+            p
+        };
+        let nodes = || {
             vec![
                 node("a", "m5.xlarge", "on-demand"),
                 node("b", "m5.xlarge", "on-demand"),
-            ],
-            vec![local],
-        );
+            ]
+        };
+        let mut s = cluster(nodes(), vec![pinned("db", &["a"])]);
+        let before = s.pods.clone();
         let kept = run(&mut s, &catalog(), &Options::default(), &[0]).expect_err("pinned");
         assert!(
             kept.starts_with("pod default/db would not fit elsewhere"),
             "{kept}"
         );
+        // Its volume's node is going: it can run nowhere else, so nothing is bought for it.
+        let out = run_forced(&mut s, &catalog(), &Options::default(), &[0]).expect("goes");
+        assert!(out.replacements.is_empty(), "{:?}", out.replacements);
+        assert!(out.plan.unschedulable.is_empty());
+        assert!(out.plan.existing_nodes.iter().all(|n| n.pods.is_empty()));
+        assert_eq!(s.pods, before, "the trial is undone");
+
+        // A volume b can mount too: the pod moves there, pin and all.
+        let mut s = cluster(nodes(), vec![pinned("shared", &["a", "b"])]);
         let out = run_forced(&mut s, &catalog(), &Options::default(), &[0]).expect("moves");
         assert_eq!(out.plan.existing_nodes[0].name, "b");
-        assert_eq!(s.pods[0], before, "the trial is undone, pin and all");
+        assert_eq!(out.plan.existing_nodes[0].pods, ["default/shared"]);
     }
 }
