@@ -196,20 +196,28 @@ pub fn analyze(pods: &[Pod], templates: &[Pod]) -> Vec<Together> {
 /// of the cycle may open a node. A follower is *resolved* when a chain of first-term targets
 /// reaches a class that may open nodes; an unresolved one lies on, or behind, a cycle.
 ///
-/// The leader must be a class whose pods match every one of their own required pod-affinity
-/// terms: the kube-scheduler lets a pod break its affinity only then (the first pod of a
-/// series affine to itself, when no pod its terms select runs). A cycle with no such class
-/// never starts in the cluster (each side waits for the other), so its classes are refused
-/// rather than bought a node the scheduler will not use.
+/// The leader, any unresolved class reachable from the cycle, must be a class whose pods match
+/// every one of their own required pod-affinity terms while no pod those terms select runs:
+/// the kube-scheduler lets a pod break its affinity only then (the first pod of a series
+/// affine to itself). A cycle with no such class never starts in the cluster (each side waits
+/// for the other): its classes are refused rather than bought a node the scheduler will not
+/// use, or, when some run partners, stay followers that may only join their nodes.
 fn break_cycles(together: &mut [Together], templates: &[Pod]) {
     let first_targets = |t: &Together| -> Option<Vec<usize>> {
         t.follower()
             .and_then(|f| f.terms.first())
             .map(|ft| ft.targets.clone())
     };
+    // Cycles no class may start but whose classes have running partners: they stay followers
+    // (joining nodes that run a partner), counted as resolved here.
+    let mut joined = vec![false; together.len()];
     loop {
         // Fixpoint over the follow graph; the number of passes is bounded by its depth.
-        let mut resolved: Vec<bool> = together.iter().map(|t| t.follower().is_none()).collect();
+        let mut resolved: Vec<bool> = together
+            .iter()
+            .zip(&joined)
+            .map(|(t, &j)| j || t.follower().is_none())
+            .collect();
         let mut changed = true;
         while changed {
             changed = false;
@@ -226,57 +234,56 @@ fn break_cycles(together: &mut [Together], templates: &[Pod]) {
         let Some(start) = resolved.iter().position(|r| !r) else {
             return;
         };
-        // Walk unresolved targets until a class repeats: that class lies on a cycle.
+        // Every unresolved class reachable from `start`: a cycle, and what hangs off it.
+        let mut reach = vec![start];
         let mut seen = vec![false; together.len()];
-        let mut at = start;
-        while !seen[at] {
-            seen[at] = true;
-            let next =
-                first_targets(&together[at]).and_then(|ts| ts.into_iter().find(|&x| !resolved[x]));
-            match next {
-                Some(n) => at = n,
-                None => break,
-            }
-        }
-        // The cycle through `at`, in walk order.
-        let mut cycle = vec![at];
-        let mut next = at;
-        loop {
-            next = match first_targets(&together[next])
-                .and_then(|ts| ts.into_iter().find(|&x| !resolved[x]))
-            {
-                Some(n) if n != at && !cycle.contains(&n) => n,
-                _ => break,
-            };
-            cycle.push(next);
-        }
-        match cycle
-            .iter()
-            .copied()
-            .find(|&c| matches_own_terms(&templates[c]))
-        {
-            Some(leader) => {
-                if let Together::Follows(f) = &mut together[leader] {
-                    f.leader = true;
-                } else {
-                    return;
+        seen[start] = true;
+        let mut i = 0;
+        while i < reach.len() {
+            for x in first_targets(&together[reach[i]]).unwrap_or_default() {
+                if !resolved[x] && !seen[x] {
+                    seen[x] = true;
+                    reach.push(x);
                 }
             }
-            None => {
-                for &c in &cycle {
-                    let describe = together[c]
-                        .follower()
-                        .and_then(|f| f.terms.first())
-                        .map(|t| t.describe.clone())
-                        .unwrap_or_default();
-                    together[c] = Together::Refused(format!(
-                        "pod affinity on {}: the pending pods matching {describe} wait, by \
-                         their own affinity, for pods like this one; the kube-scheduler starts \
-                         such a cycle only with a pod matching its own terms, and none does",
-                        labels::HOSTNAME
-                    ));
-                }
+            i += 1;
+        }
+        // The kube-scheduler places a pod whose partners run nowhere only when it matches all
+        // its own terms, and only while no pod they select runs at all.
+        let may_lead = |c: usize| {
+            matches_own_terms(&templates[c])
+                && together[c]
+                    .follower()
+                    .is_some_and(|f| f.terms.iter().all(|t| t.running.is_empty()))
+        };
+        if let Some(&leader) = reach.iter().find(|&&c| may_lead(c)) {
+            if let Together::Follows(f) = &mut together[leader] {
+                f.leader = true;
             }
+            continue;
+        }
+        let partnered = reach.iter().any(|&c| {
+            together[c]
+                .follower()
+                .is_some_and(|f| f.terms.iter().any(|t| !t.running.is_empty()))
+        });
+        for &c in &reach {
+            if partnered {
+                joined[c] = true;
+                continue;
+            }
+            let describe = together[c]
+                .follower()
+                .and_then(|f| f.terms.first())
+                .map(|t| t.describe.clone())
+                .unwrap_or_default();
+            together[c] = Together::Refused(format!(
+                "pod affinity on {}: the pods matching {describe} are pending and wait, through \
+                 a cycle of required affinities, for pods like this one; the kube-scheduler \
+                 starts such a cycle only with a pod that matches all its own terms, and none \
+                 does",
+                labels::HOSTNAME
+            ));
         }
     }
 }

@@ -237,8 +237,18 @@ impl<'p, 'v> Packer<'p, 'v> {
             let want = remaining[members[seed].class].min(self.alone[seed]);
             let mut need = Resources::default();
             need.add_times(seed_requests, want);
-            for &f in &members[seed].followers {
+            // Its followers, and theirs in turn: all of them join its node.
+            let mut seen = vec![members[seed].class];
+            let mut next: Vec<usize> = members[seed].followers.clone();
+            while let Some(f) = next.pop() {
+                if seen.contains(&f) {
+                    continue;
+                }
+                seen.push(f);
                 need.add_times(&self.classes[f].requests, remaining[f].max(0));
+                if let Some(fm) = self.member_of[f] {
+                    next.extend(members[fm].followers.iter().copied());
+                }
             }
             let whole: Vec<(f64, usize)> = ranked
                 .iter()

@@ -246,22 +246,35 @@ impl<'a> Pass<'a> {
                 class_of[i] = ci;
             }
         }
-        for ci in 0..self.classes.len() {
-            let Some(f) = self.together[ci].follower() else {
-                continue;
-            };
-            let only = self.nodes_with_partners(f, &class_of);
-            if only.is_empty() {
-                continue;
+        // Until a round places nothing: a follower placed late may be the partner an earlier
+        // one needed (a cycle joining the node its running pod is on).
+        loop {
+            let mut progress = false;
+            for ci in 0..self.classes.len() {
+                if self.remaining[ci] == 0 {
+                    continue;
+                }
+                let Some(f) = self.together[ci].follower() else {
+                    continue;
+                };
+                let only = self.nodes_with_partners(f, &class_of);
+                if only.is_empty() {
+                    continue;
+                }
+                let pods = &self.classes[ci].pods[self.cursor[ci]..];
+                let placed = self.existing.place_class(
+                    ci,
+                    &self.templates[ci],
+                    pods,
+                    &self.rules,
+                    Some(&only),
+                );
+                self.record_placed(ci, placed);
+                progress |= placed > 0;
             }
-            let placed = self.existing.place_class(
-                ci,
-                &self.templates[ci],
-                &self.classes[ci].pods,
-                &self.rules,
-                Some(&only),
-            );
-            self.record_placed(ci, placed);
+            if !progress {
+                break;
+            }
         }
     }
 

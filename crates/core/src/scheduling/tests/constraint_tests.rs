@@ -846,7 +846,7 @@ fn a_hostname_affinity_cycle_starts_only_from_a_pod_matching_its_own_terms() {
     assert_eq!(p.unschedulable.len(), 6);
     assert!(
         p.unschedulable[0].reason.contains(
-            "the kube-scheduler starts such a cycle only with a pod matching its own terms"
+            "the kube-scheduler starts such a cycle only with a pod that matches all its own terms"
         ),
         "{:?}",
         p.unschedulable[0]
@@ -874,6 +874,99 @@ fn a_hostname_affinity_cycle_starts_only_from_a_pod_matching_its_own_terms() {
     }
     assert_eq!(p.new_nodes.len(), 1, "{:?}", layout(&p));
     assert_eq!(p.new_nodes[0].pods.len(), 6);
+}
+
+fn any_of(apps: &[&str]) -> Requirements {
+    let mut r = Requirements::new();
+    r.add("app", Requirement::one_of(apps.iter().copied()));
+    r
+}
+
+#[test]
+fn a_cycle_is_started_by_any_class_it_reaches_that_matches_its_own_terms() {
+    // a selects b or c, b selects a, c selects a or c: the walk a -> b -> a finds no class
+    // matching itself, but c (reached from a) does, so the scheduler starts with c and puts
+    // all six beside it.
+    let mut pods = with_affinity(
+        deployment("a", 2, 500, 256),
+        labels::HOSTNAME,
+        any_of(&["b", "c"]),
+    );
+    pods.extend(with_affinity(
+        deployment("b", 2, 500, 256),
+        labels::HOSTNAME,
+        app("a"),
+    ));
+    pods.extend(with_affinity(
+        deployment("c", 2, 500, 256),
+        labels::HOSTNAME,
+        any_of(&["a", "c"]),
+    ));
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    assert_eq!(p.new_nodes.len(), 1, "{:?}", layout(&p));
+    assert_eq!(p.new_nodes[0].pods.len(), 6);
+}
+
+#[test]
+fn a_three_class_cycle_gets_a_type_that_holds_all_of_it() {
+    // a -> b -> c -> {a, c}: c leads, and its followers' followers join its node too.
+    let mut pods = with_affinity(deployment("a", 3, 500, 256), labels::HOSTNAME, app("b"));
+    pods.extend(with_affinity(
+        deployment("b", 3, 500, 256),
+        labels::HOSTNAME,
+        app("c"),
+    ));
+    pods.extend(with_affinity(
+        deployment("c", 3, 500, 256),
+        labels::HOSTNAME,
+        any_of(&["a", "c"]),
+    ));
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    assert_eq!(p.new_nodes.len(), 1, "{:?}", layout(&p));
+    assert_eq!(p.new_nodes[0].pods.len(), 9);
+}
+
+#[test]
+fn a_cycle_with_a_running_pod_joins_its_node_and_never_starts_another() {
+    // a selects b, b selects a or b; an a pod runs on n-1. No pod may start a new node (one
+    // they select runs): with room on n-1 all join it, with none nothing is bought.
+    let cycle = || {
+        let mut pods = with_affinity(deployment("a", 3, 500, 256), labels::HOSTNAME, app("b"));
+        pods.extend(with_affinity(
+            deployment("b", 3, 500, 256),
+            labels::HOSTNAME,
+            any_of(&["a", "b"]),
+        ));
+        let mut running = pod("a-running", 100, 128);
+        running.labels.insert("app".into(), "a".into());
+        running.node_name = Some("n-1".into());
+        pods.push(running);
+        pods
+    };
+    let roomy = run(&Snapshot {
+        pods: cycle(),
+        nodes: vec![node_in("z-a", "n-1", 8)],
+        ..Snapshot::default()
+    });
+    assert!(roomy.new_nodes.is_empty(), "{:?}", roomy.new_nodes);
+    assert!(roomy.unschedulable.is_empty(), "{:?}", roomy.unschedulable);
+    assert_eq!(roomy.existing_nodes[0].pods.len(), 6);
+
+    let full = run(&Snapshot {
+        pods: cycle(),
+        nodes: vec![node_in("z-a", "n-1", 1)],
+        ..Snapshot::default()
+    });
+    assert!(full.new_nodes.is_empty(), "{:?}", full.new_nodes);
+    assert!(full.unschedulable.len() >= 5, "{:?}", full.unschedulable);
 }
 
 #[test]
