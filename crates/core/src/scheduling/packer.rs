@@ -260,6 +260,13 @@ impl<'p, 'v> Packer<'p, 'v> {
                 .collect();
             if !whole.is_empty() {
                 ranked = whole;
+            } else {
+                // None holds it all: the types that hold the most of it, since what does not
+                // fit can go nowhere else.
+                let most = |t: usize| self.view.effective[t].copies_fitting(seed_requests, want);
+                if let Some(best) = ranked.iter().map(|&(_, t)| most(t)).max() {
+                    ranked.retain(|&(_, t)| most(t) == best);
+                }
             }
         }
         ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));

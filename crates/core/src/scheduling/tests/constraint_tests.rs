@@ -616,6 +616,23 @@ fn a_hostname_self_affine_group_goes_whole_onto_an_existing_node_that_holds_it()
 }
 
 #[test]
+fn a_self_affine_group_no_type_holds_gets_the_type_that_holds_the_most() {
+    // 10 pods of 30 cpu must share one node; the largest type (128 vCPU) holds 4 of them.
+    // What does not fit can go nowhere else, so the node is the one holding the most.
+    let mut pods = deployment("shard", 10, 30_000, 1024);
+    for p in &mut pods {
+        p.affinity.push(term(labels::HOSTNAME, false, app("shard")));
+    }
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    assert_eq!(p.new_nodes.len(), 1, "{:?}", p.new_nodes);
+    assert_eq!(p.new_nodes[0].pods.len(), 4, "{:?}", p.new_nodes[0]);
+    assert_eq!(p.unschedulable.len(), 6);
+}
+
+#[test]
 fn hostname_affinity_to_a_running_pod_uses_its_node_only() {
     let mut cache = pod("cache", 100, 128);
     cache.labels.insert("app".into(), "cache".into());
