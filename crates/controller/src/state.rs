@@ -254,12 +254,14 @@ impl ClusterState {
             classes.iter().map(|c| c.as_ref()),
         );
         let pods = self.pods.state();
+        // The claims of each pod, by key, only when some claim is ReadWriteOncePod.
+        let once_pod = index.has_once_pod_claims();
         let mut claims_of: HashMap<String, &[PodClaim]> = HashMap::new();
         for pod in &pods {
             if pod.role == PodRole::Ignored {
                 continue;
             }
-            if let (false, Ok(core)) = (pod.claims.is_empty(), &pod.core) {
+            if let (true, false, Ok(core)) = (once_pod, pod.claims.is_empty(), &pod.core) {
                 claims_of.insert(core.key(), &pod.claims);
             }
             // Bound pods too: disruption moves them in its trials, and a pod whose volume
