@@ -567,3 +567,43 @@ fn a_local_volume_keeps_its_node_from_consolidation_but_not_from_expiration() {
         p.kept
     );
 }
+
+#[test]
+fn an_expiring_nodes_self_affine_group_gets_a_replacement_though_another_node_has_some_room() {
+    // old runs four 1-cpu pods that must share a node; young has room for three of them. The
+    // replacement is launched before old drains, so the evicted group finds it empty and
+    // goes there whole: old expires, with a replacement, not kept for young's partial room.
+    let mut group: Vec<Pod> = (0..4)
+        .map(|i| {
+            let mut p = pod(&format!("shard-{i}"), "old", 1000);
+            p.labels.insert("app".into(), "shard".into());
+            let mut selector = crate::requirements::Requirements::new();
+            selector.add("app", crate::requirements::Requirement::single("shard"));
+            p.affinity.push(crate::pod::PodAffinityTerm {
+                topology_key: crate::labels::HOSTNAME.into(),
+                selector,
+                namespaces: Vec::new(),
+                namespace_selector: None,
+                anti: false,
+                weight: None,
+            });
+            p
+        })
+        .collect();
+    let mut young = node("young", "m5.xlarge", "on-demand");
+    young.life.created_at = Some(1_900);
+    group.push(pod("web", "young", 900));
+    let s = cluster(vec![node("old", "m5.xlarge", "on-demand"), young], group);
+    let expire = DisruptionSettings {
+        expire_after: Some(1_000),
+        ..DisruptionSettings::default()
+    };
+    let p = run(&s, &expire, 2_000);
+    assert_eq!(decisions(&p).len(), 1, "{:?}", p.kept);
+    assert!(
+        decisions(&p)[0].starts_with("Expired [\"old\"] -> [\""),
+        "{:?}",
+        decisions(&p)
+    );
+    assert_eq!(p.decisions[0].replacements.len(), 1);
+}

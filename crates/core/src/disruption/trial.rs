@@ -173,7 +173,11 @@ fn without(
             moved.push((i, on));
         }
     }
-    let plan = simulate(snapshot, catalog, opts);
+    let evicted = Options {
+        evicted: true,
+        ..opts.clone()
+    };
+    let plan = simulate(snapshot, catalog, &evicted);
 
     // Undo, in reverse.
     for (i, on) in moved {

@@ -105,14 +105,15 @@ impl<'a> ExistingNodes<'a> {
     /// node; `pods` identical, as [`Self::place_class`]): all of them on the first node, by
     /// name, that holds every one; else, when some node has room for part of the group, as
     /// many as the roomiest such node holds, since the kube-scheduler puts the group's first
-    /// pod on a node with room and the rest can only join it. Returns how many were placed,
-    /// and the node when that is not all of them.
+    /// pod on a node with room and the rest can only join it (unless `whole_only`). Returns
+    /// how many were placed, and the node when that is not all of them.
     pub fn place_class_whole(
         &mut self,
         class: usize,
         template: &Pod,
         pods: &[usize],
         rules: &NodeRules,
+        whole_only: bool,
     ) -> (usize, Option<String>) {
         let n = pods.len() as i64;
         let mut best: Option<(usize, i64)> = None;
@@ -130,7 +131,7 @@ impl<'a> ExistingNodes<'a> {
                 best = Some((i, k));
             }
         }
-        let Some((i, k)) = best else {
+        let Some((i, k)) = best.filter(|&(_, k)| k == n || !whole_only) else {
             return (0, None);
         };
         rules.add(class, k, &mut self.state[i]);

@@ -36,12 +36,18 @@ pub use plan::{ExistingNodeUse, NewNode, Plan, Relaxed, Unschedulable};
 pub struct Options {
     /// How many instance types a new node lists as options (CreateFleet takes at most 60).
     pub max_instance_type_options: usize,
+    /// The pods without a node were evicted by a disruption trial, whose replacements are
+    /// launched and ready before the drain: a group that must share one node is then placed
+    /// whole (on a node that holds it, or a new one), never partly on a node with some room,
+    /// since the kube-scheduler will find the empty replacement when the pods come back.
+    pub evicted: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
         Options {
             max_instance_type_options: 60,
+            evicted: false,
         }
     }
 }

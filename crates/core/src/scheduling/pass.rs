@@ -204,6 +204,7 @@ impl<'a> Pass<'a> {
                         &self.templates[ci],
                         &self.classes[ci].pods,
                         &self.rules,
+                        self.opts.evicted,
                     );
                     self.record_placed(ci, placed);
                     if let Some(node) = partial {
