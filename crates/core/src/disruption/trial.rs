@@ -158,15 +158,24 @@ fn without(
 
     let (swaps, mut aside) = set_aside_pending(&mut snapshot.pods);
     let mut moved: Vec<(usize, String)> = Vec::new();
-    let stranded = |p: &crate::pod::Pod| {
-        hosts == VolumeHosts::Release && !volume_can_follow(p, &snapshot.nodes)
-    };
     let mut leaving_pods = Vec::new();
+    let mut stranded = Vec::new();
     for (i, p) in snapshot.pods.iter().enumerate() {
         let leaving = p.node_name.as_ref().is_some_and(|on| gone.contains(on));
-        if leaving && !leaves_with_node(p) && !stranded(p) {
+        if !leaving || leaves_with_node(p) {
+            continue;
+        }
+        if hosts == VolumeHosts::Release && !volume_can_follow(p, &snapshot.nodes) {
+            stranded.push(i);
+        } else {
             leaving_pods.push(i);
         }
+    }
+    if !stranded.is_empty() {
+        // A pod that must share a node with a stranded pod, and with no pod its term selects
+        // on a node that stays, can run nowhere either: it goes with the node too.
+        let pods = &snapshot.pods;
+        leaving_pods.retain(|&i| !needs_stranded_partner(&pods[i], &stranded, pods, &gone));
     }
     for i in leaving_pods {
         if let Some(on) = snapshot.pods[i].node_name.take() {
@@ -202,6 +211,26 @@ fn without(
         })
         .collect();
     (plan, replacements)
+}
+
+/// True when one of `p`'s required hostname pod-affinity terms selects a pod at `stranded`
+/// (see [`volume_can_follow`]) and no pod bound to a node outside `gone`.
+fn needs_stranded_partner(
+    p: &crate::pod::Pod,
+    stranded: &[usize],
+    pods: &[crate::pod::Pod],
+    gone: &HashSet<String>,
+) -> bool {
+    p.affinity
+        .iter()
+        .filter(|a| !a.anti && a.weight.is_none() && a.topology_key == crate::labels::HOSTNAME)
+        .any(|a| {
+            let scope = crate::scheduling::affinity::Scope::of_term(p, a);
+            stranded.iter().any(|&s| scope.matches(&pods[s]))
+                && !pods.iter().any(|q| {
+                    q.node_name.as_ref().is_some_and(|on| !gone.contains(on)) && scope.matches(q)
+                })
+        })
 }
 
 /// True unless the pod's volumes pin it to hosts none of `nodes` (those that stay) is: a pod
@@ -352,6 +381,34 @@ mod tests {
         assert!(out.plan.unschedulable.is_empty());
         assert!(out.plan.existing_nodes.iter().all(|n| n.pods.is_empty()));
         assert_eq!(s.pods, before, "the trial is undone");
+
+        // A sidecar that must share a node with it (required hostname affinity) and has no
+        // other partner goes with it; one with a partner on b moves there.
+        let sidecar = |name: &str| {
+            let mut p = pod(name, "a", 100);
+            let mut selector = crate::requirements::Requirements::new();
+            selector.add("app", crate::requirements::Requirement::single("db"));
+            p.affinity.push(crate::pod::PodAffinityTerm {
+                topology_key: crate::labels::HOSTNAME.into(),
+                selector,
+                namespaces: Vec::new(),
+                namespace_selector: None,
+                anti: false,
+                weight: None,
+            });
+            p
+        };
+        let mut db = pinned("db", &["a"]);
+        db.labels.insert("app".into(), "db".into());
+        let mut s = cluster(nodes(), vec![db.clone(), sidecar("sidecar")]);
+        let out = run_forced(&mut s, &catalog(), &Options::default(), &[0]).expect("goes");
+        assert!(out.replacements.is_empty(), "{:?}", out.replacements);
+        assert!(out.plan.existing_nodes.iter().all(|n| n.pods.is_empty()));
+        let mut other_db = pod("db-b", "b", 100);
+        other_db.labels.insert("app".into(), "db".into());
+        let mut s = cluster(nodes(), vec![db, sidecar("sidecar"), other_db]);
+        let out = run_forced(&mut s, &catalog(), &Options::default(), &[0]).expect("moves");
+        assert_eq!(out.plan.existing_nodes[0].pods, ["default/sidecar"]);
 
         // A volume b can mount too: the pod moves there, pin and all.
         let mut s = cluster(nodes(), vec![pinned("shared", &["a", "b"])]);
