@@ -41,6 +41,20 @@ pub fn node(name: &str, itype: &str, capacity_type: &str) -> Node {
     n
 }
 
+/// A required pod-affinity term on the hostname to pods labelled `app`.
+pub fn hostname_affinity_to(app: &str) -> crate::pod::PodAffinityTerm {
+    let mut selector = crate::requirements::Requirements::new();
+    selector.add("app", Requirement::single(app));
+    crate::pod::PodAffinityTerm {
+        topology_key: labels::HOSTNAME.into(),
+        selector,
+        namespaces: Vec::new(),
+        namespace_selector: None,
+        anti: false,
+        weight: None,
+    }
+}
+
 pub fn pod(name: &str, on: &str, cpu: i64) -> Pod {
     Pod {
         namespace: "default".into(),

@@ -577,16 +577,7 @@ fn an_expiring_nodes_self_affine_group_gets_a_replacement_though_another_node_ha
         .map(|i| {
             let mut p = pod(&format!("shard-{i}"), "old", 1000);
             p.labels.insert("app".into(), "shard".into());
-            let mut selector = crate::requirements::Requirements::new();
-            selector.add("app", crate::requirements::Requirement::single("shard"));
-            p.affinity.push(crate::pod::PodAffinityTerm {
-                topology_key: crate::labels::HOSTNAME.into(),
-                selector,
-                namespaces: Vec::new(),
-                namespace_selector: None,
-                anti: false,
-                weight: None,
-            });
+            p.affinity.push(hostname_affinity_to("shard"));
             p
         })
         .collect();

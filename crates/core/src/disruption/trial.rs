@@ -386,16 +386,7 @@ mod tests {
         // other partner goes with it; one with a partner on b moves there.
         let sidecar = |name: &str| {
             let mut p = pod(name, "a", 100);
-            let mut selector = crate::requirements::Requirements::new();
-            selector.add("app", crate::requirements::Requirement::single("db"));
-            p.affinity.push(crate::pod::PodAffinityTerm {
-                topology_key: crate::labels::HOSTNAME.into(),
-                selector,
-                namespaces: Vec::new(),
-                namespace_selector: None,
-                anti: false,
-                weight: None,
-            });
+            p.affinity.push(hostname_affinity_to("db"));
             p
         };
         let mut db = pinned("db", &["a"]);
