@@ -142,6 +142,14 @@ fn constraints_volume_topology() {
     );
 }
 
+#[test]
+fn constraints_volume_limits() {
+    check(
+        "examples/constraints/volume-limits.yaml",
+        "constraints-volume-limits.json",
+    );
+}
+
 /// `joiner plan --consolidate` on the example cluster dump, as of a fixed time.
 fn consolidate(format: &str) -> String {
     joiner(&[

@@ -228,6 +228,8 @@ fn in_flight_node(
         capacity,
         allocatable,
         unschedulable: false,
+        // No CSINode until the node's drivers register: no attach cap, as Karpenter reads it.
+        volume_limits: Default::default(),
         // In flight: not initialized, so never a disruption candidate.
         life: Default::default(),
     })

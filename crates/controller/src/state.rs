@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use joiner_apis::convert;
+use joiner_apis::convert::csi_nodes;
 use joiner_apis::convert::once_pod;
 use joiner_apis::convert::volumes::{PodClaim, VolumeIndex};
 use joiner_apis::{NodeClaim, NodeTemplate, ObjectLookup, Provisioner};
@@ -18,7 +19,7 @@ use joiner_core::{InstanceType, Snapshot};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::inflight;
@@ -62,8 +63,11 @@ pub struct VolumeStores {
     pub claims: Store<PersistentVolumeClaim>,
     /// PersistentVolumes (name, zone labels and node affinity only).
     pub volumes: Store<PersistentVolume>,
-    /// StorageClasses (allowed topologies, and the annotation marking the default).
+    /// StorageClasses (allowed topologies, provisioner, and the annotation marking the
+    /// default).
     pub classes: Store<StorageClass>,
+    /// CSINodes: how many volumes each CSI driver may attach to each node.
+    pub csi_nodes: Store<CSINode>,
 }
 
 impl VolumeStores {
@@ -73,6 +77,7 @@ impl VolumeStores {
             claims: synced_empty(),
             volumes: synced_empty(),
             classes: synced_empty(),
+            csi_nodes: synced_empty(),
         }
     }
 
@@ -290,6 +295,17 @@ impl ClusterState {
                 Err(e) => warnings.push(format!("Node {name}: {e}")),
             }
         }
+        let mut limits = HashMap::new();
+        for csi in self.volumes.csi_nodes.state() {
+            let name = cluster_name(&csi.metadata);
+            match csi_nodes::volume_limits(&csi) {
+                Ok(l) => {
+                    limits.insert(name, l);
+                }
+                Err(e) => warnings.push(format!("CSINode {name}: {e}")),
+            }
+        }
+        csi_nodes::apply_volume_limits(&mut snap.nodes, &limits);
 
         for ds in self.daemonsets.state() {
             let namespace = ds.metadata.namespace.as_deref().unwrap_or("default");

@@ -16,11 +16,11 @@ use futures::{FutureExt, StreamExt, TryStreamExt};
 use joiner_apis::{NodeClaim, NodeTemplate, Provisioner};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{
-    Container, Namespace, Node, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PersistentVolumeClaimStatus, PersistentVolumeSpec, Pod, PodSpec,
+    CSIPersistentVolumeSource, Container, Namespace, Node, PersistentVolume, PersistentVolumeClaim,
+    PersistentVolumeClaimSpec, PersistentVolumeClaimStatus, PersistentVolumeSpec, Pod, PodSpec,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::api::ObjectMeta;
 use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -49,7 +49,7 @@ pub struct Reflectors {
 
 /// Starts nothing yet: builds the stores and the watcher futures for Pods, Nodes, DaemonSets,
 /// PodDisruptionBudgets, Namespaces, Provisioners, NodeTemplates, NodeClaims,
-/// PersistentVolumeClaims, PersistentVolumes and StorageClasses on `client`.
+/// PersistentVolumeClaims, PersistentVolumes, StorageClasses and CSINodes on `client`.
 pub fn reflectors(client: &Client) -> Reflectors {
     let (pods, pods_w) = reflector::store();
     let (nodes, nodes_w) = reflector::store();
@@ -62,6 +62,7 @@ pub fn reflectors(client: &Client) -> Reflectors {
     let (volume_claims, volume_claims_w) = reflector::store();
     let (volumes, volumes_w) = reflector::store();
     let (classes, classes_w) = reflector::store();
+    let (csi_nodes, csi_nodes_w) = reflector::store();
     let drivers = vec![
         drive_pods(Api::<Pod>::all(client.clone()), pods_w),
         drive(Api::<Node>::all(client.clone()), nodes_w, strip_node),
@@ -110,6 +111,7 @@ pub fn reflectors(client: &Client) -> Reflectors {
             classes_w,
             strip_meta,
         ),
+        drive(Api::<CSINode>::all(client.clone()), csi_nodes_w, strip_meta),
     ];
     Reflectors {
         state: ClusterState {
@@ -127,6 +129,7 @@ pub fn reflectors(client: &Client) -> Reflectors {
                 claims: volume_claims,
                 volumes,
                 classes,
+                csi_nodes,
             },
         },
         drivers,
@@ -148,6 +151,7 @@ pub async fn wait_synced(state: &ClusterState) -> Result<(), reflector::store::W
     state.volumes.claims.wait_until_ready().await?;
     state.volumes.volumes.wait_until_ready().await?;
     state.volumes.classes.wait_until_ready().await?;
+    state.volumes.csi_nodes.wait_until_ready().await?;
     Ok(())
 }
 
@@ -277,7 +281,8 @@ pub fn strip_volume_claim(claim: &mut PersistentVolumeClaim) {
     });
 }
 
-/// A volume as volume topology reads it: its name, zone labels and node affinity.
+/// A volume as volume topology and attach caps read it: its name, zone labels, node affinity
+/// and driver.
 pub fn strip_volume(volume: &mut PersistentVolume) {
     strip_metadata(&mut volume.metadata);
     volume.metadata.annotations = None;
@@ -287,6 +292,13 @@ pub fn strip_volume(volume: &mut PersistentVolume) {
     });
     volume.spec = volume.spec.take().map(|spec| PersistentVolumeSpec {
         node_affinity: spec.node_affinity,
+        // The driver attaching it (attach caps): a CSI volume's, or an in-tree EBS volume.
+        csi: spec.csi.map(|c| CSIPersistentVolumeSource {
+            driver: c.driver,
+            volume_handle: c.volume_handle,
+            ..CSIPersistentVolumeSource::default()
+        }),
+        aws_elastic_block_store: spec.aws_elastic_block_store,
         ..PersistentVolumeSpec::default()
     });
     volume.status = None;

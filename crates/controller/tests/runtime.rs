@@ -96,7 +96,7 @@ async fn a_forbidden_crd_read_is_not_mistaken_for_a_missing_crd() {
     assert_eq!(api.requests().len(), 1, "stops at the first failure");
 }
 
-/// A scripted cluster: empty lists for the ten watched kinds, watches answered 500 (the
+/// A scripted cluster: empty lists for every watched kind, watches answered 500 (the
 /// watcher backs off), and a Lease store.
 fn cluster() -> impl FnMut(&Recorded) -> Reply + Send + 'static {
     let lease: Arc<Mutex<Option<Value>>> = Arc::new(Mutex::new(None));
@@ -114,6 +114,11 @@ fn cluster() -> impl FnMut(&Recorded) -> Reply + Send + 'static {
         (
             "/apis/storage.k8s.io/v1/storageclasses",
             "StorageClassList",
+            "storage.k8s.io/v1",
+        ),
+        (
+            "/apis/storage.k8s.io/v1/csinodes",
+            "CSINodeList",
             "storage.k8s.io/v1",
         ),
         (
@@ -299,6 +304,7 @@ async fn a_replica_syncs_leads_runs_its_tasks_and_releases_the_lease_on_stop() {
         "persistentvolumeclaims",
         "persistentvolumes",
         "storageclasses",
+        "csinodes",
     ] {
         let listed_at = calls
             .iter()

@@ -696,6 +696,7 @@ fn volume_stores(
         claims: claims.as_reader(),
         volumes: volumes.as_reader(),
         classes: classes.as_reader(),
+        csi_nodes: joiner_controller::state::VolumeStores::empty().csi_nodes,
     };
     (stores, claims, volumes, classes)
 }
@@ -801,6 +802,81 @@ fn a_pending_pod_is_confined_to_the_zone_its_bound_volume_is_in() {
         vec![joiner_apis::convert::volumes::PodClaim::named("data-db-0")]
     );
     assert!(stored.core.as_ref().expect("core").node_terms.is_empty());
+}
+
+#[test]
+fn nodes_take_their_csi_nodes_attach_caps_and_pods_name_the_volumes_they_attach() {
+    // The kube-scheduler's NodeVolumeLimits reads a node's CSINode; the pods' claims name
+    // the driver through their volume (CSI or in-tree EBS) or, unbound, their class.
+    let mut running = claim_pod("db-0", "data-db-0");
+    running.spec.as_mut().expect("spec").node_name = Some("n1".into());
+    running.status = Some(obj(json!({"phase": "Running"})));
+    let mut f = fixture(vec![
+        running,
+        claim_pod("db-1", "data-db-1"),
+        claim_pod("legacy", "old-data"),
+    ]);
+    let (mut stores, _c, _v, _s) = volume_stores(
+        vec![
+            json!({"metadata": {"name": "data-db-0", "namespace": "shop"},
+                   "spec": {"volumeName": "pv-0"}, "status": {"phase": "Bound"}}),
+            json!({"metadata": {"name": "data-db-1", "namespace": "shop"},
+                   "spec": {"storageClassName": "gp2"}}),
+            json!({"metadata": {"name": "old-data", "namespace": "shop"},
+                   "spec": {"volumeName": "pv-old"}, "status": {"phase": "Bound"}}),
+        ],
+        vec![
+            json!({"metadata": {"name": "pv-0"},
+                   "spec": {"capacity": {"storage": "20Gi"},
+                            "csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-0",
+                                    "fsType": "ext4"}}}),
+            json!({"metadata": {"name": "pv-old"},
+                   "spec": {"awsElasticBlockStore": {"volumeID": "vol-9"}}}),
+        ],
+        vec![
+            json!({"metadata": {"name": "gp2"}, "provisioner": "kubernetes.io/aws-ebs",
+                    "volumeBindingMode": "WaitForFirstConsumer"}),
+        ],
+    );
+    let csi = writer::<k8s_openapi::api::storage::v1::CSINode>(vec![
+        obj(json!({"metadata": {"name": "n1"}, "spec": {"drivers": [
+            {"name": "ebs.csi.aws.com", "nodeID": "i-0abc", "allocatable": {"count": 25},
+             "topologyKeys": ["topology.ebs.csi.aws.com/zone"]},
+            {"name": "efs.csi.aws.com", "nodeID": "i-0abc"}]}})),
+        obj(
+            json!({"metadata": {"name": "gone-node"}, "spec": {"drivers": [
+            {"name": "ebs.csi.aws.com", "nodeID": "i-0def", "allocatable": {"count": -3}}]}}),
+        ),
+    ]);
+    stores.csi_nodes = csi.as_reader();
+    f.state.volumes = stores;
+    let (snap, warnings) = f.state.snapshot();
+    let n1 = snap.nodes.iter().find(|n| n.name == "n1").expect("n1");
+    assert_eq!(
+        n1.volume_limits.iter().collect::<Vec<_>>(),
+        [(&"ebs.csi.aws.com".to_string(), &25)]
+    );
+    assert!(
+        warnings.contains(
+            &"CSINode gone-node: spec.drivers[0].allocatable.count: must be at least 0, not -3"
+                .to_string()
+        ),
+        "{warnings:?}"
+    );
+    let attached = |n: &str| -> Vec<(String, String)> {
+        snap.pods
+            .iter()
+            .find(|p| p.name == n)
+            .unwrap_or_else(|| panic!("{n} in the snapshot"))
+            .attachments()
+            .iter()
+            .map(|a| (a.driver.clone(), a.claim.clone()))
+            .collect()
+    };
+    let ebs = |claim: &str| vec![("ebs.csi.aws.com".to_string(), claim.to_string())];
+    assert_eq!(attached("db-0"), ebs("shop/data-db-0"));
+    assert_eq!(attached("db-1"), ebs("shop/data-db-1"));
+    assert_eq!(attached("legacy"), ebs("shop/old-data"));
 }
 
 #[test]

@@ -29,7 +29,7 @@ pub use error::{QuantityError, RequirementError};
 pub use instance_type::{CapacityType, InstanceType, Offering};
 pub use pod::{
     DaemonSet, HostPort, Node, NodeLife, Owner, Pod, PodAffinityTerm, PodDisruption,
-    TopologySpread, VolumeHost, VolumeZone,
+    TopologySpread, VolumeAttachment, VolumeHost, VolumeZone,
 };
 pub use pod_labels::PodLabels;
 pub use provisioner::{Limits, Provisioner, NODES_LIMIT};

@@ -110,6 +110,11 @@ pub struct Pod {
     /// The nodes its volumes pin it to (already ANDed into `node_terms`; kept to name the
     /// claim when none of those nodes exists). Boxed: rare, and every pod carries the field.
     pub volume_hosts: Option<Box<Vec<VolumeHost>>>,
+    /// The volumes it has attached through CSI drivers, one per claim: a node whose CSINode
+    /// caps a driver's attachments (EBS: about 25 on most Nitro types) takes the pod only
+    /// while the count stays within the cap, as the kube-scheduler's NodeVolumeLimits
+    /// decides. Boxed: most pods have none, and every pod carries the field.
+    pub volume_attachments: Option<Box<Vec<VolumeAttachment>>>,
     /// The required node terms as the pod states them, before its volumes' zones were ANDed
     /// in; `None` when no volume confines it. Topology spread counts domains from these: the
     /// kube-scheduler's spread honours the pod's node affinity, not where its volumes are.
@@ -163,7 +168,24 @@ pub struct VolumeHost {
     pub hosts: Requirement,
 }
 
+/// One volume a pod attaches to its node through a CSI driver.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct VolumeAttachment {
+    /// The CSI driver attaching it (`ebs.csi.aws.com`; in-tree EBS volumes are migrated to it).
+    pub driver: String,
+    /// The PersistentVolumeClaim, `namespace/name`: two pods using one claim on a node attach
+    /// it once.
+    pub claim: String,
+}
+
 impl Pod {
+    /// The volumes the pod attaches ([`Pod::volume_attachments`]), none for most pods.
+    pub fn attachments(&self) -> &[VolumeAttachment] {
+        self.volume_attachments
+            .as_deref()
+            .map_or(&[], Vec::as_slice)
+    }
+
     /// Pins the pod to the nodes its volumes can be mounted on: each is ANDed into every
     /// required node term, like [`Pod::require_volume_zones`], and recorded in
     /// [`Pod::volume_hosts`].
@@ -253,6 +275,11 @@ pub struct Node {
     pub allocatable: Resources,
     /// True when the node is cordoned or being deleted: it takes no new pods.
     pub unschedulable: bool,
+    /// How many volumes each CSI driver may attach to it (its CSINode's
+    /// `spec.drivers[].allocatable.count`); a driver not named here is not capped. Empty for
+    /// a node whose CSINode is not known yet (in flight, or its driver not registered), as
+    /// Karpenter reads it.
+    pub volume_limits: BTreeMap<String, i64>,
     /// What disruption reads about the node (age, readiness, opt-outs).
     pub life: NodeLife,
 }

@@ -7,6 +7,7 @@
 //! the object ([`FieldError`]); the caller adds which object (and which file) it was.
 
 mod affinity;
+pub mod csi_nodes;
 mod daemonsets;
 pub mod node_claim;
 mod nodes;

@@ -46,6 +46,8 @@ pub fn node(n: &k8s::Node, name: &str) -> Result<Node, FieldError> {
         // it until its taints land, but buying on its room would leave the pods homeless.
         unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false)
             || n.metadata.deletion_timestamp.is_some(),
+        // From the node's CSINode, a separate object (`super::csi_nodes`).
+        volume_limits: Default::default(),
         life: life(n),
     })
 }

@@ -73,6 +73,7 @@ pub fn convert(id: PodIdentity, spec: &PodSpec, prefix: &str) -> Result<Pod, Fie
         // Volumes need the claims and volumes of the cluster: `volumes::VolumeIndex`.
         volume_zones: Vec::new(),
         volume_hosts: None,
+        volume_attachments: None,
         own_node_terms: None,
         volume_hold: None,
         avoid_soft_taints: false,

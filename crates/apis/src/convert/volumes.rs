@@ -19,7 +19,9 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use joiner_core::{labels, Operator, Pod as CorePod, Requirement, VolumeHost, VolumeZone};
+use joiner_core::{
+    labels, Operator, Pod as CorePod, Requirement, VolumeAttachment, VolumeHost, VolumeZone,
+};
 use k8s_openapi::api::core::v1::{
     NodeSelectorTerm, PersistentVolume, PersistentVolumeClaim, Pod, PodSpec,
 };
@@ -44,6 +46,21 @@ pub const BETA_DEFAULT_CLASS: &str = "storageclass.beta.kubernetes.io/is-default
 /// The access mode whose claim one pod at a time may use, cluster-wide: the kube-scheduler
 /// enforces it (VolumeRestrictions), unlike ReadWriteOnce.
 pub const READ_WRITE_ONCE_POD: &str = "ReadWriteOncePod";
+
+/// The EBS CSI driver, which in-tree EBS volumes and classes are migrated to.
+pub const EBS_CSI_DRIVER: &str = "ebs.csi.aws.com";
+
+/// In-tree volume plugins (a StorageClass's `provisioner`) and the CSI drivers Kubernetes
+/// migrated them to: their attachments count against the CSI driver's cap.
+pub const MIGRATED_PROVISIONERS: &[(&str, &str)] = &[
+    ("kubernetes.io/aws-ebs", EBS_CSI_DRIVER),
+    ("kubernetes.io/gce-pd", "pd.csi.storage.gke.io"),
+    ("kubernetes.io/azure-disk", "disk.csi.azure.com"),
+    ("kubernetes.io/azure-file", "file.csi.azure.com"),
+    ("kubernetes.io/cinder", "cinder.csi.openstack.org"),
+    ("kubernetes.io/vsphere-volume", "csi.vsphere.vmware.com"),
+    ("kubernetes.io/portworx-volume", "pxd.portworx.com"),
+];
 
 /// Whether the objects indexed are all there are.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -106,18 +123,27 @@ pub struct PodVolumes {
     /// Claims, volumes or classes the source did not hold (only for [`Source::Partial`]),
     /// named `kind namespace/name`.
     pub unknown: Vec<String>,
+    /// The claims attached through a CSI driver, which node attach caps count; each claim
+    /// once.
+    pub attachments: Vec<VolumeAttachment>,
 }
 
 impl PodVolumes {
     /// True when the volumes change nothing about where the pod may run.
     pub fn is_empty(&self) -> bool {
-        self.zones.is_empty() && self.hosts.is_empty() && self.blocked.is_none()
+        self.zones.is_empty()
+            && self.hosts.is_empty()
+            && self.blocked.is_none()
+            && self.attachments.is_empty()
     }
 
     /// Applies the zones and the hold to the simulation's pod.
     pub fn apply_to(self, pod: &mut CorePod) {
         pod.require_volume_zones(self.zones);
         pod.require_volume_hosts(self.hosts);
+        if !self.attachments.is_empty() {
+            pod.volume_attachments = Some(Box::new(self.attachments));
+        }
         if let Some(reason) = self.blocked {
             pod.hold_for_volume(reason);
         }
@@ -221,6 +247,14 @@ impl<'a> VolumeIndex<'a> {
         let mut out = PodVolumes::default();
         for c in claims {
             let claim = format!("{namespace}/{}", c.name);
+            // A claim mounted twice is attached once.
+            let named = out.attachments.iter().any(|a| a.claim == claim);
+            if let Some(driver) = self.claim_driver(namespace, c).filter(|_| !named) {
+                out.attachments.push(VolumeAttachment {
+                    driver,
+                    claim: claim.clone(),
+                });
+            }
             match self.claim_effect(namespace, c, &claim) {
                 ClaimEffect::Free => {}
                 ClaimEffect::Confined(zones) => out.zones.push(VolumeZone { claim, zones }),
@@ -248,6 +282,48 @@ impl<'a> VolumeIndex<'a> {
             }
         }
         out
+    }
+
+    /// The CSI driver that attaches claim `pod_claim`, as Karpenter resolves it: a bound
+    /// claim's PersistentVolume (`spec.csi.driver`, or EBS for an in-tree EBS volume); an
+    /// unbound one's StorageClass provisioner (migrated in-tree plugins renamed to their CSI
+    /// driver), the default class when it names none; a claim not made yet, its template's
+    /// class. `None` when the claim attaches nothing a cap counts (NFS, local volumes) or the
+    /// objects to tell are missing.
+    fn claim_driver(&self, namespace: &str, pod_claim: &PodClaim) -> Option<String> {
+        let claim = self
+            .claims
+            .get(&(namespace.to_string(), pod_claim.name.clone()));
+        let spec = claim.and_then(|c| c.spec.as_ref());
+        if let Some(volume) = spec
+            .and_then(|s| s.volume_name.as_deref())
+            .filter(|v| !v.is_empty())
+        {
+            let pv = self.volumes.get(volume)?.spec.as_ref()?;
+            if let Some(csi) = &pv.csi {
+                return Some(csi.driver.clone());
+            }
+            return pv
+                .aws_elastic_block_store
+                .as_ref()
+                .map(|_| EBS_CSI_DRIVER.to_string());
+        }
+        let class_name = match (claim, &pod_claim.template) {
+            (Some(_), _) => spec.and_then(|s| s.storage_class_name.as_deref()),
+            (None, Some(t)) => t.storage_class_name.as_deref(),
+            (None, None) => return None,
+        };
+        let class = match class_name {
+            Some("") => return None,
+            Some(name) => *self.classes.get(name)?,
+            None => self.default_class?,
+        };
+        let provisioner = class.provisioner.as_str();
+        let driver = MIGRATED_PROVISIONERS
+            .iter()
+            .find(|(plugin, _)| *plugin == provisioner)
+            .map_or(provisioner, |(_, csi)| *csi);
+        Some(driver.to_string())
     }
 
     /// A missing object: held in the cluster's view, unknown in a partial one.
@@ -559,6 +635,11 @@ mod tests {
         (claims, volumes, classes)
     }
 
+    /// No zone, host or hold: the pod may run anywhere (its attachments aside).
+    fn places_anywhere(v: &PodVolumes) -> bool {
+        v.zones.is_empty() && v.hosts.is_empty() && v.blocked.is_none()
+    }
+
     fn names(list: &[&str]) -> Vec<PodClaim> {
         list.iter().map(|s| PodClaim::named(*s)).collect()
     }
@@ -576,9 +657,9 @@ mod tests {
         assert!(
             new.zones[0].zones.allows("us-east-1b") && !new.zones[0].zones.allows("us-east-1c")
         );
-        assert!(index
-            .pod_volumes("shop", &names(&["follows", "default-class"]))
-            .is_empty());
+        assert!(places_anywhere(
+            &index.pod_volumes("shop", &names(&["follows", "default-class"]))
+        ));
     }
 
     #[test]
@@ -857,7 +938,7 @@ mod tests {
             assert!(zonal.unknown.is_empty(), "{:?}", zonal.unknown);
             // No class named: the default one (gp3, which follows the node).
             let default = index.pod_volumes("shop", &[PodClaim::from_template("x", None)]);
-            assert!(default.is_empty() && default.unknown.is_empty());
+            assert!(places_anywhere(&default) && default.unknown.is_empty());
             // An existing claim wins over its template.
             let made = index.pod_volumes(
                 "shop",
@@ -885,6 +966,91 @@ mod tests {
                 "web-scratch",
                 Some("gp3-zonal".into())
             )]
+        );
+    }
+
+    #[test]
+    fn attachments_name_the_csi_driver_as_karpenter_resolves_it() {
+        let claims: Vec<PersistentVolumeClaim> = vec![
+            obj(json!({"metadata": {"name": "csi", "namespace": "db"},
+                "spec": {"volumeName": "pv-csi", "storageClassName": "other"}})),
+            obj(json!({"metadata": {"name": "in-tree", "namespace": "db"},
+                "spec": {"volumeName": "pv-in-tree"}})),
+            obj(json!({"metadata": {"name": "nfs", "namespace": "db"},
+                "spec": {"volumeName": "pv-nfs", "storageClassName": "gp2"}})),
+            obj(json!({"metadata": {"name": "new-gp2", "namespace": "db"},
+                "spec": {"storageClassName": "gp2"}})),
+            obj(json!({"metadata": {"name": "new-default", "namespace": "db"}, "spec": {}})),
+            obj(json!({"metadata": {"name": "static", "namespace": "db"},
+                "spec": {"storageClassName": ""}})),
+        ];
+        let volumes: Vec<PersistentVolume> = vec![
+            obj(json!({"metadata": {"name": "pv-csi"},
+                "spec": {"csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-1"}}})),
+            obj(json!({"metadata": {"name": "pv-in-tree"},
+                "spec": {"awsElasticBlockStore": {"volumeID": "vol-2"}}})),
+            obj(json!({"metadata": {"name": "pv-nfs"},
+                "spec": {"nfs": {"server": "10.0.0.9", "path": "/export"}}})),
+        ];
+        let classes: Vec<StorageClass> = vec![
+            obj(
+                json!({"metadata": {"name": "gp2"}, "provisioner": "kubernetes.io/aws-ebs",
+                "volumeBindingMode": "WaitForFirstConsumer"}),
+            ),
+            obj(json!({"metadata": {"name": "efs",
+                    "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+                "provisioner": "efs.csi.aws.com", "volumeBindingMode": "WaitForFirstConsumer"})),
+        ];
+        let index = VolumeIndex::new(&claims, &volumes, &classes);
+        let drivers = |list: &[PodClaim]| -> Vec<(String, String)> {
+            index
+                .pod_volumes("db", list)
+                .attachments
+                .into_iter()
+                .map(|a| (a.claim, a.driver))
+                .collect()
+        };
+        let pair = |c: &str, d: &str| (c.to_string(), d.to_string());
+        assert_eq!(
+            drivers(&names(&[
+                "csi",
+                "in-tree",
+                "nfs",
+                "new-gp2",
+                "new-default",
+                "static",
+                "missing",
+                "csi"
+            ])),
+            [
+                // The bound volume decides, not the claim's class.
+                pair("db/csi", "ebs.csi.aws.com"),
+                pair("db/in-tree", "ebs.csi.aws.com"),
+                // An unbound claim: its class's provisioner, in-tree renamed; no class
+                // named, the default class.
+                pair("db/new-gp2", "ebs.csi.aws.com"),
+                pair("db/new-default", "efs.csi.aws.com"),
+            ]
+        );
+        assert_eq!(
+            drivers(&[
+                PodClaim::from_template("web-0-data", Some("gp2".into())),
+                PodClaim::from_template("web-0-scratch", None),
+                PodClaim::from_template("web-0-none", Some(String::new())),
+            ]),
+            [
+                pair("db/web-0-data", "ebs.csi.aws.com"),
+                pair("db/web-0-scratch", "efs.csi.aws.com"),
+            ]
+        );
+        let mut pod = CorePod::default();
+        index.pod_volumes("db", &names(&["csi"])).apply_to(&mut pod);
+        assert_eq!(
+            pod.attachments(),
+            [VolumeAttachment {
+                driver: "ebs.csi.aws.com".into(),
+                claim: "db/csi".into()
+            }]
         );
     }
 }

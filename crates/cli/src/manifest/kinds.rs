@@ -128,7 +128,7 @@ fn known(api_version: &str, kind: &str) -> Option<bool> {
         ("batch/v1", "Job") => Some(true),
         ("v1", "Node" | "PersistentVolume" | "Namespace") => Some(false),
         ("v1", "PersistentVolumeClaim") => Some(true),
-        ("storage.k8s.io/v1", "StorageClass") => Some(false),
+        ("storage.k8s.io/v1", "StorageClass" | "CSINode") => Some(false),
         ("node.k8s.io/v1", "RuntimeClass") => Some(false),
         ("policy/v1", "PodDisruptionBudget") => Some(true),
         (v, "Provisioner" | "NodeTemplate" | "NodeClaim") if v == joiner_apis::API_VERSION => {
@@ -241,6 +241,11 @@ pub(crate) fn read(
         }
         "PersistentVolume" => loaded.volumes.push(obj.parse(doc.value)?),
         "StorageClass" => loaded.classes.push(obj.parse(doc.value)?),
+        "CSINode" => {
+            let c: k8s_openapi::api::storage::v1::CSINode = obj.parse(doc.value)?;
+            let limits = convert::csi_nodes::volume_limits(&c).map_err(e)?;
+            loaded.volume_limits.insert(name.clone(), limits);
+        }
         "RuntimeClass" => {
             let c: k8s_openapi::api::node::v1::RuntimeClass = obj.parse(doc.value)?;
             let admission = convert::runtime_admission(&c).map_err(e)?;

@@ -61,6 +61,9 @@ pub struct Loaded {
     pub(crate) volumes: Vec<k8s_openapi::api::core::v1::PersistentVolume>,
     /// See `claims`.
     pub(crate) classes: Vec<k8s_openapi::api::storage::v1::StorageClass>,
+    /// The attach caps of each CSINode of the input, by node name.
+    pub(crate) volume_limits:
+        std::collections::HashMap<String, std::collections::BTreeMap<String, i64>>,
     /// Karpenter objects (NodePool, EC2NodeClass, v1alpha5 Provisioner, AWSNodeTemplate), read
     /// as joiner's once every document is in (`joiner_apis::karpenter`).
     pub(crate) karpenter: Vec<(error::Location, serde_json::Value)>,
@@ -132,7 +135,8 @@ pub fn karpenter_objects(
 
 /// What follows reading every document: workloads reconciled with their dumped pods,
 /// DaemonSets charged what their pods request, Provisioners narrowed to their subnets' zones,
-/// pods confined to their volumes' zones, and pods bound to absent nodes named.
+/// pods confined to their volumes' zones, nodes given their CSINodes' attach caps, and pods
+/// bound to absent nodes named.
 fn finish(loaded: &mut Loaded) {
     admit_runtime_classes(loaded);
     dump::settle(loaded);
@@ -142,6 +146,10 @@ fn finish(loaded: &mut Loaded) {
     );
     apply_node_templates(loaded);
     apply_volume_zones(loaded);
+    joiner_apis::convert::csi_nodes::apply_volume_limits(
+        &mut loaded.snapshot.nodes,
+        &loaded.volume_limits,
+    );
     warn_of_missing_nodes(loaded);
     loaded.snapshot.resolve_namespace_selectors();
 }

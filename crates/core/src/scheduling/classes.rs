@@ -24,12 +24,27 @@ struct ClassKey<'a> {
     spread: &'a [TopologySpread],
     affinity: &'a [PodAffinityTerm],
     host_ports: &'a [HostPort],
+    /// Per attached volume, its driver, and its claim only when a running pod holds it
+    /// (a node holding it counts it once): other claims differ from pod to pod, and each
+    /// counts as one new volume wherever the pod goes.
+    attachments: Vec<(&'a str, Option<&'a str>)>,
     priority: i32,
     avoid_soft_taints: bool,
 }
 
 impl<'a> ClassKey<'a> {
-    fn of(p: &'a Pod, selected: &HashSet<&str>) -> Self {
+    fn of(p: &'a Pod, selected: &HashSet<&str>, attached: &HashSet<&str>) -> Self {
+        let mut attachments: Vec<(&str, Option<&str>)> = p
+            .attachments()
+            .iter()
+            .map(|a| {
+                let claim = attached
+                    .contains(a.claim.as_str())
+                    .then_some(a.claim.as_str());
+                (a.driver.as_str(), claim)
+            })
+            .collect();
+        attachments.sort_unstable();
         ClassKey {
             namespace: &p.namespace,
             labels: p
@@ -46,6 +61,7 @@ impl<'a> ClassKey<'a> {
             spread: &p.topology_spread,
             affinity: &p.affinity,
             host_ports: &p.host_ports,
+            attachments,
             priority: p.priority,
             avoid_soft_taints: p.avoid_soft_taints,
         }
@@ -110,11 +126,18 @@ fn selected_label_keys(pods: &[Pod]) -> HashSet<&str> {
 /// does not split a fleet of identical shapes into thousands of classes.
 pub fn build(pods: &[Pod], pending: &[usize]) -> Vec<PodClass> {
     let selected = selected_label_keys(pods);
+    // The claims running pods attach.
+    let attached: HashSet<&str> = pods
+        .iter()
+        .filter(|p| p.node_name.is_some())
+        .flat_map(|p| p.attachments())
+        .map(|a| a.claim.as_str())
+        .collect();
     let mut index: HashMap<ClassKey<'_>, usize> = HashMap::new();
     let mut classes: Vec<PodClass> = Vec::new();
     for &i in pending {
         let p = &pods[i];
-        let key = ClassKey::of(p, &selected);
+        let key = ClassKey::of(p, &selected, &attached);
         match index.get(&key) {
             Some(&c) => classes[c].pods.push(i),
             None => {

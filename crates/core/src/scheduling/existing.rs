@@ -7,6 +7,7 @@ use crate::resources::Resources;
 use crate::taints::first_untolerated;
 
 use super::node_rules::{NodeRules, NodeState};
+use super::volume_limits::NodeVolumes;
 
 /// Free capacity of the existing nodes after the pods already running there.
 pub struct ExistingNodes<'a> {
@@ -18,6 +19,8 @@ pub struct ExistingNodes<'a> {
     pub placed: Vec<Vec<usize>>,
     /// Per-node rule counts (anti-affinity, hostname spread, host ports), running pods included.
     pub state: Vec<NodeState>,
+    /// Per-node volume attach caps and what is attached, running pods included.
+    pub volumes: Vec<NodeVolumes>,
 }
 
 impl<'a> ExistingNodes<'a> {
@@ -43,12 +46,18 @@ impl<'a> ExistingNodes<'a> {
             .iter()
             .map(|r| rules.running_state(r.iter().copied()))
             .collect();
+        let volumes = sorted
+            .iter()
+            .zip(&running)
+            .map(|(n, r)| NodeVolumes::of(n, r.iter().copied()))
+            .collect();
         let placed = vec![Vec::new(); sorted.len()];
         ExistingNodes {
             nodes: sorted,
             free,
             placed,
             state,
+            volumes,
         }
     }
 
@@ -89,11 +98,13 @@ impl<'a> ExistingNodes<'a> {
                 continue;
             }
             let want = ((pods.len() - done) as i64).min(rules.cap(class, &self.state[i]));
+            let want = self.volumes[i].copies_allowed(template, want);
             let k = self.free[i].copies_fitting(&template.requests, want);
             if k == 0 {
                 continue;
             }
             rules.add(class, k, &mut self.state[i]);
+            self.volumes[i].add(template, k);
             self.free[i].add_times(&template.requests, -k);
             self.placed[i].extend_from_slice(&pods[done..done + k as usize]);
             done += k as usize;
@@ -122,6 +133,7 @@ impl<'a> ExistingNodes<'a> {
                 continue;
             }
             let want = n.min(rules.cap(class, &self.state[i]));
+            let want = self.volumes[i].copies_allowed(template, want);
             let k = self.free[i].copies_fitting(&template.requests, want);
             if k == n {
                 best = Some((i, k));
@@ -135,6 +147,7 @@ impl<'a> ExistingNodes<'a> {
             return (0, None);
         };
         rules.add(class, k, &mut self.state[i]);
+        self.volumes[i].add(template, k);
         self.free[i].add_times(&template.requests, -k);
         self.placed[i].extend_from_slice(&pods[..k as usize]);
         let partial = (k < n).then(|| self.nodes[i].name.clone());

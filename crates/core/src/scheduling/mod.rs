@@ -24,6 +24,7 @@ pub mod reasons;
 pub mod reqtable;
 pub mod topology;
 pub mod typeset;
+pub mod volume_limits;
 
 use crate::instance_type::InstanceType;
 use crate::snapshot::Snapshot;

@@ -242,7 +242,7 @@ impl<'a> Cluster<'a> {
 
 /// Checks every hard constraint of `s`'s pods against where `plan` puts them, on the
 /// instance types `types` the plan was made from: each pending pod placed or reported once,
-/// node terms, host ports, required (anti-)affinity (both directions) and hard spreads on
+/// node terms, host ports, volume attach caps, required (anti-)affinity (both directions) and hard spreads on
 /// every topology key, hostname groups on one node, on-demand requirements. The error says
 /// which pod broke what.
 pub fn check(s: &Snapshot, types: &[InstanceType], plan: &Plan) -> Result<(), String> {
@@ -270,6 +270,9 @@ pub fn check(s: &Snapshot, types: &[InstanceType], plan: &Plan) -> Result<(), St
     }
     for (node, ps) in &by_node {
         check_ports(node, ps)?;
+        if let Some(n) = s.nodes.iter().find(|n| n.name == *node) {
+            check_volume_limits(n, ps)?;
+        }
     }
     check_hostname_groups(&c, &by_node)?;
     check_bootstraps(&c)?;
@@ -313,6 +316,30 @@ fn check_ports(node: &str, ps: &[&Pod]) -> Result<(), String> {
             }
             bound.push((k, p.key()));
         }
+    }
+    Ok(())
+}
+
+/// An existing node's CSI attach caps: the distinct claims of each capped driver stay within
+/// the cap once a new pod adds one (running pods alone may be over it).
+fn check_volume_limits(node: &crate::pod::Node, ps: &[&Pod]) -> Result<(), String> {
+    for (driver, cap) in &node.volume_limits {
+        let claims = |running: bool| -> BTreeSet<&str> {
+            ps.iter()
+                .filter(|p| p.node_name.is_some() == running)
+                .flat_map(|p| p.attachments())
+                .filter(|a| a.driver == *driver)
+                .map(|a| a.claim.as_str())
+                .collect()
+        };
+        let base = claims(true);
+        let added = claims(false).difference(&base).count() as i64;
+        ensure!(
+            added == 0 || base.len() as i64 + added <= *cap,
+            "{}: {} {driver} volumes attached, over its cap of {cap}",
+            node.name,
+            base.len() as i64 + added
+        );
     }
     Ok(())
 }

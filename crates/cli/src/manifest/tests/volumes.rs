@@ -340,3 +340,34 @@ status:
     assert_eq!(placed, 6, "the 'takes' and 'rwo' pods");
     assert_eq!(plan.unschedulable.len(), 3, "the 'waits' pods");
 }
+
+#[test]
+fn a_csi_node_gives_its_node_attach_caps_and_a_bad_count_names_the_field() {
+    let node = "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n\
+                status: {allocatable: {cpu: '4', memory: 8Gi, pods: '58'}}\n";
+    let csi = |count: i64| {
+        format!(
+            "apiVersion: storage.k8s.io/v1\nkind: CSINode\nmetadata: {{name: n1}}\n\
+             spec:\n  drivers:\n    - {{name: ebs.csi.aws.com, nodeID: i-1, allocatable: {{count: {count}}}}}\n\
+             \x20   - {{name: efs.csi.aws.com, nodeID: i-1}}\n"
+        )
+    };
+    let loaded = load_ok(&format!("{}---\n{node}", csi(25)));
+    let limits = &loaded.snapshot.nodes[0].volume_limits;
+    assert_eq!(
+        limits.iter().collect::<Vec<_>>(),
+        [(&"ebs.csi.aws.com".to_string(), &25)]
+    );
+    // A node without a CSINode has no cap.
+    assert!(load_ok(node).snapshot.nodes[0].volume_limits.is_empty());
+    let err = super::load_err(&format!("{node}---\n{}", csi(-1)));
+    assert!(
+        err.contains("CSINode n1") && err.contains("spec.drivers[0].allocatable.count"),
+        "{err}"
+    );
+    let typo = super::load_err(&format!(
+        "{node}---\n{}",
+        csi(25).replace("allocatable:", "allocatible:")
+    ));
+    assert!(typo.contains("allocatible"), "{typo}");
+}

@@ -756,3 +756,67 @@ fn a_daemonset_taking_every_types_room_is_named() {
         "{reason}"
     );
 }
+
+#[test]
+fn an_existing_node_takes_volumes_only_up_to_its_csi_attach_cap() {
+    // The kube-scheduler's NodeVolumeLimits: the node's CSINode caps EBS at 4 volumes; two
+    // running pods attach 2 (one claim, db/shared, is what a rolling update's new pod uses
+    // too). Room for 2 more StatefulSet replicas with a volume each; the pod reusing
+    // db/shared adds no volume and joins as well. The other replicas need a new node,
+    // which has no cap until its CSINode exists (Karpenter counts it the same way).
+    const EBS: &str = "ebs.csi.aws.com";
+    let attach = |p: &mut Pod, claim: &str| {
+        p.volume_attachments = Some(Box::new(vec![crate::pod::VolumeAttachment {
+            driver: EBS.into(),
+            claim: format!("db/{claim}"),
+        }]));
+    };
+    let node = |name: &str, cap: Option<i64>| Node {
+        name: name.into(),
+        allocatable: Resources::new(16_000, 64 * GI, 17 * GI, 110),
+        capacity: Resources::new(16_000, 64 * GI, 20 * GI, 110),
+        volume_limits: cap.map(|c| (EBS.to_string(), c)).into_iter().collect(),
+        ..Node::default()
+    };
+    let mut pods = Vec::new();
+    for (name, claim) in [("old-app", "shared"), ("other", "other")] {
+        let mut p = pod(name, 100, 128);
+        p.namespace = "db".into();
+        p.node_name = Some("ip-capped".into());
+        attach(&mut p, claim);
+        pods.push(p);
+    }
+    let mut reuse = pod("new-app", 100, 128);
+    reuse.namespace = "db".into();
+    attach(&mut reuse, "shared");
+    pods.push(reuse);
+    for i in 0..5 {
+        let mut p = pod(&format!("web-{i}"), 100, 128);
+        p.namespace = "db".into();
+        attach(&mut p, &format!("data-web-{i}"));
+        pods.push(p);
+    }
+    let capped = Snapshot {
+        pods: pods.clone(),
+        nodes: vec![node("ip-capped", Some(4))],
+        ..Snapshot::default()
+    };
+    let plan = run(&capped);
+    crate::testing::plan_check::check(&capped, &catalog(), &plan).expect("constraints hold");
+    assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
+    let mut on_node = plan.existing_nodes[0].pods.clone();
+    on_node.sort();
+    assert_eq!(on_node, ["db/new-app", "db/web-0", "db/web-1"]);
+    assert_eq!(plan.new_nodes.len(), 1);
+    assert_eq!(plan.new_nodes[0].pods, ["db/web-2", "db/web-3", "db/web-4"]);
+
+    // A node whose CSINode is not known yet (no cap) takes them all.
+    let uncapped = Snapshot {
+        pods,
+        nodes: vec![node("ip-capped", None)],
+        ..Snapshot::default()
+    };
+    let plan = run(&uncapped);
+    assert!(plan.new_nodes.is_empty(), "{:?}", plan.new_nodes);
+    assert_eq!(plan.existing_nodes[0].pods.len(), 6);
+}
