@@ -598,3 +598,40 @@ fn an_expiring_nodes_self_affine_group_gets_a_replacement_though_another_node_ha
     );
     assert_eq!(p.decisions[0].replacements.len(), 1);
 }
+
+#[test]
+fn a_node_at_its_volume_attach_cap_takes_no_evicted_pod_with_a_volume() {
+    // Each node runs one 1-cpu pod with its own EBS volume. Uncapped, one node's pod moves
+    // to the other and its node goes with nothing bought. When each node's CSINode caps EBS
+    // at the one volume it holds, the kube-scheduler would leave an evicted pod pending: a
+    // node goes only with a replacement, which has no cap yet.
+    let with_volume = |name: &str, on: &str| {
+        let mut p = pod(name, on, 1000);
+        p.volume_attachments = Some(Box::new(vec![crate::pod::VolumeAttachment {
+            driver: "ebs.csi.aws.com".into(),
+            claim: format!("default/data-{name}"),
+        }]));
+        p
+    };
+    let capped = |name: &str, cap: Option<i64>| {
+        let mut n = node(name, "m5.xlarge", "on-demand");
+        n.volume_limits = cap
+            .map(|c| ("ebs.csi.aws.com".to_string(), c))
+            .into_iter()
+            .collect();
+        n
+    };
+    let pods = || vec![with_volume("web-a", "a"), with_volume("web-b", "b")];
+    let free = cluster(vec![capped("a", None), capped("b", None)], pods());
+    assert_eq!(
+        decisions(&run(&free, &aggressive(), MON_9AM)),
+        ["Underutilized [\"a\"] -> []"]
+    );
+    let full = cluster(vec![capped("a", Some(1)), capped("b", Some(1))], pods());
+    // a is replaced by the cheapest type holding web-a (c5.large, 2 vCPU at $0.0425 each,
+    // against m5.xlarge's $0.192), as a single-node replacement would be.
+    assert_eq!(
+        decisions(&run(&full, &aggressive(), MON_9AM)),
+        ["Underutilized [\"a\"] -> [\"c5.large\"]"]
+    );
+}

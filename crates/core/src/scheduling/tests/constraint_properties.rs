@@ -69,6 +69,10 @@ pub(super) struct ClassSpec {
     host_affinity: bool,
     /// Required hostname pod affinity to the pods of this app (often another pending class).
     affine_to: Option<usize>,
+    /// EBS volumes of each pod, each its own claim.
+    volumes: usize,
+    /// Each pod also mounts the claim of node n0's first running pod (a rolling update's).
+    reuse: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -80,8 +84,11 @@ pub(super) struct NodeSpec {
     /// A NoSchedule taint no pod tolerates.
     tainted: bool,
     pool: usize,
-    /// (app, namespace, repels another app by hostname (false) or zone (true)).
+    /// (app, namespace, repels another app by hostname (false) or zone (true)); each running
+    /// pod attaches one EBS volume of its own.
     running: Vec<(usize, usize, Option<bool>)>,
+    /// The EBS attach cap of its CSINode, if it has one.
+    ebs_cap: Option<i64>,
 }
 
 pub(super) fn class_spec() -> impl Strategy<Value = ClassSpec> {
@@ -107,6 +114,8 @@ pub(super) fn class_spec() -> impl Strategy<Value = ClassSpec> {
             0usize..KEYS.len(),
             prop::bool::weighted(0.8),
             prop::bool::weighted(0.3),
+            prop::sample::select(vec![0usize, 0, 0, 1, 2]),
+            prop::bool::weighted(0.15),
         ),
     )
         .prop_map(
@@ -121,7 +130,7 @@ pub(super) fn class_spec() -> impl Strategy<Value = ClassSpec> {
                 on_demand,
                 host_affinity,
                 affine_to,
-                (ns, ns_mode, spread_key, term_key, honor_affinity, honor_taints),
+                (ns, ns_mode, spread_key, term_key, honor_affinity, honor_taints, volumes, reuse),
             )| {
                 ClassSpec {
                     count,
@@ -141,6 +150,8 @@ pub(super) fn class_spec() -> impl Strategy<Value = ClassSpec> {
                     on_demand,
                     host_affinity,
                     affine_to,
+                    volumes,
+                    reuse,
                 }
             },
         )
@@ -160,13 +171,15 @@ pub(super) fn node_spec() -> impl Strategy<Value = NodeSpec> {
             ),
             0..3,
         ),
+        prop::option::weighted(0.5, 0i64..=4),
     )
-        .prop_map(|(zone, full, tainted, pool, running)| NodeSpec {
+        .prop_map(|(zone, full, tainted, pool, running, ebs_cap)| NodeSpec {
             zone,
             full,
             tainted,
             pool,
             running,
+            ebs_cap,
         })
 }
 
@@ -200,6 +213,14 @@ fn scoped(mut t: PodAffinityTerm, mode: usize) -> PodAffinityTerm {
         _ => {}
     }
     t
+}
+
+/// One EBS volume of claim `claim`.
+fn ebs(claim: &str) -> crate::pod::VolumeAttachment {
+    crate::pod::VolumeAttachment {
+        driver: "ebs.csi.aws.com".into(),
+        claim: claim.into(),
+    }
 }
 
 pub(super) fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
@@ -329,6 +350,17 @@ pub(super) fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
         for i in 0..c.count {
             let mut p = t.clone();
             p.name = format!("d{ci}-{i}");
+            let mut claims: Vec<String> = (0..c.volumes)
+                .map(|k| format!("{}/d{ci}-{i}-v{k}", p.namespace))
+                .collect();
+            if c.reuse {
+                claims.push(format!("{}/run-0-0", NAMESPACES[0]));
+            }
+            if !claims.is_empty() {
+                p.volume_attachments = Some(Box::new(
+                    claims.into_iter().map(|claim| ebs(&claim)).collect(),
+                ));
+            }
             pods.push(p);
         }
     }
@@ -357,6 +389,11 @@ pub(super) fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
             labels: l,
             allocatable: Resources::new(cpu, 16 * GI, 17 * GI, 30),
             capacity: Resources::new(4000, 16 * GI, 20 * GI, 30),
+            volume_limits: n
+                .ebs_cap
+                .map(|c| ("ebs.csi.aws.com".to_string(), c))
+                .into_iter()
+                .collect(),
             taints: if n.tainted {
                 vec![crate::taints::Taint {
                     key: "dedicated".into(),
@@ -374,6 +411,10 @@ pub(super) fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
                 name: format!("run-{ni}-{ri}"),
                 requests: Resources::new(500, 512 << 20, 0, 1),
                 node_name: Some(name.clone()),
+                volume_attachments: Some(Box::new(vec![ebs(&format!(
+                    "{}/run-{ni}-{ri}",
+                    NAMESPACES[*ns]
+                ))])),
                 ..Pod::default()
             };
             p.labels.insert("app".into(), APPS[*app].into());
@@ -585,6 +626,8 @@ fn a_type_spread_counts_only_the_types_that_hold_the_pod() {
         on_demand: false,
         host_affinity: false,
         affine_to: None,
+        volumes: 0,
+        reuse: false,
     };
     let big = |count| ClassSpec {
         count,
@@ -621,6 +664,8 @@ fn a_domain_closed_to_one_pod_leaves_its_siblings_counted() {
         on_demand: false,
         host_affinity: false,
         affine_to: None,
+        volumes: 0,
+        reuse: false,
     };
     let follower = ClassSpec {
         count: 2,
@@ -669,6 +714,8 @@ fn plain(app: usize, ns: usize) -> ClassSpec {
         on_demand: false,
         host_affinity: false,
         affine_to: None,
+        volumes: 0,
+        reuse: false,
     }
 }
 
