@@ -387,6 +387,15 @@ impl<'a> Planner<'a> {
             &[at.node],
         ) {
             Ok(outcome) => {
+                let detail = if outcome.stranded.is_empty() {
+                    detail
+                } else {
+                    format!(
+                        "{detail}; left pending with nowhere else to run (only this node \
+                         mounts their volumes, or a pod they must share a node with): {}",
+                        outcome.stranded.join(", ")
+                    )
+                };
                 let decision = Decision {
                     reason,
                     nodes: vec![name],

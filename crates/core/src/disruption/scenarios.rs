@@ -566,6 +566,14 @@ fn a_local_volume_keeps_its_node_from_consolidation_but_not_from_expiration() {
         "a goes first (same age, by name), with web-a: {:?}",
         p.kept
     );
+    assert!(
+        p.decisions[0].detail.ends_with(
+            "; left pending with nowhere else to run (only this node mounts their volumes, \
+             or a pod they must share a node with): default/web-a"
+        ),
+        "{}",
+        p.decisions[0].detail
+    );
 }
 
 #[test]

@@ -46,6 +46,10 @@ pub struct Outcome {
     pub replacements: Vec<NewNode>,
     /// $/h of the replacements.
     pub price_after: f64,
+    /// Pods (`namespace/name`) that leave with the removed nodes though no DaemonSet owns
+    /// them ([`run_forced`]): their volume only those nodes mount, or they must share a node
+    /// with such a pod. They stay pending; the decision names them.
+    pub stranded: Vec<String>,
 }
 
 /// Simulates the cluster without the nodes at `removed` (indices into `snapshot.nodes`).
@@ -95,7 +99,7 @@ fn outcome(
     removed: &[usize],
     hosts: VolumeHosts,
 ) -> Result<Outcome, String> {
-    let (plan, replacements) = without(snapshot, catalog, opts, removed, hosts);
+    let (plan, replacements, stranded) = without(snapshot, catalog, opts, removed, hosts);
     if let Some(u) = plan.unschedulable.first() {
         return Err(format!(
             "pod {} would not fit elsewhere: {}",
@@ -119,6 +123,7 @@ fn outcome(
         plan,
         replacements,
         price_after,
+        stranded,
     })
 }
 
@@ -133,18 +138,20 @@ pub fn evacuate(
     opts: &Options,
     removed: &[usize],
 ) -> (Plan, Vec<NewNode>) {
-    without(snapshot, catalog, opts, removed, VolumeHosts::Keep)
+    let (plan, replacements, _) = without(snapshot, catalog, opts, removed, VolumeHosts::Keep);
+    (plan, replacements)
 }
 
 /// The simulation of `snapshot` without the nodes at `removed` (see [`run`]), undone before
-/// returning; the replacements' `pod_indices` are mapped back to the caller's pod order.
+/// returning; the replacements' `pod_indices` are mapped back to the caller's pod order. Also
+/// returns the pods stranded with the removed nodes (see [`Outcome::stranded`]).
 fn without(
     snapshot: &mut Snapshot,
     catalog: &[InstanceType],
     opts: &Options,
     removed: &[usize],
     hosts: VolumeHosts,
-) -> (Plan, Vec<NewNode>) {
+) -> (Plan, Vec<NewNode>, Vec<String>) {
     let mut removed: Vec<usize> = removed.to_vec();
     removed.sort_unstable();
     removed.dedup();
@@ -175,8 +182,14 @@ fn without(
         // A pod that must share a node with a stranded pod, and with no pod its term selects
         // on a node that stays, can run nowhere either: it goes with the node too.
         let pods = &snapshot.pods;
-        leaving_pods.retain(|&i| !needs_stranded_partner(&pods[i], &stranded, pods, &gone));
+        let (partners, rest): (Vec<usize>, Vec<usize>) = leaving_pods
+            .into_iter()
+            .partition(|&i| needs_stranded_partner(&pods[i], &stranded, pods, &gone));
+        leaving_pods = rest;
+        stranded.extend(partners);
     }
+    let mut stranded_keys: Vec<String> = stranded.iter().map(|&i| snapshot.pods[i].key()).collect();
+    stranded_keys.sort();
     for i in leaving_pods {
         if let Some(on) = snapshot.pods[i].node_name.take() {
             moved.push((i, on));
@@ -210,7 +223,7 @@ fn without(
             ..n.clone()
         })
         .collect();
-    (plan, replacements)
+    (plan, replacements, stranded_keys)
 }
 
 /// True when one of `p`'s required hostname pod-affinity terms selects a pod at `stranded`
@@ -378,6 +391,7 @@ mod tests {
         // Its volume's node is going: it can run nowhere else, so nothing is bought for it.
         let out = run_forced(&mut s, &catalog(), &Options::default(), &[0]).expect("goes");
         assert!(out.replacements.is_empty(), "{:?}", out.replacements);
+        assert_eq!(out.stranded, ["default/db"]);
         assert!(out.plan.unschedulable.is_empty());
         assert!(out.plan.existing_nodes.iter().all(|n| n.pods.is_empty()));
         assert_eq!(s.pods, before, "the trial is undone");
@@ -394,12 +408,14 @@ mod tests {
         let mut s = cluster(nodes(), vec![db.clone(), sidecar("sidecar")]);
         let out = run_forced(&mut s, &catalog(), &Options::default(), &[0]).expect("goes");
         assert!(out.replacements.is_empty(), "{:?}", out.replacements);
+        assert_eq!(out.stranded, ["default/db", "default/sidecar"]);
         assert!(out.plan.existing_nodes.iter().all(|n| n.pods.is_empty()));
         let mut other_db = pod("db-b", "b", 100);
         other_db.labels.insert("app".into(), "db".into());
         let mut s = cluster(nodes(), vec![db, sidecar("sidecar"), other_db]);
         let out = run_forced(&mut s, &catalog(), &Options::default(), &[0]).expect("moves");
         assert_eq!(out.plan.existing_nodes[0].pods, ["default/sidecar"]);
+        assert_eq!(out.stranded, ["default/db"]);
 
         // A volume b can mount too: the pod moves there, pin and all.
         let mut s = cluster(nodes(), vec![pinned("shared", &["a", "b"])]);
