@@ -284,22 +284,26 @@ impl<'a> VolumeIndex<'a> {
         out
     }
 
-    /// The CSI driver that attaches claim `pod_claim`, as Karpenter resolves it: a bound
-    /// claim's PersistentVolume (`spec.csi.driver`, or EBS for an in-tree EBS volume); an
-    /// unbound one's StorageClass provisioner (migrated in-tree plugins renamed to their CSI
-    /// driver), the default class when it names none; a claim not made yet, its template's
-    /// class. `None` when the claim attaches nothing a cap counts (NFS, local volumes) or the
-    /// objects to tell are missing.
+    /// The CSI driver that attaches claim `pod_claim`, as the kube-scheduler and Karpenter
+    /// resolve it: a bound claim's PersistentVolume (`spec.csi.driver`, or EBS for an in-tree
+    /// EBS volume); an unbound one's (or one whose volume is gone) StorageClass provisioner
+    /// (migrated in-tree plugins renamed to their CSI driver); a claim not made yet, its
+    /// template's class. A claim naming no class reads as the default class, as volume zones
+    /// do: Kubernetes gives such a claim the default class (at creation, and retroactively
+    /// since 1.28), where Karpenter counts nothing for it. `None` when the claim attaches
+    /// nothing a cap counts (NFS, local volumes) or the objects to tell are missing.
     fn claim_driver(&self, namespace: &str, pod_claim: &PodClaim) -> Option<String> {
         let claim = self
             .claims
             .get(&(namespace.to_string(), pod_claim.name.clone()));
         let spec = claim.and_then(|c| c.spec.as_ref());
-        if let Some(volume) = spec
+        let bound = spec
             .and_then(|s| s.volume_name.as_deref())
-            .filter(|v| !v.is_empty())
-        {
-            let pv = self.volumes.get(volume)?.spec.as_ref()?;
+            .filter(|v| !v.is_empty());
+        // A bound volume that is gone: its class still tells the driver, as the scheduler
+        // reads it.
+        if let Some(pv) = bound.and_then(|v| self.volumes.get(v)) {
+            let pv = pv.spec.as_ref()?;
             if let Some(csi) = &pv.csi {
                 return Some(csi.driver.clone());
             }
@@ -983,6 +987,8 @@ mod tests {
             obj(json!({"metadata": {"name": "new-default", "namespace": "db"}, "spec": {}})),
             obj(json!({"metadata": {"name": "static", "namespace": "db"},
                 "spec": {"storageClassName": ""}})),
+            obj(json!({"metadata": {"name": "orphan", "namespace": "db"},
+                "spec": {"volumeName": "pv-gone", "storageClassName": "gp2"}})),
         ];
         let volumes: Vec<PersistentVolume> = vec![
             obj(json!({"metadata": {"name": "pv-csi"},
@@ -1020,7 +1026,8 @@ mod tests {
                 "new-default",
                 "static",
                 "missing",
-                "csi"
+                "csi",
+                "orphan"
             ])),
             [
                 // The bound volume decides, not the claim's class.
@@ -1030,6 +1037,8 @@ mod tests {
                 // named, the default class.
                 pair("db/new-gp2", "ebs.csi.aws.com"),
                 pair("db/new-default", "efs.csi.aws.com"),
+                // Its volume gone, its class tells.
+                pair("db/orphan", "ebs.csi.aws.com"),
             ]
         );
         assert_eq!(

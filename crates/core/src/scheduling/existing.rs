@@ -21,12 +21,15 @@ pub struct ExistingNodes<'a> {
     pub state: Vec<NodeState>,
     /// Per-node volume attach caps and what is attached, running pods included.
     pub volumes: Vec<NodeVolumes>,
+    /// The snapshot's pods, which the pod indices given to the placing methods index: on a
+    /// node capping their volumes, pods of one class are told apart by their claims.
+    pods: &'a [Pod],
 }
 
 impl<'a> ExistingNodes<'a> {
     /// Subtracts the requests of running pods from each node's allocatable and counts them
     /// against the per-node rules.
-    pub fn new(nodes: &'a [Node], pods: &[Pod], rules: &NodeRules) -> Self {
+    pub fn new(nodes: &'a [Node], pods: &'a [Pod], rules: &NodeRules) -> Self {
         let mut sorted: Vec<&Node> = nodes.iter().collect();
         sorted.sort_by(|a, b| a.name.cmp(&b.name));
         let by_name: HashMap<&str, usize> = sorted
@@ -58,6 +61,7 @@ impl<'a> ExistingNodes<'a> {
             placed,
             state,
             volumes,
+            pods,
         }
     }
 
@@ -98,13 +102,13 @@ impl<'a> ExistingNodes<'a> {
                 continue;
             }
             let want = ((pods.len() - done) as i64).min(rules.cap(class, &self.state[i]));
-            let want = self.volumes[i].copies_allowed(template, want);
             let k = self.free[i].copies_fitting(&template.requests, want);
+            let k = self.volumes_fitting(i, template, &pods[done..], k);
             if k == 0 {
                 continue;
             }
             rules.add(class, k, &mut self.state[i]);
-            self.volumes[i].add(template, k);
+            self.attach(i, &pods[done..done + k as usize]);
             self.free[i].add_times(&template.requests, -k);
             self.placed[i].extend_from_slice(&pods[done..done + k as usize]);
             done += k as usize;
@@ -133,8 +137,8 @@ impl<'a> ExistingNodes<'a> {
                 continue;
             }
             let want = n.min(rules.cap(class, &self.state[i]));
-            let want = self.volumes[i].copies_allowed(template, want);
             let k = self.free[i].copies_fitting(&template.requests, want);
+            let k = self.volumes_fitting(i, template, pods, k);
             if k == n {
                 best = Some((i, k));
                 break;
@@ -147,10 +151,25 @@ impl<'a> ExistingNodes<'a> {
             return (0, None);
         };
         rules.add(class, k, &mut self.state[i]);
-        self.volumes[i].add(template, k);
+        self.attach(i, &pods[..k as usize]);
         self.free[i].add_times(&template.requests, -k);
         self.placed[i].extend_from_slice(&pods[..k as usize]);
         let partial = (k < n).then(|| self.nodes[i].name.clone());
         (k as usize, partial)
+    }
+
+    /// How many of `members` (class pods shaped like `template`, at most `max`), from the
+    /// front, node `i`'s volume attach caps admit.
+    fn volumes_fitting(&self, i: usize, template: &Pod, members: &[usize], max: i64) -> i64 {
+        if max == 0 || !self.volumes[i].limits(template) {
+            return max;
+        }
+        self.volumes[i].fitting_prefix(members.iter().map(|&p| &self.pods[p]), max)
+    }
+
+    /// Records the volumes of `members`, placed on node `i`.
+    fn attach(&mut self, i: usize, members: &[usize]) {
+        let pods = self.pods;
+        self.volumes[i].add(members.iter().map(|&p| &pods[p]));
     }
 }

@@ -6,9 +6,10 @@
 //! within the cap. New nodes are not capped (their CSINode does not exist until the driver
 //! registers), as Karpenter leaves them.
 //!
-//! Pods placed by a pass add their claims as new volumes without naming them: two pending
-//! pods sharing a claim count it twice, which can only leave a node emptier than the
-//! scheduler would.
+//! Pods placed by a pass attach their claims too: a pending pod sharing a claim with a pod
+//! placed before it on the node adds nothing. Pods of one class differ only in their claims
+//! (the class key names a claim only when a running pod holds it), so placement walks the
+//! members themselves on a capped node.
 
 use std::collections::HashSet;
 
@@ -50,62 +51,74 @@ impl NodeVolumes {
         out
     }
 
-    /// How many of `want` copies of `pod` the caps admit.
-    pub fn copies_allowed(&self, pod: &Pod, want: i64) -> i64 {
-        if self.drivers.is_empty() || pod.attachments().is_empty() {
-            return want;
-        }
-        self.drivers
-            .iter()
-            .map(|(driver, cap, attached)| {
-                let each = self.new_volumes(pod, driver);
-                if each == 0 {
-                    want
-                } else {
-                    ((cap - attached) / each).clamp(0, want)
-                }
-            })
-            .min()
-            .unwrap_or(want)
+    /// True when the caps may limit pods shaped like `pod`: the node caps a driver `pod`
+    /// attaches through. Members of one class attach through the same drivers.
+    pub fn limits(&self, pod: &Pod) -> bool {
+        !self.drivers.is_empty()
+            && pod
+                .attachments()
+                .iter()
+                .any(|a| self.drivers.iter().any(|(d, _, _)| *d == a.driver))
     }
 
-    /// Counts `k` copies of `pod` as attached.
-    pub fn add(&mut self, pod: &Pod, k: i64) {
-        if self.drivers.is_empty() || pod.attachments().is_empty() {
+    /// How many of `members` (at most `max`), in order, fit within the caps: each adds the
+    /// claims of capped drivers that neither the node nor the members before it hold, and
+    /// the first that would take a driver over its cap ends the count.
+    pub fn fitting_prefix<'p>(&self, members: impl IntoIterator<Item = &'p Pod>, max: i64) -> i64 {
+        let mut added: HashSet<&str> = HashSet::new();
+        let mut extra = vec![0i64; self.drivers.len()];
+        let mut n = 0;
+        for pod in members.into_iter().take(usize::try_from(max).unwrap_or(0)) {
+            let mine = self.new_claims(pod, &added);
+            let over = mine.iter().any(|&(d, _)| {
+                let adds = mine.iter().filter(|(x, _)| *x == d).count() as i64;
+                let (_, cap, attached) = &self.drivers[d];
+                attached + extra[d] + adds > *cap
+            });
+            if over {
+                break;
+            }
+            for (d, claim) in mine {
+                extra[d] += 1;
+                added.insert(claim);
+            }
+            n += 1;
+        }
+        n
+    }
+
+    /// Records `members` as placed on the node: their claims of capped drivers are attached.
+    pub fn add<'p>(&mut self, members: impl IntoIterator<Item = &'p Pod>) {
+        if self.drivers.is_empty() {
             return;
         }
-        let news: Vec<i64> = self
-            .drivers
-            .iter()
-            .map(|(driver, _, _)| self.new_volumes(pod, driver))
-            .collect();
-        for (slot, each) in self.drivers.iter_mut().zip(news) {
-            slot.2 += each * k;
-        }
-    }
-
-    /// The driver whose cap keeps `pod` off the node, with its volumes attached and its cap,
-    /// when one does.
-    pub fn full_driver(&self, pod: &Pod) -> Option<(&str, i64, i64)> {
-        self.drivers
-            .iter()
-            .find(|(driver, cap, attached)| {
-                let each = self.new_volumes(pod, driver);
-                each > 0 && attached + each > *cap
-            })
-            .map(|(d, cap, attached)| (d.as_str(), *attached, *cap))
-    }
-
-    /// The volumes of `driver` one copy of `pod` adds: its distinct claims the node does not
-    /// hold.
-    fn new_volumes(&self, pod: &Pod, driver: &str) -> i64 {
-        let mut seen: Vec<&str> = Vec::new();
-        for a in pod.attachments() {
-            if a.driver == driver && !self.claims.contains(&a.claim) && !seen.contains(&&*a.claim) {
-                seen.push(&a.claim);
+        for pod in members {
+            for (d, claim) in self.new_claims(pod, &HashSet::new()) {
+                let claim = claim.to_string();
+                self.drivers[d].2 += 1;
+                self.claims.insert(claim);
             }
         }
-        seen.len() as i64
+    }
+
+    /// The claims of `pod` on capped drivers (driver index, claim) that the node does not
+    /// hold and `also_held` does not name, each once.
+    fn new_claims<'p>(&self, pod: &'p Pod, also_held: &HashSet<&str>) -> Vec<(usize, &'p str)> {
+        let mut out: Vec<(usize, &str)> = Vec::new();
+        for a in pod.attachments() {
+            let Some(d) = self.drivers.iter().position(|(drv, _, _)| *drv == a.driver) else {
+                continue;
+            };
+            let claim = a.claim.as_str();
+            if self.claims.contains(claim)
+                || also_held.contains(claim)
+                || out.iter().any(|(_, c)| *c == claim)
+            {
+                continue;
+            }
+            out.push((d, claim));
+        }
+        out
     }
 }
 
@@ -148,33 +161,67 @@ mod tests {
             pod(&[("efs.csi.aws.com", "db/files")]),
         ];
         let mut v = NodeVolumes::of(&node(&[(EBS, 5)]), &running);
-        let one = pod(&[(EBS, "db/new")]);
-        assert_eq!(v.copies_allowed(&one, 10), 2);
+        let new: Vec<Pod> = (0..10)
+            .map(|i| pod(&[(EBS, &format!("db/new-{i}"))]))
+            .collect();
+        assert!(v.limits(&new[0]));
+        assert_eq!(v.fitting_prefix(&new, 10), 2);
+        assert_eq!(v.fitting_prefix(&new, 1), 1, "never more than asked");
         // A pod whose claim the node already holds adds nothing.
-        let reuses = pod(&[(EBS, "db/shared")]);
-        assert_eq!(v.copies_allowed(&reuses, 10), 10);
+        let reuses = vec![pod(&[(EBS, "db/shared")]); 10];
+        assert_eq!(v.fitting_prefix(&reuses, 10), 10);
         // Uncapped drivers never limit.
         let files = pod(&[("efs.csi.aws.com", "db/more-files")]);
-        assert_eq!(v.copies_allowed(&files, 10), 10);
-        v.add(&one, 2);
-        assert_eq!(v.copies_allowed(&one, 10), 0);
-        assert_eq!(v.full_driver(&one), Some((EBS, 5, 5)));
-        assert_eq!(v.full_driver(&reuses), None);
+        assert!(!v.limits(&files));
+        v.add(&new[..2]);
+        assert_eq!(v.fitting_prefix(&new[2..], 10), 0);
+        // The claims placed are held now: another pod using one still joins.
+        assert_eq!(v.fitting_prefix(&new[..1], 10), 1);
+    }
+
+    #[test]
+    fn pending_pods_sharing_a_claim_attach_it_once() {
+        // One free slot: three pods sharing db/a fit, the fourth (its own claim) does not,
+        // and the walk stops there although the fifth shares db/a again.
+        let v = NodeVolumes::of(
+            &node(&[(EBS, 3)]),
+            &[pod(&[(EBS, "db/x")]), pod(&[(EBS, "db/y")])],
+        );
+        let members = [
+            pod(&[(EBS, "db/a")]),
+            pod(&[(EBS, "db/a")]),
+            pod(&[(EBS, "db/a")]),
+            pod(&[(EBS, "db/b")]),
+            pod(&[(EBS, "db/a")]),
+        ];
+        assert_eq!(v.fitting_prefix(&members, 5), 3);
     }
 
     #[test]
     fn a_node_without_caps_takes_any_number() {
         let v = NodeVolumes::of(&node(&[]), &[pod(&[(EBS, "db/a")])]);
-        assert_eq!(v.copies_allowed(&pod(&[(EBS, "db/b")]), 40), 40);
-        assert_eq!(v.full_driver(&pod(&[(EBS, "db/b")])), None);
+        assert!(!v.limits(&pod(&[(EBS, "db/b")])));
     }
 
     #[test]
     fn a_pod_with_two_volumes_takes_two_slots() {
         let v = NodeVolumes::of(&node(&[(EBS, 5)]), &[]);
-        let two = pod(&[(EBS, "db/data"), (EBS, "db/log")]);
-        assert_eq!(v.copies_allowed(&two, 10), 2);
+        let two: Vec<Pod> = (0..10)
+            .map(|i| {
+                pod(&[
+                    (EBS, &format!("db/data-{i}")),
+                    (EBS, &format!("db/log-{i}")),
+                ])
+            })
+            .collect();
+        assert_eq!(v.fitting_prefix(&two, 10), 2);
         let zero = NodeVolumes::of(&node(&[(EBS, 0)]), &[]);
-        assert_eq!(zero.copies_allowed(&two, 10), 0);
+        assert_eq!(zero.fitting_prefix(&two, 10), 0);
+        // A pod mounting one claim twice attaches it once.
+        let twice = [pod(&[(EBS, "db/c"), (EBS, "db/c")])];
+        assert_eq!(
+            NodeVolumes::of(&node(&[(EBS, 1)]), &[]).fitting_prefix(&twice, 1),
+            1
+        );
     }
 }

@@ -730,6 +730,31 @@ mod tests {
     }
 
     #[test]
+    fn a_volume_attach_cap_is_held_once_a_placed_pod_adds_a_volume() {
+        let ebs = |p: &mut Pod, claim: &str| {
+            p.volume_attachments = Some(Box::new(vec![crate::pod::VolumeAttachment {
+                driver: "ebs.csi.aws.com".into(),
+                claim: claim.into(),
+            }]));
+        };
+        let mut running = pod("default", "r", "r", Some("n1"));
+        ebs(&mut running, "default/r");
+        let mut new = pod("default", "a", "a", None);
+        ebs(&mut new, "default/a");
+        let mut reuse = pod("default", "b", "b", None);
+        ebs(&mut reuse, "default/r");
+        let mut s = snapshot(vec![running, new, reuse]);
+        s.nodes[0].volume_limits = [("ebs.csi.aws.com".to_string(), 1)].into();
+        let err = check(&s, &[], &on(&[("n1", "default/a"), ("n2", "default/b")])).unwrap_err();
+        assert!(
+            err.contains("n1: 2 ebs.csi.aws.com volumes attached, over its cap of 1"),
+            "{err}"
+        );
+        // The claim the node holds adds nothing.
+        check(&s, &[], &on(&[("n2", "default/a"), ("n1", "default/b")])).unwrap();
+    }
+
+    #[test]
     fn a_pod_missing_from_the_plan_is_caught() {
         let s = snapshot(vec![pod("default", "a", "a", None)]);
         assert!(check(&s, &[], &Plan::default()).is_err());

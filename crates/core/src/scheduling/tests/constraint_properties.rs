@@ -69,7 +69,7 @@ pub(super) struct ClassSpec {
     host_affinity: bool,
     /// Required hostname pod affinity to the pods of this app (often another pending class).
     affine_to: Option<usize>,
-    /// EBS volumes of each pod, each its own claim.
+    /// EBS volumes of each pod, each its own claim; 3: one claim all pods of the class share.
     volumes: usize,
     /// Each pod also mounts the claim of node n0's first running pod (a rolling update's).
     reuse: bool,
@@ -114,7 +114,7 @@ pub(super) fn class_spec() -> impl Strategy<Value = ClassSpec> {
             0usize..KEYS.len(),
             prop::bool::weighted(0.8),
             prop::bool::weighted(0.3),
-            prop::sample::select(vec![0usize, 0, 0, 1, 2]),
+            prop::sample::select(vec![0usize, 0, 0, 1, 2, 3]),
             prop::bool::weighted(0.15),
         ),
     )
@@ -350,9 +350,12 @@ pub(super) fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
         for i in 0..c.count {
             let mut p = t.clone();
             p.name = format!("d{ci}-{i}");
-            let mut claims: Vec<String> = (0..c.volumes)
-                .map(|k| format!("{}/d{ci}-{i}-v{k}", p.namespace))
-                .collect();
+            let mut claims: Vec<String> = match c.volumes {
+                3 => vec![format!("{}/d{ci}-shared", p.namespace)],
+                n => (0..n)
+                    .map(|k| format!("{}/d{ci}-{i}-v{k}", p.namespace))
+                    .collect(),
+            };
             if c.reuse {
                 claims.push(format!("{}/run-0-0", NAMESPACES[0]));
             }

@@ -820,3 +820,54 @@ fn an_existing_node_takes_volumes_only_up_to_its_csi_attach_cap() {
     assert!(plan.new_nodes.is_empty(), "{:?}", plan.new_nodes);
     assert_eq!(plan.existing_nodes[0].pods.len(), 6);
 }
+
+#[test]
+fn pending_pods_sharing_a_claim_attach_it_once_on_a_capped_node() {
+    // One EBS slot left on the node; three pending pods of a group that must share a node
+    // (required hostname affinity to itself) all mount one claim, not created yet: the
+    // kube-scheduler attaches it once, so the whole group fits there and nothing is bought.
+    const EBS: &str = "ebs.csi.aws.com";
+    let with_claim = |p: &mut Pod, claim: &str| {
+        p.volume_attachments = Some(Box::new(vec![crate::pod::VolumeAttachment {
+            driver: EBS.into(),
+            claim: format!("default/{claim}"),
+        }]));
+    };
+    let mut pods = Vec::new();
+    for (i, claim) in ["x", "y"].iter().enumerate() {
+        let mut p = pod(&format!("running-{i}"), 100, 128);
+        p.node_name = Some("n".into());
+        with_claim(&mut p, claim);
+        pods.push(p);
+    }
+    let mut selector = Requirements::new();
+    selector.add("app", Requirement::single("group"));
+    for mut p in deployment("group", 3, 100, 128) {
+        with_claim(&mut p, "shared");
+        p.affinity.push(crate::pod::PodAffinityTerm {
+            topology_key: labels::HOSTNAME.into(),
+            selector: selector.clone(),
+            namespaces: Vec::new(),
+            namespace_selector: None,
+            anti: false,
+            weight: None,
+        });
+        pods.push(p);
+    }
+    let s = Snapshot {
+        pods,
+        nodes: vec![Node {
+            name: "n".into(),
+            allocatable: Resources::new(8_000, 32 * GI, 17 * GI, 110),
+            capacity: Resources::new(8_000, 32 * GI, 20 * GI, 110),
+            volume_limits: [(EBS.to_string(), 3)].into(),
+            ..Node::default()
+        }],
+        ..Snapshot::default()
+    };
+    let plan = run(&s);
+    crate::testing::plan_check::check(&s, &catalog(), &plan).expect("constraints hold");
+    assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
+    assert!(plan.new_nodes.is_empty(), "{:?}", plan.new_nodes);
+    assert_eq!(plan.existing_nodes[0].pods.len(), 3);
+}
