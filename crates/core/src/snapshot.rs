@@ -45,7 +45,17 @@ impl Snapshot {
     /// namespaces of the snapshot's pods (the only ones a term can find pods in) whose labels
     /// it selects, added to the term's `namespaces`. A selector that selects none leaves a
     /// term that finds no pod, as in the kube-scheduler, not one about the pod's own namespace.
+    ///
+    /// Then joins each pod's required pod-affinity terms ([`join_required_affinity`]), which
+    /// needs the namespaces named.
     pub fn resolve_namespace_selectors(&mut self) {
+        self.select_namespaces();
+        for pod in &mut self.pods {
+            join_required_affinity(pod);
+        }
+    }
+
+    fn select_namespaces(&mut self) {
         if !self
             .pods
             .iter()
@@ -79,6 +89,52 @@ impl Snapshot {
                 term.namespaces.sort();
             }
         }
+    }
+}
+
+/// The kube-scheduler's reading of several required pod-affinity terms: a pod satisfies them
+/// only through pods that match *every* term (InterPodAffinity counts a running pod toward
+/// the terms' domains only when it matches all of them, and the first pod of a group may
+/// start it only when it matches all of them itself). Each required term's selector becomes
+/// the conjunction of all of them, and its namespaces their intersection, so everything that
+/// reads one term at a time asks the scheduler's question. Terms keep their topology keys;
+/// anti-affinity and preferred terms are per term in the scheduler and are left alone. Terms
+/// whose namespaces share none find no pod (`""`, a name no namespace has).
+pub fn join_required_affinity(pod: &mut Pod) {
+    let required = |a: &&crate::pod::PodAffinityTerm| !a.anti && a.weight.is_none();
+    if pod.affinity.iter().filter(required).count() < 2 {
+        return;
+    }
+    let own = pod.namespace.clone();
+    let mut selector: Option<crate::requirements::Requirements> = None;
+    let mut namespaces: Option<BTreeSet<String>> = None;
+    for term in pod.affinity.iter().filter(required) {
+        selector = Some(match selector {
+            None => term.selector.clone(),
+            Some(s) => s.intersect(&term.selector),
+        });
+        let mine: BTreeSet<String> = if term.namespaces.is_empty() {
+            BTreeSet::from([own.clone()])
+        } else {
+            term.namespaces.iter().cloned().collect()
+        };
+        namespaces = Some(match namespaces {
+            None => mine,
+            Some(n) => n.intersection(&mine).cloned().collect(),
+        });
+    }
+    let selector = selector.unwrap_or_default();
+    let mut namespaces: Vec<String> = namespaces.unwrap_or_default().into_iter().collect();
+    if namespaces.is_empty() {
+        namespaces.push(String::new());
+    }
+    for term in pod
+        .affinity
+        .iter_mut()
+        .filter(|a| !a.anti && a.weight.is_none())
+    {
+        term.selector = selector.clone();
+        term.namespaces = namespaces.clone();
     }
 }
 
@@ -135,5 +191,72 @@ mod tests {
             .pods
             .iter()
             .all(|p| p.affinity[0].namespace_selector.is_none()));
+    }
+
+    #[test]
+    fn required_affinity_terms_are_joined_and_others_left_alone() {
+        let term = |key: &str, (k, v): (&str, &str), namespaces: &[&str], anti: bool, weight| {
+            let mut selector = Requirements::new();
+            selector.add(k, Requirement::single(v));
+            PodAffinityTerm {
+                topology_key: key.into(),
+                selector,
+                namespaces: namespaces.iter().map(|n| n.to_string()).collect(),
+                namespace_selector: None,
+                anti,
+                weight,
+            }
+        };
+        let mut p = Pod {
+            namespace: "web".into(),
+            affinity: vec![
+                term(
+                    crate::labels::HOSTNAME,
+                    ("app", "cache"),
+                    &["infra", "web"],
+                    false,
+                    None,
+                ),
+                term(crate::labels::ZONE, ("tier", "db"), &[], false, None),
+                term(crate::labels::ZONE, ("app", "web"), &[], true, None),
+                term(crate::labels::ZONE, ("app", "api"), &[], false, Some(10)),
+            ],
+            ..Pod::default()
+        };
+        join_required_affinity(&mut p);
+        let mut both = Requirements::new();
+        both.add("app", Requirement::single("cache"));
+        both.add("tier", Requirement::single("db"));
+        for t in &p.affinity[..2] {
+            assert_eq!(t.selector, both);
+            assert_eq!(t.namespaces, ["web"], "the namespaces both terms look in");
+        }
+        assert_eq!(
+            p.affinity[2].selector.get("tier"),
+            None,
+            "anti-affinity stays"
+        );
+        assert_eq!(p.affinity[3].selector.get("tier"), None, "preferences stay");
+        let once = p.clone();
+        join_required_affinity(&mut p);
+        assert_eq!(p, once, "joining twice changes nothing");
+
+        // No namespace in common: the terms find no pod.
+        let mut q = Pod {
+            namespace: "web".into(),
+            affinity: vec![
+                term(
+                    crate::labels::HOSTNAME,
+                    ("app", "cache"),
+                    &["infra"],
+                    false,
+                    None,
+                ),
+                term(crate::labels::ZONE, ("tier", "db"), &[], false, None),
+            ],
+            ..Pod::default()
+        };
+        join_required_affinity(&mut q);
+        assert_eq!(q.affinity[0].namespaces, [""]);
     }
 }

@@ -166,6 +166,37 @@ fn pod_affinity_and_anti_affinity() {
 }
 
 #[test]
+fn several_required_affinity_terms_select_the_pods_matching_all_of_them() {
+    // As the kube-scheduler reads them: each required term counts only pods matching every
+    // term, in namespaces every term names; anti-affinity stays per term.
+    let p = one_pod(
+        r#"  affinity:
+    podAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        - topologyKey: kubernetes.io/hostname
+          labelSelector: {matchLabels: {app: cache}}
+          namespaces: [infra, default]
+        - topologyKey: topology.kubernetes.io/zone
+          labelSelector: {matchLabels: {tier: db}}
+    podAntiAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        - topologyKey: kubernetes.io/hostname
+          labelSelector: {matchLabels: {app: web}}
+  containers: [{name: a}]
+"#,
+    );
+    let a = &p.affinity;
+    for t in &a[..2] {
+        assert!(t.selector.get("app").unwrap().allows("cache"));
+        assert!(t.selector.get("tier").unwrap().allows("db"));
+        assert_eq!(t.namespaces, ["default"]);
+    }
+    assert_eq!(a[0].topology_key, labels::HOSTNAME);
+    assert_eq!(a[1].topology_key, labels::ZONE);
+    assert!(a[2].anti && a[2].selector.get("tier").is_none());
+}
+
+#[test]
 fn host_ports() {
     let p = one_pod(
         r#"  containers:

@@ -2033,3 +2033,76 @@ fn a_group_affine_to_a_running_pod_spreads_only_in_that_pods_zone() {
     assert!(p.existing_nodes.is_empty(), "{:?}", p.existing_nodes);
     assert_eq!(p.unschedulable.len(), 2);
 }
+
+#[test]
+fn several_required_affinity_terms_are_met_only_by_pods_matching_all_of_them() {
+    // web must share a node with app=cache and a zone with tier=db. The kube-scheduler's
+    // InterPodAffinity counts a running pod toward those terms only when it matches both:
+    // n-a runs a cache and its zone a db, but no pod there is both, so web goes to n-b,
+    // whose pod is both (joiner read the terms one at a time before, and chose n-a).
+    let running = |name: &str, node: &str, labels: &[(&str, &str)]| {
+        let mut p = pod(name, 100, 128);
+        p.node_name = Some(node.into());
+        for (k, v) in labels {
+            p.labels.insert(k.to_string(), v.to_string());
+        }
+        p
+    };
+    let mut tier = Requirements::new();
+    tier.add("tier", Requirement::single("db"));
+    let web = || {
+        let mut pods = deployment("web", 3, 1000, 512);
+        for p in &mut pods {
+            p.affinity.push(term(labels::HOSTNAME, false, app("cache")));
+            p.affinity.push(term(labels::ZONE, false, tier.clone()));
+        }
+        pods
+    };
+    let nodes = || vec![node_in("z-a", "n-a", 8), node_in("z-b", "n-b", 8)];
+    let mut pods = web();
+    pods.push(running("cache-a", "n-a", &[("app", "cache")]));
+    pods.push(running("db-a", "n-a", &[("tier", "db")]));
+    pods.push(running(
+        "both-b",
+        "n-b",
+        &[("app", "cache"), ("tier", "db")],
+    ));
+    let mut s = Snapshot {
+        pods,
+        nodes: nodes(),
+        ..Snapshot::default()
+    };
+    s.resolve_namespace_selectors();
+    let p = run(&s);
+    crate::testing::plan_check::check(&s, &catalog(), &p).expect("constraints hold");
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    assert!(p.new_nodes.is_empty(), "{:?}", p.new_nodes);
+    let on_b: Vec<&str> = p
+        .existing_nodes
+        .iter()
+        .filter(|n| n.name == "n-b")
+        .flat_map(|n| n.pods.iter().map(String::as_str))
+        .collect();
+    assert_eq!(on_b, ["default/web-0", "default/web-1", "default/web-2"]);
+
+    // No pod is both, and web is neither: the scheduler never places it (its first-pod rule
+    // asks the pod to match all its terms itself), so nothing is bought for it.
+    let mut pods = web();
+    pods.push(running("cache-a", "n-a", &[("app", "cache")]));
+    pods.push(running("db-a", "n-a", &[("tier", "db")]));
+    let mut s = Snapshot {
+        pods,
+        nodes: nodes(),
+        ..Snapshot::default()
+    };
+    s.resolve_namespace_selectors();
+    let p = run(&s);
+    assert!(p.new_nodes.is_empty(), "{:?}", p.new_nodes);
+    assert!(p.existing_nodes.iter().all(|n| n.pods.is_empty()));
+    assert_eq!(p.unschedulable.len(), 3);
+    assert_eq!(
+        p.unschedulable[0].reason,
+        "pod affinity on topology.kubernetes.io/zone: no allowed topology.kubernetes.io/zone \
+         runs pods app In [cache], tier In [db]"
+    );
+}
