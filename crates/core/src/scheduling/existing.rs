@@ -158,6 +158,59 @@ impl<'a> ExistingNodes<'a> {
         (k as usize, partial)
     }
 
+    /// Places every pod of several classes (`group`: class, template, pods) together on the
+    /// first node, by name, that `node_ok` accepts and that holds them all, as an affinity
+    /// cycle's leader must share a node with its followers. Nothing is placed when no node
+    /// holds the whole group. Returns the node.
+    pub fn place_group_whole(
+        &mut self,
+        group: &[(usize, &Pod, &[usize])],
+        rules: &NodeRules,
+        node_ok: impl Fn(&str) -> bool,
+    ) -> Option<usize> {
+        for i in 0..self.nodes.len() {
+            if !node_ok(&self.nodes[i].name)
+                || group
+                    .iter()
+                    .any(|(_, template, _)| !self.admits(i, template))
+            {
+                continue;
+            }
+            // Tried on copies of the node's counters, kept only when every class fits.
+            let (mut free, mut state, mut volumes) = (
+                self.free[i].clone(),
+                self.state[i].clone(),
+                self.volumes[i].clone(),
+            );
+            let fits = group.iter().all(|&(class, template, pods)| {
+                let n = pods.len() as i64;
+                let want = n.min(rules.cap(class, &state));
+                let mut k = free.copies_fitting(&template.requests, want);
+                if k > 0 && volumes.limits(template) {
+                    k = volumes.fitting_prefix(pods.iter().map(|&p| &self.pods[p]), k);
+                }
+                if k < n {
+                    return false;
+                }
+                rules.add(class, k, &mut state);
+                free.add_times(&template.requests, -k);
+                volumes.add(pods.iter().map(|&p| &self.pods[p]));
+                true
+            });
+            if !fits {
+                continue;
+            }
+            self.free[i] = free;
+            self.state[i] = state;
+            self.volumes[i] = volumes;
+            for (_, _, pods) in group {
+                self.placed[i].extend_from_slice(pods);
+            }
+            return Some(i);
+        }
+        None
+    }
+
     /// How many of `members` (class pods shaped like `template`, at most `max`), from the
     /// front, node `i`'s volume attach caps admit.
     fn volumes_fitting(&self, i: usize, template: &Pod, members: &[usize], max: i64) -> i64 {

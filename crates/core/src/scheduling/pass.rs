@@ -188,7 +188,7 @@ impl<'a> Pass<'a> {
     }
 
     /// Stage 1: existing (and in-flight) nodes, capacity already paid for. Followers wait for
-    /// their targets; a cycle's leader goes only onto new nodes, with its partners. A group
+    /// their targets; a cycle's leader goes onto a node only with all its partners. A group
     /// that must share one node goes whole onto one that holds it, when one does (a node
     /// bought for it in an earlier batch is still in flight while its pods are pending); when
     /// a node has room for only part of it, that part goes there and the rest is refused, as
@@ -222,6 +222,10 @@ impl<'a> Pass<'a> {
                     }
                     continue;
                 }
+                Together::Follows(f) if f.leader => {
+                    self.place_cycle_on_existing_node(ci);
+                    continue;
+                }
                 Together::Refused(_) | Together::Follows(_) => continue,
             };
             let placed = self.existing.place_class(
@@ -232,6 +236,58 @@ impl<'a> Pass<'a> {
                 only,
             );
             self.record_placed(ci, placed);
+        }
+    }
+
+    /// A cycle's leader (class `leader`) with every class following it, transitively, whole
+    /// onto the first existing or in-flight node that holds them all and on which each of
+    /// their terms has a partner (in the group, or running there): the node an earlier batch
+    /// bought for the cycle is in flight while its pods pend, and must not be bought again.
+    /// When no node holds the whole group it goes to new nodes, as before.
+    fn place_cycle_on_existing_node(&mut self, leader: usize) {
+        let mut group = vec![leader];
+        let mut next = 0;
+        while next < group.len() {
+            for &f in &self.followers[group[next]] {
+                if !group.contains(&f) {
+                    group.push(f);
+                }
+            }
+            next += 1;
+        }
+        let in_group: BTreeSet<usize> = group.iter().copied().collect();
+        let terms: Vec<&colocation::FollowTerm> = group
+            .iter()
+            .filter_map(|&c| match &self.together[c] {
+                Together::Follows(f) => Some(f.terms.iter()),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        let node_ok = |name: &str| {
+            terms
+                .iter()
+                .all(|t| t.running.contains(name) || t.targets.iter().any(|c| in_group.contains(c)))
+        };
+        let members: Vec<(usize, &Pod, &[usize])> = group
+            .iter()
+            .map(|&c| {
+                (
+                    c,
+                    &self.templates[c],
+                    &self.classes[c].pods[self.cursor[c]..],
+                )
+            })
+            .collect();
+        if self
+            .existing
+            .place_group_whole(&members, &self.rules, node_ok)
+            .is_some()
+        {
+            for c in group {
+                let n = self.remaining[c] as usize;
+                self.record_placed(c, n);
+            }
         }
     }
 

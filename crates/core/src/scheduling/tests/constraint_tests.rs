@@ -940,6 +940,22 @@ fn a_three_class_cycle_gets_a_type_that_holds_all_of_it() {
 }
 
 #[test]
+fn a_cycle_goes_whole_onto_a_node_in_flight_that_holds_it_and_is_not_bought_again() {
+    // c leads a -> b -> c -> {a, c}; an earlier batch bought n-new for the cycle, which is
+    // in flight while the nine pods pend. It holds them all (4.5 of 8 cpus): they go there
+    // and nothing is bought again.
+    let cycle = || affine_apps(&[("a", 3, &["b"]), ("b", 3, &["c"]), ("c", 3, &["a", "c"])]);
+    let roomy = run(&Snapshot {
+        pods: cycle(),
+        nodes: vec![node_in("z-a", "n-new", 8)],
+        ..Snapshot::default()
+    });
+    assert!(roomy.new_nodes.is_empty(), "{:?}", roomy.new_nodes);
+    assert!(roomy.unschedulable.is_empty(), "{:?}", roomy.unschedulable);
+    assert_eq!(roomy.existing_nodes[0].pods.len(), 9);
+}
+
+#[test]
 fn a_cycle_with_a_running_pod_joins_its_node_and_never_starts_another() {
     // a selects b, b selects a or b; an a pod runs on n-1. No pod may start a new node (one
     // they select runs): with room on n-1 all join it, with none nothing is bought.
