@@ -15,6 +15,8 @@ mod crds;
 mod error;
 mod import;
 mod manifest;
+#[cfg(test)]
+mod mutated_input_tests;
 mod output;
 mod plan;
 mod reference;
