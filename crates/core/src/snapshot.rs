@@ -207,22 +207,33 @@ mod tests {
                 weight,
             }
         };
-        let mut p = Pod {
-            namespace: "web".into(),
-            affinity: vec![
+        // A pod in namespace web with required terms on app=cache (in `cache_in`) and
+        // tier=db, and `more`.
+        let web = |cache_in: &[&str], more: Vec<PodAffinityTerm>| {
+            let mut affinity = vec![
                 term(
                     crate::labels::HOSTNAME,
                     ("app", "cache"),
-                    &["infra", "web"],
+                    cache_in,
                     false,
                     None,
                 ),
                 term(crate::labels::ZONE, ("tier", "db"), &[], false, None),
+            ];
+            affinity.extend(more);
+            Pod {
+                namespace: "web".into(),
+                affinity,
+                ..Pod::default()
+            }
+        };
+        let mut p = web(
+            &["infra", "web"],
+            vec![
                 term(crate::labels::ZONE, ("app", "web"), &[], true, None),
                 term(crate::labels::ZONE, ("app", "api"), &[], false, Some(10)),
             ],
-            ..Pod::default()
-        };
+        );
         join_required_affinity(&mut p);
         let mut both = Requirements::new();
         both.add("app", Requirement::single("cache"));
@@ -242,20 +253,7 @@ mod tests {
         assert_eq!(p, once, "joining twice changes nothing");
 
         // No namespace in common: the terms find no pod.
-        let mut q = Pod {
-            namespace: "web".into(),
-            affinity: vec![
-                term(
-                    crate::labels::HOSTNAME,
-                    ("app", "cache"),
-                    &["infra"],
-                    false,
-                    None,
-                ),
-                term(crate::labels::ZONE, ("tier", "db"), &[], false, None),
-            ],
-            ..Pod::default()
-        };
+        let mut q = web(&["infra"], Vec::new());
         join_required_affinity(&mut q);
         assert_eq!(q.affinity[0].namespaces, [""]);
     }

@@ -944,15 +944,21 @@ fn a_cycle_goes_whole_onto_a_node_in_flight_that_holds_it_and_is_not_bought_agai
     // c leads a -> b -> c -> {a, c}; an earlier batch bought n-new for the cycle, which is
     // in flight while the nine pods pend. It holds them all (4.5 of 8 cpus): they go there
     // and nothing is bought again.
-    let cycle = || affine_apps(&[("a", 3, &["b"]), ("b", 3, &["c"]), ("c", 3, &["a", "c"])]);
-    let roomy = run(&Snapshot {
-        pods: cycle(),
-        nodes: vec![node_in("z-a", "n-new", 8)],
+    let cycle = affine_apps(&[("a", 3, &["b"]), ("b", 3, &["c"]), ("c", 3, &["a", "c"])]);
+    assert_eq!(all_on_existing_node(cycle, node_in("z-a", "n-new", 8)), 9);
+}
+
+/// The plan of `pods` with `node` existing, asserting all placed there and nothing bought;
+/// how many it holds.
+fn all_on_existing_node(pods: Vec<Pod>, node: Node) -> usize {
+    let p = run(&Snapshot {
+        pods,
+        nodes: vec![node],
         ..Snapshot::default()
     });
-    assert!(roomy.new_nodes.is_empty(), "{:?}", roomy.new_nodes);
-    assert!(roomy.unschedulable.is_empty(), "{:?}", roomy.unschedulable);
-    assert_eq!(roomy.existing_nodes[0].pods.len(), 9);
+    assert!(p.new_nodes.is_empty(), "{:?}", p.new_nodes);
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    p.existing_nodes[0].pods.len()
 }
 
 #[test]
@@ -967,14 +973,7 @@ fn a_cycle_with_a_running_pod_joins_its_node_and_never_starts_another() {
         pods.push(running);
         pods
     };
-    let roomy = run(&Snapshot {
-        pods: cycle(),
-        nodes: vec![node_in("z-a", "n-1", 8)],
-        ..Snapshot::default()
-    });
-    assert!(roomy.new_nodes.is_empty(), "{:?}", roomy.new_nodes);
-    assert!(roomy.unschedulable.is_empty(), "{:?}", roomy.unschedulable);
-    assert_eq!(roomy.existing_nodes[0].pods.len(), 6);
+    assert_eq!(all_on_existing_node(cycle(), node_in("z-a", "n-1", 8)), 6);
 
     let full = run(&Snapshot {
         pods: cycle(),
@@ -2074,22 +2073,32 @@ fn several_required_affinity_terms_are_met_only_by_pods_matching_all_of_them() {
         }
         pods
     };
-    let nodes = || vec![node_in("z-a", "n-a", 8), node_in("z-b", "n-b", 8)];
-    let mut pods = web();
-    pods.push(running("cache-a", "n-a", &[("app", "cache")]));
-    pods.push(running("db-a", "n-a", &[("tier", "db")]));
+    // The plan of web beside `running` pods, on n-a (z-a) and n-b (z-b), as the loader
+    // hands the pods over (terms joined).
+    let plan_with = |running: Vec<Pod>| {
+        let mut pods = web();
+        pods.extend(running);
+        let mut s = Snapshot {
+            pods,
+            nodes: vec![node_in("z-a", "n-a", 8), node_in("z-b", "n-b", 8)],
+            ..Snapshot::default()
+        };
+        s.resolve_namespace_selectors();
+        (run(&s), s)
+    };
+    let apart = || {
+        vec![
+            running("cache-a", "n-a", &[("app", "cache")]),
+            running("db-a", "n-a", &[("tier", "db")]),
+        ]
+    };
+    let mut pods = apart();
     pods.push(running(
         "both-b",
         "n-b",
         &[("app", "cache"), ("tier", "db")],
     ));
-    let mut s = Snapshot {
-        pods,
-        nodes: nodes(),
-        ..Snapshot::default()
-    };
-    s.resolve_namespace_selectors();
-    let p = run(&s);
+    let (p, s) = plan_with(pods);
     crate::testing::plan_check::check(&s, &catalog(), &p).expect("constraints hold");
     assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
     assert!(p.new_nodes.is_empty(), "{:?}", p.new_nodes);
@@ -2103,16 +2112,7 @@ fn several_required_affinity_terms_are_met_only_by_pods_matching_all_of_them() {
 
     // No pod is both, and web is neither: the scheduler never places it (its first-pod rule
     // asks the pod to match all its terms itself), so nothing is bought for it.
-    let mut pods = web();
-    pods.push(running("cache-a", "n-a", &[("app", "cache")]));
-    pods.push(running("db-a", "n-a", &[("tier", "db")]));
-    let mut s = Snapshot {
-        pods,
-        nodes: nodes(),
-        ..Snapshot::default()
-    };
-    s.resolve_namespace_selectors();
-    let p = run(&s);
+    let (p, _) = plan_with(apart());
     assert!(p.new_nodes.is_empty(), "{:?}", p.new_nodes);
     assert!(p.existing_nodes.iter().all(|n| n.pods.is_empty()));
     assert_eq!(p.unschedulable.len(), 3);

@@ -36,6 +36,14 @@ pub(crate) fn deployment(name: &str, n: usize, cpu: i64, mem_mi: i64) -> Vec<Pod
         .collect()
 }
 
+/// Gives `p` one EBS volume, of claim `claim` (`namespace/name`).
+pub(crate) fn attach_ebs(p: &mut Pod, claim: &str) {
+    p.volume_attachments = Some(Box::new(vec![crate::pod::VolumeAttachment {
+        driver: "ebs.csi.aws.com".into(),
+        claim: claim.into(),
+    }]));
+}
+
 fn run(s: &Snapshot) -> Plan {
     simulate(s, &catalog(), &Options::default())
 }
@@ -765,12 +773,7 @@ fn an_existing_node_takes_volumes_only_up_to_its_csi_attach_cap() {
     // db/shared adds no volume and joins as well. The other replicas need a new node,
     // which has no cap until its CSINode exists (Karpenter counts it the same way).
     const EBS: &str = "ebs.csi.aws.com";
-    let attach = |p: &mut Pod, claim: &str| {
-        p.volume_attachments = Some(Box::new(vec![crate::pod::VolumeAttachment {
-            driver: EBS.into(),
-            claim: format!("db/{claim}"),
-        }]));
-    };
+    let attach = |p: &mut Pod, claim: &str| attach_ebs(p, &format!("db/{claim}"));
     let node = |name: &str, cap: Option<i64>| Node {
         name: name.into(),
         allocatable: Resources::new(16_000, 64 * GI, 17 * GI, 110),
@@ -827,12 +830,7 @@ fn pending_pods_sharing_a_claim_attach_it_once_on_a_capped_node() {
     // (required hostname affinity to itself) all mount one claim, not created yet: the
     // kube-scheduler attaches it once, so the whole group fits there and nothing is bought.
     const EBS: &str = "ebs.csi.aws.com";
-    let with_claim = |p: &mut Pod, claim: &str| {
-        p.volume_attachments = Some(Box::new(vec![crate::pod::VolumeAttachment {
-            driver: EBS.into(),
-            claim: format!("default/{claim}"),
-        }]));
-    };
+    let with_claim = |p: &mut Pod, claim: &str| attach_ebs(p, &format!("default/{claim}"));
     let mut pods = Vec::new();
     for (i, claim) in ["x", "y"].iter().enumerate() {
         let mut p = pod(&format!("running-{i}"), 100, 128);
