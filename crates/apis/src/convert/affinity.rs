@@ -200,6 +200,10 @@ impl TermGroup<'_> {
     }
 }
 
+/// The selector key of a required pod-affinity term written without a `labelSelector`: it
+/// selects no pod, and reasons name it so.
+pub const NO_SELECTOR: &str = "(no labelSelector)";
+
 fn affinity_term(
     t: &k8s::PodAffinityTerm,
     at: &str,
@@ -217,7 +221,23 @@ fn affinity_term(
         return Err(FieldError::new(format!("{at}.topologyKey"), why));
     }
     let Some(sel) = &t.label_selector else {
-        return Ok(None);
+        // No selector selects no pod (the API's nil selector is `labels.Nothing()`): an
+        // anti-affinity or preferred term then constrains nothing, but a required affinity
+        // term can never be met, not even by the pod's own group, so the kube-scheduler
+        // never places the pod. It stays, selecting nothing, and the pod is refused.
+        if anti || weight.is_some() {
+            return Ok(None);
+        }
+        let mut nothing = Requirements::new();
+        nothing.add(NO_SELECTOR, Requirement::one_of(Vec::<String>::new()));
+        return Ok(Some(PodAffinityTerm {
+            topology_key: t.topology_key.clone(),
+            selector: nothing,
+            namespaces: t.namespaces.clone().unwrap_or_default(),
+            namespace_selector: None,
+            anti,
+            weight,
+        }));
     };
     let keys = t.match_label_keys.as_deref().unwrap_or_default();
     let selector =

@@ -71,7 +71,8 @@ impl<'a> ClassKey<'a> {
 /// A group of identical pending pods.
 #[derive(Clone, Debug)]
 pub struct PodClass {
-    /// Indices into the snapshot's pods, in input order.
+    /// Indices into the snapshot's pods, in input order (placement on existing nodes moves
+    /// pods a volume attach cap passed over behind those it placed).
     pub pods: Vec<usize>,
     /// Index of the representative pod.
     pub template: usize,

@@ -24,6 +24,9 @@ pub struct ExistingNodes<'a> {
     /// The snapshot's pods, which the pod indices given to the placing methods index: on a
     /// node capping their volumes, pods of one class are told apart by their claims.
     pods: &'a [Pod],
+    /// Per class, whether its pods share claims among themselves (worked out when a cap
+    /// first stops one): only then may a later pod fit where an earlier one did not.
+    shares_claims: HashMap<usize, bool>,
 }
 
 impl<'a> ExistingNodes<'a> {
@@ -62,6 +65,7 @@ impl<'a> ExistingNodes<'a> {
             state,
             volumes,
             pods,
+            shares_claims: HashMap::new(),
         }
     }
 
@@ -83,13 +87,14 @@ impl<'a> ExistingNodes<'a> {
 
     /// Places as many of `pods` (identical, represented by `template`, class `class`) as fit and
     /// as the per-node rules allow, first fit by name. Returns how many were placed; they are
-    /// taken from the front of `pods`. `only`, when given, names the nodes the class may use
-    /// (hostname pod affinity).
+    /// moved to the front of `pods` (in their order; only a volume attach cap passing over a
+    /// pod reorders them). `only`, when given, names the nodes the class may use (hostname
+    /// pod affinity).
     pub fn place_class(
         &mut self,
         class: usize,
         template: &Pod,
-        pods: &[usize],
+        pods: &mut [usize],
         rules: &NodeRules,
         only: Option<&BTreeSet<String>>,
     ) -> usize {
@@ -103,7 +108,7 @@ impl<'a> ExistingNodes<'a> {
             }
             let want = ((pods.len() - done) as i64).min(rules.cap(class, &self.state[i]));
             let k = self.free[i].copies_fitting(&template.requests, want);
-            let k = self.volumes_fitting(i, template, &pods[done..], k);
+            let k = self.take_volume_fits(i, class, template, &mut pods[done..], k);
             if k == 0 {
                 continue;
             }
@@ -126,7 +131,7 @@ impl<'a> ExistingNodes<'a> {
         &mut self,
         class: usize,
         template: &Pod,
-        pods: &[usize],
+        pods: &mut [usize],
         rules: &NodeRules,
         whole_only: bool,
     ) -> (usize, Option<String>) {
@@ -138,7 +143,7 @@ impl<'a> ExistingNodes<'a> {
             }
             let want = n.min(rules.cap(class, &self.state[i]));
             let k = self.free[i].copies_fitting(&template.requests, want);
-            let k = self.volumes_fitting(i, template, pods, k);
+            let k = self.volume_fits(i, class, template, pods, k).len() as i64;
             if k == n {
                 best = Some((i, k));
                 break;
@@ -150,6 +155,7 @@ impl<'a> ExistingNodes<'a> {
         let Some((i, k)) = best.filter(|&(_, k)| k == n || !whole_only) else {
             return (0, None);
         };
+        let k = self.take_volume_fits(i, class, template, pods, k);
         rules.add(class, k, &mut self.state[i]);
         self.attach(i, &pods[..k as usize]);
         self.free[i].add_times(&template.requests, -k);
@@ -187,7 +193,8 @@ impl<'a> ExistingNodes<'a> {
                 let want = n.min(rules.cap(class, &state));
                 let mut k = free.copies_fitting(&template.requests, want);
                 if k > 0 && volumes.limits(template) {
-                    k = volumes.fitting_prefix(pods.iter().map(|&p| &self.pods[p]), k);
+                    let members = pods.iter().map(|&p| &self.pods[p]);
+                    k = volumes.fitting(members, k, true).len() as i64;
                 }
                 if k < n {
                     return false;
@@ -211,13 +218,65 @@ impl<'a> ExistingNodes<'a> {
         None
     }
 
-    /// How many of `members` (class pods shaped like `template`, at most `max`), from the
-    /// front, node `i`'s volume attach caps admit.
-    fn volumes_fitting(&self, i: usize, template: &Pod, members: &[usize], max: i64) -> i64 {
+    /// The positions in `members` (class `class`'s pods shaped like `template`, at most `max`
+    /// of them) node `i`'s volume attach caps admit; the first `max` when the caps do not
+    /// limit such pods.
+    fn volume_fits(
+        &mut self,
+        i: usize,
+        class: usize,
+        template: &Pod,
+        members: &[usize],
+        max: i64,
+    ) -> Vec<usize> {
+        let first = |n: i64| (0..usize::try_from(n).unwrap_or(0)).collect::<Vec<usize>>();
         if max == 0 || !self.volumes[i].limits(template) {
-            return max;
+            return first(max);
         }
-        self.volumes[i].fitting_prefix(members.iter().map(|&p| &self.pods[p]), max)
+        let pods = self.pods;
+        let fits = self.volumes[i].fitting(members.iter().map(|&p| &pods[p]), max, false);
+        if fits.len() as i64 == max || fits.len() == members.len() {
+            return fits;
+        }
+        // A cap stopped one: a later pod may still fit if it only reuses claims.
+        let shares = *self.shares_claims.entry(class).or_insert_with(|| {
+            let mut seen = std::collections::HashSet::new();
+            members
+                .iter()
+                .flat_map(|&p| pods[p].attachments())
+                .any(|a| !seen.insert(a.claim.as_str()))
+        });
+        if !shares {
+            return fits;
+        }
+        self.volumes[i].fitting(members.iter().map(|&p| &pods[p]), max, true)
+    }
+
+    /// [`Self::volume_fits`], with the pods that fit moved to the front of `members` (in their
+    /// order); how many they are.
+    fn take_volume_fits(
+        &mut self,
+        i: usize,
+        class: usize,
+        template: &Pod,
+        members: &mut [usize],
+        max: i64,
+    ) -> i64 {
+        let fits = self.volume_fits(i, class, template, members, max);
+        let k = fits.len();
+        if fits.iter().enumerate().any(|(at, &f)| at != f) {
+            let chosen: Vec<usize> = fits.iter().map(|&f| members[f]).collect();
+            let rest: Vec<usize> = members
+                .iter()
+                .enumerate()
+                .filter(|(at, _)| fits.binary_search(at).is_err())
+                .map(|(_, &p)| p)
+                .collect();
+            for (slot, p) in members.iter_mut().zip(chosen.into_iter().chain(rest)) {
+                *slot = p;
+            }
+        }
+        k as i64
     }
 
     /// Records the volumes of `members`, placed on node `i`.

@@ -202,7 +202,7 @@ impl<'a> Pass<'a> {
                     let (placed, partial) = self.existing.place_class_whole(
                         ci,
                         &self.templates[ci],
-                        &self.classes[ci].pods,
+                        &mut self.classes[ci].pods,
                         &self.rules,
                         self.opts.evicted,
                     );
@@ -231,7 +231,7 @@ impl<'a> Pass<'a> {
             let placed = self.existing.place_class(
                 ci,
                 &self.templates[ci],
-                &self.classes[ci].pods,
+                &mut self.classes[ci].pods,
                 &self.rules,
                 only,
             );
@@ -255,7 +255,13 @@ impl<'a> Pass<'a> {
             }
             next += 1;
         }
-        let in_group: BTreeSet<usize> = group.iter().copied().collect();
+        // Classes of the group with pods still to place: a class another leader's group
+        // already took partners no pod here.
+        let in_group: BTreeSet<usize> = group
+            .iter()
+            .copied()
+            .filter(|&c| self.remaining[c] > 0)
+            .collect();
         let terms: Vec<&colocation::FollowTerm> = group
             .iter()
             .filter_map(|&c| match &self.together[c] {
@@ -318,7 +324,7 @@ impl<'a> Pass<'a> {
                 if only.is_empty() {
                     continue;
                 }
-                let pods = &self.classes[ci].pods[self.cursor[ci]..];
+                let pods = &mut self.classes[ci].pods[self.cursor[ci]..];
                 let placed = self.existing.place_class(
                     ci,
                     &self.templates[ci],

@@ -61,14 +61,25 @@ impl NodeVolumes {
                 .any(|a| self.drivers.iter().any(|(d, _, _)| *d == a.driver))
     }
 
-    /// How many of `members` (at most `max`), in order, fit within the caps: each adds the
-    /// claims of capped drivers that neither the node nor the members before it hold, and
-    /// the first that would take a driver over its cap ends the count.
-    pub fn fitting_prefix<'p>(&self, members: impl IntoIterator<Item = &'p Pod>, max: i64) -> i64 {
+    /// Which of `members` (at most `max` of them), in order, fit within the caps, by
+    /// position: each adds the claims of capped drivers that neither the node nor the members
+    /// taken before it hold. A member that would take a driver over its cap ends the walk,
+    /// unless `skip`: then it is passed over, as a later member may only reuse claims taken
+    /// before it (the kube-scheduler refuses a pod only for the volumes it adds).
+    pub fn fitting<'p>(
+        &self,
+        members: impl IntoIterator<Item = &'p Pod>,
+        max: i64,
+        skip: bool,
+    ) -> Vec<usize> {
+        let max = usize::try_from(max).unwrap_or(0);
         let mut added: HashSet<&str> = HashSet::new();
         let mut extra = vec![0i64; self.drivers.len()];
-        let mut n = 0;
-        for pod in members.into_iter().take(usize::try_from(max).unwrap_or(0)) {
+        let mut out = Vec::new();
+        for (at, pod) in members.into_iter().enumerate() {
+            if out.len() == max {
+                break;
+            }
             let mine = self.new_claims(pod, &added);
             let over = mine.iter().any(|&(d, _)| {
                 let adds = mine.iter().filter(|(x, _)| *x == d).count() as i64;
@@ -76,15 +87,18 @@ impl NodeVolumes {
                 attached + extra[d] + adds > *cap
             });
             if over {
+                if skip {
+                    continue;
+                }
                 break;
             }
             for (d, claim) in mine {
                 extra[d] += 1;
                 added.insert(claim);
             }
-            n += 1;
+            out.push(at);
         }
-        n
+        out
     }
 
     /// Records `members` as placed on the node: their claims of capped drivers are attached.
@@ -165,24 +179,24 @@ mod tests {
             .map(|i| pod(&[(EBS, &format!("db/new-{i}"))]))
             .collect();
         assert!(v.limits(&new[0]));
-        assert_eq!(v.fitting_prefix(&new, 10), 2);
-        assert_eq!(v.fitting_prefix(&new, 1), 1, "never more than asked");
+        assert_eq!(v.fitting(&new, 10, false).len(), 2);
+        assert_eq!(v.fitting(&new, 1, false).len(), 1, "never more than asked");
         // A pod whose claim the node already holds adds nothing.
         let reuses = vec![pod(&[(EBS, "db/shared")]); 10];
-        assert_eq!(v.fitting_prefix(&reuses, 10), 10);
+        assert_eq!(v.fitting(&reuses, 10, false).len(), 10);
         // Uncapped drivers never limit.
         let files = pod(&[("efs.csi.aws.com", "db/more-files")]);
         assert!(!v.limits(&files));
         v.add(&new[..2]);
-        assert_eq!(v.fitting_prefix(&new[2..], 10), 0);
+        assert_eq!(v.fitting(&new[2..], 10, false).len(), 0);
         // The claims placed are held now: another pod using one still joins.
-        assert_eq!(v.fitting_prefix(&new[..1], 10), 1);
+        assert_eq!(v.fitting(&new[..1], 10, false).len(), 1);
     }
 
     #[test]
     fn pending_pods_sharing_a_claim_attach_it_once() {
         // One free slot: three pods sharing db/a fit, the fourth (its own claim) does not,
-        // and the walk stops there although the fifth shares db/a again.
+        // and the walk stops there unless told to pass over it.
         let v = NodeVolumes::of(
             &node(&[(EBS, 3)]),
             &[pod(&[(EBS, "db/x")]), pod(&[(EBS, "db/y")])],
@@ -194,7 +208,9 @@ mod tests {
             pod(&[(EBS, "db/b")]),
             pod(&[(EBS, "db/a")]),
         ];
-        assert_eq!(v.fitting_prefix(&members, 5), 3);
+        assert_eq!(v.fitting(&members, 5, false), [0, 1, 2]);
+        // Passing over the one that does not fit, the fifth joins too.
+        assert_eq!(v.fitting(&members, 5, true), [0, 1, 2, 4]);
     }
 
     #[test]
@@ -214,13 +230,15 @@ mod tests {
                 ])
             })
             .collect();
-        assert_eq!(v.fitting_prefix(&two, 10), 2);
+        assert_eq!(v.fitting(&two, 10, false).len(), 2);
         let zero = NodeVolumes::of(&node(&[(EBS, 0)]), &[]);
-        assert_eq!(zero.fitting_prefix(&two, 10), 0);
+        assert_eq!(zero.fitting(&two, 10, false).len(), 0);
         // A pod mounting one claim twice attaches it once.
         let twice = [pod(&[(EBS, "db/c"), (EBS, "db/c")])];
         assert_eq!(
-            NodeVolumes::of(&node(&[(EBS, 1)]), &[]).fitting_prefix(&twice, 1),
+            NodeVolumes::of(&node(&[(EBS, 1)]), &[])
+                .fitting(&twice, 1, false)
+                .len(),
             1
         );
     }

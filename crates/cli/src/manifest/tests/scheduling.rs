@@ -197,6 +197,29 @@ fn several_required_affinity_terms_select_the_pods_matching_all_of_them() {
 }
 
 #[test]
+fn a_required_affinity_term_without_a_selector_selects_no_pod() {
+    // The API's nil labelSelector selects nothing: a required affinity term without one can
+    // never be met (the pod stays pending), an anti-affinity term without one repels nothing.
+    let p = one_pod(
+        r#"  affinity:
+    podAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        - topologyKey: kubernetes.io/hostname
+    podAntiAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        - topologyKey: kubernetes.io/hostname
+  containers: [{name: a}]
+"#,
+    );
+    assert_eq!(p.affinity.len(), 1, "{:?}", p.affinity);
+    assert!(!p.affinity[0].anti);
+    assert!(!p.affinity[0].selector.matches_labels(&p.labels));
+    let mut anything = std::collections::BTreeMap::new();
+    anything.insert("app".to_string(), "web".to_string());
+    assert!(!p.affinity[0].selector.matches_labels(&anything));
+}
+
+#[test]
 fn host_ports() {
     let p = one_pod(
         r#"  containers:

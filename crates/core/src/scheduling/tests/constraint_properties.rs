@@ -69,7 +69,8 @@ pub(super) struct ClassSpec {
     host_affinity: bool,
     /// Required hostname pod affinity to the pods of this app (often another pending class).
     affine_to: Option<usize>,
-    /// EBS volumes of each pod, each its own claim; 3: one claim all pods of the class share.
+    /// EBS volumes of each pod, each its own claim; 3: one claim all pods of the class share;
+    /// 4: every other pod shares one claim, the rest have their own.
     volumes: usize,
     /// Each pod also mounts the claim of node n0's first running pod (a rolling update's).
     reuse: bool,
@@ -114,7 +115,7 @@ pub(super) fn class_spec() -> impl Strategy<Value = ClassSpec> {
             0usize..KEYS.len(),
             prop::bool::weighted(0.8),
             prop::bool::weighted(0.3),
-            prop::sample::select(vec![0usize, 0, 0, 1, 2, 3]),
+            prop::sample::select(vec![0usize, 0, 0, 1, 2, 3, 4]),
             prop::bool::weighted(0.15),
         ),
     )
@@ -352,6 +353,8 @@ pub(super) fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
             p.name = format!("d{ci}-{i}");
             let mut claims: Vec<String> = match c.volumes {
                 3 => vec![format!("{}/d{ci}-shared", p.namespace)],
+                4 if i % 2 == 0 => vec![format!("{}/d{ci}-shared", p.namespace)],
+                4 => vec![format!("{}/d{ci}-{i}-own", p.namespace)],
                 n => (0..n)
                     .map(|k| format!("{}/d{ci}-{i}-v{k}", p.namespace))
                     .collect(),

@@ -869,3 +869,50 @@ fn pending_pods_sharing_a_claim_attach_it_once_on_a_capped_node() {
     assert!(plan.new_nodes.is_empty(), "{:?}", plan.new_nodes);
     assert_eq!(plan.existing_nodes[0].pods.len(), 3);
 }
+
+#[test]
+fn a_pod_that_only_reuses_an_attached_claim_joins_past_one_the_cap_refuses() {
+    // One EBS slot left; the Deployment's pods mount claims a, a, a, b, a in that order. The
+    // kube-scheduler refuses a pod only for the volumes it adds: the three a pods take the
+    // slot, b does not fit, and the last a, adding nothing, still joins the node.
+    let mut pods = Vec::new();
+    for (i, claim) in ["x", "y"].iter().enumerate() {
+        let mut p = pod(&format!("running-{i}"), 100, 128);
+        p.node_name = Some("n".into());
+        attach_ebs(&mut p, &format!("default/{claim}"));
+        pods.push(p);
+    }
+    for (mut p, claim) in deployment("web", 5, 100, 128)
+        .into_iter()
+        .zip(["a", "a", "a", "b", "a"])
+    {
+        attach_ebs(&mut p, &format!("default/{claim}"));
+        pods.push(p);
+    }
+    let s = Snapshot {
+        pods,
+        nodes: vec![Node {
+            name: "n".into(),
+            allocatable: Resources::new(8_000, 32 * GI, 17 * GI, 110),
+            capacity: Resources::new(8_000, 32 * GI, 20 * GI, 110),
+            volume_limits: [("ebs.csi.aws.com".to_string(), 3)].into(),
+            ..Node::default()
+        }],
+        ..Snapshot::default()
+    };
+    let plan = run(&s);
+    crate::testing::plan_check::check(&s, &catalog(), &plan).expect("constraints hold");
+    let mut on_node = plan.existing_nodes[0].pods.clone();
+    on_node.sort();
+    assert_eq!(
+        on_node,
+        [
+            "default/web-0",
+            "default/web-1",
+            "default/web-2",
+            "default/web-4"
+        ]
+    );
+    assert_eq!(plan.new_nodes.len(), 1);
+    assert_eq!(plan.new_nodes[0].pods, ["default/web-3"]);
+}
