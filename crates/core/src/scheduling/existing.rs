@@ -143,7 +143,9 @@ impl<'a> ExistingNodes<'a> {
             }
             let want = n.min(rules.cap(class, &self.state[i]));
             let k = self.free[i].copies_fitting(&template.requests, want);
-            let k = self.volume_fits(i, class, template, pods, k).len() as i64;
+            let k = self
+                .volume_fits(i, class, template, pods, k)
+                .map_or(k, |f| f.len() as i64);
             if k == n {
                 best = Some((i, k));
                 break;
@@ -219,8 +221,8 @@ impl<'a> ExistingNodes<'a> {
     }
 
     /// The positions in `members` (class `class`'s pods shaped like `template`, at most `max`
-    /// of them) node `i`'s volume attach caps admit; the first `max` when the caps do not
-    /// limit such pods.
+    /// of them) node `i`'s volume attach caps admit; `None` when the caps do not limit such
+    /// pods (the first `max` fit).
     fn volume_fits(
         &mut self,
         i: usize,
@@ -228,15 +230,14 @@ impl<'a> ExistingNodes<'a> {
         template: &Pod,
         members: &[usize],
         max: i64,
-    ) -> Vec<usize> {
-        let first = |n: i64| (0..usize::try_from(n).unwrap_or(0)).collect::<Vec<usize>>();
+    ) -> Option<Vec<usize>> {
         if max == 0 || !self.volumes[i].limits(template) {
-            return first(max);
+            return None;
         }
         let pods = self.pods;
         let fits = self.volumes[i].fitting(members.iter().map(|&p| &pods[p]), max, false);
         if fits.len() as i64 == max || fits.len() == members.len() {
-            return fits;
+            return Some(fits);
         }
         // A cap stopped one: a later pod may still fit if it only reuses claims.
         let shares = *self.shares_claims.entry(class).or_insert_with(|| {
@@ -247,9 +248,9 @@ impl<'a> ExistingNodes<'a> {
                 .any(|a| !seen.insert(a.claim.as_str()))
         });
         if !shares {
-            return fits;
+            return Some(fits);
         }
-        self.volumes[i].fitting(members.iter().map(|&p| &pods[p]), max, true)
+        Some(self.volumes[i].fitting(members.iter().map(|&p| &pods[p]), max, true))
     }
 
     /// [`Self::volume_fits`], with the pods that fit moved to the front of `members` (in their
@@ -262,7 +263,9 @@ impl<'a> ExistingNodes<'a> {
         members: &mut [usize],
         max: i64,
     ) -> i64 {
-        let fits = self.volume_fits(i, class, template, members, max);
+        let Some(fits) = self.volume_fits(i, class, template, members, max) else {
+            return max;
+        };
         let k = fits.len();
         if fits.iter().enumerate().any(|(at, &f)| at != f) {
             let chosen: Vec<usize> = fits.iter().map(|&f| members[f]).collect();
