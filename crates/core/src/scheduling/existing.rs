@@ -166,16 +166,23 @@ impl<'a> ExistingNodes<'a> {
         (k as usize, partial)
     }
 
-    /// Places every pod of several classes (`group`: class, template, pods) together on the
-    /// first node, by name, that `node_ok` accepts and that holds them all, as an affinity
-    /// cycle's leader must share a node with its followers. Nothing is placed when no node
-    /// holds the whole group. Returns the node.
-    pub fn place_group_whole(
+    /// Places the pods of several classes (`group`: class, template, pods; the first class
+    /// is the one whose first pod starts the group) together on one node that `node_ok`
+    /// accepts, as an affinity cycle's leader must share a node with its followers: the first
+    /// node, by name, that holds them all. When none does and not `whole_only`, as many as
+    /// the node holding the most of them (with room for a pod of the first class) takes,
+    /// since the kube-scheduler puts the group's first pod on a node with room and the rest
+    /// can only join it. Returns the node and how many of each class went there; `None` when
+    /// nothing was placed.
+    pub fn place_group(
         &mut self,
         group: &[(usize, &Pod, &[usize])],
         rules: &NodeRules,
         node_ok: impl Fn(&str) -> bool,
-    ) -> Option<usize> {
+        whole_only: bool,
+    ) -> Option<(usize, Vec<i64>)> {
+        let whole: i64 = group.iter().map(|(_, _, pods)| pods.len() as i64).sum();
+        let mut best: Option<GroupFit> = None;
         for i in 0..self.nodes.len() {
             if !node_ok(&self.nodes[i].name)
                 || group
@@ -184,40 +191,63 @@ impl<'a> ExistingNodes<'a> {
             {
                 continue;
             }
-            // Tried on copies of the node's counters, kept only when every class fits.
-            let (mut free, mut state, mut volumes) = (
-                self.free[i].clone(),
-                self.state[i].clone(),
-                self.volumes[i].clone(),
-            );
-            let fits = group.iter().all(|&(class, template, pods)| {
-                let n = pods.len() as i64;
-                let want = n.min(rules.cap(class, &state));
-                let mut k = free.copies_fitting(&template.requests, want);
-                if k > 0 && volumes.limits(template) {
-                    let members = pods.iter().map(|&p| &self.pods[p]);
-                    k = volumes.fitting(members, k, true).len() as i64;
-                }
-                if k < n {
-                    return false;
-                }
-                rules.add(class, k, &mut state);
-                free.add_times(&template.requests, -k);
-                volumes.add(pods.iter().map(|&p| &self.pods[p]));
-                true
-            });
-            if !fits {
-                continue;
+            let fit = self.group_fit(i, group, rules);
+            let total: i64 = fit.counts.iter().sum();
+            if total == whole {
+                best = Some(fit);
+                break;
             }
-            self.free[i] = free;
-            self.state[i] = state;
-            self.volumes[i] = volumes;
-            for (_, _, pods) in group {
-                self.placed[i].extend_from_slice(pods);
+            let starts = fit.counts.first().is_some_and(|&k| k > 0);
+            if !whole_only && starts && best.as_ref().is_none_or(|b| total > b.total()) {
+                best = Some(fit);
             }
-            return Some(i);
         }
-        None
+        let fit = best?;
+        let i = fit.node;
+        self.free[i] = fit.free;
+        self.state[i] = fit.state;
+        self.volumes[i] = fit.volumes;
+        for ((_, _, pods), &k) in group.iter().zip(&fit.counts) {
+            self.placed[i].extend_from_slice(&pods[..k as usize]);
+        }
+        Some((i, fit.counts))
+    }
+
+    /// How much of `group` node `i` holds, class after class, worked out on copies of the
+    /// node's counters: each class takes all its pods when they fit, else as many as fit
+    /// from the front.
+    fn group_fit(
+        &self,
+        i: usize,
+        group: &[(usize, &Pod, &[usize])],
+        rules: &NodeRules,
+    ) -> GroupFit {
+        let mut fit = GroupFit {
+            node: i,
+            free: self.free[i].clone(),
+            state: self.state[i].clone(),
+            volumes: self.volumes[i].clone(),
+            counts: Vec::with_capacity(group.len()),
+        };
+        for &(class, template, pods) in group {
+            let n = pods.len() as i64;
+            let want = n.min(rules.cap(class, &fit.state));
+            let mut k = fit.free.copies_fitting(&template.requests, want);
+            if k > 0 && fit.volumes.limits(template) {
+                let members = || pods.iter().map(|&p| &self.pods[p]);
+                // All of them in any order, else a run from the front.
+                k = match fit.volumes.fitting(members(), k, true).len() as i64 {
+                    all if all == n => all,
+                    _ => fit.volumes.fitting(members(), k, false).len() as i64,
+                };
+            }
+            rules.add(class, k, &mut fit.state);
+            fit.free.add_times(&template.requests, -k);
+            fit.volumes
+                .add(pods[..k as usize].iter().map(|&p| &self.pods[p]));
+            fit.counts.push(k);
+        }
+        fit
     }
 
     /// The positions in `members` (class `class`'s pods shaped like `template`, at most `max`
@@ -286,5 +316,22 @@ impl<'a> ExistingNodes<'a> {
     fn attach(&mut self, i: usize, members: &[usize]) {
         let pods = self.pods;
         self.volumes[i].add(members.iter().map(|&p| &pods[p]));
+    }
+}
+
+/// What one node would hold of a group ([`ExistingNodes::place_group`]), with its counters
+/// after taking it.
+struct GroupFit {
+    node: usize,
+    free: Resources,
+    state: NodeState,
+    volumes: NodeVolumes,
+    /// Pods taken per class of the group.
+    counts: Vec<i64>,
+}
+
+impl GroupFit {
+    fn total(&self) -> i64 {
+        self.counts.iter().sum()
     }
 }

@@ -239,11 +239,14 @@ impl<'a> Pass<'a> {
         }
     }
 
-    /// A cycle's leader (class `leader`) with every class following it, transitively, whole
-    /// onto the first existing or in-flight node that holds them all and on which each of
-    /// their terms has a partner (in the group, or running there): the node an earlier batch
-    /// bought for the cycle is in flight while its pods pend, and must not be bought again.
-    /// When no node holds the whole group it goes to new nodes, as before.
+    /// A cycle's leader (class `leader`) with every class following it, transitively, onto an
+    /// existing or in-flight node on which each of their terms has a partner (in the group,
+    /// or running there): whole onto the first that holds them all (the node an earlier batch
+    /// bought for the cycle is in flight while its pods pend, and must not be bought again);
+    /// else, as for a self-affine group, as much as the node holding the most takes, the rest
+    /// refused, since the kube-scheduler puts the leader's first pod on a node with room and
+    /// the rest can only join it (not in disruption trials, whose replacement is ready
+    /// first). With no node that takes a leader pod, the group goes to new nodes.
     fn place_cycle_on_existing_node(&mut self, leader: usize) {
         let mut group = vec![leader];
         let mut next = 0;
@@ -285,14 +288,32 @@ impl<'a> Pass<'a> {
                 )
             })
             .collect();
-        if self
-            .existing
-            .place_group_whole(&members, &self.rules, node_ok)
-            .is_some()
-        {
-            for c in group {
-                let n = self.remaining[c] as usize;
-                self.record_placed(c, n);
+        let Some((node, counts)) =
+            self.existing
+                .place_group(&members, &self.rules, node_ok, self.opts.evicted)
+        else {
+            return;
+        };
+        let node = self.existing.nodes[node].name.clone();
+        for (c, k) in group.into_iter().zip(counts) {
+            let left = self.remaining[c] - k;
+            self.record_placed(c, k as usize);
+            if left > 0 {
+                // The rest can only join that node: no new node is bought for them.
+                self.refusals[c].push((
+                    String::new(),
+                    Reason::Topology(format!(
+                        "pod affinity on {}: the pods of its affinity cycle must share one \
+                         node, and the node its first pod goes to ({node}) has {}",
+                        labels::HOSTNAME,
+                        if k == 0 {
+                            "no room for them".to_string()
+                        } else {
+                            format!("room for {k} of them")
+                        }
+                    )),
+                ));
+                self.sealed[c] = true;
             }
         }
     }

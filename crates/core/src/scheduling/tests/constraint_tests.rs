@@ -944,8 +944,61 @@ fn a_cycle_goes_whole_onto_a_node_in_flight_that_holds_it_and_is_not_bought_agai
     // c leads a -> b -> c -> {a, c}; an earlier batch bought n-new for the cycle, which is
     // in flight while the nine pods pend. It holds them all (4.5 of 8 cpus): they go there
     // and nothing is bought again.
-    let cycle = affine_apps(&[("a", 3, &["b"]), ("b", 3, &["c"]), ("c", 3, &["a", "c"])]);
-    assert_eq!(all_on_existing_node(cycle, node_in("z-a", "n-new", 8)), 9);
+    let cycle = || affine_apps(&[("a", 3, &["b"]), ("b", 3, &["c"]), ("c", 3, &["a", "c"])]);
+    assert_eq!(all_on_existing_node(cycle(), node_in("z-a", "n-new", 8)), 9);
+
+    // A node with room for part of it (2 cpus: four 500m pods): the kube-scheduler puts the
+    // leader's first pod there and the others can only join it, so the leader's three and
+    // one b pod go there, the rest wait, and nothing is bought.
+    let small = run(&Snapshot {
+        pods: cycle(),
+        nodes: vec![node_in("z-a", "n-small", 2)],
+        ..Snapshot::default()
+    });
+    assert!(small.new_nodes.is_empty(), "{:?}", small.new_nodes);
+    let mut on_node = small.existing_nodes[0].pods.clone();
+    on_node.sort();
+    assert_eq!(
+        on_node,
+        ["default/b-0", "default/c-0", "default/c-1", "default/c-2"]
+    );
+    assert_eq!(small.unschedulable.len(), 5, "{:?}", small.unschedulable);
+    let why = |pod: &str| {
+        small
+            .unschedulable
+            .iter()
+            .find(|u| u.pod == pod)
+            .map(|u| u.reason.clone())
+            .unwrap_or_default()
+    };
+    let cycle_note = "pod affinity on kubernetes.io/hostname: the pods of its affinity cycle \
+                      must share one node, and the node its first pod goes to (n-small) has";
+    assert_eq!(
+        why("default/b-2"),
+        format!("{cycle_note} room for 1 of them")
+    );
+    assert_eq!(why("default/a-0"), format!("{cycle_note} no room for them"));
+    // In a disruption trial the replacement is ready before the drain: the evicted cycle
+    // goes whole onto a new node.
+    let evicted = simulate(
+        &Snapshot {
+            pods: cycle(),
+            nodes: vec![node_in("z-a", "n-small", 2)],
+            ..Snapshot::default()
+        },
+        &catalog(),
+        &Options {
+            evicted: true,
+            ..Options::default()
+        },
+    );
+    assert!(
+        evicted.unschedulable.is_empty(),
+        "{:?}",
+        evicted.unschedulable
+    );
+    assert_eq!(evicted.new_nodes.len(), 1);
+    assert_eq!(evicted.new_nodes[0].pods.len(), 9);
 }
 
 /// The plan of `pods` with `node` existing, asserting all placed there and nothing bought;
