@@ -44,6 +44,47 @@ pub(crate) fn attach_ebs(p: &mut Pod, claim: &str) {
     }]));
 }
 
+/// Node `name` (16 cpus) whose CSINode caps EBS at `cap` volumes, if it has one.
+fn ebs_capped_node(name: &str, cap: Option<i64>) -> Node {
+    Node {
+        name: name.into(),
+        allocatable: Resources::new(16_000, 64 * GI, 17 * GI, 110),
+        capacity: Resources::new(16_000, 64 * GI, 20 * GI, 110),
+        volume_limits: cap
+            .map(|c| ("ebs.csi.aws.com".to_string(), c))
+            .into_iter()
+            .collect(),
+        ..Node::default()
+    }
+}
+
+/// Two pods running on node `n`, with EBS claims default/x and default/y.
+fn two_volumes_running_on_n() -> Vec<Pod> {
+    ["x", "y"]
+        .iter()
+        .enumerate()
+        .map(|(i, claim)| {
+            let mut p = pod(&format!("running-{i}"), 100, 128);
+            p.node_name = Some("n".into());
+            attach_ebs(&mut p, &format!("default/{claim}"));
+            p
+        })
+        .collect()
+}
+
+/// The plan of `pods` with node `n` existing, its EBS capped at 3 (two running pods of
+/// [`two_volumes_running_on_n`] hold 2), checked against every hard constraint.
+fn plan_beside_two_volumes(pods: Vec<Pod>) -> Plan {
+    let s = Snapshot {
+        pods,
+        nodes: vec![ebs_capped_node("n", Some(3))],
+        ..Snapshot::default()
+    };
+    let plan = run(&s);
+    crate::testing::plan_check::check(&s, &catalog(), &plan).expect("constraints hold");
+    plan
+}
+
 fn run(s: &Snapshot) -> Plan {
     simulate(s, &catalog(), &Options::default())
 }
@@ -772,15 +813,8 @@ fn an_existing_node_takes_volumes_only_up_to_its_csi_attach_cap() {
     // too). Room for 2 more StatefulSet replicas with a volume each; the pod reusing
     // db/shared adds no volume and joins as well. The other replicas need a new node,
     // which has no cap until its CSINode exists (Karpenter counts it the same way).
-    const EBS: &str = "ebs.csi.aws.com";
     let attach = |p: &mut Pod, claim: &str| attach_ebs(p, &format!("db/{claim}"));
-    let node = |name: &str, cap: Option<i64>| Node {
-        name: name.into(),
-        allocatable: Resources::new(16_000, 64 * GI, 17 * GI, 110),
-        capacity: Resources::new(16_000, 64 * GI, 20 * GI, 110),
-        volume_limits: cap.map(|c| (EBS.to_string(), c)).into_iter().collect(),
-        ..Node::default()
-    };
+    let node = ebs_capped_node;
     let mut pods = Vec::new();
     for (name, claim) in [("old-app", "shared"), ("other", "other")] {
         let mut p = pod(name, 100, 128);
@@ -829,15 +863,8 @@ fn pending_pods_sharing_a_claim_attach_it_once_on_a_capped_node() {
     // One EBS slot left on the node; three pending pods of a group that must share a node
     // (required hostname affinity to itself) all mount one claim, not created yet: the
     // kube-scheduler attaches it once, so the whole group fits there and nothing is bought.
-    const EBS: &str = "ebs.csi.aws.com";
     let with_claim = |p: &mut Pod, claim: &str| attach_ebs(p, &format!("default/{claim}"));
-    let mut pods = Vec::new();
-    for (i, claim) in ["x", "y"].iter().enumerate() {
-        let mut p = pod(&format!("running-{i}"), 100, 128);
-        p.node_name = Some("n".into());
-        with_claim(&mut p, claim);
-        pods.push(p);
-    }
+    let mut pods = two_volumes_running_on_n();
     let mut selector = Requirements::new();
     selector.add("app", Requirement::single("group"));
     for mut p in deployment("group", 3, 100, 128) {
@@ -852,19 +879,7 @@ fn pending_pods_sharing_a_claim_attach_it_once_on_a_capped_node() {
         });
         pods.push(p);
     }
-    let s = Snapshot {
-        pods,
-        nodes: vec![Node {
-            name: "n".into(),
-            allocatable: Resources::new(8_000, 32 * GI, 17 * GI, 110),
-            capacity: Resources::new(8_000, 32 * GI, 20 * GI, 110),
-            volume_limits: [(EBS.to_string(), 3)].into(),
-            ..Node::default()
-        }],
-        ..Snapshot::default()
-    };
-    let plan = run(&s);
-    crate::testing::plan_check::check(&s, &catalog(), &plan).expect("constraints hold");
+    let plan = plan_beside_two_volumes(pods);
     assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
     assert!(plan.new_nodes.is_empty(), "{:?}", plan.new_nodes);
     assert_eq!(plan.existing_nodes[0].pods.len(), 3);
@@ -875,13 +890,7 @@ fn a_pod_that_only_reuses_an_attached_claim_joins_past_one_the_cap_refuses() {
     // One EBS slot left; the Deployment's pods mount claims a, a, a, b, a in that order. The
     // kube-scheduler refuses a pod only for the volumes it adds: the three a pods take the
     // slot, b does not fit, and the last a, adding nothing, still joins the node.
-    let mut pods = Vec::new();
-    for (i, claim) in ["x", "y"].iter().enumerate() {
-        let mut p = pod(&format!("running-{i}"), 100, 128);
-        p.node_name = Some("n".into());
-        attach_ebs(&mut p, &format!("default/{claim}"));
-        pods.push(p);
-    }
+    let mut pods = two_volumes_running_on_n();
     for (mut p, claim) in deployment("web", 5, 100, 128)
         .into_iter()
         .zip(["a", "a", "a", "b", "a"])
@@ -889,19 +898,7 @@ fn a_pod_that_only_reuses_an_attached_claim_joins_past_one_the_cap_refuses() {
         attach_ebs(&mut p, &format!("default/{claim}"));
         pods.push(p);
     }
-    let s = Snapshot {
-        pods,
-        nodes: vec![Node {
-            name: "n".into(),
-            allocatable: Resources::new(8_000, 32 * GI, 17 * GI, 110),
-            capacity: Resources::new(8_000, 32 * GI, 20 * GI, 110),
-            volume_limits: [("ebs.csi.aws.com".to_string(), 3)].into(),
-            ..Node::default()
-        }],
-        ..Snapshot::default()
-    };
-    let plan = run(&s);
-    crate::testing::plan_check::check(&s, &catalog(), &plan).expect("constraints hold");
+    let plan = plan_beside_two_volumes(pods);
     let mut on_node = plan.existing_nodes[0].pods.clone();
     on_node.sort();
     assert_eq!(
