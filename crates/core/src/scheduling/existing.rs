@@ -167,8 +167,9 @@ impl<'a> ExistingNodes<'a> {
     }
 
     /// Places the pods of several classes (`group`: class, template, pods; the first class
-    /// is the one whose first pod starts the group) together on one node that `node_ok`
-    /// accepts, as an affinity cycle's leader must share a node with its followers: the first
+    /// is the one whose first pod starts the group) together on one node, as an affinity
+    /// cycle's leader must share a node with its followers; `partnered(node, counts)` says
+    /// which classes have their partners there when each takes `counts` pods: the first
     /// node, by name, that holds them all. When none does and not `whole_only`, as many as
     /// the node holding the most of them (with room for a pod of the first class) takes,
     /// since the kube-scheduler puts the group's first pod on a node with room and the rest
@@ -178,20 +179,19 @@ impl<'a> ExistingNodes<'a> {
         &mut self,
         group: &[(usize, &Pod, &[usize])],
         rules: &NodeRules,
-        node_ok: impl Fn(&str) -> bool,
+        partnered: &dyn Fn(usize, &[i64]) -> Vec<bool>,
         whole_only: bool,
     ) -> Option<(usize, Vec<i64>)> {
         let whole: i64 = group.iter().map(|(_, _, pods)| pods.len() as i64).sum();
         let mut best: Option<GroupFit> = None;
         for i in 0..self.nodes.len() {
-            if !node_ok(&self.nodes[i].name)
-                || group
-                    .iter()
-                    .any(|(_, template, _)| !self.admits(i, template))
+            if group
+                .iter()
+                .any(|(_, template, _)| !self.admits(i, template))
             {
                 continue;
             }
-            let fit = self.group_fit(i, group, rules);
+            let fit = self.group_fit(i, group, rules, partnered);
             let total: i64 = fit.counts.iter().sum();
             if total == whole {
                 best = Some(fit);
@@ -215,12 +215,38 @@ impl<'a> ExistingNodes<'a> {
 
     /// How much of `group` node `i` holds, class after class, worked out on copies of the
     /// node's counters: each class takes all its pods when they fit, else as many as fit
-    /// from the front.
+    /// from the front; a class `partnered` finds without partners there takes none, and the
+    /// rest is worked out again without it.
     fn group_fit(
         &self,
         i: usize,
         group: &[(usize, &Pod, &[usize])],
         rules: &NodeRules,
+        partnered: &dyn Fn(usize, &[i64]) -> Vec<bool>,
+    ) -> GroupFit {
+        let mut off = vec![false; group.len()];
+        loop {
+            let fit = self.group_fit_without(i, group, rules, &off);
+            let ok = partnered(i, &fit.counts);
+            let lonely: Vec<usize> = (0..group.len())
+                .filter(|&j| fit.counts[j] > 0 && !ok.get(j).copied().unwrap_or(true))
+                .collect();
+            if lonely.is_empty() {
+                return fit;
+            }
+            for j in lonely {
+                off[j] = true;
+            }
+        }
+    }
+
+    /// [`Self::group_fit`] with the classes at `off` taking no pod.
+    fn group_fit_without(
+        &self,
+        i: usize,
+        group: &[(usize, &Pod, &[usize])],
+        rules: &NodeRules,
+        off: &[bool],
     ) -> GroupFit {
         let mut fit = GroupFit {
             node: i,
@@ -229,17 +255,17 @@ impl<'a> ExistingNodes<'a> {
             volumes: self.volumes[i].clone(),
             counts: Vec::with_capacity(group.len()),
         };
-        for &(class, template, pods) in group {
+        for (&(class, template, pods), &off) in group.iter().zip(off) {
+            if off {
+                fit.counts.push(0);
+                continue;
+            }
             let n = pods.len() as i64;
             let want = n.min(rules.cap(class, &fit.state));
             let mut k = fit.free.copies_fitting(&template.requests, want);
             if k > 0 && fit.volumes.limits(template) {
-                let members = || pods.iter().map(|&p| &self.pods[p]);
-                // All of them in any order, else a run from the front.
-                k = match fit.volumes.fitting(members(), k, true).len() as i64 {
-                    all if all == n => all,
-                    _ => fit.volumes.fitting(members(), k, false).len() as i64,
-                };
+                let members = pods.iter().map(|&p| &self.pods[p]);
+                k = fit.volumes.fitting(members, k, false).len() as i64;
             }
             rules.add(class, k, &mut fit.state);
             fit.free.add_times(&template.requests, -k);

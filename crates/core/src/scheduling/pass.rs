@@ -241,7 +241,7 @@ impl<'a> Pass<'a> {
 
     /// A cycle's leader (class `leader`) with every class following it, transitively, onto an
     /// existing or in-flight node on which each of their terms has a partner (in the group,
-    /// or running there): whole onto the first that holds them all (the node an earlier batch
+    /// placed or running there; a class with none takes no pod there): whole onto the first that holds them all (the node an earlier batch
     /// bought for the cycle is in flight while its pods pend, and must not be bought again);
     /// else, as for a self-affine group, as much as the node holding the most takes, the rest
     /// refused, since the kube-scheduler puts the leader's first pod on a node with room and
@@ -258,25 +258,49 @@ impl<'a> Pass<'a> {
             }
             next += 1;
         }
-        // Classes of the group with pods still to place: a class another leader's group
-        // already took partners no pod here.
-        let in_group: BTreeSet<usize> = group
+        // Per existing node, the classes this pass already put there (another leader's
+        // group may have placed a partner).
+        let mut class_of = vec![usize::MAX; self.snapshot.pods.len()];
+        for (ci, class) in self.classes.iter().enumerate() {
+            for &i in &class.pods {
+                class_of[i] = ci;
+            }
+        }
+        let placed_on: Vec<BTreeSet<usize>> = self
+            .existing
+            .placed
             .iter()
-            .copied()
-            .filter(|&c| self.remaining[c] > 0)
+            .map(|ps| ps.iter().map(|&i| class_of[i]).collect())
             .collect();
-        let terms: Vec<&colocation::FollowTerm> = group
+        let names: Vec<String> = self.existing.nodes.iter().map(|n| n.name.clone()).collect();
+        let terms_of: Vec<Vec<&colocation::FollowTerm>> = group
             .iter()
-            .filter_map(|&c| match &self.together[c] {
-                Together::Follows(f) => Some(f.terms.iter()),
-                _ => None,
+            .map(|&c| match &self.together[c] {
+                Together::Follows(f) => f.terms.iter().collect(),
+                _ => Vec::new(),
             })
-            .flatten()
             .collect();
-        let node_ok = |name: &str| {
-            terms
+        let position: BTreeMap<usize, usize> =
+            group.iter().enumerate().map(|(j, &c)| (c, j)).collect();
+        // Whether each class of the group, taking `counts` pods of each onto node `i`, has a
+        // partner there for every term: a running pod, a pod placed earlier, or a pod of a
+        // group class that gets some. The leader's first pod needs none (it matches its own
+        // terms, which is why it leads).
+        let partnered = |i: usize, counts: &[i64]| -> Vec<bool> {
+            terms_of
                 .iter()
-                .all(|t| t.running.contains(name) || t.targets.iter().any(|c| in_group.contains(c)))
+                .enumerate()
+                .map(|(j, terms)| {
+                    j == 0
+                        || terms.iter().all(|t| {
+                            t.running.contains(&names[i])
+                                || t.targets.iter().any(|c| {
+                                    placed_on[i].contains(c)
+                                        || position.get(c).is_some_and(|&at| counts[at] > 0)
+                                })
+                        })
+                })
+                .collect()
         };
         let members: Vec<(usize, &Pod, &[usize])> = group
             .iter()
@@ -290,7 +314,7 @@ impl<'a> Pass<'a> {
             .collect();
         let Some((node, counts)) =
             self.existing
-                .place_group(&members, &self.rules, node_ok, self.opts.evicted)
+                .place_group(&members, &self.rules, &partnered, self.opts.evicted)
         else {
             return;
         };

@@ -978,6 +978,27 @@ fn a_cycle_goes_whole_onto_a_node_in_flight_that_holds_it_and_is_not_bought_agai
         format!("{cycle_note} room for 1 of them")
     );
     assert_eq!(why("default/a-0"), format!("{cycle_note} no room for them"));
+    // b's pods (2 cpus each) do not fit beside the leader's: a, which must share a node
+    // with a b pod, takes no room there either, though it would fit.
+    let mut big_b = affine_apps(&[("a", 3, &["b"]), ("c", 3, &["a", "c"])]);
+    big_b.extend(with_affinity(
+        deployment("b", 3, 2000, 256),
+        labels::HOSTNAME,
+        any_of(&["c"]),
+    ));
+    let s = Snapshot {
+        pods: big_b,
+        nodes: vec![node_in("z-a", "n-small", 2)],
+        ..Snapshot::default()
+    };
+    let p = run(&s);
+    crate::testing::plan_check::check(&s, &catalog(), &p).expect("constraints hold");
+    assert!(p.new_nodes.is_empty(), "{:?}", p.new_nodes);
+    let mut on_node = p.existing_nodes[0].pods.clone();
+    on_node.sort();
+    assert_eq!(on_node, ["default/c-0", "default/c-1", "default/c-2"]);
+    assert_eq!(p.unschedulable.len(), 6, "{:?}", p.unschedulable);
+
     // In a disruption trial the replacement is ready before the drain: the evicted cycle
     // goes whole onto a new node.
     let evicted = simulate(
