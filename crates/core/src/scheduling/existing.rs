@@ -20,7 +20,7 @@ pub struct ExistingNodes<'a> {
     /// Per-node rule counts (anti-affinity, hostname spread, host ports), running pods included.
     pub state: Vec<NodeState>,
     /// Per-node volume attach caps and what is attached, running pods included.
-    pub volumes: Vec<NodeVolumes>,
+    pub volumes: Vec<NodeVolumes<'a>>,
     /// The snapshot's pods, which the pod indices given to the placing methods index: on a
     /// node capping their volumes, pods of one class are told apart by their claims.
     pods: &'a [Pod],
@@ -223,7 +223,7 @@ impl<'a> ExistingNodes<'a> {
         group: &[(usize, &Pod, &[usize])],
         rules: &NodeRules,
         partnered: &dyn Fn(usize, &[i64]) -> Vec<bool>,
-    ) -> GroupFit {
+    ) -> GroupFit<'a> {
         let mut off = vec![false; group.len()];
         loop {
             let fit = self.group_fit_without(i, group, rules, &off);
@@ -247,7 +247,8 @@ impl<'a> ExistingNodes<'a> {
         group: &[(usize, &Pod, &[usize])],
         rules: &NodeRules,
         off: &[bool],
-    ) -> GroupFit {
+    ) -> GroupFit<'a> {
+        let pods_of: &'a [Pod] = self.pods;
         let mut fit = GroupFit {
             node: i,
             free: self.free[i].clone(),
@@ -264,13 +265,13 @@ impl<'a> ExistingNodes<'a> {
             let want = n.min(rules.cap(class, &fit.state));
             let mut k = fit.free.copies_fitting(&template.requests, want);
             if k > 0 && fit.volumes.limits(template) {
-                let members = pods.iter().map(|&p| &self.pods[p]);
+                let members = pods.iter().map(|&p| &pods_of[p]);
                 k = fit.volumes.fitting(members, k, false).len() as i64;
             }
             rules.add(class, k, &mut fit.state);
             fit.free.add_times(&template.requests, -k);
             fit.volumes
-                .add(pods[..k as usize].iter().map(|&p| &self.pods[p]));
+                .add(pods[..k as usize].iter().map(|&p| &pods_of[p]));
             fit.counts.push(k);
         }
         fit
@@ -347,16 +348,16 @@ impl<'a> ExistingNodes<'a> {
 
 /// What one node would hold of a group ([`ExistingNodes::place_group`]), with its counters
 /// after taking it.
-struct GroupFit {
+struct GroupFit<'a> {
     node: usize,
     free: Resources,
     state: NodeState,
-    volumes: NodeVolumes,
+    volumes: NodeVolumes<'a>,
     /// Pods taken per class of the group.
     counts: Vec<i64>,
 }
 
-impl GroupFit {
+impl GroupFit<'_> {
     fn total(&self) -> i64 {
         self.counts.iter().sum()
     }

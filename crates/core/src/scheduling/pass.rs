@@ -260,12 +260,7 @@ impl<'a> Pass<'a> {
         }
         // Per existing node, the classes this pass already put there (another leader's
         // group may have placed a partner).
-        let mut class_of = vec![usize::MAX; self.snapshot.pods.len()];
-        for (ci, class) in self.classes.iter().enumerate() {
-            for &i in &class.pods {
-                class_of[i] = ci;
-            }
-        }
+        let class_of = self.class_of_pods();
         let placed_on: Vec<BTreeSet<usize>> = self
             .existing
             .placed
@@ -348,12 +343,7 @@ impl<'a> Pass<'a> {
         if !self.together.iter().any(|t| t.follower().is_some()) {
             return;
         }
-        let mut class_of = vec![usize::MAX; self.snapshot.pods.len()];
-        for (ci, class) in self.classes.iter().enumerate() {
-            for &i in &class.pods {
-                class_of[i] = ci;
-            }
-        }
+        let class_of = self.class_of_pods();
         // Until a round places nothing: a follower placed late may be the partner an earlier
         // one needed (a cycle joining the node its running pod is on).
         loop {
@@ -384,6 +374,17 @@ impl<'a> Pass<'a> {
                 break;
             }
         }
+    }
+
+    /// The class of each snapshot pod (`usize::MAX` for pods no class holds).
+    fn class_of_pods(&self) -> Vec<usize> {
+        let mut class_of = vec![usize::MAX; self.snapshot.pods.len()];
+        for (ci, class) in self.classes.iter().enumerate() {
+            for &i in &class.pods {
+                class_of[i] = ci;
+            }
+        }
+        class_of
     }
 
     /// Existing nodes holding, for every term of `f`, a running pod or a pod this pass placed

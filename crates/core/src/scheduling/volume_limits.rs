@@ -15,18 +15,19 @@ use std::collections::HashSet;
 
 use crate::pod::{Node, Pod};
 
-/// The attachments one existing node holds and may still take.
+/// The attachments one existing node holds and may still take. Claims are borrowed from the
+/// snapshot's pods: a disruption plan builds these for every node in every trial.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct NodeVolumes {
+pub struct NodeVolumes<'p> {
     /// (driver, cap, attached) per capped driver.
     drivers: Vec<(String, i64, i64)>,
-    /// The claims running pods attached, on capped drivers.
-    claims: HashSet<String>,
+    /// The claims attached, on capped drivers: running pods' and placed pods'.
+    claims: HashSet<&'p str>,
 }
 
-impl NodeVolumes {
+impl<'p> NodeVolumes<'p> {
     /// The caps of `node` and the distinct claims its running pods attach.
-    pub fn of<'p>(node: &Node, running: impl IntoIterator<Item = &'p Pod>) -> Self {
+    pub fn of(node: &Node, running: impl IntoIterator<Item = &'p Pod>) -> Self {
         if node.volume_limits.is_empty() {
             return NodeVolumes::default();
         }
@@ -43,7 +44,7 @@ impl NodeVolumes {
                 let Some(slot) = out.drivers.iter_mut().find(|(d, _, _)| *d == a.driver) else {
                     continue;
                 };
-                if out.claims.insert(a.claim.clone()) {
+                if out.claims.insert(a.claim.as_str()) {
                     slot.2 += 1;
                 }
             }
@@ -66,9 +67,9 @@ impl NodeVolumes {
     /// taken before it hold. A member that would take a driver over its cap ends the walk,
     /// unless `skip`: then it is passed over, as a later member may only reuse claims taken
     /// before it (the kube-scheduler refuses a pod only for the volumes it adds).
-    pub fn fitting<'p>(
+    pub fn fitting<'m>(
         &self,
-        members: impl IntoIterator<Item = &'p Pod>,
+        members: impl IntoIterator<Item = &'m Pod>,
         max: i64,
         skip: bool,
     ) -> Vec<usize> {
@@ -102,13 +103,12 @@ impl NodeVolumes {
     }
 
     /// Records `members` as placed on the node: their claims of capped drivers are attached.
-    pub fn add<'p>(&mut self, members: impl IntoIterator<Item = &'p Pod>) {
+    pub fn add(&mut self, members: impl IntoIterator<Item = &'p Pod>) {
         if self.drivers.is_empty() {
             return;
         }
         for pod in members {
             for (d, claim) in self.new_claims(pod, &HashSet::new()) {
-                let claim = claim.to_string();
                 self.drivers[d].2 += 1;
                 self.claims.insert(claim);
             }
@@ -117,7 +117,7 @@ impl NodeVolumes {
 
     /// The claims of `pod` on capped drivers (driver index, claim) that the node does not
     /// hold and `also_held` does not name, each once.
-    fn new_claims<'p>(&self, pod: &'p Pod, also_held: &HashSet<&str>) -> Vec<(usize, &'p str)> {
+    fn new_claims<'m>(&self, pod: &'m Pod, also_held: &HashSet<&str>) -> Vec<(usize, &'m str)> {
         let mut out: Vec<(usize, &str)> = Vec::new();
         for a in pod.attachments() {
             let Some(d) = self.drivers.iter().position(|(drv, _, _)| *drv == a.driver) else {
@@ -197,10 +197,8 @@ mod tests {
     fn pending_pods_sharing_a_claim_attach_it_once() {
         // One free slot: three pods sharing db/a fit, the fourth (its own claim) does not,
         // and the walk stops there unless told to pass over it.
-        let v = NodeVolumes::of(
-            &node(&[(EBS, 3)]),
-            &[pod(&[(EBS, "db/x")]), pod(&[(EBS, "db/y")])],
-        );
+        let running = [pod(&[(EBS, "db/x")]), pod(&[(EBS, "db/y")])];
+        let v = NodeVolumes::of(&node(&[(EBS, 3)]), &running);
         let members = [
             pod(&[(EBS, "db/a")]),
             pod(&[(EBS, "db/a")]),
@@ -215,7 +213,8 @@ mod tests {
 
     #[test]
     fn a_node_without_caps_takes_any_number() {
-        let v = NodeVolumes::of(&node(&[]), &[pod(&[(EBS, "db/a")])]);
+        let running = [pod(&[(EBS, "db/a")])];
+        let v = NodeVolumes::of(&node(&[]), &running);
         assert!(!v.limits(&pod(&[(EBS, "db/b")])));
     }
 
