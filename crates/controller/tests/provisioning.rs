@@ -575,6 +575,62 @@ async fn a_self_affine_group_waits_on_the_claim_bought_for_it_rather_than_buying
 }
 
 #[tokio::test]
+async fn a_node_whose_csi_node_allows_no_more_volumes_takes_only_pods_without_one() {
+    // An existing node with room, whose CSINode lets the EBS driver attach nothing more: the
+    // kube-scheduler's NodeVolumeLimits keeps a pod with an EBS volume off it, so the batch
+    // buys a node for that pod and puts the other pod on the existing node.
+    let mut stateful = pending_pod("stateful", "500m");
+    stateful.spec.as_mut().expect("spec").volumes = Some(vec![obj(json!(
+        {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}
+    ))]);
+    let mut h = harness(
+        vec![pending_pod("plain", "500m"), stateful],
+        vec![],
+        Script::default(),
+    )
+    .await;
+    h._nodes
+        .apply_watcher_event(&Event::Apply(obj::<Node>(json!({
+        "metadata": {"name": "ip-existing", "labels": {"kubernetes.io/hostname": "ip-existing"}},
+        "status": {"allocatable": {"cpu": "4", "memory": "16Gi", "pods": "58"},
+                   "conditions": [{"type": "Ready", "status": "True"}]}}))));
+    let claims = store(vec![obj(json!({
+        "metadata": {"name": "data", "namespace": "shop"},
+        "spec": {"storageClassName": "gp3", "accessModes": ["ReadWriteOnce"]}}))]);
+    let classes = store(vec![obj(json!({
+        "metadata": {"name": "gp3"}, "provisioner": "ebs.csi.aws.com",
+        "volumeBindingMode": "WaitForFirstConsumer"}))]);
+    let csi_nodes = store(vec![obj(json!({
+        "metadata": {"name": "ip-existing"},
+        "spec": {"drivers": [{"name": "ebs.csi.aws.com", "nodeID": "i-0abc",
+                              "allocatable": {"count": 0}}]}}))]);
+    h.ctx.state.volumes = joiner_controller::state::VolumeStores {
+        claims: claims.as_reader(),
+        volumes: store(Vec::new()).as_reader(),
+        classes: classes.as_reader(),
+        csi_nodes: csi_nodes.as_reader(),
+    };
+    let mut memory = Memory::default();
+    let batch = provision_batch(&h.ctx, &mut memory)
+        .await
+        .expect("batch runs");
+    assert!(batch.errors.is_empty(), "{:?}", batch.errors);
+    let on_existing: Vec<(&str, &[String])> = batch
+        .plan
+        .existing_nodes
+        .iter()
+        .map(|u| (u.name.as_str(), u.pods.as_slice()))
+        .collect();
+    assert_eq!(
+        on_existing,
+        [("ip-existing", &["shop/plain".to_string()][..])]
+    );
+    assert_eq!(batch.plan.new_nodes.len(), 1, "{:?}", batch.plan);
+    assert_eq!(batch.plan.new_nodes[0].pods, ["shop/stateful"]);
+    assert_eq!(claim_posts(&h.api).len(), 1);
+}
+
+#[tokio::test]
 async fn a_taken_claim_name_is_retried_with_a_fresh_one() {
     let h = harness(
         vec![pending_pod("a", "1500m")],
