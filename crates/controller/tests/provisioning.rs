@@ -302,6 +302,14 @@ fn event_posts(api: &MockApi) -> Vec<Recorded> {
         .collect()
 }
 
+/// Each existing node the plan uses, with the pods it puts there.
+fn on_existing(plan: &joiner_core::scheduling::Plan) -> Vec<(&str, Vec<&str>)> {
+    plan.existing_nodes
+        .iter()
+        .map(|u| (u.name.as_str(), u.pods.iter().map(String::as_str).collect()))
+        .collect()
+}
+
 fn requirement(key: &str, values: &[&str]) -> Value {
     json!({"key": key, "operator": "In", "values": values})
 }
@@ -557,18 +565,9 @@ async fn a_self_affine_group_waits_on_the_claim_bought_for_it_rather_than_buying
         .expect("second batch runs");
     assert!(second.errors.is_empty(), "{:?}", second.errors);
     assert!(second.plan.new_nodes.is_empty(), "{:?}", second.plan);
-    let on_claim: Vec<(&str, &[String])> = second
-        .plan
-        .existing_nodes
-        .iter()
-        .map(|u| (u.name.as_str(), u.pods.as_slice()))
-        .collect();
     assert_eq!(
-        on_claim,
-        [(
-            name.as_str(),
-            &["shop/a".to_string(), "shop/b".to_string()][..]
-        )]
+        on_existing(&second.plan),
+        [(name.as_str(), vec!["shop/a", "shop/b"])]
     );
     assert_eq!(claim_posts(&h.api).len(), 1, "no second claim");
     assert_eq!(instances(&h.clients).await.len(), 1);
@@ -615,15 +614,9 @@ async fn a_node_whose_csi_node_allows_no_more_volumes_takes_only_pods_without_on
         .await
         .expect("batch runs");
     assert!(batch.errors.is_empty(), "{:?}", batch.errors);
-    let on_existing: Vec<(&str, &[String])> = batch
-        .plan
-        .existing_nodes
-        .iter()
-        .map(|u| (u.name.as_str(), u.pods.as_slice()))
-        .collect();
     assert_eq!(
-        on_existing,
-        [("ip-existing", &["shop/plain".to_string()][..])]
+        on_existing(&batch.plan),
+        [("ip-existing", vec!["shop/plain"])]
     );
     assert_eq!(batch.plan.new_nodes.len(), 1, "{:?}", batch.plan);
     assert_eq!(batch.plan.new_nodes[0].pods, ["shop/stateful"]);
