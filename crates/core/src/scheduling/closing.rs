@@ -142,6 +142,31 @@ impl<'a> Outcome<'a> {
             .any(|&i| !self.refused.contains(self.snapshot.pods[i].key().as_str()))
     }
 
+    /// True when a node of the final cluster (an existing node or one of the pass's new
+    /// nodes) carries `value` of `key` and some hard spread of `pod` on that key counts it:
+    /// the kube-scheduler sees that domain, whatever pods it holds.
+    fn counted_domain(&self, pod: &crate::pod::Pod, key: &str, value: &str) -> bool {
+        let filters: Vec<Option<topology::NodeFilter>> = pod
+            .topology_spread
+            .iter()
+            .filter(|t| t.hard && t.topology_key == key)
+            .map(|t| topology::NodeFilter::of(pod, t))
+            .collect();
+        if filters.is_empty() {
+            return false;
+        }
+        self.snapshot
+            .nodes
+            .iter()
+            .chain(&self.new_nodes)
+            .filter(|n| n.labels.get(key).map(String::as_str) == Some(value))
+            .any(|n| {
+                filters
+                    .iter()
+                    .any(|f| f.as_ref().is_none_or(|f| f.counts_on(n)))
+            })
+    }
+
     /// The domain of `key` the class was pinned to.
     fn value_of(c: &PodClass, key: &str) -> Option<String> {
         c.pinned
@@ -165,8 +190,9 @@ impl<'a> Outcome<'a> {
 /// Closes, to the pods pinned there and refused, each domain where a workload had pods
 /// refused while some of its pods were placed (there or elsewhere): the domain was full for
 /// them or a Provisioner's limit stopped them, and another domain may still take them within
-/// maxSkew. A workload refused everywhere keeps its pins, and its reason. True when something
-/// new was closed.
+/// maxSkew. The domain also leaves their spreads' count only when no node of the pass's
+/// cluster carries it. A workload refused everywhere keeps its pins, and its reason. True
+/// when something new was closed.
 fn close_empty_domains(pass: &Outcome, pinned: &[PodClass], closed: &mut topology::Closed) -> bool {
     let placed: Vec<Vec<usize>> = pinned.iter().map(|c| pass.placed(c)).collect();
     // The workloads (origins) with pods placed somewhere.
@@ -197,7 +223,11 @@ fn close_empty_domains(pass: &Outcome, pinned: &[PodClass], closed: &mut topolog
             let Some(value) = r.single_value() else {
                 continue;
             };
-            let kept = held.contains(&(c.origin, key.as_str(), value));
+            // Gone only when the kube-scheduler will not see the domain at all: the workload
+            // got nothing there and no node there counts for its spreads (another workload's
+            // node makes the domain count, empty of these pods).
+            let kept = held.contains(&(c.origin, key.as_str(), value))
+                || pass.counted_domain(pass.template(c), key, value);
             for &pod in c.pods.iter().filter(|p| !placed.contains(p)) {
                 grew |= if kept {
                     closed.close(pod, key, value)
@@ -367,7 +397,13 @@ fn close_skewed(pass: &Outcome, pinned: &[PodClass], closed: &mut topology::Clos
                 && scope.matches(pass.template(d))
                 && !constrained.iter().any(|(c, _)| std::ptr::eq(*c, d))
         });
-        let settled = pass.refused.is_empty() && filter.is_none() && !foreign;
+        // Classes of other node terms each counted only the domains they reach (an
+        // on-demand-only pod the capacity types it may use), where the spread, counting
+        // every node, sees them all.
+        let alike = constrained
+            .windows(2)
+            .all(|w| pass.template(w[0].0).node_terms == pass.template(w[1].0).node_terms);
+        let settled = pass.refused.is_empty() && filter.is_none() && !foreign && alike;
         if settled && on_new.iter().all(|v| pinned_to.contains(*v)) {
             continue;
         }
@@ -428,15 +464,24 @@ fn close_skewed(pass: &Outcome, pinned: &[PodClass], closed: &mut topology::Clos
         for (value, n) in &count {
             let mut n = *n;
             // Each class's pods there that the spread counts, last first, leave while the
-            // domain stays above its own maxSkew.
-            for (c, max_skew) in constrained.iter().rev() {
+            // domain stays above its own maxSkew; first the classes whose node terms let
+            // them go to another of the domains, so that a pod held to this one stays.
+            let elsewhere = |c: &PodClass| {
+                let terms = &pass.template(c).node_terms;
+                count.keys().filter(|d| *d != value).any(|d| {
+                    terms.is_empty() || terms.iter().any(|t| t.get(key).is_none_or(|r| r.allows(d)))
+                })
+            };
+            let (free, held): (Vec<_>, Vec<_>) =
+                constrained.iter().rev().partition(|&&(c, _)| elsewhere(c));
+            for &(c, max_skew) in free.into_iter().chain(held) {
                 if value_of(c, key).as_deref() != Some(value.as_str())
                     || !scope.matches(pass.template(c))
                 {
                     continue;
                 }
                 for &i in counted_pods(c).iter().rev() {
-                    if n - min <= *max_skew {
+                    if n - min <= max_skew {
                         break;
                     }
                     grew |= closed.close(i, key, value);

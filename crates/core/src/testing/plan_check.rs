@@ -57,10 +57,29 @@ struct Cluster<'a> {
     placed: Vec<(&'a Pod, String, Option<CapacityType>)>,
     provisioners: Vec<Provisioner>,
     types: &'a [InstanceType],
+    domains: SpreadDomains,
+}
+
+/// Which domains a hard spread's minimum is taken over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpreadDomains {
+    /// The values of the final cluster's nodes the spread counts, and every value a
+    /// Provisioner could launch a node with for the pod, empty or not (Karpenter's reading,
+    /// stricter than the kube-scheduler's: a domain no node ends up in still holds the
+    /// minimum at zero).
+    Launchable,
+    /// Only the values of the final cluster's nodes the spread counts: what the
+    /// kube-scheduler sees once the plan's nodes exist.
+    FinalCluster,
 }
 
 impl<'a> Cluster<'a> {
-    fn new(s: &'a Snapshot, types: &'a [InstanceType], plan: &Plan) -> Result<Self, String> {
+    fn new(
+        s: &'a Snapshot,
+        types: &'a [InstanceType],
+        plan: &Plan,
+        domains: SpreadDomains,
+    ) -> Result<Self, String> {
         let by_key: HashMap<String, &Pod> = s.pods.iter().map(|p| (p.key(), p)).collect();
         let provisioners = if s.provisioners.is_empty() {
             vec![Provisioner::default_provisioner()]
@@ -129,6 +148,7 @@ impl<'a> Cluster<'a> {
             placed,
             provisioners,
             types,
+            domains,
         })
     }
 
@@ -187,9 +207,9 @@ impl<'a> Cluster<'a> {
     }
 
     /// The domains a spread `t` of `p` counts: values on the nodes of the final cluster it
-    /// counts (full or not, see [`Cluster::spread_counts_on`]), and values a Provisioner can
-    /// give a node for it (for a key the instance types carry, one of an allowed type that
-    /// holds the pod).
+    /// counts (full or not, see [`Cluster::spread_counts_on`]), and, read as
+    /// [`SpreadDomains::Launchable`], values a Provisioner can give a node for it (for a key
+    /// the instance types carry, one of an allowed type that holds the pod).
     fn spread_domains(&self, p: &Pod, t: &TopologySpread) -> BTreeSet<String> {
         let key = t.topology_key.as_str();
         let terms = p.own_node_terms.as_ref().unwrap_or(&p.node_terms);
@@ -199,6 +219,9 @@ impl<'a> Cluster<'a> {
             .filter(|(n, _)| self.spread_counts_on(p, t, n))
             .filter_map(|(_, l)| l.get(key).cloned())
             .collect();
+        if self.domains == SpreadDomains::FinalCluster {
+            return out;
+        }
         let admits = |v: &str| {
             terms.is_empty() || terms.iter().any(|t| t.get(key).is_none_or(|r| r.allows(v)))
         };
@@ -246,7 +269,17 @@ impl<'a> Cluster<'a> {
 /// every topology key, hostname groups on one node, on-demand requirements. The error says
 /// which pod broke what.
 pub fn check(s: &Snapshot, types: &[InstanceType], plan: &Plan) -> Result<(), String> {
-    let c = Cluster::new(s, types, plan)?;
+    check_with(s, types, plan, SpreadDomains::Launchable)
+}
+
+/// [`check`], with the spreads' domains read as `domains` says.
+pub fn check_with(
+    s: &Snapshot,
+    types: &[InstanceType],
+    plan: &Plan,
+    domains: SpreadDomains,
+) -> Result<(), String> {
+    let c = Cluster::new(s, types, plan, domains)?;
     // Conservation.
     let pending: BTreeSet<String> = s
         .pods

@@ -24,7 +24,7 @@ use crate::scheduling::{simulate, Options};
 use crate::snapshot::Snapshot;
 
 use super::simulation::catalog;
-use crate::testing::plan_check::check;
+use crate::testing::plan_check::{check, check_with, SpreadDomains};
 
 const GI: i64 = 1 << 30;
 const APPS: [&str; 3] = ["a", "b", "c"];
@@ -224,7 +224,25 @@ fn ebs(claim: &str) -> crate::pod::VolumeAttachment {
     }
 }
 
+/// Which workloads [`build_as`] makes: the shapes whose plans hold under both readings of a
+/// spread's domains, or also those that hold only as the kube-scheduler counts them.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Shapes {
+    /// Plans of these hold with every domain a Provisioner could launch a node in counted
+    /// ([`SpreadDomains::Launchable`]).
+    Launchable,
+    /// Also workloads whose pinning drops a domain no node ends up in, which only the
+    /// kube-scheduler's reading ([`SpreadDomains::FinalCluster`]) lets go: spread workloads
+    /// mixing on-demand-only and flexible pods, and self-affine hostname groups of several
+    /// classes that spread.
+    All,
+}
+
 pub(super) fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
+    build_as(classes, nodes, Shapes::Launchable)
+}
+
+pub(super) fn build_as(classes: &[ClassSpec], nodes: &[NodeSpec], shapes: Shapes) -> Snapshot {
     // Like Deployments: every class of an app spread carries the same spread (key and skew),
     // and key (anti-)affinity is only used by apps that are not spread (so every counted pod is
     // a constrained one and the final skew is what the scheduler checked).
@@ -248,13 +266,15 @@ pub(super) fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
             if let Some((key, _, policies)) = app_spread[c.app] {
                 c.spread_key = key;
                 c.policies = policies;
-                // The classes of a spread workload share their capacity-type terms: all
-                // on-demand-only, or none (running pods of the workload still sit on spot and
-                // on-demand nodes alike). Mixed, the on-demand-only class counts a domain a
-                // Provisioner could launch an on-demand node in as empty, as `plan_check`
-                // reads domains, where the final cluster may have no on-demand node there and
-                // the kube-scheduler no such domain (known limit 1c, docs/architecture.md).
-                c.on_demand = app_on_demand[c.app].unwrap_or(false);
+                // Read as Launchable, the classes of a spread workload share their
+                // capacity-type terms: all on-demand-only, or none (running pods of the
+                // workload still sit on spot and on-demand nodes alike). Mixed, the
+                // on-demand-only class counts a domain a Provisioner could launch an
+                // on-demand node in as empty, where the final cluster may have no on-demand
+                // node there and the kube-scheduler no such domain (docs/architecture.md).
+                if shapes == Shapes::Launchable {
+                    c.on_demand = app_on_demand[c.app].unwrap_or(false);
+                }
             }
             if c.host_affinity {
                 // A self-affine term next to a term on running pods is decided by the running
@@ -267,9 +287,10 @@ pub(super) fn build(classes: &[ClassSpec], nodes: &[NodeSpec]) -> Snapshot {
                 c.affine_to = None;
                 // A self-affine hostname group that spreads is placed in the domain of its
                 // first pod, within the skew. One whose term also selects other pending
-                // classes follows them and can be placed over maxSkew (known limit 1b,
-                // docs/architecture.md): such groups spread alone here.
-                if app_classes[c.app] > 1 {
+                // classes follows them; a domain where it can join none is dropped from its
+                // count when no node ends up there, which only the kube-scheduler's reading
+                // accepts.
+                if app_classes[c.app] > 1 && shapes == Shapes::Launchable {
                     c.host_affinity = false;
                 }
             }
@@ -490,6 +511,19 @@ proptest! {
         let s = build(&classes, &nodes);
         let plan = plan_of(&s);
         check(&s, &catalog(), &plan).map_err(TestCaseError::fail)?;
+    }
+
+    /// Every shape, checked as the kube-scheduler counts a spread's domains: only where the
+    /// final cluster has a node the spread counts.
+    #[test]
+    fn hard_constraints_hold_as_the_scheduler_counts_domains(
+        classes in prop::collection::vec(class_spec(), 1..8),
+        nodes in prop::collection::vec(node_spec(), 0..4),
+    ) {
+        let s = build_as(&classes, &nodes, Shapes::All);
+        let plan = plan_of(&s);
+        check_with(&s, &catalog(), &plan, SpreadDomains::FinalCluster)
+            .map_err(TestCaseError::fail)?;
     }
 }
 
@@ -985,5 +1019,39 @@ proptest! {
                 plan.unschedulable
             );
         }
+    }
+}
+
+/// Found by `hard_constraints_hold_as_the_scheduler_counts_domains`. Six 2.5-cpu pods of app a
+/// spread over the pool label (maxSkew 1, every node counts) and two small ones of the same
+/// app and spread that must share a node with an app-a pod and keep at most two app-a pods
+/// more on a node than on the emptiest (a hostname spread). Pool y's node holds three of the
+/// large pods, too many for a small one there. The small pod pinned to y must not then
+/// be moved to pool x as if y had left the spread's count: y's node is there, and x would
+/// hold 5 pods against y's 3.
+#[test]
+fn a_follower_refused_in_a_domain_its_spread_holds_pods_in_is_not_moved_over_max_skew() {
+    let mut large = plain(0, 1);
+    large.count = 6;
+    large.cpu = 2500;
+    large.spread_key = 1;
+    large.zone_spread = Some(1);
+    large.policies = (false, false);
+    let mut small = plain(0, 1);
+    small.count = 2;
+    small.host_spread = Some(2);
+    small.host_affinity = true;
+    let node = NodeSpec {
+        zone: 0,
+        full: false,
+        tainted: false,
+        pool: 0,
+        running: Vec::new(),
+        ebs_cap: None,
+    };
+    let s = build_as(&[large, small], &[node], Shapes::All);
+    let plan = plan_of(&s);
+    if let Err(e) = check_with(&s, &catalog(), &plan, SpreadDomains::FinalCluster) {
+        panic!("{e}\n{plan:#?}");
     }
 }

@@ -11,6 +11,7 @@ use crate::requirements::{Requirement, Requirements};
 use crate::resources::Resources;
 use crate::scheduling::{simulate, Options, Plan};
 use crate::snapshot::Snapshot;
+use crate::testing::plan_check::{check_with, SpreadDomains};
 
 use super::simulation::{catalog, deployment, pod};
 
@@ -773,6 +774,100 @@ fn hostname_affinity_to_pending_pods_shares_their_nodes() {
         ]
     );
     assert!((p.new_price_per_hour() - 0.255).abs() < 1e-9);
+}
+
+/// `pods`, each held to zone `zone` by its node terms.
+fn in_zone(mut pods: Vec<Pod>, zone: &str) -> Vec<Pod> {
+    for p in &mut pods {
+        let mut r = Requirements::new();
+        r.add(labels::ZONE, Requirement::single(zone));
+        p.node_terms.push(r);
+    }
+    pods
+}
+
+#[test]
+fn a_zone_where_a_spread_holds_pods_still_counts_for_the_classes_refused_there() {
+    // One spread (zones, maxSkew 1, every node counts) over two classes of app=web: web-a
+    // (1 pod) is held to z-b; web-b (3 pods) must share a node with the db pod, which is
+    // held to z-a. The kube-scheduler sees nodes in z-a and z-b: z-b holds web-a, so z-a may
+    // hold 2 web pods. Two web-b pods join db, the third stays pending. An earlier reading
+    // dropped z-b from web-b's count once web-b got no pod there (web-a's node is there all
+    // the same) and put all three next to db: 3 against 1.
+    let mut pods = in_zone(deployment("db", 1, 500, 512), "z-a");
+    let mut web_a = in_zone(deployment("web-a", 1, 500, 512), "z-b");
+    let mut web_b = with_affinity(
+        deployment("web-b", 3, 500, 512),
+        labels::HOSTNAME,
+        app("db"),
+    );
+    for p in web_a.iter_mut().chain(&mut web_b) {
+        p.labels.insert("app".into(), "web".into());
+        p.topology_spread.push(spread(labels::ZONE, 1, app("web")));
+    }
+    pods.extend(web_a);
+    pods.extend(web_b);
+    let s = Snapshot {
+        pods,
+        ..Snapshot::default()
+    };
+    let p = run(&s);
+    let zone_of = |pod: &str| {
+        p.new_nodes
+            .iter()
+            .find(|n| n.pods.iter().any(|k| k == pod))
+            .map(|n| n.zone.as_str())
+    };
+    assert_eq!(zone_of("default/db-0"), Some("z-a"));
+    assert_eq!(zone_of("default/web-a-0"), Some("z-b"));
+    let web_b: Vec<Option<&str>> = (0..3)
+        .map(|i| zone_of(&format!("default/web-b-{i}")))
+        .collect();
+    assert_eq!(
+        web_b.iter().filter(|z| **z == Some("z-a")).count(),
+        2,
+        "{:?}",
+        layout(&p)
+    );
+    assert_eq!(p.unschedulable.len(), 1, "{:?}", p.unschedulable);
+    assert!(p.unschedulable[0].pod.starts_with("default/web-b-"));
+    check_with(&s, &catalog(), &p, SpreadDomains::FinalCluster).expect("constraints hold");
+}
+
+#[test]
+fn an_on_demand_pod_and_flexible_ones_split_capacity_types_when_every_node_counts() {
+    // One capacity-type spread (maxSkew 1, nodeAffinityPolicy Ignore: every node counts) over
+    // a pod that requires on-demand and three that may use either. The kube-scheduler counts
+    // the spot nodes for the on-demand pod too, so the only layout it accepts is 2 and 2: the
+    // on-demand pod and one flexible pod on on-demand, two on spot.
+    let mut od = deployment("web-od", 1, 500, 512);
+    let mut r = Requirements::new();
+    r.add(labels::CAPACITY_TYPE, Requirement::single("on-demand"));
+    od[0].node_terms.push(r);
+    let mut pods = od;
+    pods.extend(deployment("web-any", 3, 500, 512));
+    for p in &mut pods {
+        p.labels.insert("app".into(), "web".into());
+        let mut s = spread(labels::CAPACITY_TYPE, 1, app("web"));
+        s.honor_node_affinity = false;
+        p.topology_spread.push(s);
+    }
+    let s = Snapshot {
+        pods,
+        provisioners: vec![spot_provisioner()],
+        ..Snapshot::default()
+    };
+    let p = run(&s);
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    let on = |ct: CapacityType| -> usize {
+        p.new_nodes
+            .iter()
+            .filter(|n| n.capacity_type == ct)
+            .map(|n| n.pods.len())
+            .sum()
+    };
+    assert_eq!((on(CapacityType::OnDemand), on(CapacityType::Spot)), (2, 2));
+    check_with(&s, &catalog(), &p, SpreadDomains::FinalCluster).expect("constraints hold");
 }
 
 #[test]
