@@ -276,11 +276,6 @@ pub(super) fn build_as(classes: &[ClassSpec], nodes: &[NodeSpec], shapes: Shapes
                     c.on_demand = app_on_demand[c.app].unwrap_or(false);
                 }
             }
-            if c.host_affinity {
-                // A self-affine term next to a term on running pods is decided by the running
-                // pods alone (a known limit: the self term is not counted per node).
-                c.affine_to = None;
-            }
             if c.zone_spread.is_some() {
                 c.zone_anti = false;
                 c.zone_affinity = false;
