@@ -397,12 +397,19 @@ fn close_skewed(pass: &Outcome, pinned: &[PodClass], closed: &mut topology::Clos
                 && scope.matches(pass.template(d))
                 && !constrained.iter().any(|(c, _)| std::ptr::eq(*c, d))
         });
-        // Classes of other node terms each counted only the domains they reach (an
-        // on-demand-only pod the capacity types it may use), where the spread, counting
-        // every node, sees them all.
-        let alike = constrained
-            .windows(2)
-            .all(|w| pass.template(w[0].0).node_terms == pass.template(w[1].0).node_terms);
+        // Classes that reach other domains each counted only the domains they reach (an
+        // on-demand-only pod the capacity types it may use, a pod not tolerating a tainted
+        // Provisioner the zones only that one offers, a large pod the instance types that
+        // hold it), where the spread, counting every node, sees them all.
+        let by_type = ![labels::ZONE, labels::CAPACITY_TYPE].contains(&key.as_str());
+        let alike = constrained.windows(2).all(|w| {
+            let (a, b) = (w[0].0, w[1].0);
+            let (pa, pb) = (pass.template(a), pass.template(b));
+            pa.node_terms == pb.node_terms
+                && pa.spread_node_terms() == pb.spread_node_terms()
+                && pa.tolerations == pb.tolerations
+                && (!by_type || a.requests == b.requests)
+        });
         let settled = pass.refused.is_empty() && filter.is_none() && !foreign && alike;
         if settled && on_new.iter().all(|v| pinned_to.contains(*v)) {
             continue;
@@ -463,23 +470,39 @@ fn close_skewed(pass: &Outcome, pinned: &[PodClass], closed: &mut topology::Clos
         };
         for (value, n) in &count {
             let mut n = *n;
-            // Each class's pods there that the spread counts, last first, leave while the
-            // domain stays above its own maxSkew; first the classes whose node terms let
-            // them go to another of the domains, so that a pod held to this one stays.
+            // The classes with pods the spread counts here.
+            let here: Vec<(&PodClass, i64)> = constrained
+                .iter()
+                .rev()
+                .filter(|(c, _)| {
+                    value_of(c, key).as_deref() == Some(value.as_str())
+                        && scope.matches(pass.template(c))
+                })
+                .map(|&(c, s)| (c, s))
+                .collect();
+            // Each pod is checked against its own maxSkew; nothing to close when the domain
+            // is within the tightest.
+            let Some(tightest) = here.iter().map(|(_, s)| *s).min() else {
+                continue;
+            };
+            if n - min <= tightest {
+                continue;
+            }
+            // Pods leave, last first, while the domain is above their maxSkew: first those
+            // whose node terms let them go to another of the domains, down to the maxSkew of
+            // the pods held here (those must stay within theirs), then the held ones.
             let elsewhere = |c: &PodClass| {
                 let terms = &pass.template(c).node_terms;
                 count.keys().filter(|d| *d != value).any(|d| {
                     terms.is_empty() || terms.iter().any(|t| t.get(key).is_none_or(|r| r.allows(d)))
                 })
             };
-            let (free, held): (Vec<_>, Vec<_>) =
-                constrained.iter().rev().partition(|&&(c, _)| elsewhere(c));
-            for &(c, max_skew) in free.into_iter().chain(held) {
-                if value_of(c, key).as_deref() != Some(value.as_str())
-                    || !scope.matches(pass.template(c))
-                {
-                    continue;
-                }
+            let (free, held): (Vec<_>, Vec<_>) = here.into_iter().partition(|(c, _)| elsewhere(c));
+            let held_bound = held.iter().map(|(_, s)| *s).min();
+            let free = free
+                .into_iter()
+                .map(|(c, s)| (c, held_bound.map_or(s, |h| s.min(h))));
+            for (c, max_skew) in free.chain(held) {
                 for &i in counted_pods(c).iter().rev() {
                     if n - min <= max_skew {
                         break;

@@ -838,8 +838,10 @@ fn a_zone_where_a_spread_holds_pods_still_counts_for_the_classes_refused_there()
 fn an_on_demand_pod_and_flexible_ones_split_capacity_types_when_every_node_counts() {
     // One capacity-type spread (maxSkew 1, nodeAffinityPolicy Ignore: every node counts) over
     // a pod that requires on-demand and three that may use either. The kube-scheduler counts
-    // the spot nodes for the on-demand pod too, so the only layout it accepts is 2 and 2: the
-    // on-demand pod and one flexible pod on on-demand, two on spot.
+    // the spot nodes for the on-demand pod too, so with spot nodes in the cluster it accepts
+    // only 2 and 2 (the on-demand pod and one flexible pod on on-demand, two on spot); all
+    // four on on-demand would be the other layout it accepts, dearer. 3 and 1, which counts
+    // for the on-demand pod only the capacity type it may use, is refused.
     let mut od = deployment("web-od", 1, 500, 512);
     let mut r = Requirements::new();
     r.add(labels::CAPACITY_TYPE, Requirement::single("on-demand"));
@@ -867,6 +869,99 @@ fn an_on_demand_pod_and_flexible_ones_split_capacity_types_when_every_node_count
             .sum()
     };
     assert_eq!((on(CapacityType::OnDemand), on(CapacityType::Spot)), (2, 2));
+    check_with(&s, &catalog(), &p, SpreadDomains::FinalCluster).expect("constraints hold");
+}
+
+#[test]
+fn a_zone_only_tolerating_pods_reach_still_counts_for_the_pods_that_cannot_go_there() {
+    // One zone spread (maxSkew 1; nodeTaintsPolicy Ignore, the default: tainted nodes count)
+    // over web-t (3 pods of 1 cpu, tolerating the taint) and web (4 pods of 0.5 cpu, not
+    // tolerating it). Zone z-c is offered only by a tainted Provisioner, so only web-t can go
+    // there; its node is a domain for every web pod all the same. web-t is pinned first, one
+    // pod per zone; web's pods, which reach z-a and z-b only, counted those two alone and
+    // were put 2 + 2 there: 3, 3, 1, which the kube-scheduler refuses (no zone may hold
+    // more than one pod above the emptiest, z-c with 1). Now the excess is closed: z-a and
+    // z-b take 2 each and two web pods stay pending, as the kube-scheduler leaves them once
+    // web-t runs in every zone.
+    let mut plain = Provisioner::default_provisioner();
+    plain.name = "plain".into();
+    plain
+        .requirements
+        .add(labels::ZONE, Requirement::one_of(["z-a", "z-b"]));
+    let mut tainted = Provisioner::default_provisioner();
+    tainted.name = "tainted".into();
+    tainted
+        .requirements
+        .add(labels::ZONE, Requirement::single("z-c"));
+    tainted.taints = vec![crate::taints::Taint {
+        key: "dedicated".into(),
+        value: "web".into(),
+        effect: crate::taints::Effect::NoSchedule,
+    }];
+    let mut pods = deployment("web-t", 3, 1000, 512);
+    for p in &mut pods {
+        p.tolerations = vec![crate::taints::Toleration {
+            key: "dedicated".into(),
+            exists: true,
+            value: String::new(),
+            effect: None,
+        }];
+    }
+    pods.extend(deployment("web", 4, 500, 512));
+    for p in &mut pods {
+        p.labels.insert("app".into(), "web".into());
+        p.topology_spread.push(spread(labels::ZONE, 1, app("web")));
+    }
+    let s = Snapshot {
+        pods,
+        provisioners: vec![plain, tainted],
+        ..Snapshot::default()
+    };
+    let p = run(&s);
+    check_with(&s, &catalog(), &p, SpreadDomains::FinalCluster).expect("constraints hold");
+    let counts: Vec<usize> = zone_counts(&p).into_values().collect();
+    assert_eq!(counts, [2, 2, 1], "{:?}", layout(&p));
+    let refused: Vec<&str> = p.unschedulable.iter().map(|u| u.pod.as_str()).collect();
+    assert_eq!(refused.len(), 2);
+    assert!(refused
+        .iter()
+        .all(|r| r.starts_with("default/web-") && !r.starts_with("default/web-t")));
+}
+
+#[test]
+fn a_pod_held_to_a_zone_keeps_it_when_pods_free_to_move_make_room_within_its_max_skew() {
+    // One zone spread over app=web, every node counted (nodeAffinityPolicy Ignore), in a
+    // Provisioner covering z-a and z-b: web (3 pods, maxSkew 2, any zone) and pinned (1 pod,
+    // maxSkew 1, held to z-a by its node terms). With nodes in both zones, z-a may hold at
+    // most one pod more than z-b for pinned to run there: 3 and 1 leaves pinned pending, 2
+    // and 2 places all four and spreads the most. The pinning takes pinned first (its node
+    // terms fix its zone); were it taken last, the closing would move a web pod out of z-a
+    // rather than pinned's, which has nowhere else to go.
+    let mut prov = Provisioner::default_provisioner();
+    prov.requirements
+        .add(labels::ZONE, Requirement::one_of(["z-a", "z-b"]));
+    let mut pods = deployment("web", 3, 500, 512);
+    for p in &mut pods {
+        p.topology_spread.push(spread(labels::ZONE, 2, app("web")));
+    }
+    let mut pinned = in_zone(deployment("pinned", 1, 500, 512), "z-a");
+    pinned[0].labels.insert("app".into(), "web".into());
+    pinned[0]
+        .topology_spread
+        .push(spread(labels::ZONE, 1, app("web")));
+    pods.extend(pinned);
+    for p in &mut pods {
+        p.topology_spread[0].honor_node_affinity = false;
+    }
+    let s = Snapshot {
+        pods,
+        provisioners: vec![prov],
+        ..Snapshot::default()
+    };
+    let p = run(&s);
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    let counts: Vec<usize> = zone_counts(&p).into_values().collect();
+    assert_eq!(counts, [2, 2], "{:?}", layout(&p));
     check_with(&s, &catalog(), &p, SpreadDomains::FinalCluster).expect("constraints hold");
 }
 
