@@ -864,8 +864,10 @@ fn pods_of_templates<'a>(
 /// The order in which classes choose their domains: each after the other classes its pod
 /// affinity terms select (their pods count in a group it needs) and after the classes whose
 /// required anti-affinity selects it — unless its own node terms fix it to one domain of that
-/// key (`fixed`, per class and key), when the anti-affine class waits for it instead —,
-/// otherwise in class order; a cycle is broken in class order.
+/// key (`fixed`, per class and key), when the anti-affine class waits for it instead —, each
+/// class with a spread after the classes it counts that are free on the key, narrowed by
+/// (anti-)affinity, or fixed to one domain by their node terms, otherwise in class order; a
+/// cycle is broken in class order.
 fn affinity_order(terms: &[Vec<Terms>], group_keys: &[usize], fixed: &[Vec<bool>]) -> Vec<usize> {
     let n = terms.len();
     let groups = group_keys.len();
@@ -920,7 +922,12 @@ fn affinity_order(terms: &[Vec<Terms>], group_keys: &[usize], fixed: &[Vec<bool>
                         && (!other.affinity.is_empty() || !other.anti.is_empty())
                         && kt.affinity.is_empty()
                         && kt.anti.is_empty();
-                    if (!other.is_constrained() || narrower) && !waits_for[cj].contains(&ci) {
+                    // Held to one domain by its own node terms (an on-demand-only class under
+                    // a capacity-type spread): it cannot move, so the class that can goes
+                    // after it and fills the other domains around it.
+                    let held = fixed[cj][k] && !fixed[ci][k];
+                    if (!other.is_constrained() || narrower || held) && !waits_for[cj].contains(&ci)
+                    {
                         waits_for[ci].insert(cj);
                     }
                 }

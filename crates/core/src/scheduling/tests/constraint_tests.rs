@@ -966,6 +966,48 @@ fn a_pod_held_to_a_zone_keeps_it_when_pods_free_to_move_make_room_within_its_max
 }
 
 #[test]
+fn flexible_pods_fill_around_pods_held_to_one_capacity_type() {
+    // One capacity-type spread (maxSkew 1, every node counts) over web (4 pods, spot or
+    // on-demand, listed first) and web-od (4 pods that require on-demand). The only layouts
+    // placing all eight with spot nodes in the cluster are 4 and 4: web-od on on-demand, web
+    // on spot. Pinned in the order given, web would have split 2 and 2 before web-od came,
+    // leaving on-demand 6 against spot 2; web-od goes first, held as it is, and web fills
+    // around it.
+    let mut pods = deployment("web", 4, 500, 512);
+    let mut od = deployment("web-od", 4, 500, 512);
+    for p in &mut od {
+        let mut r = Requirements::new();
+        r.add(labels::CAPACITY_TYPE, Requirement::single("on-demand"));
+        p.node_terms.push(r);
+    }
+    pods.extend(od);
+    for p in &mut pods {
+        p.labels.insert("app".into(), "web".into());
+        let mut s = spread(labels::CAPACITY_TYPE, 1, app("web"));
+        s.honor_node_affinity = false;
+        p.topology_spread.push(s);
+    }
+    let s = Snapshot {
+        pods,
+        provisioners: vec![spot_provisioner()],
+        ..Snapshot::default()
+    };
+    let p = run(&s);
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    let on = |ct: CapacityType, held: bool| -> usize {
+        p.new_nodes
+            .iter()
+            .filter(|n| n.capacity_type == ct)
+            .flat_map(|n| n.pods.iter())
+            .filter(|k| k.starts_with("default/web-od-") == held)
+            .count()
+    };
+    assert_eq!(on(CapacityType::OnDemand, true), 4, "{:?}", layout(&p));
+    assert_eq!(on(CapacityType::Spot, false), 4, "{:?}", layout(&p));
+    check_with(&s, &catalog(), &p, SpreadDomains::FinalCluster).expect("constraints hold");
+}
+
+#[test]
 fn hostname_affinity_to_pending_pods_without_room_is_unschedulable() {
     // A web pod that cannot share any node with a cache: the largest type (x1e, 128 vCPU) holds
     // the web pod alone but not next to a 1-cpu cache.
