@@ -116,11 +116,17 @@ fn zone_spread_counts_running_pods() {
     assert_eq!(counts.get("z-c"), Some(&2));
 }
 
-#[test]
-fn zone_spread_domains_are_the_provisioners_zones() {
+/// The default Provisioner, launching only in `zones`.
+fn zones_provisioner(zones: &[&str]) -> Provisioner {
     let mut prov = Provisioner::default_provisioner();
     prov.requirements
-        .add(labels::ZONE, Requirement::one_of(["z-a", "z-b"]));
+        .add(labels::ZONE, Requirement::one_of(zones.iter().copied()));
+    prov
+}
+
+#[test]
+fn zone_spread_domains_are_the_provisioners_zones() {
+    let prov = zones_provisioner(&["z-a", "z-b"]);
     let mut pods = deployment("web", 4, 500, 512);
     for p in &mut pods {
         p.topology_spread.push(spread(labels::ZONE, 1, app("web")));
@@ -681,9 +687,7 @@ fn hostname_affinity_to_a_running_pod_uses_its_node_only() {
 fn min_domains_above_the_zone_count_caps_each_zone_at_max_skew() {
     // Two allowed zones, minDomains 3: the global minimum counts as 0, so each zone takes at
     // most maxSkew (1) pod and the other two pods stay pending with the spread named.
-    let mut prov = Provisioner::default_provisioner();
-    prov.requirements
-        .add(labels::ZONE, Requirement::one_of(["z-a", "z-b"]));
+    let prov = zones_provisioner(&["z-a", "z-b"]);
     let mut pods = deployment("web", 4, 500, 512);
     for p in &mut pods {
         let mut s = spread(labels::ZONE, 1, app("web"));
@@ -834,6 +838,51 @@ fn a_zone_where_a_spread_holds_pods_still_counts_for_the_classes_refused_there()
     check_with(&s, &catalog(), &p, SpreadDomains::FinalCluster).expect("constraints hold");
 }
 
+/// The `groups` of pods (each with whether it requires on-demand), in that order, as app=web
+/// under one capacity-type spread (maxSkew 1) that counts every node
+/// (`nodeAffinityPolicy: Ignore`), with a Provisioner offering spot and on-demand.
+fn web_capacity_type_spread(groups: Vec<(Vec<Pod>, bool)>) -> Snapshot {
+    let mut pods = Vec::new();
+    for (group, on_demand) in groups {
+        for mut p in group {
+            if on_demand {
+                let mut r = Requirements::new();
+                r.add(labels::CAPACITY_TYPE, Requirement::single("on-demand"));
+                p.node_terms.push(r);
+            }
+            p.labels.insert("app".into(), "web".into());
+            let mut s = spread(labels::CAPACITY_TYPE, 1, app("web"));
+            s.honor_node_affinity = false;
+            p.topology_spread.push(s);
+            pods.push(p);
+        }
+    }
+    Snapshot {
+        pods,
+        provisioners: vec![spot_provisioner()],
+        ..Snapshot::default()
+    }
+}
+
+/// The plan of `s`, which must place every pod and hold every constraint as the
+/// kube-scheduler counts a spread's domains.
+fn run_all_placed(s: &Snapshot) -> Plan {
+    let p = run(s);
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    check_with(s, &catalog(), &p, SpreadDomains::FinalCluster).expect("constraints hold");
+    p
+}
+
+/// How many pods whose key `keep` accepts the plan puts on new nodes of capacity type `ct`.
+fn pods_on(p: &Plan, ct: CapacityType, keep: impl Fn(&str) -> bool) -> usize {
+    p.new_nodes
+        .iter()
+        .filter(|n| n.capacity_type == ct)
+        .flat_map(|n| n.pods.iter())
+        .filter(|k| keep(k))
+        .count()
+}
+
 #[test]
 fn an_on_demand_pod_and_flexible_ones_split_capacity_types_when_every_node_counts() {
     // One capacity-type spread (maxSkew 1, nodeAffinityPolicy Ignore: every node counts) over
@@ -842,34 +891,13 @@ fn an_on_demand_pod_and_flexible_ones_split_capacity_types_when_every_node_count
     // only 2 and 2 (the on-demand pod and one flexible pod on on-demand, two on spot); all
     // four on on-demand would be the other layout it accepts, dearer. 3 and 1, which counts
     // for the on-demand pod only the capacity type it may use, is refused.
-    let mut od = deployment("web-od", 1, 500, 512);
-    let mut r = Requirements::new();
-    r.add(labels::CAPACITY_TYPE, Requirement::single("on-demand"));
-    od[0].node_terms.push(r);
-    let mut pods = od;
-    pods.extend(deployment("web-any", 3, 500, 512));
-    for p in &mut pods {
-        p.labels.insert("app".into(), "web".into());
-        let mut s = spread(labels::CAPACITY_TYPE, 1, app("web"));
-        s.honor_node_affinity = false;
-        p.topology_spread.push(s);
-    }
-    let s = Snapshot {
-        pods,
-        provisioners: vec![spot_provisioner()],
-        ..Snapshot::default()
-    };
-    let p = run(&s);
-    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
-    let on = |ct: CapacityType| -> usize {
-        p.new_nodes
-            .iter()
-            .filter(|n| n.capacity_type == ct)
-            .map(|n| n.pods.len())
-            .sum()
-    };
+    let s = web_capacity_type_spread(vec![
+        (deployment("web-od", 1, 500, 512), true),
+        (deployment("web-any", 3, 500, 512), false),
+    ]);
+    let p = run_all_placed(&s);
+    let on = |ct| pods_on(&p, ct, |_| true);
     assert_eq!((on(CapacityType::OnDemand), on(CapacityType::Spot)), (2, 2));
-    check_with(&s, &catalog(), &p, SpreadDomains::FinalCluster).expect("constraints hold");
 }
 
 #[test]
@@ -883,11 +911,8 @@ fn a_zone_only_tolerating_pods_reach_still_counts_for_the_pods_that_cannot_go_th
     // more than one pod above the emptiest, z-c with 1). Now the excess is closed: z-a and
     // z-b take 2 each and two web pods stay pending, as the kube-scheduler leaves them once
     // web-t runs in every zone.
-    let mut plain = Provisioner::default_provisioner();
+    let mut plain = zones_provisioner(&["z-a", "z-b"]);
     plain.name = "plain".into();
-    plain
-        .requirements
-        .add(labels::ZONE, Requirement::one_of(["z-a", "z-b"]));
     let mut tainted = Provisioner::default_provisioner();
     tainted.name = "tainted".into();
     tainted
@@ -937,9 +962,7 @@ fn a_pod_held_to_a_zone_keeps_it_when_pods_free_to_move_make_room_within_its_max
     // and 2 places all four and spreads the most. The pinning takes pinned first (its node
     // terms fix its zone); were it taken last, the closing would move a web pod out of z-a
     // rather than pinned's, which has nowhere else to go.
-    let mut prov = Provisioner::default_provisioner();
-    prov.requirements
-        .add(labels::ZONE, Requirement::one_of(["z-a", "z-b"]));
+    let prov = zones_provisioner(&["z-a", "z-b"]);
     let mut pods = deployment("web", 3, 500, 512);
     for p in &mut pods {
         p.topology_spread.push(spread(labels::ZONE, 2, app("web")));
@@ -973,38 +996,14 @@ fn flexible_pods_fill_around_pods_held_to_one_capacity_type() {
     // on spot. Pinned in the order given, web would have split 2 and 2 before web-od came,
     // leaving on-demand 6 against spot 2; web-od goes first, held as it is, and web fills
     // around it.
-    let mut pods = deployment("web", 4, 500, 512);
-    let mut od = deployment("web-od", 4, 500, 512);
-    for p in &mut od {
-        let mut r = Requirements::new();
-        r.add(labels::CAPACITY_TYPE, Requirement::single("on-demand"));
-        p.node_terms.push(r);
-    }
-    pods.extend(od);
-    for p in &mut pods {
-        p.labels.insert("app".into(), "web".into());
-        let mut s = spread(labels::CAPACITY_TYPE, 1, app("web"));
-        s.honor_node_affinity = false;
-        p.topology_spread.push(s);
-    }
-    let s = Snapshot {
-        pods,
-        provisioners: vec![spot_provisioner()],
-        ..Snapshot::default()
-    };
-    let p = run(&s);
-    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
-    let on = |ct: CapacityType, held: bool| -> usize {
-        p.new_nodes
-            .iter()
-            .filter(|n| n.capacity_type == ct)
-            .flat_map(|n| n.pods.iter())
-            .filter(|k| k.starts_with("default/web-od-") == held)
-            .count()
-    };
+    let s = web_capacity_type_spread(vec![
+        (deployment("web", 4, 500, 512), false),
+        (deployment("web-od", 4, 500, 512), true),
+    ]);
+    let p = run_all_placed(&s);
+    let on = |ct, held: bool| pods_on(&p, ct, |k| k.starts_with("default/web-od-") == held);
     assert_eq!(on(CapacityType::OnDemand, true), 4, "{:?}", layout(&p));
     assert_eq!(on(CapacityType::Spot, false), 4, "{:?}", layout(&p));
-    check_with(&s, &catalog(), &p, SpreadDomains::FinalCluster).expect("constraints hold");
 }
 
 #[test]
