@@ -493,9 +493,9 @@ fn close_skewed(pass: &Outcome, pinned: &[PodClass], closed: &mut topology::Clos
             // the pods held here (those must stay within theirs), then the held ones.
             let elsewhere = |c: &PodClass| {
                 let terms = &pass.template(c).node_terms;
-                count.keys().filter(|d| *d != value).any(|d| {
-                    terms.is_empty() || terms.iter().any(|t| t.get(key).is_none_or(|r| r.allows(d)))
-                })
+                count
+                    .keys()
+                    .any(|d| d != value && topology::terms_allow(terms, key, d))
             };
             let (free, held): (Vec<_>, Vec<_>) = here.into_iter().partition(|(c, _)| elsewhere(c));
             let held_bound = held.iter().map(|(_, s)| *s).min();

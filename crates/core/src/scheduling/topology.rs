@@ -293,7 +293,7 @@ fn cheapest_per_value(
 }
 
 /// True when some of the node terms allow the domain value.
-fn terms_allow(terms: &[Requirements], key: &str, value: &str) -> bool {
+pub(crate) fn terms_allow(terms: &[Requirements], key: &str, value: &str) -> bool {
     terms.is_empty()
         || terms
             .iter()
