@@ -865,9 +865,9 @@ fn pods_of_templates<'a>(
 /// affinity terms select (their pods count in a group it needs) and after the classes whose
 /// required anti-affinity selects it — unless its own node terms fix it to one domain of that
 /// key (`fixed`, per class and key), when the anti-affine class waits for it instead —, each
-/// class with a spread after the classes it counts that are free on the key, narrowed by
-/// (anti-)affinity, or fixed to one domain by their node terms, otherwise in class order; a
-/// cycle is broken in class order.
+/// class with a spread after the classes it counts that are free on the key or narrowed by
+/// (anti-)affinity; among the classes ready, those a spread counts whose node terms fix them
+/// to one domain of its key go first, then class order; a cycle is broken in class order.
 fn affinity_order(terms: &[Vec<Terms>], group_keys: &[usize], fixed: &[Vec<bool>]) -> Vec<usize> {
     let n = terms.len();
     let groups = group_keys.len();
@@ -906,6 +906,7 @@ fn affinity_order(terms: &[Vec<Terms>], group_keys: &[usize], fixed: &[Vec<bool>
             }
         }
     }
+    let mut held_first = vec![false; n];
     // A class with a spread waits for the classes its spread counts that have no rule on
     // that key: they may go anywhere, and placed first (fewest matching pods first) they fill
     // the emptiest domains, which only widens where the spread's pods may go. It also waits
@@ -923,21 +924,27 @@ fn affinity_order(terms: &[Vec<Terms>], group_keys: &[usize], fixed: &[Vec<bool>
                         && kt.affinity.is_empty()
                         && kt.anti.is_empty();
                     // Held to one domain by its own node terms (an on-demand-only class under
-                    // a capacity-type spread): it cannot move, so the class that can goes
-                    // after it and fills the other domains around it.
-                    let held = fixed[cj][k] && !fixed[ci][k];
-                    if (!other.is_constrained() || narrower || held) && !waits_for[cj].contains(&ci)
-                    {
+                    // a capacity-type spread): it cannot move, so it goes before the classes
+                    // that can, which fill the other domains around it. A preference among
+                    // the classes ready, not a wait: it adds no cycle, and no edge per pair.
+                    if fixed[cj][k] && !fixed[ci][k] {
+                        held_first[cj] = true;
+                    }
+                    if (!other.is_constrained() || narrower) && !waits_for[cj].contains(&ci) {
                         waits_for[ci].insert(cj);
                     }
                 }
             }
         }
     }
+    // Ready classes go held ones first, then by index.
+    let rank = |c: usize| (!held_first[c], c);
     if waits_for.iter().all(BTreeSet::is_empty) {
-        return (0..n).collect();
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by_key(|&c| rank(c));
+        return order;
     }
-    // Kahn's order, lowest class first among the ready ones.
+    // Kahn's order, held classes then the lowest class first among the ready ones.
     let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); n];
     let mut left: Vec<usize> = waits_for.iter().map(BTreeSet::len).collect();
     for (c, w) in waits_for.iter().enumerate() {
@@ -945,13 +952,13 @@ fn affinity_order(terms: &[Vec<Terms>], group_keys: &[usize], fixed: &[Vec<bool>
             dependents[d].push(c);
         }
     }
-    let mut ready: BTreeSet<usize> = (0..n).filter(|&c| left[c] == 0).collect();
+    let mut ready: BTreeSet<(bool, usize)> = (0..n).filter(|&c| left[c] == 0).map(rank).collect();
     let mut done = vec![false; n];
     let mut first_left = 0;
     let mut order = Vec::with_capacity(n);
     while order.len() < n {
         let c = match ready.pop_first() {
-            Some(c) => c,
+            Some((_, c)) => c,
             None => {
                 // A cycle: the first class left goes.
                 while done[first_left] {
@@ -968,7 +975,7 @@ fn affinity_order(terms: &[Vec<Terms>], group_keys: &[usize], fixed: &[Vec<bool>
         for &d in &dependents[c] {
             left[d] = left[d].saturating_sub(1);
             if left[d] == 0 && !done[d] {
-                ready.insert(d);
+                ready.insert(rank(d));
             }
         }
     }
