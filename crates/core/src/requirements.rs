@@ -263,6 +263,22 @@ impl Requirement {
         }
     }
 
+    /// What a node must have for this requirement not to hold (`In` ↔ `NotIn`, `Exists` ↔
+    /// `DoesNotExist`), to keep a pod off the nodes a selector picks. `None` for a bound
+    /// (`Gt`, `Lt`), whose negation is two ranges no one requirement states.
+    pub fn negation(&self) -> Option<Requirement> {
+        if self.gte.is_some() || self.lte.is_some() {
+            return None;
+        }
+        Some(Requirement {
+            complement: !self.complement,
+            values: self.values.clone(),
+            gte: None,
+            lte: None,
+            absent_ok: !self.absent_ok,
+        })
+    }
+
     /// Both requirements at once.
     pub fn intersect(&self, other: &Requirement) -> Requirement {
         let gte = match (self.gte, other.gte) {
@@ -541,6 +557,24 @@ mod tests {
 
     fn req(op: &str, v: &[&str]) -> Requirement {
         Requirement::new(Operator::parse(op).unwrap(), v).unwrap()
+    }
+
+    #[test]
+    fn a_negation_holds_exactly_where_the_requirement_does_not() {
+        for r in [
+            req("In", &["a", "b"]),
+            req("NotIn", &["a"]),
+            req("Exists", &[]),
+            req("DoesNotExist", &[]),
+        ] {
+            let n = r.negation().expect("negatable");
+            for v in ["a", "b", "c"] {
+                assert_ne!(n.allows(v), r.allows(v), "{r} on {v}");
+            }
+            assert_ne!(n.allows_absent(), r.allows_absent(), "{r} when absent");
+        }
+        assert!(req("Gt", &["4"]).negation().is_none());
+        assert!(req("Lt", &["4"]).negation().is_none());
     }
 
     #[test]

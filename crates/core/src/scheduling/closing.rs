@@ -15,14 +15,22 @@ use crate::pod::Node;
 use crate::provisioner::Provisioner;
 use crate::snapshot::Snapshot;
 
-/// Applies every rule below; true when something new was closed (run the pass again).
+/// What the rules below closed after a pass.
+pub struct Closings {
+    /// Something new was closed: run the pass again.
+    pub any: bool,
+    /// A spread came out over its maxSkew.
+    pub skewed: bool,
+}
+
+/// Applies every rule below.
 pub fn close_between_passes(
     snapshot: &Snapshot,
     catalog: &[InstanceType],
     plan: &Plan,
     pinned: &[PodClass],
     closed: &mut topology::Closed,
-) -> bool {
+) -> Closings {
     let pass = Outcome::new(snapshot, catalog, plan);
     // Without refusals only a new node in a domain the pinning did not count (bought for
     // other pods) can leave a spread skewed.
@@ -30,7 +38,10 @@ pub fn close_between_passes(
     let emptied = refusals && close_empty_domains(&pass, pinned, closed);
     let unmet = refusals && close_unmet_affinity(&pass, pinned, closed);
     let skewed = close_skewed(&pass, pinned, closed);
-    emptied || unmet || skewed
+    Closings {
+        any: emptied || unmet || skewed,
+        skewed,
+    }
 }
 
 /// What a pass did, as the rules read it.

@@ -69,14 +69,45 @@ fn place(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -> Plan 
 
 /// [`place`]'s passes, returning with the plan the domains closed on the way: `explain`
 /// builds its pass on the same ones, so the pin it shows is the one the plan used.
+///
+/// When a spread that counts only some nodes comes out skewed while flexible pods could be
+/// held off or on its nodes ([`topology::Hold`]), the passes start over both ways and the
+/// plan placing more pods, then the cheaper, is kept: held off is what spot-friendly pods
+/// beside on-demand-only ones want, held on shares the on-demand nodes' room.
 pub(crate) fn settle(
     snapshot: &Snapshot,
     catalog: &[InstanceType],
     opts: &Options,
 ) -> (Plan, topology::Closed) {
-    let mut closed = topology::Closed::default();
+    let (plan, closed, start_over) = passes(snapshot, catalog, opts, topology::Closed::default());
+    if !start_over {
+        return (plan, closed);
+    }
+    let [off, on] = [topology::Hold::Off, topology::Hold::On].map(|hold| {
+        let (plan, closed, _) = passes(snapshot, catalog, opts, topology::Closed::holding(hold));
+        (plan, closed)
+    });
+    let rank = |p: &Plan| (p.unschedulable.len(), p.new_price_per_hour());
+    let (a, b) = (rank(&off.0), rank(&on.0));
+    if b.0 < a.0 || (b.0 == a.0 && b.1 < a.1) {
+        on
+    } else {
+        off
+    }
+}
+
+/// Runs passes from `closed` until nothing new closes; true beside the last pass's plan when
+/// they stopped to start over holding flexible pods ([`settle`]), which only passes with
+/// `Hold::Free` do.
+fn passes(
+    snapshot: &Snapshot,
+    catalog: &[InstanceType],
+    opts: &Options,
+    mut closed: topology::Closed,
+) -> (Plan, topology::Closed, bool) {
     loop {
         let pass = Pass::with_closed(snapshot, catalog, opts, &closed);
+        let could_hold = pass.could_hold();
         let pinned: Vec<classes::PodClass> = pass
             .classes()
             .iter()
@@ -85,10 +116,14 @@ pub(crate) fn settle(
             .collect();
         let plan = pass.run();
         if pinned.is_empty() {
-            return (plan, closed);
+            return (plan, closed, false);
         }
-        if !closing::close_between_passes(snapshot, catalog, &plan, &pinned, &mut closed) {
-            return (plan, closed);
+        let found = closing::close_between_passes(snapshot, catalog, &plan, &pinned, &mut closed);
+        if found.skewed && could_hold && closed.hold() == topology::Hold::Free {
+            return (plan, closed, true);
+        }
+        if !found.any {
+            return (plan, closed, false);
         }
     }
 }

@@ -39,10 +39,29 @@ use super::node_rules::describe_selector;
 /// A closed domain where pods were placed still counts in the pods' spreads (its nodes will
 /// be there); one where the workload got nothing is also gone from them: no node of its will
 /// exist for the kube-scheduler to count.
+///
+/// It also says where flexible pods go under a spread that counts only some nodes ([`Hold`]).
 #[derive(Clone, Debug, Default)]
 pub struct Closed {
     by_pod: HashMap<usize, BTreeSet<(String, String)>>,
     gone: HashMap<usize, BTreeSet<(String, String)>>,
+    hold: Hold,
+}
+
+/// Where the pinning puts a class whose pods may land both on the nodes a spread counts and
+/// on others (a flexible pod under the spread of on-demand-only pods, with the default
+/// `nodeAffinityPolicy: Honor`). Passes start `Free`, and start over both ways once such a
+/// spread came out skewed (`scheduling::settle` keeps the better plan).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Hold {
+    /// Counted as if it landed on counted nodes; the packer decides where it lands, which
+    /// fills the room the counted pods' nodes leave (cheapest) but can undo the counts.
+    #[default]
+    Free,
+    /// Held off the counted nodes (spot beside on-demand-only pods) and not counted.
+    Off,
+    /// Held on the counted nodes, and counted.
+    On,
 }
 
 /// Domains as (topology key, value).
@@ -68,6 +87,19 @@ impl Closed {
             .insert((key.to_string(), value.to_string()))
     }
 
+    /// Nothing closed, and flexible pods placed as `hold` says.
+    pub fn holding(hold: Hold) -> Self {
+        Closed {
+            hold,
+            ..Closed::default()
+        }
+    }
+
+    /// Where flexible pods go under a spread counting only some nodes.
+    pub fn hold(&self) -> Hold {
+        self.hold
+    }
+
     /// The domains closed to `pod`, and those gone from its spreads.
     fn for_pod(&self, pod: usize) -> (DomainSet, DomainSet) {
         let get = |m: &HashMap<usize, DomainSet>| m.get(&pod).cloned().unwrap_or_default();
@@ -81,6 +113,8 @@ pub struct Pinned {
     pub classes: Vec<PodClass>,
     /// Pods (snapshot indices) that no domain admits, with the reason.
     pub refused: Vec<(usize, String)>,
+    /// True when some class could be held off or on the nodes a spread counts ([`Hold`]).
+    pub could_hold: bool,
 }
 
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -122,6 +156,40 @@ impl NodeFilter {
                 .tolerations
                 .as_ref()
                 .is_none_or(|tol| first_untolerated(&node.taints, tol).is_none())
+    }
+
+    /// Requirements under which a node is never one this filter counts: per term, the
+    /// negation of one of its requirements on a key other than the spread's own `key` (a pod
+    /// held off the counted nodes must still reach every domain of the spread). `None` when
+    /// the terms count every node or a term has nothing else to negate.
+    pub(crate) fn outside(&self, key: &str) -> Option<Requirements> {
+        if self.terms.is_empty() {
+            return None;
+        }
+        let mut out = Requirements::new();
+        for t in &self.terms {
+            let (k, neg) = t
+                .iter()
+                .filter(|(k, _)| k.as_str() != key)
+                .find_map(|(k, r)| r.negation().map(|n| (k, n)))?;
+            out.add(k, neg);
+        }
+        Some(out)
+    }
+
+    /// Requirements under which every node is one this filter counts, as far as keys other
+    /// than the spread's own `key` go (on that key a node outside the filter is in no domain
+    /// the spread counts): the one term's requirements on the other keys. `None` when the
+    /// filter has several terms or nothing on other keys.
+    pub(crate) fn inside(&self, key: &str) -> Option<Requirements> {
+        let [t] = self.terms.as_slice() else {
+            return None;
+        };
+        let mut out = Requirements::new();
+        for (k, r) in t.iter().filter(|(k, _)| k.as_str() != key) {
+            out.add(k, r.clone());
+        }
+        (!out.is_empty()).then_some(out)
     }
 
     /// True when pods of a class with node terms `terms` may land on nodes this filter
@@ -317,13 +385,7 @@ fn reachable(
     let terms = pod.spread_node_terms();
     let mut out = BTreeSet::new();
     for (i, v) in &domains.nodes {
-        let node = &nodes[*i];
-        let selects = terms.is_empty() || terms.iter().any(|t| t.matches_labels(&node.labels));
-        if !node.unschedulable
-            && selects
-            && first_untolerated(&node.taints, &pod.tolerations).is_none()
-            && pod.requests.fits(&free[*i])
-        {
+        if could_run(pod, terms, &nodes[*i], &free[*i]) {
             out.insert(v.clone());
         }
     }
@@ -346,6 +408,69 @@ fn reachable(
         }
     }
     out
+}
+
+/// True when `pod` (with node terms `terms`) could run on the existing `node` with `free`
+/// room: schedulable, tolerated, selected and roomy enough.
+fn could_run(pod: &Pod, terms: &[Requirements], node: &Node, free: &Resources) -> bool {
+    let selects = terms.is_empty() || terms.iter().any(|t| t.matches_labels(&node.labels));
+    !node.unschedulable
+        && selects
+        && first_untolerated(&node.taints, &pod.tolerations).is_none()
+        && pod.requests.fits(free)
+}
+
+/// True when a Provisioner could launch a node for `pod` with `extra` added to its node
+/// terms: one it tolerates, agreeing with a term, with an offered instance type that holds
+/// the pod.
+fn launchable(
+    pod: &Pod,
+    extra: &Requirements,
+    provs: &[&Provisioner],
+    prov_reqs: &[Requirements],
+    catalog: &[InstanceType],
+) -> bool {
+    let terms: Vec<Requirements> = if pod.node_terms.is_empty() {
+        vec![extra.clone()]
+    } else {
+        pod.node_terms.iter().map(|t| t.intersect(extra)).collect()
+    };
+    provs.iter().zip(prov_reqs).any(|(prov, reqs)| {
+        first_untolerated(&prov.taints, &pod.tolerations).is_none()
+            && terms.iter().any(|t| {
+                if reqs.conflict(t).is_some() || t.iter().any(|(_, r)| r.is_unsatisfiable()) {
+                    return false;
+                }
+                let both = reqs.intersect(t);
+                catalog.iter().any(|ty| {
+                    ty.first_label_conflict(&both).is_none()
+                        && pod.requests.fits(&prov.kubelet.allocatable(ty))
+                        && ty
+                            .offerings
+                            .iter()
+                            .any(|o| o.available && offering_allowed(o, &both))
+                })
+            })
+    })
+}
+
+/// The node terms of `pod` with `extra` added to each (the terms themselves when none).
+fn with_terms(pod: &Pod, extra: &Requirements) -> Pod {
+    let add = |terms: &[Requirements]| -> Vec<Requirements> {
+        if terms.is_empty() {
+            vec![extra.clone()]
+        } else {
+            terms
+                .iter()
+                .map(|t| t.intersect(extra))
+                .filter(|t| t.iter().all(|(_, r)| !r.is_unsatisfiable()))
+                .collect()
+        }
+    };
+    let mut p = pod.clone();
+    p.node_terms = add(&pod.node_terms);
+    p.own_node_terms = pod.own_node_terms.as_deref().map(add);
+    p
 }
 
 /// The values of `key` on the existing nodes whose pods a spread counts (`filter`: the pod's
@@ -481,6 +606,7 @@ pub fn pin(
         return Pinned {
             classes,
             refused: Vec::new(),
+            could_hold: false,
         };
     }
     for t in &mut terms {
@@ -536,6 +662,72 @@ pub fn pin(
         .map(|k| KeyDomains::new(k, provs, &prov_reqs, catalog, nodes))
         .collect();
     let free = free_room(nodes, pods);
+    // A class whose pods may land both on nodes a filtered spread counts and on others (a
+    // flexible pod under the spread of on-demand-only pods, `nodeAffinityPolicy: Honor`) is
+    // placed as the passes' `Hold` says; held off or on, the requirement joins its pins
+    // (`held`). It may be held only when it takes part in no rule on the key held (a
+    // capacity-type spread it counts in needs it on both sides), a Provisioner can launch it
+    // that way, and no existing node the spread counts has room for it (there it goes
+    // first, and is counted).
+    let hold = closed.hold();
+    let mut could_hold = false;
+    let mut held: Vec<Requirements> = vec![Requirements::new(); classes.len()];
+    for (ci, c) in classes.iter().enumerate() {
+        let p = &pods[c.template];
+        for k in 0..keys.len() {
+            if terms[ci][k]
+                .matches
+                .iter()
+                .all(|&g| groups[g].nodes.is_none())
+            {
+                continue;
+            }
+            let mut kept = Vec::new();
+            for g in std::mem::take(&mut terms[ci][k].matches) {
+                let Some(f) = groups[g].nodes.as_ref() else {
+                    kept.push(g);
+                    continue;
+                };
+                let in_play = |reqs: &Requirements| {
+                    reqs.iter().any(|(rk, _)| {
+                        key_index
+                            .get(rk.as_str())
+                            .is_some_and(|&i| terms[ci][i].is_constrained())
+                            || groups
+                                .iter()
+                                .any(|g| &keys[g.key] == rk && g.scope.matches(p))
+                    })
+                };
+                let usable = |reqs: Requirements| {
+                    let both = held[ci].intersect(&reqs);
+                    (!in_play(&reqs) && launchable(p, &both, provs, &prov_reqs, catalog))
+                        .then_some(both)
+                };
+                let room_counted = || {
+                    nodes
+                        .iter()
+                        .zip(&free)
+                        .any(|(n, room)| f.counts_on(n) && could_run(p, &p.node_terms, n, room))
+                };
+                let off = f
+                    .outside(&keys[k])
+                    .filter(|_| !room_counted())
+                    .and_then(usable);
+                could_hold |= off.is_some();
+                match (hold, off) {
+                    (Hold::Off, Some(off)) => held[ci] = off,
+                    (Hold::On, Some(_)) => {
+                        if let Some(on) = f.inside(&keys[k]).and_then(usable) {
+                            held[ci] = on;
+                        }
+                        kept.push(g);
+                    }
+                    _ => kept.push(g),
+                }
+            }
+            terms[ci][k].matches = kept;
+        }
+    }
     // Per spread group, the domains of the existing nodes it counts: a group is shared by
     // every class whose spread has its key, scope and node filter, so it is worked out once.
     let spread_groups: BTreeSet<usize> = terms
@@ -576,9 +768,11 @@ pub fn pin(
     let mut taken: Vec<Option<PodClass>> = classes.into_iter().map(Some).collect();
     let mut refused = Vec::new();
     for ci in order {
-        let Some(class) = taken[ci].take() else {
+        let Some(mut class) = taken[ci].take() else {
             continue;
         };
+        let off = &held[ci];
+        class.pinned = class.pinned.intersect(off);
         // A class whose pods must all share one node goes into the domains its first pod
         // chooses; each later pod is held to them (and to the spreads' skew there).
         let join = join_of(&pods[class.template], pods, || {
@@ -592,7 +786,14 @@ pub fn pin(
             out.push(class);
             continue;
         }
-        let p = &pods[class.template];
+        // Held off the nodes a spread counts: its domains are those it may still use.
+        let held_template;
+        let p = if off.is_empty() {
+            &pods[class.template]
+        } else {
+            held_template = with_terms(&pods[class.template], off);
+            &held_template
+        };
         // The domains the pod could be placed in, by its own node affinity; where it may go
         // also follows its volumes.
         let reach: Vec<Vec<String>> = (0..keys.len())
@@ -772,7 +973,7 @@ pub fn pin(
             split.entry(choice).or_default().push(pi);
         }
         for (choice, members) in split {
-            let mut pinned = Requirements::new();
+            let mut pinned = class.pinned.clone();
             for (k, d) in choice.iter().enumerate() {
                 if let Some(d) = d {
                     pinned.add(&keys[k], Requirement::single(d));
@@ -790,6 +991,7 @@ pub fn pin(
     Pinned {
         classes: slots.into_iter().flatten().collect(),
         refused,
+        could_hold,
     }
 }
 
@@ -1163,4 +1365,72 @@ fn choose(
         })
         .cloned()
         .ok_or_else(|| format!("no {key} is allowed for the pod"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn filter(terms: &[&[(&str, &str, &[&str])]]) -> NodeFilter {
+        let terms = terms
+            .iter()
+            .map(|t| {
+                let mut r = Requirements::new();
+                for (k, op, v) in t.iter() {
+                    r.add_parsed(k, op, v).expect("valid requirement");
+                }
+                r
+            })
+            .collect();
+        NodeFilter {
+            terms,
+            tolerations: None,
+        }
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn outside_a_filter_no_node_is_counted_and_inside_every_one_is() {
+        let on_demand = filter(&[&[
+            (labels::CAPACITY_TYPE, "In", &["on-demand"]),
+            (labels::ZONE, "In", &["z-a", "z-b"]),
+        ]]);
+        // Held off by the capacity type, not the spread's own key (the zone).
+        let out = on_demand.outside(labels::ZONE).expect("negatable");
+        assert!(out.get(labels::ZONE).is_none());
+        let inside = on_demand.inside(labels::ZONE).expect("one term");
+        assert!(inside.get(labels::ZONE).is_none());
+        for (ct, zone) in [("on-demand", "z-a"), ("spot", "z-a"), ("spot", "z-c")] {
+            let node = labels(&[(labels::CAPACITY_TYPE, ct), (labels::ZONE, zone)]);
+            let counted = on_demand.terms.iter().any(|t| t.matches_labels(&node));
+            if out.matches_labels(&node) {
+                assert!(!counted, "{ct} {zone}");
+            }
+            if zone != "z-c" && inside.matches_labels(&node) {
+                assert!(counted, "{ct} {zone}");
+            }
+        }
+        // Two terms: held off both; never held on (no one requirement says "either").
+        let two = filter(&[
+            &[(labels::CAPACITY_TYPE, "In", &["on-demand"])],
+            &[("team", "Exists", &[])],
+        ]);
+        let out = two.outside(labels::ZONE).expect("negatable");
+        assert!(out.matches_labels(&labels(&[(labels::CAPACITY_TYPE, "spot")])));
+        assert!(!out.matches_labels(&labels(&[(labels::CAPACITY_TYPE, "spot"), ("team", "x")])));
+        assert!(two.inside(labels::ZONE).is_none());
+        // Only the spread's own key, or a bound: nothing to hold by.
+        assert!(filter(&[&[(labels::ZONE, "In", &["z-a"])]])
+            .outside(labels::ZONE)
+            .is_none());
+        assert!(filter(&[&[("cpu", "Gt", &["4"])]])
+            .outside(labels::ZONE)
+            .is_none());
+    }
 }

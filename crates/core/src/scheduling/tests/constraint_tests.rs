@@ -2427,3 +2427,73 @@ fn several_required_affinity_terms_are_met_only_by_pods_matching_all_of_them() {
          runs pods app In [cache], tier In [db]"
     );
 }
+
+/// `od` on-demand-only and `any` flexible web pods (500m each, the flexible ones `any_cpu`)
+/// under one zone spread (maxSkew 1, the default policies: each pod counts the nodes its own
+/// node terms select), with a Provisioner offering spot and on-demand in the three zones.
+fn on_demand_and_flexible_under_one_zone_spread(od: usize, any: usize, any_cpu: i64) -> Snapshot {
+    let mut pods = Vec::new();
+    let flexible = deployment("web-any", any, any_cpu, 512);
+    for (mut p, on_demand) in deployment("web-od", od, 500, 512)
+        .into_iter()
+        .map(|p| (p, true))
+        .chain(flexible.into_iter().map(|p| (p, false)))
+    {
+        if on_demand {
+            let mut r = Requirements::new();
+            r.add(labels::CAPACITY_TYPE, Requirement::single("on-demand"));
+            p.node_terms.push(r);
+        }
+        p.labels.insert("app".into(), "web".into());
+        p.topology_spread.push(spread(labels::ZONE, 1, app("web")));
+        pods.push(p);
+    }
+    Snapshot {
+        pods,
+        provisioners: vec![spot_provisioner()],
+        ..Snapshot::default()
+    }
+}
+
+#[test]
+fn flexible_pods_sharing_a_spread_with_on_demand_only_pods_are_all_placed() {
+    // The on-demand-only pods' spread counts the web pods on on-demand nodes only (their own
+    // node terms, nodeAffinityPolicy Honor); the flexible pods' spread counts every node. The
+    // kube-scheduler places every pod of these workloads: the on-demand-only ones evenly on
+    // on-demand nodes and the flexible ones evenly on spot (both spreads then hold), or all
+    // of them evenly on on-demand. The packer used to choose after the pinning which flexible
+    // pods share the on-demand nodes, so the on-demand count came out uneven and the closing
+    // refused pods (1 to 4 of each of these).
+    for (od, any, cpu) in [
+        (2, 8, 500),
+        (3, 7, 500),
+        (4, 8, 500),
+        (5, 8, 700),
+        (4, 25, 700),
+    ] {
+        let s = on_demand_and_flexible_under_one_zone_spread(od, any, cpu);
+        let p = run_all_placed(&s);
+        assert_eq!(
+            pods_on(&p, CapacityType::OnDemand, |k| k.contains("web-od")),
+            od,
+            "{od} on-demand-only and {any} flexible pods"
+        );
+    }
+}
+
+#[test]
+fn flexible_pods_are_not_held_off_an_existing_on_demand_node_with_room() {
+    // As above, with an existing on-demand node in z-a that has room for four pods: it takes
+    // z-a's share of the ten (4, 3, 3), flexible pods among them, which the on-demand-only
+    // pods' spread counts there as the kube-scheduler does. Holding the flexible pods off
+    // on-demand nodes would leave that room unused and buy nodes for them.
+    let mut s = on_demand_and_flexible_under_one_zone_spread(3, 7, 500);
+    s.nodes.push(typed_node("z-a", "n-a", "on-demand", 2));
+    let p = run_all_placed(&s);
+    let on_existing: Vec<&String> = p.existing_nodes.iter().flat_map(|n| &n.pods).collect();
+    assert_eq!(on_existing.len(), 4, "{on_existing:?}");
+    assert!(
+        on_existing.iter().any(|k| k.contains("web-any")),
+        "{on_existing:?}"
+    );
+}
