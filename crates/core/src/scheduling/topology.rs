@@ -666,9 +666,8 @@ pub fn pin(
     // flexible pod under the spread of on-demand-only pods, `nodeAffinityPolicy: Honor`) is
     // placed as the passes' `Hold` says; held off or on, the requirement joins its pins
     // (`held`). It may be held only when it takes part in no rule on the key held (a
-    // capacity-type spread it counts in needs it on both sides), a Provisioner can launch it
-    // that way, and no existing node the spread counts has room for it (there it goes
-    // first, and is counted).
+    // capacity-type spread it counts in needs it on both sides) and a Provisioner can launch
+    // it that way. Held on, it still takes the room existing counted nodes have.
     let hold = closed.hold();
     let mut could_hold = false;
     let mut held: Vec<Requirements> = vec![Requirements::new(); classes.len()];
@@ -703,16 +702,7 @@ pub fn pin(
                     (!in_play(&reqs) && launchable(p, &both, provs, &prov_reqs, catalog))
                         .then_some(both)
                 };
-                let room_counted = || {
-                    nodes
-                        .iter()
-                        .zip(&free)
-                        .any(|(n, room)| f.counts_on(n) && could_run(p, &p.node_terms, n, room))
-                };
-                let off = f
-                    .outside(&keys[k])
-                    .filter(|_| !room_counted())
-                    .and_then(usable);
+                let off = f.outside(&keys[k]).and_then(usable);
                 could_hold |= off.is_some();
                 match (hold, off) {
                     (Hold::Off, Some(off)) => held[ci] = off,

@@ -1050,3 +1050,106 @@ fn a_follower_refused_in_a_domain_its_spread_holds_pods_in_is_not_moved_over_max
         panic!("{e}\n{plan:#?}");
     }
 }
+
+/// A workload under the one zone spread over `app: web` that on-demand-only and flexible pods
+/// share (docs/architecture.md 1b, `topology::Hold`): (pods, cpu in millicores, requires
+/// on-demand, the spread's nodeAffinityPolicy is Honor, maxSkew).
+type SharedSpreadWorkload = (usize, i64, bool, bool, i32);
+
+/// The workloads, a Provisioner offering spot and on-demand in the three zones, and empty
+/// existing nodes: (zone index, on-demand, cpus).
+fn shared_spread_snapshot(
+    workloads: &[SharedSpreadWorkload],
+    nodes: &[(usize, bool, i64)],
+) -> Snapshot {
+    let mut pods = Vec::new();
+    for (w, &(count, cpu, on_demand, honor, max_skew)) in workloads.iter().enumerate() {
+        for i in 0..count {
+            let mut p = Pod {
+                namespace: "default".into(),
+                name: format!("w{w}-{i}"),
+                requests: Resources::new(cpu, GI / 2, 0, 1),
+                owner: Some(Owner {
+                    kind: "ReplicaSet".into(),
+                    name: format!("w{w}"),
+                }),
+                ..Pod::default()
+            };
+            p.labels.insert("app".into(), "web".into());
+            if on_demand {
+                let mut r = Requirements::new();
+                r.add(labels::CAPACITY_TYPE, Requirement::single("on-demand"));
+                p.node_terms.push(r);
+            }
+            p.topology_spread.push(TopologySpread {
+                topology_key: labels::ZONE.into(),
+                max_skew,
+                min_domains: None,
+                hard: true,
+                selector: app_selector_named("web"),
+                honor_node_affinity: honor,
+                honor_node_taints: false,
+            });
+            pods.push(p);
+        }
+    }
+    let nodes = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, &(zone, on_demand, cpus))| {
+            let name = format!("n{i}");
+            let mut labels = BTreeMap::new();
+            labels.insert(labels::ZONE.to_string(), ZONES[zone].to_string());
+            labels.insert(labels::HOSTNAME.to_string(), name.clone());
+            let ct = if on_demand { "on-demand" } else { "spot" };
+            labels.insert(labels::CAPACITY_TYPE.to_string(), ct.to_string());
+            Node {
+                name,
+                labels,
+                allocatable: Resources::new(cpus * 1000, 8 * GI, 17 * GI, 30),
+                capacity: Resources::new(cpus * 1000, 8 * GI, 20 * GI, 30),
+                ..Node::default()
+            }
+        })
+        .collect();
+    let mut prov = Provisioner::default_provisioner();
+    prov.requirements.add(
+        labels::CAPACITY_TYPE,
+        Requirement::one_of(["spot", "on-demand"]),
+    );
+    Snapshot {
+        pods,
+        nodes,
+        provisioners: vec![prov],
+        ..Snapshot::default()
+    }
+}
+
+fn app_selector_named(app: &str) -> Requirements {
+    let mut r = Requirements::new();
+    r.add("app", Requirement::single(app));
+    r
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// On-demand-only and flexible workloads under one zone spread: the kube-scheduler can
+    /// always run every pod (all of them spread evenly over on-demand nodes satisfies each
+    /// spread, whatever nodes it counts), so every pod is placed, and the plan holds as it
+    /// counts the domains.
+    #[test]
+    fn on_demand_only_and_flexible_pods_under_one_spread_are_all_placed(
+        workloads in prop::collection::vec(
+            (1usize..=12, prop::sample::select(vec![200i64, 500, 700, 1500]), any::<bool>(), prop::bool::weighted(0.8), 1i32..=2),
+            1..=4,
+        ),
+        nodes in prop::collection::vec((0usize..ZONES.len(), any::<bool>(), 1i64..=4), 0..=2),
+    ) {
+        let s = shared_spread_snapshot(&workloads, &nodes);
+        let plan = plan_of(&s);
+        check_with(&s, &catalog(), &plan, SpreadDomains::FinalCluster)
+            .map_err(TestCaseError::fail)?;
+        prop_assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
+    }
+}
