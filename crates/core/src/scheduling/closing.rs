@@ -19,8 +19,8 @@ use crate::snapshot::Snapshot;
 pub struct Closings {
     /// Something new was closed: run the pass again.
     pub any: bool,
-    /// A spread came out over its maxSkew.
-    pub skewed: bool,
+    /// The spreads counting only some nodes that came out over their maxSkew.
+    pub(crate) skewed: Vec<topology::FilteredSpread>,
 }
 
 /// Applies every rule below.
@@ -39,8 +39,8 @@ pub fn close_between_passes(
     let unmet = refusals && close_unmet_affinity(&pass, pinned, closed);
     let skewed = close_skewed(&pass, pinned, closed);
     Closings {
-        any: emptied || unmet || skewed,
-        skewed,
+        any: emptied || unmet || skewed.0,
+        skewed: skewed.1,
     }
 }
 
@@ -354,7 +354,11 @@ fn close_unmet_affinity(
 /// populated domain: refusals elsewhere (a Provisioner limit took only part of a domain's
 /// share) would otherwise leave pods the kube-scheduler keeps pending on nodes joiner bought.
 /// The closed pods go to another domain in the next pass, or are refused.
-fn close_skewed(pass: &Outcome, pinned: &[PodClass], closed: &mut topology::Closed) -> bool {
+fn close_skewed(
+    pass: &Outcome,
+    pinned: &[PodClass],
+    closed: &mut topology::Closed,
+) -> (bool, Vec<topology::FilteredSpread>) {
     let snapshot = pass.snapshot;
     let placed_pods = |c: &PodClass| pass.placed(c);
     let value_of = Outcome::value_of;
@@ -378,6 +382,7 @@ fn close_skewed(pass: &Outcome, pinned: &[PodClass], closed: &mut topology::Clos
         }
     }
     let mut grew = false;
+    let mut skewed = Vec::new();
     let nodes: HashMap<&str, &crate::pod::Node> = snapshot
         .nodes
         .iter()
@@ -513,16 +518,21 @@ fn close_skewed(pass: &Outcome, pinned: &[PodClass], closed: &mut topology::Clos
             let free = free
                 .into_iter()
                 .map(|(c, s)| (c, held_bound.map_or(s, |h| s.min(h))));
+            let mut closed_here = false;
             for (c, max_skew) in free.chain(held) {
                 for &i in counted_pods(c).iter().rev() {
                     if n - min <= max_skew {
                         break;
                     }
-                    grew |= closed.close(i, key, value);
+                    closed_here |= closed.close(i, key, value);
                     n -= 1;
                 }
             }
+            grew |= closed_here;
+            if let (true, Some(f)) = (closed_here, filter) {
+                skewed.push((key.clone(), scope.clone(), f.clone()));
+            }
         }
     }
-    grew
+    (grew, skewed)
 }

@@ -107,7 +107,7 @@ fn passes(
 ) -> (Plan, topology::Closed, bool) {
     loop {
         let pass = Pass::with_closed(snapshot, catalog, opts, &closed);
-        let could_hold = pass.could_hold();
+        let holdable = pass.holdable().clone();
         let pinned: Vec<classes::PodClass> = pass
             .classes()
             .iter()
@@ -119,7 +119,8 @@ fn passes(
             return (plan, closed, false);
         }
         let found = closing::close_between_passes(snapshot, catalog, &plan, &pinned, &mut closed);
-        if found.skewed && could_hold && closed.hold() == topology::Hold::Free {
+        let held_would_help = found.skewed.iter().any(|s| holdable.contains(s));
+        if held_would_help && closed.hold() == topology::Hold::Free {
             return (plan, closed, true);
         }
         if !found.any {

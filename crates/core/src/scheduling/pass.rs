@@ -47,9 +47,9 @@ pub struct Pass<'a> {
     /// Pods refused before anything is placed, with the reason: held by their volumes, or no
     /// topology domain admits them.
     pinned_refused: Vec<(usize, String)>,
-    /// Whether the pinning could hold flexible pods off or on the nodes a spread counts
-    /// ([`topology::Pinned::could_hold`]).
-    could_hold: bool,
+    /// The spreads whose nodes the pinning could hold flexible pods off or on
+    /// ([`topology::Pinned::holdable`]).
+    holdable: BTreeSet<topology::FilteredSpread>,
     /// The pod each class is scheduled as (the pin merged into its node terms).
     templates: Vec<Pod>,
     rules: NodeRules,
@@ -110,7 +110,7 @@ impl<'a> Pass<'a> {
             )
         };
         let classes = pinned.classes;
-        let could_hold = pinned.could_hold;
+        let holdable = pinned.holdable;
         let templates: Vec<Pod> = classes.iter().map(|c| c.effective_pod(pods)).collect();
         let rules = NodeRules::build(pods, &templates, &classes);
         let together = colocation::analyze(pods, &templates);
@@ -133,7 +133,7 @@ impl<'a> Pass<'a> {
                 .map(|i| (i, pods[i].volume_hold.clone().unwrap_or_default()))
                 .chain(pinned.refused)
                 .collect(),
-            could_hold,
+            holdable,
             templates,
             rules,
             together,
@@ -165,10 +165,10 @@ impl<'a> Pass<'a> {
         &self.pending
     }
 
-    /// True when the pinning could hold flexible pods off or on the nodes of a spread
-    /// counting only some nodes ([`topology::Hold`]), so that passes may start over doing it.
-    pub fn could_hold(&self) -> bool {
-        self.could_hold
+    /// The spreads counting only some nodes whose nodes the pinning could hold flexible
+    /// pods off or on ([`topology::Hold`]), so that passes may start over doing it.
+    pub(crate) fn holdable(&self) -> &BTreeSet<topology::FilteredSpread> {
+        &self.holdable
     }
 
     /// The classes the pass schedules, so a caller can tell what a pod was pinned to.

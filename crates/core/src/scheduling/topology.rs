@@ -67,6 +67,10 @@ pub enum Hold {
 /// Domains as (topology key, value).
 type DomainSet = BTreeSet<(String, String)>;
 
+/// A spread that counts only some nodes, as the pinning and the closing both name it: its
+/// topology key, the pods it counts and the nodes it counts them on.
+pub(crate) type FilteredSpread = (String, Scope, NodeFilter);
+
 impl Closed {
     /// Closes domain `value` of topology key `key` to pod `pod` (a snapshot index); false when
     /// it already was.
@@ -113,8 +117,9 @@ pub struct Pinned {
     pub classes: Vec<PodClass>,
     /// Pods (snapshot indices) that no domain admits, with the reason.
     pub refused: Vec<(usize, String)>,
-    /// True when some class could be held off or on the nodes a spread counts ([`Hold`]).
-    pub could_hold: bool,
+    /// The spreads counting only some nodes whose nodes some class could be held off or on
+    /// ([`Hold`]).
+    pub(crate) holdable: BTreeSet<FilteredSpread>,
 }
 
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -158,33 +163,49 @@ impl NodeFilter {
                 .is_none_or(|tol| first_untolerated(&node.taints, tol).is_none())
     }
 
-    /// Requirements under which a node is never one this filter counts: per term, the
-    /// negation of one of its requirements on a key other than the spread's own `key` (a pod
-    /// held off the counted nodes must still reach every domain of the spread). `None` when
-    /// the terms count every node or a term has nothing else to negate.
-    pub(crate) fn outside(&self, key: &str) -> Option<Requirements> {
+    /// The ways a node is never one this filter counts: per term, the negation of one of its
+    /// requirements on a key other than the spread's own `key` (a pod held off the counted
+    /// nodes must still reach every domain of the spread), every choice of one per term (at
+    /// most [`MAX_WAYS_OUT`]), so the caller can take one the pod agrees with. Empty when the
+    /// terms count every node or a term has nothing else to negate.
+    pub(crate) fn outside(&self, key: &str) -> Vec<Requirements> {
         if self.terms.is_empty() {
-            return None;
+            return Vec::new();
         }
-        let mut out = Requirements::new();
+        let mut ways = vec![Requirements::new()];
         for t in &self.terms {
-            let (k, neg) = t
+            let negations: Vec<(&String, Requirement)> = t
                 .iter()
                 .filter(|(k, _)| k.as_str() != key)
-                .find_map(|(k, r)| r.negation().map(|n| (k, n)))?;
-            out.add(k, neg);
+                .filter_map(|(k, r)| r.negation().map(|n| (k, n)))
+                .collect();
+            ways = ways
+                .iter()
+                .flat_map(|w| {
+                    negations.iter().map(move |(k, n)| {
+                        let mut w = w.clone();
+                        w.add(k, n.clone());
+                        w
+                    })
+                })
+                .take(MAX_WAYS_OUT)
+                .collect();
         }
-        Some(out)
+        ways
     }
 
     /// Requirements under which every node is one this filter counts, as far as keys other
     /// than the spread's own `key` go (on that key a node outside the filter is in no domain
     /// the spread counts): the one term's requirements on the other keys. `None` when the
-    /// filter has several terms or nothing on other keys.
+    /// filter has several terms, nothing on other keys, or also reads taints
+    /// (`nodeTaintsPolicy: Honor`: a tainted node the pod tolerates would not count).
     pub(crate) fn inside(&self, key: &str) -> Option<Requirements> {
         let [t] = self.terms.as_slice() else {
             return None;
         };
+        if self.tolerations.is_some() {
+            return None;
+        }
         let mut out = Requirements::new();
         for (k, r) in t.iter().filter(|(k, _)| k.as_str() != key) {
             out.add(k, r.clone());
@@ -207,6 +228,9 @@ impl NodeFilter {
             })
     }
 }
+
+/// The most ways out of a filter [`NodeFilter::outside`] offers.
+const MAX_WAYS_OUT: usize = 16;
 
 #[derive(Clone)]
 struct Spread {
@@ -606,7 +630,7 @@ pub fn pin(
         return Pinned {
             classes,
             refused: Vec::new(),
-            could_hold: false,
+            holdable: BTreeSet::new(),
         };
     }
     for t in &mut terms {
@@ -669,7 +693,7 @@ pub fn pin(
     // capacity-type spread it counts in needs it on both sides) and a Provisioner can launch
     // it that way. Held on, it still takes the room existing counted nodes have.
     let hold = closed.hold();
-    let mut could_hold = false;
+    let mut holdable = BTreeSet::new();
     let mut held: Vec<Requirements> = vec![Requirements::new(); classes.len()];
     for (ci, c) in classes.iter().enumerate() {
         let p = &pods[c.template];
@@ -702,8 +726,10 @@ pub fn pin(
                     (!in_play(&reqs) && launchable(p, &both, provs, &prov_reqs, catalog))
                         .then_some(both)
                 };
-                let off = f.outside(&keys[k]).and_then(usable);
-                could_hold |= off.is_some();
+                let off = f.outside(&keys[k]).into_iter().find_map(usable);
+                if off.is_some() {
+                    holdable.insert((keys[k].clone(), groups[g].scope.clone(), f.clone()));
+                }
                 match (hold, off) {
                     (Hold::Off, Some(off)) => held[ci] = off,
                     (Hold::On, Some(_)) => {
@@ -716,6 +742,22 @@ pub fn pin(
                 }
             }
             terms[ci][k].matches = kept;
+        }
+    }
+    // Held pins can keep a class off other filtered spreads' nodes too (held on on-demand,
+    // the spread of spot-only pods no longer counts it): it is counted where it may land.
+    for (ci, c) in classes.iter().enumerate() {
+        if held[ci].is_empty() {
+            continue;
+        }
+        let held_terms = with_terms(&pods[c.template], &held[ci]).node_terms;
+        for t in terms[ci].iter_mut() {
+            t.matches.retain(|&g| {
+                groups[g]
+                    .nodes
+                    .as_ref()
+                    .is_none_or(|f| f.may_count(&held_terms))
+            });
         }
     }
     // Per spread group, the domains of the existing nodes it counts: a group is shared by
@@ -981,7 +1023,7 @@ pub fn pin(
     Pinned {
         classes: slots.into_iter().flatten().collect(),
         refused,
-        could_hold,
+        holdable,
     }
 }
 
@@ -1389,21 +1431,46 @@ mod tests {
     fn outside_a_filter_no_node_is_counted_and_inside_every_one_is() {
         let on_demand = filter(&[&[
             (labels::CAPACITY_TYPE, "In", &["on-demand"]),
+            ("dedicated", "In", &["web"]),
             (labels::ZONE, "In", &["z-a", "z-b"]),
         ]]);
-        // Held off by the capacity type, not the spread's own key (the zone).
-        let out = on_demand.outside(labels::ZONE).expect("negatable");
-        assert!(out.get(labels::ZONE).is_none());
+        let counted = |f: &NodeFilter, node: &BTreeMap<String, String>| {
+            f.terms.iter().any(|t| t.matches_labels(node))
+        };
+        let nodes: Vec<BTreeMap<String, String>> = [
+            ("on-demand", "web", "z-a"),
+            ("spot", "web", "z-a"),
+            ("on-demand", "batch", "z-b"),
+            ("spot", "batch", "z-c"),
+            ("on-demand", "web", "z-c"),
+        ]
+        .iter()
+        .map(|(ct, d, z)| {
+            labels(&[
+                (labels::CAPACITY_TYPE, ct),
+                ("dedicated", d),
+                (labels::ZONE, z),
+            ])
+        })
+        .collect();
+        // One way out per requirement on another key than the spread's (the zone).
+        let ways = on_demand.outside(labels::ZONE);
+        assert_eq!(ways.len(), 2);
+        for out in &ways {
+            assert!(out.get(labels::ZONE).is_none());
+            for node in nodes.iter().filter(|n| out.matches_labels(n)) {
+                assert!(!counted(&on_demand, node), "{out} admits counted {node:?}");
+            }
+        }
         let inside = on_demand.inside(labels::ZONE).expect("one term");
         assert!(inside.get(labels::ZONE).is_none());
-        for (ct, zone) in [("on-demand", "z-a"), ("spot", "z-a"), ("spot", "z-c")] {
-            let node = labels(&[(labels::CAPACITY_TYPE, ct), (labels::ZONE, zone)]);
-            let counted = on_demand.terms.iter().any(|t| t.matches_labels(&node));
-            if out.matches_labels(&node) {
-                assert!(!counted, "{ct} {zone}");
-            }
-            if zone != "z-c" && inside.matches_labels(&node) {
-                assert!(counted, "{ct} {zone}");
+        for node in nodes.iter().filter(|n| inside.matches_labels(n)) {
+            // Outside the filter's zones a node is in no domain the spread counts.
+            if node.get(labels::ZONE).map(String::as_str) != Some("z-c") {
+                assert!(
+                    counted(&on_demand, node),
+                    "{inside} admits uncounted {node:?}"
+                );
             }
         }
         // Two terms: held off both; never held on (no one requirement says "either").
@@ -1411,16 +1478,21 @@ mod tests {
             &[(labels::CAPACITY_TYPE, "In", &["on-demand"])],
             &[("team", "Exists", &[])],
         ]);
-        let out = two.outside(labels::ZONE).expect("negatable");
-        assert!(out.matches_labels(&labels(&[(labels::CAPACITY_TYPE, "spot")])));
-        assert!(!out.matches_labels(&labels(&[(labels::CAPACITY_TYPE, "spot"), ("team", "x")])));
+        let ways = two.outside(labels::ZONE);
+        assert_eq!(ways.len(), 1);
+        assert!(ways[0].matches_labels(&labels(&[(labels::CAPACITY_TYPE, "spot")])));
+        assert!(!ways[0].matches_labels(&labels(&[(labels::CAPACITY_TYPE, "spot"), ("team", "x")])));
         assert!(two.inside(labels::ZONE).is_none());
+        // Taints read too: a tolerated tainted node would not count, so never held on.
+        let mut tainted = on_demand.clone();
+        tainted.tolerations = Some(Vec::new());
+        assert!(tainted.inside(labels::ZONE).is_none());
         // Only the spread's own key, or a bound: nothing to hold by.
         assert!(filter(&[&[(labels::ZONE, "In", &["z-a"])]])
             .outside(labels::ZONE)
-            .is_none());
+            .is_empty());
         assert!(filter(&[&[("cpu", "Gt", &["4"])]])
             .outside(labels::ZONE)
-            .is_none());
+            .is_empty());
     }
 }

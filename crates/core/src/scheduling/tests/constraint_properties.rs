@@ -1051,10 +1051,11 @@ fn a_follower_refused_in_a_domain_its_spread_holds_pods_in_is_not_moved_over_max
     }
 }
 
-/// A workload under the one zone spread over `app: web` that on-demand-only and flexible pods
-/// share (docs/architecture.md 1b, `topology::Hold`): (pods, cpu in millicores, requires
-/// on-demand, the spread's nodeAffinityPolicy is Honor, maxSkew).
-type SharedSpreadWorkload = (usize, i64, bool, bool, i32);
+/// A workload under the one zone spread over `app: web` that on-demand-only, spot-only and
+/// flexible pods share (docs/architecture.md 1b, `topology::Hold`): (pods, cpu in
+/// millicores, the capacity type it requires if any, the spread's nodeAffinityPolicy is
+/// Honor, maxSkew).
+type SharedSpreadWorkload = (usize, i64, Option<&'static str>, bool, i32);
 
 /// The workloads, a Provisioner offering spot and on-demand in the three zones, and empty
 /// existing nodes: (zone index, on-demand, cpus).
@@ -1063,7 +1064,7 @@ fn shared_spread_snapshot(
     nodes: &[(usize, bool, i64)],
 ) -> Snapshot {
     let mut pods = Vec::new();
-    for (w, &(count, cpu, on_demand, honor, max_skew)) in workloads.iter().enumerate() {
+    for (w, &(count, cpu, capacity_type, honor, max_skew)) in workloads.iter().enumerate() {
         for i in 0..count {
             let mut p = Pod {
                 namespace: "default".into(),
@@ -1076,9 +1077,9 @@ fn shared_spread_snapshot(
                 ..Pod::default()
             };
             p.labels.insert("app".into(), "web".into());
-            if on_demand {
+            if let Some(ct) = capacity_type {
                 let mut r = Requirements::new();
-                r.add(labels::CAPACITY_TYPE, Requirement::single("on-demand"));
+                r.add(labels::CAPACITY_TYPE, Requirement::single(ct));
                 p.node_terms.push(r);
             }
             p.topology_spread.push(TopologySpread {
@@ -1134,14 +1135,21 @@ fn app_selector_named(app: &str) -> Requirements {
 proptest! {
     #![proptest_config(config())]
 
-    /// On-demand-only and flexible workloads under one zone spread: the kube-scheduler can
-    /// always run every pod (all of them spread evenly over on-demand nodes satisfies each
-    /// spread, whatever nodes it counts), so every pod is placed, and the plan holds as it
-    /// counts the domains.
+    /// On-demand-only, spot-only and flexible workloads under one zone spread: the
+    /// kube-scheduler can always run every pod (dealt round the zones in turn, on-demand-only
+    /// and flexible pods on on-demand nodes first, then spot-only ones on spot, every count a
+    /// spread may take — on-demand nodes, spot nodes, all — is even), so every pod is
+    /// placed, and the plan holds as it counts the domains.
     #[test]
     fn on_demand_only_and_flexible_pods_under_one_spread_are_all_placed(
         workloads in prop::collection::vec(
-            (1usize..=12, prop::sample::select(vec![200i64, 500, 700, 1500]), any::<bool>(), prop::bool::weighted(0.8), 1i32..=2),
+            (
+                1usize..=12,
+                prop::sample::select(vec![200i64, 500, 700, 1500]),
+                prop::sample::select(vec![None, Some("on-demand"), Some("on-demand"), Some("spot")]),
+                prop::bool::weighted(0.8),
+                1i32..=2,
+            ),
             1..=4,
         ),
         nodes in prop::collection::vec((0usize..ZONES.len(), any::<bool>(), 1i64..=4), 0..=2),

@@ -2482,6 +2482,27 @@ fn flexible_pods_sharing_a_spread_with_on_demand_only_pods_are_all_placed() {
 }
 
 #[test]
+fn flexible_pods_are_held_off_by_the_requirement_their_own_terms_leave_open() {
+    // As above, on a Provisioner labeling its nodes `dedicated: web`, which every pod
+    // requires: the on-demand-only pods' spread counts nodes with `dedicated: web` and
+    // on-demand. Holding the flexible pods off by `dedicated NotIn [web]` contradicts their
+    // own terms; by the capacity type it does not. All are placed, as above.
+    let mut s = on_demand_and_flexible_under_one_zone_spread(3, 7, 500);
+    for p in &mut s.pods {
+        let mut r = Requirements::new();
+        r.add("dedicated", Requirement::single("web"));
+        match p.node_terms.first_mut() {
+            Some(t) => *t = t.intersect(&r),
+            None => p.node_terms.push(r),
+        }
+    }
+    s.provisioners[0]
+        .labels
+        .insert("dedicated".into(), "web".into());
+    run_all_placed(&s);
+}
+
+#[test]
 fn flexible_pods_are_not_held_off_an_existing_on_demand_node_with_room() {
     // As above, with an existing on-demand node in z-a that has room for four pods: it takes
     // z-a's share of the ten (4, 3, 3), flexible pods among them, which the on-demand-only
