@@ -540,6 +540,11 @@ fn is_domain_key(key: &str) -> bool {
 /// Splits the classes that take part in topology terms on any node label but the hostname
 /// (zone, capacity type, architecture, instance type, a Provisioner's own label, ...) into
 /// pinned sub-classes.
+///
+/// When that refuses pods, it is done again with their classes last, and the one refusing
+/// fewer is kept: a class whose spread's minimum sits in a domain it may not use (its
+/// anti-affinity keeps it out) can place more once the free classes have filled that domain,
+/// although the order puts the narrower class first.
 pub fn pin(
     pods: &[Pod],
     nodes: &[Node],
@@ -547,6 +552,47 @@ pub fn pin(
     provs: &[&Provisioner],
     catalog: &[InstanceType],
     closed: &Closed,
+) -> Pinned {
+    let again = classes.clone();
+    let first = pin_in_order(
+        pods,
+        nodes,
+        classes,
+        provs,
+        catalog,
+        closed,
+        &BTreeSet::new(),
+    );
+    if first.refused.is_empty() {
+        return first;
+    }
+    let class_of: HashMap<usize, usize> = again
+        .iter()
+        .enumerate()
+        .flat_map(|(ci, c)| c.pods.iter().map(move |&p| (p, ci)))
+        .collect();
+    let last: BTreeSet<usize> = first
+        .refused
+        .iter()
+        .filter_map(|(p, _)| class_of.get(p).copied())
+        .collect();
+    let second = pin_in_order(pods, nodes, again, provs, catalog, closed, &last);
+    if second.refused.len() < first.refused.len() {
+        second
+    } else {
+        first
+    }
+}
+
+/// [`pin`] with the classes `last` (indices into `classes`) taken after all others.
+fn pin_in_order(
+    pods: &[Pod],
+    nodes: &[Node],
+    classes: Vec<PodClass>,
+    provs: &[&Provisioner],
+    catalog: &[InstanceType],
+    closed: &Closed,
+    last: &BTreeSet<usize>,
 ) -> Pinned {
     let mut keys: Vec<String> = Vec::new();
     let mut key_index: HashMap<String, usize> = HashMap::new();
@@ -796,6 +842,9 @@ pub fn pin(
         .collect();
     let group_keys: Vec<usize> = groups.iter().map(|g| g.key).collect();
     let order = affinity_order(&terms, &group_keys, &fixed);
+    let (mut order, later): (Vec<usize>, Vec<usize>) =
+        order.into_iter().partition(|c| !last.contains(c));
+    order.extend(later);
     let mut slots: Vec<Vec<PodClass>> = vec![Vec::new(); classes.len()];
     let mut taken: Vec<Option<PodClass>> = classes.into_iter().map(Some).collect();
     let mut refused = Vec::new();

@@ -2518,3 +2518,33 @@ fn flexible_pods_are_not_held_off_an_existing_on_demand_node_with_room() {
         "{on_existing:?}"
     );
 }
+
+#[test]
+fn a_class_kept_out_of_the_emptiest_zone_goes_after_the_free_class_that_fills_it() {
+    // Found by the brute-force completeness search with groups of one app mixing rules.
+    // Three zones; a web pod runs in z-b, a db pod in z-a. Two `narrow` web pods must not
+    // share a zone with db (required zone anti-affinity) and one `free` web pod has no such
+    // rule; all three spread over the zones (maxSkew 1) over app=web. z-a holds no web pod,
+    // so it sets the minimum, and the narrow pods cannot go there: taken first, they fit
+    // only one (z-c: 1, 1, 1 would need z-a filled). The kube-scheduler places all three
+    // when the free pod comes first: free in z-a, then narrow in z-c and z-b (1, 2, 1).
+    let mut db = running_web(1, "n-a");
+    db[0].labels.insert("app".into(), "db".into());
+    let mut pods = running_web(1, "n-b");
+    pods.extend(db);
+    let mut narrow = deployment("narrow", 2, 500, 512);
+    for p in &mut narrow {
+        p.affinity.push(term(labels::ZONE, true, app("db")));
+    }
+    for mut p in narrow.into_iter().chain(deployment("free", 1, 500, 512)) {
+        p.labels.insert("app".into(), "web".into());
+        p.topology_spread.push(spread(labels::ZONE, 1, app("web")));
+        pods.push(p);
+    }
+    let s = Snapshot {
+        pods,
+        nodes: vec![node_in("z-a", "n-a", 1), node_in("z-b", "n-b", 1)],
+        ..Snapshot::default()
+    };
+    run_all_placed(&s);
+}
