@@ -841,6 +841,29 @@ fn pin_in_order(
         })
         .collect();
     let group_keys: Vec<usize> = groups.iter().map(|g| g.key).collect();
+    let unusable = unusable_domains(
+        &terms,
+        &groups,
+        &classes,
+        pods,
+        |ci, k| {
+            let p = &pods[classes[ci].template];
+            reachable(
+                &keys[k],
+                p,
+                &key_domains[k],
+                nodes,
+                &free,
+                provs,
+                &prov_reqs,
+            )
+            .into_iter()
+            .filter(|d| terms_allow(&p.node_terms, &keys[k], d))
+            .collect()
+        },
+        &count,
+        &repel,
+    );
     let order = affinity_order(&terms, &group_keys, &fixed);
     let (mut order, later): (Vec<usize>, Vec<usize>) =
         order.into_iter().partition(|c| !last.contains(c));
@@ -1027,7 +1050,17 @@ fn pin_in_order(
             let mut choice: Vec<Option<String>> = vec![None; keys.len()];
             let mut why = None;
             for &k in &involved {
-                match choose(&t[k], &keys[k], &domains[k], &count, &repel, &groups, p) {
+                let fill = unusable.get(&(ci, k));
+                match choose(
+                    &t[k],
+                    &keys[k],
+                    &domains[k],
+                    &count,
+                    &repel,
+                    &groups,
+                    p,
+                    fill,
+                ) {
                     Ok(d) => choice[k] = Some(d),
                     Err(e) => {
                         why = Some(e);
@@ -1142,6 +1175,102 @@ fn pods_of_templates<'a>(
         .chain(slots.iter().flatten())
         .map(|c| &pods[c.template])
         .collect()
+}
+
+/// Per (class, key) where the spreads of other classes count the class: the domains none of
+/// those classes may use, by their node terms and their (anti-)affinity to running pods.
+/// There the class's pods only raise those spreads' minimum, where their own pods cannot,
+/// and hurt none of them: a class free on the key (no rule of its own there) goes there
+/// first, a class with a spread of its own prefers them among the domains its spread
+/// ranks alike (one that must fill the zone the other spread's pods are kept out of, or
+/// those stay pending). A class whose affinity selects pending pods may come to use any
+/// domain, so its spreads give no such domain; `usable(class, key)` are the domains a class's
+/// node terms allow.
+fn unusable_domains(
+    terms: &[Vec<Terms>],
+    groups: &[Group],
+    classes: &[PodClass],
+    pods: &[Pod],
+    usable: impl Fn(usize, usize) -> BTreeSet<String>,
+    count: &[BTreeMap<String, i64>],
+    repel: &[BTreeMap<String, i64>],
+) -> HashMap<(usize, usize), BTreeSet<String>> {
+    let mut spread_classes: BTreeMap<usize, BTreeSet<usize>> = BTreeMap::new();
+    let mut pending_in = vec![false; groups.len()];
+    for (ci, t) in terms.iter().enumerate() {
+        for kt in t {
+            kt.spreads.iter().for_each(|s| {
+                spread_classes.entry(s.group).or_default().insert(ci);
+            });
+            kt.matches.iter().for_each(|&g| pending_in[g] = true);
+        }
+    }
+    // The spread groups counting a class another class's spread constrains.
+    let counted_by_others = |ci: usize, kt: &Terms| -> Vec<usize> {
+        kt.matches
+            .iter()
+            .copied()
+            .filter(|g| {
+                spread_classes
+                    .get(g)
+                    .is_some_and(|c| c.iter().any(|&cj| cj != ci))
+            })
+            .collect()
+    };
+    let get = |m: &BTreeMap<String, i64>, d: &str| m.get(d).copied().unwrap_or(0);
+    // Per class and key, what it may use; `None`: unknown (affinity to pending pods).
+    let mut used: HashMap<(usize, usize), Option<BTreeSet<String>>> = HashMap::new();
+    let mut used_by = |cj: usize, k: usize| -> Option<BTreeSet<String>> {
+        used.entry((cj, k))
+            .or_insert_with(|| {
+                let kt = &terms[cj][k];
+                if kt.affinity.iter().any(|&a| pending_in[a]) {
+                    return None;
+                }
+                let p = &pods[classes[cj].template];
+                Some(
+                    usable(cj, k)
+                        .into_iter()
+                        .filter(|d| {
+                            kt.anti.iter().all(|&a| get(&count[a], d) == 0)
+                                && kt.repelled_by.iter().all(|&a| get(&repel[a], d) == 0)
+                                && kt.affinity.iter().all(|&a| {
+                                    get(&count[a], d) > 0
+                                        || (!count[a].values().any(|&n| n > 0)
+                                            && groups[a].scope.matches(p))
+                                })
+                        })
+                        .collect(),
+                )
+            })
+            .clone()
+    };
+    let mut out = HashMap::new();
+    for (ci, t) in terms.iter().enumerate() {
+        'key: for (k, kt) in t.iter().enumerate() {
+            let gs = counted_by_others(ci, kt);
+            if gs.is_empty() {
+                continue;
+            }
+            let mut others_use: BTreeSet<String> = BTreeSet::new();
+            for g in gs {
+                for &cj in spread_classes[&g].iter().filter(|&&cj| cj != ci) {
+                    match used_by(cj, k) {
+                        Some(u) => others_use.extend(u),
+                        None => continue 'key,
+                    }
+                }
+            }
+            let fill: BTreeSet<String> = usable(ci, k)
+                .into_iter()
+                .filter(|d| !others_use.contains(d))
+                .collect();
+            if !fill.is_empty() {
+                out.insert((ci, k), fill);
+            }
+        }
+    }
+    out
 }
 
 /// The order in which classes choose their domains: each after the other classes its pod
@@ -1301,6 +1430,7 @@ impl Domains {
 }
 
 /// The domain for the next pod of a class, or why there is none.
+#[allow(clippy::too_many_arguments)]
 fn choose(
     t: &Terms,
     key: &str,
@@ -1309,6 +1439,7 @@ fn choose(
     repel: &[BTreeMap<String, i64>],
     groups: &[Group],
     pod: &Pod,
+    fill: Option<&BTreeSet<String>>,
 ) -> Result<String, String> {
     let get = |m: &BTreeMap<String, i64>, d: &str| m.get(d).copied().unwrap_or(0);
     // Skew: every hard spread must accept the domain.
@@ -1427,6 +1558,20 @@ fn choose(
             describe_selector(&groups[s.group].scope)
         ));
     }
+    // A free class goes first to the domains no other class whose spread counts it may use:
+    // there its pods only raise the spreads' minimum (`unusable_domains`).
+    let free = t.spreads.is_empty() && t.affinity.is_empty();
+    if let (true, Some(fill)) = (free, fill) {
+        let within: Vec<&String> = cands
+            .iter()
+            .copied()
+            .filter(|d| fill.contains(*d))
+            .collect();
+        if !within.is_empty() {
+            cands = within;
+        }
+    }
+    let filling = |d: &str| fill.is_some_and(|f| f.contains(d));
     // Fewest matching pods first (the spreads, then any group the class counts in), then the
     // cheapest node for the pod (priced keys only; a value no type offers is one only existing
     // nodes carry, which cost nothing more), then name.
@@ -1441,6 +1586,7 @@ fn choose(
         .min_by(|a, b| {
             score(a)
                 .cmp(&score(b))
+                .then(filling(b).cmp(&filling(a)))
                 .then(price(a).total_cmp(&price(b)))
                 .then(a.cmp(b))
         })

@@ -2548,3 +2548,49 @@ fn a_class_kept_out_of_the_emptiest_zone_goes_after_the_free_class_that_fills_it
     };
     run_all_placed(&s);
 }
+
+/// Web pods under one zone spread (maxSkew 1) over app=web in z-a and z-b, a db pod running
+/// in z-a: `near` pods that must share a zone with db, and `other` pods with no such rule,
+/// spread themselves or not.
+fn near_db_and_other(near: usize, other: usize, other_spreads: bool) -> Snapshot {
+    let mut db = running_web(1, "n-a");
+    db[0].labels.insert("app".into(), "db".into());
+    let mut pods = db;
+    let near = with_affinity(deployment("near", near, 500, 512), labels::ZONE, app("db"));
+    for (mut p, spreads) in near.into_iter().map(|p| (p, true)).chain(
+        deployment("other", other, 500, 512)
+            .into_iter()
+            .map(|p| (p, other_spreads)),
+    ) {
+        p.labels.insert("app".into(), "web".into());
+        if spreads {
+            p.topology_spread.push(spread(labels::ZONE, 1, app("web")));
+        }
+        pods.push(p);
+    }
+    Snapshot {
+        pods,
+        nodes: vec![node_in("z-a", "n-a", 1)],
+        provisioners: vec![zones_provisioner(&["z-a", "z-b"])],
+        ..Snapshot::default()
+    }
+}
+
+#[test]
+fn pods_free_of_a_zone_fill_the_zone_the_spread_pods_cannot_use() {
+    // The near pods can only go to z-a (with db); their spread counts z-b too, so z-a may
+    // hold one more than z-b. The kube-scheduler places them all when the other pods take
+    // z-b: near 2 in z-a, other 2 in z-b; or, when the one other pod spreads too and comes
+    // first, other in z-b, then near 2 in z-a. Spreading the other pods over both zones, or
+    // putting the one spread pod in z-a on a tie, leaves a near pod pending.
+    for (near, other, other_spreads) in [(2, 2, false), (2, 1, true)] {
+        let s = near_db_and_other(near, other, other_spreads);
+        let p = run_all_placed(&s);
+        let counts = zone_counts(&p);
+        assert_eq!(
+            counts.get("z-b"),
+            Some(&other),
+            "{near} near, {other} other: {counts:?}"
+        );
+    }
+}
