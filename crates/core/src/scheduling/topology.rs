@@ -541,8 +541,8 @@ fn is_domain_key(key: &str) -> bool {
 /// (zone, capacity type, architecture, instance type, a Provisioner's own label, ...) into
 /// pinned sub-classes.
 ///
-/// When that refuses pods, it is done again with their classes last, and the one refusing
-/// fewer is kept: a class whose spread's minimum sits in a domain it may not use (its
+/// When that refuses pods, it is done again with their classes that have a spread last, and
+/// the one refusing fewer is kept: a class whose spread's minimum sits in a domain it may not use (its
 /// anti-affinity keeps it out) can place more once the free classes have filled that domain,
 /// although the order puts the narrower class first.
 pub fn pin(
@@ -571,11 +571,22 @@ pub fn pin(
         .enumerate()
         .flat_map(|(ci, c)| c.pods.iter().map(move |&p| (p, ci)))
         .collect();
+    // Only classes with a spread of their own move: a free class stays before the spreads
+    // that count it (`affinity_order`), which rely on that.
     let last: BTreeSet<usize> = first
         .refused
         .iter()
         .filter_map(|(p, _)| class_of.get(p).copied())
+        .filter(|&ci| {
+            pods[again[ci].template]
+                .topology_spread
+                .iter()
+                .any(|s| s.hard && is_domain_key(&s.topology_key))
+        })
         .collect();
+    if last.is_empty() {
+        return first;
+    }
     let second = pin_in_order(pods, nodes, again, provs, catalog, closed, &last);
     if second.refused.len() < first.refused.len() {
         second
@@ -1177,35 +1188,39 @@ fn pods_of_templates<'a>(
         .collect()
 }
 
-/// Per (class, key) where the spreads of other classes count the class: the domains none of
-/// those classes may use, by their node terms and their (anti-)affinity to running pods.
-/// There the class's pods only raise those spreads' minimum, where their own pods cannot,
-/// and hurt none of them: a class free on the key (no rule of its own there) goes there
-/// first, a class with a spread of its own prefers them among the domains its spread
-/// ranks alike (one that must fill the zone the other spread's pods are kept out of, or
-/// those stay pending). A class whose affinity selects pending pods may come to use any
-/// domain, so its spreads give no such domain; `usable(class, key)` are the domains a class's
-/// node terms allow.
+/// Per (class, key) where the spreads of other classes count the class: the domains where
+/// one of those spreads counts and none of its classes may go, kept out by its
+/// (anti-)affinity to running pods (`reach(class, key)`: the domains a class's node terms
+/// reach, those its spreads count under the default `nodeAffinityPolicy: Honor`). There the
+/// class's pods raise that spread's minimum, which its own pods cannot, and hurt none of
+/// those classes: a class free on the key (no rule of its own there) goes there first, a
+/// class with a spread of its own prefers them when its domains score alike (pods free of a
+/// zone must fill the zone the pods affine to a db elsewhere are kept out of, or those stay
+/// pending). Not for a class that other classes' pod affinity selects on the key (where it
+/// goes, they follow), nor where a class's affinity selects pending pods (it may come to use
+/// any domain).
 fn unusable_domains(
     terms: &[Vec<Terms>],
     groups: &[Group],
     classes: &[PodClass],
     pods: &[Pod],
-    usable: impl Fn(usize, usize) -> BTreeSet<String>,
+    reach: impl Fn(usize, usize) -> BTreeSet<String>,
     count: &[BTreeMap<String, i64>],
     repel: &[BTreeMap<String, i64>],
 ) -> HashMap<(usize, usize), BTreeSet<String>> {
     let mut spread_classes: BTreeMap<usize, BTreeSet<usize>> = BTreeMap::new();
     let mut pending_in = vec![false; groups.len()];
+    let mut affinity_groups = BTreeSet::new();
     for (ci, t) in terms.iter().enumerate() {
         for kt in t {
             kt.spreads.iter().for_each(|s| {
                 spread_classes.entry(s.group).or_default().insert(ci);
             });
             kt.matches.iter().for_each(|&g| pending_in[g] = true);
+            affinity_groups.extend(kt.affinity.iter().copied());
         }
     }
-    // The spread groups counting a class another class's spread constrains.
+    // The spread groups a class counts in that other classes' spreads constrain.
     let counted_by_others = |ci: usize, kt: &Terms| -> Vec<usize> {
         kt.matches
             .iter()
@@ -1217,60 +1232,119 @@ fn unusable_domains(
             })
             .collect()
     };
+    let wanted: BTreeSet<usize> = terms
+        .iter()
+        .enumerate()
+        .flat_map(|(ci, t)| t.iter().flat_map(move |kt| counted_by_others(ci, kt)))
+        .collect();
+    if wanted.is_empty() {
+        return HashMap::new();
+    }
     let get = |m: &BTreeMap<String, i64>, d: &str| m.get(d).copied().unwrap_or(0);
-    // Per class and key, what it may use; `None`: unknown (affinity to pending pods).
-    let mut used: HashMap<(usize, usize), Option<BTreeSet<String>>> = HashMap::new();
-    let mut used_by = |cj: usize, k: usize| -> Option<BTreeSet<String>> {
-        used.entry((cj, k))
-            .or_insert_with(|| {
+    // Per class and key: (domains it may go to, domains its spreads count but it may not go
+    // to); `None`: unknown (affinity to pending pods).
+    type Sides = Option<(BTreeSet<String>, BTreeSet<String>)>;
+    let mut sides: HashMap<(usize, usize), Sides> = HashMap::new();
+    // Per wanted group: per domain, how many of its classes may go there and how many are
+    // kept out; and how many are unknown.
+    struct Tally {
+        go: BTreeMap<String, usize>,
+        out: BTreeMap<String, usize>,
+        unknown: usize,
+    }
+    let mut tallies: HashMap<usize, Tally> = HashMap::new();
+    for &g in &wanted {
+        let k = groups[g].key;
+        let mut tally = Tally {
+            go: BTreeMap::new(),
+            out: BTreeMap::new(),
+            unknown: 0,
+        };
+        for &cj in &spread_classes[&g] {
+            let side = sides.entry((cj, k)).or_insert_with(|| {
                 let kt = &terms[cj][k];
                 if kt.affinity.iter().any(|&a| pending_in[a]) {
                     return None;
                 }
                 let p = &pods[classes[cj].template];
-                Some(
-                    usable(cj, k)
-                        .into_iter()
-                        .filter(|d| {
-                            kt.anti.iter().all(|&a| get(&count[a], d) == 0)
-                                && kt.repelled_by.iter().all(|&a| get(&repel[a], d) == 0)
-                                && kt.affinity.iter().all(|&a| {
-                                    get(&count[a], d) > 0
-                                        || (!count[a].values().any(|&n| n > 0)
-                                            && groups[a].scope.matches(p))
-                                })
-                        })
-                        .collect(),
-                )
-            })
-            .clone()
-    };
-    let mut out = HashMap::new();
+                let (go, out): (BTreeSet<String>, BTreeSet<String>) =
+                    reach(cj, k).into_iter().partition(|d| {
+                        kt.anti.iter().all(|&a| get(&count[a], d) == 0)
+                            && kt.repelled_by.iter().all(|&a| get(&repel[a], d) == 0)
+                            && kt.affinity.iter().all(|&a| {
+                                get(&count[a], d) > 0
+                                    || (!count[a].values().any(|&n| n > 0)
+                                        && groups[a].scope.matches(p))
+                            })
+                    });
+                Some((go, out))
+            });
+            match side {
+                None => tally.unknown += 1,
+                Some((go, out)) => {
+                    go.iter()
+                        .for_each(|d| *tally.go.entry(d.clone()).or_default() += 1);
+                    out.iter()
+                        .for_each(|d| *tally.out.entry(d.clone()).or_default() += 1);
+                }
+            }
+        }
+        tallies.insert(g, tally);
+    }
+    let mut result = HashMap::new();
     for (ci, t) in terms.iter().enumerate() {
         'key: for (k, kt) in t.iter().enumerate() {
             let gs = counted_by_others(ci, kt);
-            if gs.is_empty() {
+            if gs.is_empty() || kt.matches.iter().any(|g| affinity_groups.contains(g)) {
                 continue;
             }
-            let mut others_use: BTreeSet<String> = BTreeSet::new();
+            // The class's own part of each tally is taken out.
+            let own = sides.get(&(ci, k)).cloned().flatten();
+            let mut fill: Option<BTreeSet<String>> = None;
             for g in gs {
-                for &cj in spread_classes[&g].iter().filter(|&&cj| cj != ci) {
-                    match used_by(cj, k) {
-                        Some(u) => others_use.extend(u),
-                        None => continue 'key,
-                    }
+                let tally = &tallies[&g];
+                let own_in_g = spread_classes[&g].contains(&ci);
+                let own_unknown = own_in_g && sides.get(&(ci, k)).is_some_and(Option::is_none);
+                if tally.unknown > usize::from(own_unknown) {
+                    continue 'key;
                 }
+                let others = |m: &BTreeMap<String, usize>, d: &String, mine: bool| {
+                    m.get(d).copied().unwrap_or(0) > usize::from(own_in_g && mine)
+                };
+                let here: BTreeSet<String> = tally
+                    .out
+                    .keys()
+                    .filter(|d| {
+                        let (my_go, my_out) = own.as_ref().map_or((false, false), |(go, out)| {
+                            (go.contains(*d), out.contains(*d))
+                        });
+                        others(&tally.out, d, my_out) && !others(&tally.go, d, my_go)
+                    })
+                    .cloned()
+                    .collect();
+                fill = Some(match fill {
+                    None => here,
+                    Some(f) => f.union(&here).cloned().collect(),
+                });
             }
-            let fill: BTreeSet<String> = usable(ci, k)
+            // ... and none of the spreads' classes may go there.
+            let Some(fill) = fill else { continue };
+            let fill: BTreeSet<String> = fill
                 .into_iter()
-                .filter(|d| !others_use.contains(d))
+                .filter(|d| {
+                    counted_by_others(ci, kt).iter().all(|g| {
+                        let own_go = spread_classes[g].contains(&ci)
+                            && own.as_ref().is_some_and(|(go, _)| go.contains(d));
+                        tallies[g].go.get(d).copied().unwrap_or(0) <= usize::from(own_go)
+                    })
+                })
                 .collect();
             if !fill.is_empty() {
-                out.insert((ci, k), fill);
+                result.insert((ci, k), fill);
             }
         }
     }
-    out
+    result
 }
 
 /// The order in which classes choose their domains: each after the other classes its pod

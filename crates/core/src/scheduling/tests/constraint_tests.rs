@@ -2594,3 +2594,43 @@ fn pods_free_of_a_zone_fill_the_zone_the_spread_pods_cannot_use() {
         );
     }
 }
+
+#[test]
+fn a_free_class_another_class_is_affine_to_is_not_sent_where_only_it_can_go() {
+    // web-a (2 pods) is held to z-a and z-b by its node terms and spreads over app=web;
+    // cache (2 pods, also app=web) has no zone rule; web-g (1 pod) must share a zone with a
+    // cache pod and is held to z-a and z-b too. z-c is no domain of web-a's spread (its node
+    // terms keep it out, nodeAffinityPolicy Honor), so cache pods there raise nothing, and
+    // web-g would find no cache pod in its zones. The kube-scheduler places all five, e.g.
+    // cache and web-a 1 each in z-a and z-b, web-g beside a cache pod.
+    let zones_ab = |mut pods: Vec<Pod>| {
+        for p in &mut pods {
+            let mut r = Requirements::new();
+            r.add(labels::ZONE, Requirement::one_of(["z-a", "z-b"]));
+            p.node_terms.push(r);
+        }
+        pods
+    };
+    let mut pods = Vec::new();
+    for mut p in zones_ab(deployment("web-a", 2, 500, 512)) {
+        p.labels.insert("app".into(), "web".into());
+        p.topology_spread.push(spread(labels::ZONE, 1, app("web")));
+        pods.push(p);
+    }
+    for mut p in deployment("cache", 2, 500, 512) {
+        p.labels.insert("app".into(), "web".into());
+        p.labels.insert("tier".into(), "cache".into());
+        pods.push(p);
+    }
+    let mut cache = Requirements::new();
+    cache.add("tier", Requirement::single("cache"));
+    pods.extend(zones_ab(with_affinity(
+        deployment("web-g", 1, 500, 512),
+        labels::ZONE,
+        cache,
+    )));
+    run_all_placed(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+}
