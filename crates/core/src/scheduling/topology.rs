@@ -852,6 +852,18 @@ fn pin_in_order(
         })
         .collect();
     let group_keys: Vec<usize> = groups.iter().map(|g| g.key).collect();
+    // The domains of key `k` pod `p` could be placed in (`reachable`).
+    let reach_of = |p: &Pod, k: usize| {
+        reachable(
+            &keys[k],
+            p,
+            &key_domains[k],
+            nodes,
+            &free,
+            provs,
+            &prov_reqs,
+        )
+    };
     let unusable = unusable_domains(
         &terms,
         &groups,
@@ -859,18 +871,10 @@ fn pin_in_order(
         pods,
         |ci, k| {
             let p = &pods[classes[ci].template];
-            reachable(
-                &keys[k],
-                p,
-                &key_domains[k],
-                nodes,
-                &free,
-                provs,
-                &prov_reqs,
-            )
-            .into_iter()
-            .filter(|d| terms_allow(&p.node_terms, &keys[k], d))
-            .collect()
+            reach_of(p, k)
+                .into_iter()
+                .filter(|d| terms_allow(&p.node_terms, &keys[k], d))
+                .collect()
         },
         &count,
         &repel,
@@ -916,17 +920,7 @@ fn pin_in_order(
                 if !takes_part(k) {
                     return Vec::new();
                 }
-                reachable(
-                    &keys[k],
-                    p,
-                    &key_domains[k],
-                    nodes,
-                    &free,
-                    provs,
-                    &prov_reqs,
-                )
-                .into_iter()
-                .collect()
+                reach_of(p, k).into_iter().collect()
             })
             .collect();
         let prices: Vec<BTreeMap<String, f64>> = (0..keys.len())
