@@ -867,8 +867,6 @@ fn pin_in_order(
     let unusable = unusable_domains(
         &terms,
         &groups,
-        &classes,
-        pods,
         |ci, k| {
             let p = &pods[classes[ci].template];
             reach_of(p, k)
@@ -1196,8 +1194,6 @@ fn pods_of_templates<'a>(
 fn unusable_domains(
     terms: &[Vec<Terms>],
     groups: &[Group],
-    classes: &[PodClass],
-    pods: &[Pod],
     reach: impl Fn(usize, usize) -> BTreeSet<String>,
     count: &[BTreeMap<String, i64>],
     repel: &[BTreeMap<String, i64>],
@@ -1260,16 +1256,13 @@ fn unusable_domains(
                 if kt.affinity.iter().any(|&a| pending_in[a]) {
                     return None;
                 }
-                let p = &pods[classes[cj].template];
                 let (go, out): (BTreeSet<String>, BTreeSet<String>) =
                     reach(cj, k).into_iter().partition(|d| {
                         kt.anti.iter().all(|&a| get(&count[a], d) == 0)
                             && kt.repelled_by.iter().all(|&a| get(&repel[a], d) == 0)
-                            && kt.affinity.iter().all(|&a| {
-                                get(&count[a], d) > 0
-                                    || (!count[a].values().any(|&n| n > 0)
-                                        && groups[a].scope.matches(p))
-                            })
+                            // Its affinity selects running pods only (else unknown, above),
+                            // and not the class itself: their domains, no first-pod start.
+                            && kt.affinity.iter().all(|&a| get(&count[a], d) > 0)
                     });
                 Some((go, out))
             });
