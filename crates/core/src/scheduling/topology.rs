@@ -544,7 +544,9 @@ fn is_domain_key(key: &str) -> bool {
 /// When that refuses pods, it is done again with their classes that have a spread last, and
 /// the one refusing fewer is kept: a class whose spread's minimum sits in a domain it may not use (its
 /// anti-affinity keeps it out) can place more once the free classes have filled that domain,
-/// although the order puts the narrower class first.
+/// although the order puts the narrower class first. When pods are still refused, the
+/// classes with a spread take their pods in turns ([`in_turns`]), and that run is kept if it
+/// refuses fewer still.
 pub fn pin(
     pods: &[Pod],
     nodes: &[Node],
@@ -554,14 +556,14 @@ pub fn pin(
     closed: &Closed,
 ) -> Pinned {
     let again = classes.clone();
-    let first = pin_in_order(
+    let (first, order) = pin_in_order(
         pods,
         nodes,
         classes,
         provs,
         catalog,
         closed,
-        &BTreeSet::new(),
+        &Order::Affinity(BTreeSet::new()),
     );
     if first.refused.is_empty() {
         return first;
@@ -577,25 +579,195 @@ pub fn pin(
         .refused
         .iter()
         .filter_map(|(p, _)| class_of.get(p).copied())
-        .filter(|&ci| {
-            pods[again[ci].template]
-                .topology_spread
-                .iter()
-                .any(|s| s.hard && is_domain_key(&s.topology_key))
-        })
+        .filter(|&ci| has_domain_spread(&pods[again[ci].template]))
         .collect();
     if last.is_empty() {
         return first;
     }
-    let second = pin_in_order(pods, nodes, again, provs, catalog, closed, &last);
-    if second.refused.len() < first.refused.len() {
+    let turns = in_turns(pods, &again, &order);
+    let (second, _) = pin_in_order(
+        pods,
+        nodes,
+        again,
+        provs,
+        catalog,
+        closed,
+        &Order::Affinity(last),
+    );
+    let mut best = if second.refused.len() < first.refused.len() {
         second
     } else {
         first
+    };
+    let Some(turns) = turns else {
+        return best;
+    };
+    for order in turns.orders {
+        if best.refused.is_empty() {
+            break;
+        }
+        let given = Order::Given {
+            order,
+            family: &turns.family,
+        };
+        let (run, _) = pin_in_order(
+            pods,
+            nodes,
+            turns.singles.clone(),
+            provs,
+            catalog,
+            closed,
+            &given,
+        );
+        if run.refused.len() < best.refused.len() {
+            best = Pinned {
+                classes: rejoin(run.classes, &class_of),
+                ..run
+            };
+        }
     }
+    best
 }
 
-/// [`pin`] with the classes `last` (indices into `classes`) taken after all others.
+/// True when `p` has a hard spread over a key the pinning decides.
+fn has_domain_spread(p: &Pod) -> bool {
+    p.topology_spread
+        .iter()
+        .any(|s| s.hard && is_domain_key(&s.topology_key))
+}
+
+/// The most pods [`in_turns`] splits into classes of one pod: pinning takes time per class.
+const TURNS_MAX_PODS: usize = 256;
+
+/// The order [`pin_in_order`] takes the classes in.
+enum Order<'a> {
+    /// `affinity_order`, with these classes (indices) taken after all others.
+    Affinity(BTreeSet<usize>),
+    /// This order of every class index; `family` gives each class the class it was split
+    /// from ([`Turns`]), so that its siblings are not taken for other classes.
+    Given {
+        order: Vec<usize>,
+        family: &'a [usize],
+    },
+}
+
+/// Classes split for [`in_turns`].
+struct Turns {
+    /// The classes: those taking turns split into one pod each, the others as they were.
+    singles: Vec<PodClass>,
+    /// Per class of `singles`, the index of the class it came from.
+    family: Vec<usize>,
+    /// The orders to try, of indices into `singles`.
+    orders: Vec<Vec<usize>>,
+}
+
+/// The classes with a spread over a domain key taking their pods in turns: each split into
+/// classes of one pod, dealt round in `order` (the first run's order of the classes) where
+/// the first of them came, or else where the last came, the other classes keeping their
+/// places (a free class between them may have to come before the later ones, or after the
+/// earlier ones). Pods of two classes that one spread counts may each need the other's pods
+/// placed between their own: two pods that must share z-a with a db and two with only the
+/// spread, over z-a and z-b with maxSkew 1, are all placed only when the others fill z-b
+/// between them. None when fewer than two classes take turns or they hold more than
+/// [`TURNS_MAX_PODS`] pods; a class whose pods must share a node (required hostname pod
+/// affinity) is not split.
+fn in_turns(pods: &[Pod], classes: &[PodClass], order: &[usize]) -> Option<Turns> {
+    let takes_turns = |c: &PodClass| {
+        let p = &pods[c.template];
+        has_domain_spread(p)
+            && !p
+                .affinity
+                .iter()
+                .any(|a| !a.anti && a.weight.is_none() && a.topology_key == labels::HOSTNAME)
+    };
+    let turning: Vec<usize> = order
+        .iter()
+        .copied()
+        .filter(|&ci| takes_turns(&classes[ci]))
+        .collect();
+    let split_pods: usize = turning.iter().map(|&ci| classes[ci].pods.len()).sum();
+    if turning.len() < 2 || split_pods > TURNS_MAX_PODS {
+        return None;
+    }
+    let mut singles: Vec<PodClass> = Vec::with_capacity(classes.len() + split_pods);
+    let mut family = Vec::with_capacity(classes.len() + split_pods);
+    // Per class of `classes`, the indices of its classes in `singles`.
+    let mut index: Vec<Vec<usize>> = Vec::with_capacity(classes.len());
+    for (ci, c) in classes.iter().enumerate() {
+        let start = singles.len();
+        if takes_turns(c) {
+            singles.extend(c.pods.iter().map(|&p| PodClass {
+                pods: vec![p],
+                template: p,
+                ..c.clone()
+            }));
+        } else {
+            singles.push(c.clone());
+        }
+        family.resize(singles.len(), ci);
+        index.push((start..singles.len()).collect());
+    }
+    let rounds = turning.iter().map(|&ci| index[ci].len()).max().unwrap_or(0);
+    let mut dealt: Vec<usize> = Vec::with_capacity(split_pods);
+    for r in 0..rounds {
+        dealt.extend(turning.iter().filter_map(|&cj| index[cj].get(r).copied()));
+    }
+    // Dealt where the turning class at `at` (its rank among them) came.
+    let deal_at = |at: usize| -> Vec<usize> {
+        let mut given = Vec::with_capacity(singles.len());
+        let mut seen = 0;
+        for &ci in order {
+            if !takes_turns(&classes[ci]) {
+                given.extend(index[ci].iter().copied());
+                continue;
+            }
+            if seen == at {
+                given.extend(dealt.iter().copied());
+            }
+            seen += 1;
+        }
+        given
+    };
+    let mut orders = vec![deal_at(0)];
+    let at_last = deal_at(turning.len() - 1);
+    if at_last != orders[0] {
+        orders.push(at_last);
+    }
+    Some(Turns {
+        singles,
+        family,
+        orders,
+    })
+}
+
+/// The sub-classes pinned from [`in_turns`]'s classes, joined again per class of origin
+/// (`class_of`: pod to class) and pinned requirements, in the order they came.
+fn rejoin(classes: Vec<PodClass>, class_of: &HashMap<usize, usize>) -> Vec<PodClass> {
+    let mut at: HashMap<(usize, Requirements), usize> = HashMap::new();
+    let mut out: Vec<PodClass> = Vec::with_capacity(classes.len());
+    for c in classes {
+        let Some(&parent) = c.pods.first().and_then(|p| class_of.get(p)) else {
+            out.push(c);
+            continue;
+        };
+        match at.get(&(parent, c.pinned.clone())) {
+            Some(&i) => out[i].pods.extend(c.pods),
+            None => {
+                at.insert((parent, c.pinned.clone()), out.len());
+                out.push(c);
+            }
+        }
+    }
+    for c in &mut out {
+        c.pods.sort_unstable();
+        if let Some(&first) = c.pods.first() {
+            c.template = first;
+        }
+    }
+    out
+}
+
+/// [`pin`] with the classes taken in `order`; also gives the order it took them in.
 fn pin_in_order(
     pods: &[Pod],
     nodes: &[Node],
@@ -603,8 +775,8 @@ fn pin_in_order(
     provs: &[&Provisioner],
     catalog: &[InstanceType],
     closed: &Closed,
-    last: &BTreeSet<usize>,
-) -> Pinned {
+    order: &Order,
+) -> (Pinned, Vec<usize>) {
     let mut keys: Vec<String> = Vec::new();
     let mut key_index: HashMap<String, usize> = HashMap::new();
     let mut groups: Vec<Group> = Vec::new();
@@ -684,11 +856,13 @@ fn pin_in_order(
         }
     }
     if groups.is_empty() {
-        return Pinned {
+        let order = (0..classes.len()).collect();
+        let pinned = Pinned {
             classes,
             refused: Vec::new(),
             holdable: BTreeSet::new(),
         };
+        return (pinned, order);
     }
     for t in &mut terms {
         t.resize(keys.len(), Terms::default());
@@ -864,8 +1038,17 @@ fn pin_in_order(
             &prov_reqs,
         )
     };
+    let identity: Vec<usize>;
+    let family = match order {
+        Order::Given { family, .. } => *family,
+        Order::Affinity(_) => {
+            identity = (0..classes.len()).collect();
+            &identity
+        }
+    };
     let unusable = unusable_domains(
         &terms,
+        family,
         &groups,
         |ci, k| {
             let p = &pods[classes[ci].template];
@@ -877,14 +1060,21 @@ fn pin_in_order(
         &count,
         &repel,
     );
-    let order = affinity_order(&terms, &group_keys, &fixed);
-    let (mut order, later): (Vec<usize>, Vec<usize>) =
-        order.into_iter().partition(|c| !last.contains(c));
-    order.extend(later);
+    let order = match order {
+        Order::Affinity(last) => {
+            let (mut order, later): (Vec<usize>, Vec<usize>) =
+                affinity_order(&terms, &group_keys, &fixed)
+                    .into_iter()
+                    .partition(|c| !last.contains(c));
+            order.extend(later);
+            order
+        }
+        Order::Given { order, .. } => order.clone(),
+    };
     let mut slots: Vec<Vec<PodClass>> = vec![Vec::new(); classes.len()];
     let mut taken: Vec<Option<PodClass>> = classes.into_iter().map(Some).collect();
     let mut refused = Vec::new();
-    for ci in order {
+    for &ci in &order {
         let Some(mut class) = taken[ci].take() else {
             continue;
         };
@@ -1105,11 +1295,12 @@ fn pin_in_order(
             });
         }
     }
-    Pinned {
+    let pinned = Pinned {
         classes: slots.into_iter().flatten().collect(),
         refused,
         holdable,
-    }
+    };
+    (pinned, order)
 }
 
 /// Where the pods of a class must go because of their required hostname pod affinity, as far
@@ -1188,23 +1379,36 @@ fn pods_of_templates<'a>(
 /// those classes: a class free on the key (no rule of its own there) goes there first, a
 /// class with a spread of its own prefers them when its domains score alike (pods free of a
 /// zone must fill the zone the pods affine to a db elsewhere are kept out of, or those stay
-/// pending). Not for a class that other classes' pod affinity selects on the key (where it
-/// goes, they follow), nor where a class's affinity selects pending pods (it may come to use
-/// any domain).
+/// pending). Where no domain is such, the domains the spreads' classes need least: each
+/// class weighs 1/n on each of the n domains it may use, and those weighing least are
+/// taken when they weigh less than others (a free pod in z-a, the one zone a class affine
+/// to a db there may use, would leave it over the skew; in z-b or z-c, which a free spread
+/// class shares with z-a, it would not). Not for a class that other classes' pod affinity
+/// selects on the key (where it goes, they follow), nor where a class's affinity selects
+/// pending pods (it may come to use any domain). Classes of one `family` (split from one
+/// class to take turns) count as one.
 fn unusable_domains(
     terms: &[Vec<Terms>],
+    family: &[usize],
     groups: &[Group],
     reach: impl Fn(usize, usize) -> BTreeSet<String>,
     count: &[BTreeMap<String, i64>],
     repel: &[BTreeMap<String, i64>],
 ) -> HashMap<(usize, usize), BTreeSet<String>> {
+    // Per spread group, the families of the classes it constrains; per family, its first
+    // class, whose terms all its classes share.
     let mut spread_classes: BTreeMap<usize, BTreeSet<usize>> = BTreeMap::new();
+    let mut first_of: HashMap<usize, usize> = HashMap::new();
     let mut pending_in = vec![false; groups.len()];
     let mut affinity_groups = BTreeSet::new();
     for (ci, t) in terms.iter().enumerate() {
+        first_of.entry(family[ci]).or_insert(ci);
         for kt in t {
             kt.spreads.iter().for_each(|s| {
-                spread_classes.entry(s.group).or_default().insert(ci);
+                spread_classes
+                    .entry(s.group)
+                    .or_default()
+                    .insert(family[ci]);
             });
             kt.matches.iter().for_each(|&g| pending_in[g] = true);
             affinity_groups.extend(kt.affinity.iter().copied());
@@ -1218,7 +1422,7 @@ fn unusable_domains(
             .filter(|g| {
                 spread_classes
                     .get(g)
-                    .is_some_and(|c| c.iter().any(|&cj| cj != ci))
+                    .is_some_and(|c| c.iter().any(|&f| f != family[ci]))
             })
             .collect()
     };
@@ -1231,15 +1435,17 @@ fn unusable_domains(
         return HashMap::new();
     }
     let get = |m: &BTreeMap<String, i64>, d: &str| m.get(d).copied().unwrap_or(0);
-    // Per class and key: (domains it may go to, domains its spreads count but it may not go
+    // Per family and key: (domains it may go to, domains its spreads count but it may not go
     // to); `None`: unknown (affinity to pending pods).
     type Sides = Option<(BTreeSet<String>, BTreeSet<String>)>;
     let mut sides: HashMap<(usize, usize), Sides> = HashMap::new();
-    // Per wanted group: per domain, how many of its classes may go there and how many are
-    // kept out; and how many are unknown.
+    // Per wanted group: per domain, how many of its families may go there and how many are
+    // kept out, and how much they need it (1/n from each that may go to n domains); and how
+    // many are unknown.
     struct Tally {
         go: BTreeMap<String, usize>,
         out: BTreeMap<String, usize>,
+        need: BTreeMap<String, f64>,
         unknown: usize,
     }
     let mut tallies: HashMap<usize, Tally> = HashMap::new();
@@ -1248,10 +1454,12 @@ fn unusable_domains(
         let mut tally = Tally {
             go: BTreeMap::new(),
             out: BTreeMap::new(),
+            need: BTreeMap::new(),
             unknown: 0,
         };
-        for &cj in &spread_classes[&g] {
-            let side = sides.entry((cj, k)).or_insert_with(|| {
+        for &f in &spread_classes[&g] {
+            let side = sides.entry((f, k)).or_insert_with(|| {
+                let cj = first_of[&f];
                 let kt = &terms[cj][k];
                 if kt.affinity.iter().any(|&a| pending_in[a]) {
                     return None;
@@ -1269,64 +1477,101 @@ fn unusable_domains(
             match side {
                 None => tally.unknown += 1,
                 Some((go, out)) => {
-                    go.iter()
-                        .for_each(|d| *tally.go.entry(d.clone()).or_default() += 1);
-                    out.iter()
-                        .for_each(|d| *tally.out.entry(d.clone()).or_default() += 1);
+                    let share = 1.0 / go.len().max(1) as f64;
+                    for d in go.iter() {
+                        *tally.go.entry(d.clone()).or_default() += 1;
+                        *tally.need.entry(d.clone()).or_default() += share;
+                    }
+                    for d in out.iter() {
+                        *tally.out.entry(d.clone()).or_default() += 1;
+                        tally.need.entry(d.clone()).or_default();
+                    }
                 }
             }
         }
         tallies.insert(g, tally);
     }
-    let mut result = HashMap::new();
-    for (ci, t) in terms.iter().enumerate() {
-        'key: for (k, kt) in t.iter().enumerate() {
-            let gs = counted_by_others(ci, kt);
-            if gs.is_empty() || kt.matches.iter().any(|g| affinity_groups.contains(g)) {
-                continue;
+    // The domains none of the groups `gs` (which count class `ci` on key `k`) lets its other
+    // families go to and some keeps out, else those they need least; None: no preference.
+    let fill_for = |ci: usize, k: usize, gs: &[usize]| -> Option<BTreeSet<String>> {
+        let f = family[ci];
+        // The family's own part of each tally is taken out.
+        let own = sides.get(&(f, k)).cloned().flatten();
+        let own_in = |g: usize| spread_classes[&g].contains(&f);
+        let own_go =
+            |g: usize, d: &String| own_in(g) && own.as_ref().is_some_and(|(go, _)| go.contains(d));
+        let mut strict: BTreeSet<String> = BTreeSet::new();
+        for &g in gs {
+            let tally = &tallies[&g];
+            let own_unknown = own_in(g) && sides.get(&(f, k)).is_some_and(Option::is_none);
+            if tally.unknown > usize::from(own_unknown) {
+                return None;
             }
-            // The class's own part of each tally is taken out.
-            let own = sides.get(&(ci, k)).cloned().flatten();
-            let mut fill: Option<BTreeSet<String>> = None;
-            for g in gs {
-                let tally = &tallies[&g];
-                let own_in_g = spread_classes[&g].contains(&ci);
-                let own_unknown = own_in_g && sides.get(&(ci, k)).is_some_and(Option::is_none);
-                if tally.unknown > usize::from(own_unknown) {
-                    continue 'key;
-                }
-                let others = |m: &BTreeMap<String, usize>, d: &String, mine: bool| {
-                    m.get(d).copied().unwrap_or(0) > usize::from(own_in_g && mine)
-                };
-                let here: BTreeSet<String> = tally
+            let own_out =
+                |d: &String| own_in(g) && own.as_ref().is_some_and(|(_, o)| o.contains(d));
+            let others = |m: &BTreeMap<String, usize>, d: &String, mine: bool| {
+                m.get(d).copied().unwrap_or(0) > usize::from(mine)
+            };
+            strict.extend(
+                tally
                     .out
                     .keys()
                     .filter(|d| {
-                        let (my_go, my_out) = own.as_ref().map_or((false, false), |(go, out)| {
-                            (go.contains(*d), out.contains(*d))
-                        });
-                        others(&tally.out, d, my_out) && !others(&tally.go, d, my_go)
+                        others(&tally.out, d, own_out(d)) && !others(&tally.go, d, own_go(g, d))
                     })
-                    .cloned()
-                    .collect();
-                fill = Some(match fill {
-                    None => here,
-                    Some(f) => f.union(&here).cloned().collect(),
-                });
-            }
-            // ... and none of the spreads' classes may go there.
-            let Some(fill) = fill else { continue };
-            let fill: BTreeSet<String> = fill
-                .into_iter()
-                .filter(|d| {
-                    counted_by_others(ci, kt).iter().all(|g| {
-                        let own_go = spread_classes[g].contains(&ci)
-                            && own.as_ref().is_some_and(|(go, _)| go.contains(d));
-                        tallies[g].go.get(d).copied().unwrap_or(0) <= usize::from(own_go)
-                    })
-                })
+                    .cloned(),
+            );
+        }
+        // ... and none of the spreads' classes may go there.
+        strict.retain(|d| {
+            gs.iter()
+                .all(|&g| tallies[&g].go.get(d).copied().unwrap_or(0) <= usize::from(own_go(g, d)))
+        });
+        if !strict.is_empty() {
+            return Some(strict);
+        }
+        const SAME: f64 = 1e-9;
+        let own_share = own
+            .as_ref()
+            .map_or(0.0, |(go, _)| 1.0 / go.len().max(1) as f64);
+        let mut least_needed = BTreeSet::new();
+        for &g in gs {
+            let need: Vec<(&String, f64)> = tallies[&g]
+                .need
+                .iter()
+                .map(|(d, n)| (d, if own_go(g, d) { n - own_share } else { *n }))
                 .collect();
-            if !fill.is_empty() {
+            let least = need.iter().map(|(_, n)| *n).fold(f64::INFINITY, f64::min);
+            let most = need
+                .iter()
+                .map(|(_, n)| *n)
+                .fold(f64::NEG_INFINITY, f64::max);
+            if least + SAME < most {
+                least_needed.extend(
+                    need.iter()
+                        .filter(|(_, n)| *n <= least + SAME)
+                        .map(|(d, _)| (*d).clone()),
+                );
+            }
+        }
+        (!least_needed.is_empty()).then_some(least_needed)
+    };
+    // Worked out once per family and key.
+    let mut by_family: HashMap<(usize, usize), Option<BTreeSet<String>>> = HashMap::new();
+    let mut result = HashMap::new();
+    for (ci, t) in terms.iter().enumerate() {
+        for (k, kt) in t.iter().enumerate() {
+            let fill = by_family
+                .entry((family[ci], k))
+                .or_insert_with(|| {
+                    let gs = counted_by_others(ci, kt);
+                    if gs.is_empty() || kt.matches.iter().any(|g| affinity_groups.contains(g)) {
+                        return None;
+                    }
+                    fill_for(ci, k, &gs)
+                })
+                .clone();
+            if let Some(fill) = fill {
                 result.insert((ci, k), fill);
             }
         }

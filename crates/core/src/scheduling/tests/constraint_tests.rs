@@ -2596,6 +2596,111 @@ fn pods_free_of_a_zone_fill_the_zone_the_spread_pods_cannot_use() {
 }
 
 #[test]
+fn pods_of_two_classes_under_one_spread_take_turns_when_only_turns_place_them() {
+    // As above, but the other pods spread too, as many as the near ones. Near pods can only
+    // go to z-a; with maxSkew 1 a second near pod there needs a web pod in z-b first, and a
+    // second other pod in z-b needs z-a ahead of it. The kube-scheduler places all of them
+    // when the two kinds come in turns (near z-a, other z-b, near z-a, other z-b, ...),
+    // ending with every near pod in z-a and every other pod in z-b; a class at a time
+    // leaves near pods pending.
+    for n in [2, 3] {
+        let s = near_db_and_other(n, n, true);
+        let p = run_all_placed(&s);
+        let counts = zone_counts(&p);
+        assert_eq!(counts.get("z-a"), Some(&n), "{n} of each: {counts:?}");
+        assert_eq!(counts.get("z-b"), Some(&n), "{n} of each: {counts:?}");
+    }
+}
+
+#[test]
+fn a_free_pod_leaves_the_one_zone_a_spread_class_may_use_to_it() {
+    // One spread over app=web (maxSkew 1) across z-a, z-b and z-c counts three web pods:
+    // `near` must share a zone with db (running in z-a on n-a, which has room for one more
+    // pod), `spreads` has the spread only, `free` has no rule. A web pod other than near in
+    // z-a leaves near at 2 against an empty zone, so the kube-scheduler places all three
+    // only with near alone in z-a and the other two in z-b and z-c. The free pod must not
+    // take n-a's room, cheap as it is.
+    let mut db = running_web(1, "n-a");
+    db[0].labels.insert("app".into(), "db".into());
+    let mut pods = db;
+    let near = with_affinity(deployment("near", 1, 500, 512), labels::ZONE, app("db"));
+    for mut p in near {
+        p.topology_spread.push(spread(labels::ZONE, 1, app("web")));
+        pods.push(p);
+    }
+    for mut p in deployment("spreads", 1, 500, 512) {
+        p.topology_spread.push(spread(labels::ZONE, 1, app("web")));
+        pods.push(p);
+    }
+    pods.extend(deployment("free", 1, 500, 512));
+    for p in pods.iter_mut().filter(|p| p.node_name.is_none()) {
+        p.labels.insert("app".into(), "web".into());
+    }
+    let s = Snapshot {
+        pods,
+        nodes: vec![node_in("z-a", "n-a", 2)],
+        provisioners: vec![zones_provisioner(&["z-a", "z-b", "z-c"])],
+        ..Snapshot::default()
+    };
+    let p = run_all_placed(&s);
+    let near_at_n_a = p
+        .existing_nodes
+        .iter()
+        .any(|e| e.name == "n-a" && e.pods.iter().any(|k| k.contains("near")));
+    assert!(near_at_n_a, "{:?}", p.existing_nodes);
+    let counts = zone_counts(&p);
+    assert_eq!(counts.get("z-b"), Some(&1), "{counts:?}");
+    assert_eq!(counts.get("z-c"), Some(&1), "{counts:?}");
+}
+
+#[test]
+fn a_free_pod_goes_where_the_spread_classes_need_it_least() {
+    // One spread over app=web (maxSkew 1) across z-a, z-b and z-c. `near` (2 pods) must share
+    // a zone with db, running in z-a on n-a (room for one more pod); `far` (2 pods) must not;
+    // `free` (1 pod) has no rule. Every zone is one some class may use, but near needs z-a
+    // alone while far shares z-b and z-c: with near 2 in z-a and far 1 in each of the others,
+    // the free pod in z-a puts z-a at 3 against 1; in z-b or z-c every pod keeps the skew.
+    let mut db = running_web(1, "n-a");
+    db[0].labels.insert("app".into(), "db".into());
+    let mut pods = db;
+    let near = with_affinity(deployment("near", 2, 500, 512), labels::ZONE, app("db"));
+    let mut far = deployment("far", 2, 500, 512);
+    for p in &mut far {
+        p.affinity.push(term(labels::ZONE, true, app("db")));
+    }
+    for mut p in near.into_iter().chain(far) {
+        p.topology_spread.push(spread(labels::ZONE, 1, app("web")));
+        pods.push(p);
+    }
+    pods.extend(deployment("free", 1, 500, 512));
+    for p in pods.iter_mut().filter(|p| p.node_name.is_none()) {
+        p.labels.insert("app".into(), "web".into());
+    }
+    let s = Snapshot {
+        pods,
+        nodes: vec![node_in("z-a", "n-a", 2)],
+        provisioners: vec![zones_provisioner(&["z-a", "z-b", "z-c"])],
+        ..Snapshot::default()
+    };
+    let p = run_all_placed(&s);
+    let in_z_a: Vec<&String> = p
+        .existing_nodes
+        .iter()
+        .flat_map(|e| e.pods.iter())
+        .chain(
+            p.new_nodes
+                .iter()
+                .filter(|n| n.zone == "z-a")
+                .flat_map(|n| n.pods.iter()),
+        )
+        .collect();
+    assert!(
+        in_z_a.iter().all(|k| k.contains("near")),
+        "z-a holds {in_z_a:?}"
+    );
+}
+
+#[test]
 fn a_free_class_another_class_is_affine_to_is_not_sent_where_only_it_can_go() {
     // web-a (2 pods) is held to z-a and z-b by its node terms and spreads over app=web;
     // cache (2 pods, also app=web) has no zone rule; web-g (1 pod) must share a zone with a
