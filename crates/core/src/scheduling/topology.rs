@@ -1379,11 +1379,15 @@ fn pods_of_templates<'a>(
 /// those classes: a class free on the key (no rule of its own there) goes there first, a
 /// class with a spread of its own prefers them when its domains score alike (pods free of a
 /// zone must fill the zone the pods affine to a db elsewhere are kept out of, or those stay
-/// pending). Where no domain is such, the domains the spreads' classes need least: each
-/// class weighs 1/n on each of the n domains it may use, and those weighing least are
-/// taken when they weigh less than others (a free pod in z-a, the one zone a class affine
-/// to a db there may use, would leave it over the skew; in z-b or z-c, which a free spread
-/// class shares with z-a, it would not). Not for a class that other classes' pod affinity
+/// pending). When the class may reach none of them either, no pod of the batch raises the
+/// minimum there (other free classes aside), so the domains a group already counts that
+/// minimum plus its maxSkew in are ones none of its classes may use: the class goes there.
+/// Where no domain is such, the domains the spreads' classes need least, as a
+/// preference among domains that score alike only ([`Fill::only`] false): each class weighs
+/// 1/n on each of the n domains it may use, summed over the spreads counting the class, and
+/// those weighing least are preferred when others weigh more (a free pod in z-a, the one
+/// zone a class affine to a db there may use, would leave it over the skew; in z-b or z-c,
+/// which a free spread class shares with z-a, it would not). Not for a class that other classes' pod affinity
 /// selects on the key (where it goes, they follow), nor where a class's affinity selects
 /// pending pods (it may come to use any domain). Classes of one `family` (split from one
 /// class to take turns) count as one.
@@ -1394,10 +1398,12 @@ fn unusable_domains(
     reach: impl Fn(usize, usize) -> BTreeSet<String>,
     count: &[BTreeMap<String, i64>],
     repel: &[BTreeMap<String, i64>],
-) -> HashMap<(usize, usize), BTreeSet<String>> {
+) -> HashMap<(usize, usize), Fill> {
     // Per spread group, the families of the classes it constrains; per family, its first
     // class, whose terms all its classes share.
     let mut spread_classes: BTreeMap<usize, BTreeSet<usize>> = BTreeMap::new();
+    // Per group, the families of the classes it counts (spread or not).
+    let mut counted_families: BTreeMap<usize, BTreeSet<usize>> = BTreeMap::new();
     let mut first_of: HashMap<usize, usize> = HashMap::new();
     let mut pending_in = vec![false; groups.len()];
     let mut affinity_groups = BTreeSet::new();
@@ -1410,7 +1416,10 @@ fn unusable_domains(
                     .or_default()
                     .insert(family[ci]);
             });
-            kt.matches.iter().for_each(|&g| pending_in[g] = true);
+            kt.matches.iter().for_each(|&g| {
+                pending_in[g] = true;
+                counted_families.entry(g).or_default().insert(family[ci]);
+            });
             affinity_groups.extend(kt.affinity.iter().copied());
         }
     }
@@ -1439,6 +1448,21 @@ fn unusable_domains(
     // to); `None`: unknown (affinity to pending pods).
     type Sides = Option<(BTreeSet<String>, BTreeSet<String>)>;
     let mut sides: HashMap<(usize, usize), Sides> = HashMap::new();
+    let side_of = |cj: usize, k: usize| -> Sides {
+        let kt = &terms[cj][k];
+        if kt.affinity.iter().any(|&a| pending_in[a]) {
+            return None;
+        }
+        let (go, out): (BTreeSet<String>, BTreeSet<String>) =
+            reach(cj, k).into_iter().partition(|d| {
+                kt.anti.iter().all(|&a| get(&count[a], d) == 0)
+                    && kt.repelled_by.iter().all(|&a| get(&repel[a], d) == 0)
+                    // Its affinity selects running pods only (else unknown, above), and not
+                    // the class itself: their domains, no first-pod start.
+                    && kt.affinity.iter().all(|&a| get(&count[a], d) > 0)
+            });
+        Some((go, out))
+    };
     // Per wanted group: per domain, how many of its families may go there and how many are
     // kept out, and how much they need it (1/n from each that may go to n domains); and how
     // many are unknown.
@@ -1458,22 +1482,9 @@ fn unusable_domains(
             unknown: 0,
         };
         for &f in &spread_classes[&g] {
-            let side = sides.entry((f, k)).or_insert_with(|| {
-                let cj = first_of[&f];
-                let kt = &terms[cj][k];
-                if kt.affinity.iter().any(|&a| pending_in[a]) {
-                    return None;
-                }
-                let (go, out): (BTreeSet<String>, BTreeSet<String>) =
-                    reach(cj, k).into_iter().partition(|d| {
-                        kt.anti.iter().all(|&a| get(&count[a], d) == 0)
-                            && kt.repelled_by.iter().all(|&a| get(&repel[a], d) == 0)
-                            // Its affinity selects running pods only (else unknown, above),
-                            // and not the class itself: their domains, no first-pod start.
-                            && kt.affinity.iter().all(|&a| get(&count[a], d) > 0)
-                    });
-                Some((go, out))
-            });
+            let side = sides
+                .entry((f, k))
+                .or_insert_with(|| side_of(first_of[&f], k));
             match side {
                 None => tally.unknown += 1,
                 Some((go, out)) => {
@@ -1491,9 +1502,25 @@ fn unusable_domains(
         }
         tallies.insert(g, tally);
     }
+    // Per group, the domains some class it counts may go to; None when one is unknown.
+    let reached: std::cell::RefCell<HashMap<usize, Option<BTreeSet<String>>>> = Default::default();
+    let reached_by_any = |g: usize| -> Option<BTreeSet<String>> {
+        if let Some(r) = reached.borrow().get(&g) {
+            return r.clone();
+        }
+        let mut all = Some(BTreeSet::new());
+        for f in counted_families.get(&g).into_iter().flatten() {
+            match (side_of(first_of[f], groups[g].key), all.as_mut()) {
+                (Some((go, _)), Some(a)) => a.extend(go),
+                _ => all = None,
+            }
+        }
+        reached.borrow_mut().insert(g, all.clone());
+        all
+    };
     // The domains none of the groups `gs` (which count class `ci` on key `k`) lets its other
     // families go to and some keeps out, else those they need least; None: no preference.
-    let fill_for = |ci: usize, k: usize, gs: &[usize]| -> Option<BTreeSet<String>> {
+    let fill_for = |ci: usize, k: usize, gs: &[usize]| -> Option<Fill> {
         let f = family[ci];
         // The family's own part of each tally is taken out.
         let own = sides.get(&(f, k)).cloned().flatten();
@@ -1527,37 +1554,94 @@ fn unusable_domains(
             gs.iter()
                 .all(|&g| tallies[&g].go.get(d).copied().unwrap_or(0) <= usize::from(own_go(g, d)))
         });
-        if !strict.is_empty() {
-            return Some(strict);
+        // Where the class itself may go (a class with no spread is in no tally).
+        let mine = match &own {
+            Some((go, _)) => go.clone(),
+            None => side_of(ci, k).map(|(go, _)| go).unwrap_or_default(),
+        };
+        if strict.iter().any(|d| mine.contains(d)) {
+            return Some(Fill {
+                domains: strict,
+                only: true,
+            });
         }
+        // None of them it may reach either. Where no class a group counts may go to one of
+        // them, no pod of the batch raises the group's minimum there, so the domains where
+        // the group already counts that minimum plus the largest maxSkew of its spreads are
+        // ones none of its classes may use while it stays; pods there, or in domains the
+        // group's classes cannot reach, hurt none of them (a pod kept out of z-a with the
+        // spread's classes, z-a empty and z-c at 1, goes to z-c and leaves z-b, the one zone
+        // left to them, alone).
+        let mut full: Option<BTreeSet<String>> = None;
+        for &g in gs {
+            let tally = &tallies[&g];
+            let Some(anyone) = reached_by_any(g) else {
+                full = Some(BTreeSet::new());
+                break;
+            };
+            let stuck = strict
+                .iter()
+                .filter(|d| tally.out.contains_key(*d) && !anyone.contains(*d))
+                .map(|d| get(&count[g], d))
+                .min();
+            let skew = spread_classes[&g]
+                .iter()
+                .flat_map(|f| terms[first_of[f]][k].spreads.iter())
+                .filter(|s| s.group == g)
+                .map(|s| s.max_skew)
+                .max();
+            let (Some(stuck), Some(skew)) = (stuck, skew) else {
+                full = Some(BTreeSet::new());
+                break;
+            };
+            let theirs = |d: &String| tally.go.contains_key(d) || tally.out.contains_key(d);
+            let here: BTreeSet<String> = mine
+                .iter()
+                .filter(|d| !theirs(d) || get(&count[g], d) >= stuck + skew)
+                .cloned()
+                .collect();
+            full = Some(match full {
+                None => here,
+                Some(f) => f.intersection(&here).cloned().collect(),
+            });
+        }
+        if let Some(full) = full.filter(|f| !f.is_empty()) {
+            return Some(Fill {
+                domains: full,
+                only: true,
+            });
+        }
+        // Else what the other families need, summed over the groups (a domain a group's
+        // classes cannot reach weighs nothing there).
         const SAME: f64 = 1e-9;
         let own_share = own
             .as_ref()
             .map_or(0.0, |(go, _)| 1.0 / go.len().max(1) as f64);
-        let mut least_needed = BTreeSet::new();
+        // A domain the class may use that no group's classes reach weighs nothing.
+        let mut need: BTreeMap<&String, f64> = mine.iter().map(|d| (d, 0.0)).collect();
         for &g in gs {
-            let need: Vec<(&String, f64)> = tallies[&g]
-                .need
-                .iter()
-                .map(|(d, n)| (d, if own_go(g, d) { n - own_share } else { *n }))
-                .collect();
-            let least = need.iter().map(|(_, n)| *n).fold(f64::INFINITY, f64::min);
-            let most = need
-                .iter()
-                .map(|(_, n)| *n)
-                .fold(f64::NEG_INFINITY, f64::max);
-            if least + SAME < most {
-                least_needed.extend(
-                    need.iter()
-                        .filter(|(_, n)| *n <= least + SAME)
-                        .map(|(d, _)| (*d).clone()),
-                );
+            for (d, n) in &tallies[&g].need {
+                let theirs = if own_go(g, d) { n - own_share } else { *n };
+                *need.entry(d).or_default() += theirs;
             }
         }
-        (!least_needed.is_empty()).then_some(least_needed)
+        // Among the domains the class may use.
+        if !mine.is_empty() {
+            need.retain(|d, _| mine.contains(*d));
+        }
+        let least = need.values().copied().fold(f64::INFINITY, f64::min);
+        let most = need.values().copied().fold(f64::NEG_INFINITY, f64::max);
+        (least + SAME < most).then(|| Fill {
+            domains: need
+                .into_iter()
+                .filter(|&(_, n)| n <= least + SAME)
+                .map(|(d, _)| d.clone())
+                .collect(),
+            only: false,
+        })
     };
     // Worked out once per family and key.
-    let mut by_family: HashMap<(usize, usize), Option<BTreeSet<String>>> = HashMap::new();
+    let mut by_family: HashMap<(usize, usize), Option<Fill>> = HashMap::new();
     let mut result = HashMap::new();
     for (ci, t) in terms.iter().enumerate() {
         for (k, kt) in t.iter().enumerate() {
@@ -1735,6 +1819,16 @@ impl Domains {
     }
 }
 
+/// Where [`unusable_domains`] sends a class's pods on a key.
+#[derive(Clone)]
+struct Fill {
+    /// The domains preferred.
+    domains: BTreeSet<String>,
+    /// A free class goes only there while it may (no spread class may use them); else they
+    /// only win among domains that score alike.
+    only: bool,
+}
+
 /// The domain for the next pod of a class, or why there is none.
 #[allow(clippy::too_many_arguments)]
 fn choose(
@@ -1745,7 +1839,7 @@ fn choose(
     repel: &[BTreeMap<String, i64>],
     groups: &[Group],
     pod: &Pod,
-    fill: Option<&BTreeSet<String>>,
+    fill: Option<&Fill>,
 ) -> Result<String, String> {
     let get = |m: &BTreeMap<String, i64>, d: &str| m.get(d).copied().unwrap_or(0);
     // Skew: every hard spread must accept the domain.
@@ -1867,17 +1961,17 @@ fn choose(
     // A free class goes first to the domains no other class whose spread counts it may use:
     // there its pods only raise the spreads' minimum (`unusable_domains`).
     let free = t.spreads.is_empty() && t.affinity.is_empty();
-    if let (true, Some(fill)) = (free, fill) {
+    if let (true, Some(fill)) = (free, fill.filter(|f| f.only)) {
         let within: Vec<&String> = cands
             .iter()
             .copied()
-            .filter(|d| fill.contains(*d))
+            .filter(|d| fill.domains.contains(*d))
             .collect();
         if !within.is_empty() {
             cands = within;
         }
     }
-    let filling = |d: &str| fill.is_some_and(|f| f.contains(d));
+    let filling = |d: &str| fill.is_some_and(|f| f.domains.contains(d));
     // Fewest matching pods first (the spreads, then any group the class counts in), then the
     // cheapest node for the pod (priced keys only; a value no type offers is one only existing
     // nodes carry, which cost nothing more), then name.

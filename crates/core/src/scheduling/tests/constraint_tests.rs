@@ -2701,6 +2701,203 @@ fn a_free_pod_goes_where_the_spread_classes_need_it_least() {
 }
 
 #[test]
+fn free_pods_are_not_all_sent_where_the_spread_classes_need_least() {
+    // One spread over app=web (maxSkew 1) across z-a, z-b and z-c, a db running in each zone
+    // (db-a, db-b, db-c) and a blocker in z-c. s-c, s-a and s-b (one pod each) must share a
+    // zone with db-c, db-a and db-b; s-ab must not share one with the blocker; free (3 pods)
+    // has no rule. z-c is needed least (only s-c must go there, s-ab may use z-a or z-b),
+    // but sending every free pod there puts z-c at 4 against at most 3 pods in the other
+    // two. One free pod per zone keeps every spread within its skew.
+    let mut pods = Vec::new();
+    let mut nodes = Vec::new();
+    for (zone, node, app_label) in [
+        ("z-a", "n-a", "db-a"),
+        ("z-b", "n-b", "db-b"),
+        ("z-c", "n-c", "db-c"),
+        ("z-c", "n-c2", "blocker"),
+    ] {
+        let mut running = running_web(1, node);
+        running[0].name = format!("running-{app_label}");
+        running[0].labels.insert("app".into(), app_label.into());
+        pods.extend(running);
+        nodes.push(node_in(zone, node, 1));
+    }
+    for (name, db) in [("s-c", "db-c"), ("s-a", "db-a"), ("s-b", "db-b")] {
+        pods.extend(with_affinity(
+            deployment(name, 1, 500, 512),
+            labels::ZONE,
+            app(db),
+        ));
+    }
+    let mut s_ab = deployment("s-ab", 1, 500, 512);
+    s_ab[0]
+        .affinity
+        .push(term(labels::ZONE, true, app("blocker")));
+    pods.extend(s_ab);
+    for p in pods.iter_mut().filter(|p| p.node_name.is_none()) {
+        p.topology_spread.push(spread(labels::ZONE, 1, app("web")));
+    }
+    pods.extend(deployment("free", 3, 500, 512));
+    for p in pods.iter_mut().filter(|p| p.node_name.is_none()) {
+        p.labels.insert("app".into(), "web".into());
+    }
+    let s = Snapshot {
+        pods,
+        nodes,
+        provisioners: vec![zones_provisioner(&["z-a", "z-b", "z-c"])],
+        ..Snapshot::default()
+    };
+    let p = run_all_placed(&s);
+    let counts = zone_counts(&p);
+    assert!(
+        counts.values().all(|&n| n <= 3),
+        "the spread's pods by zone: {counts:?}"
+    );
+}
+
+#[test]
+fn a_pod_kept_from_the_spread_minimum_goes_where_the_spread_pods_may_not_go_anyway() {
+    // A db runs in z-a and a web pod in z-c. `spreads` (1 pod) spreads over app=web with
+    // maxSkew 1 and must not share a zone with db; `away` (1 pod, app=web) must not either
+    // and has no spread. Nothing can raise z-a's count (0), so the spread pod may only go
+    // where no web pod is yet: z-b. The away pod in z-b would leave it nowhere; in z-c, where
+    // the spread pod may not go anyway, it hurts nothing. Water-filling sends it to z-b.
+    let mut db = running_web(1, "n-a");
+    db[0].name = "db".into();
+    db[0].labels.insert("app".into(), "db".into());
+    let mut pods = db;
+    pods.extend(running_web(1, "n-c"));
+    let mut spreads = deployment("spreads", 1, 500, 512);
+    spreads[0]
+        .topology_spread
+        .push(spread(labels::ZONE, 1, app("web")));
+    for mut p in spreads.into_iter().chain(deployment("away", 1, 500, 512)) {
+        p.affinity.push(term(labels::ZONE, true, app("db")));
+        p.labels.insert("app".into(), "web".into());
+        pods.push(p);
+    }
+    let s = Snapshot {
+        pods,
+        nodes: vec![node_in("z-a", "n-a", 1), node_in("z-c", "n-c", 1)],
+        provisioners: vec![zones_provisioner(&["z-a", "z-b", "z-c"])],
+        ..Snapshot::default()
+    };
+    let p = run_all_placed(&s);
+    let zone_of = |name: &str| {
+        p.new_nodes
+            .iter()
+            .find(|n| n.pods.iter().any(|k| k.contains(name)))
+            .map(|n| n.zone.clone())
+    };
+    assert_eq!(zone_of("spreads"), Some("z-b".to_string()));
+    assert_eq!(zone_of("away"), Some("z-c".to_string()));
+}
+
+/// A db running in z-a (n-a), a blocker in z-b (n-b), a web pod in z-c (n-c) and an empty node
+/// in z-d (n-d, a zone the test catalog does not offer); a Provisioner over z-a to z-d; the
+/// spread pods as given (name, pods, maxSkew, kept out of the blocker's zone too), each
+/// app=web, held to z-a, z-b and z-c, kept out of db's zone and spreading over app=web; two
+/// `free` pods app=web with no rule but node terms `free_zones`, and `anywhere` pods app=web
+/// with no rule at all.
+fn db_in_a_and_web_in_c(
+    spreads: &[(&str, usize, i32, bool)],
+    free_zones: &[&str],
+    anywhere: usize,
+) -> Snapshot {
+    let mut db = running_web(1, "n-a");
+    db[0].name = "db".into();
+    db[0].labels.insert("app".into(), "db".into());
+    let mut pods = db;
+    pods.extend(running_web(1, "n-c"));
+    let zones = |only: &[&str]| {
+        let mut r = Requirements::new();
+        r.add(labels::ZONE, Requirement::one_of(only.iter().copied()));
+        r
+    };
+    let mut blocker = running_web(1, "n-b");
+    blocker[0].name = "blocker".into();
+    blocker[0].labels.insert("app".into(), "blocker".into());
+    pods.extend(blocker);
+    for &(name, n, skew, not_b) in spreads {
+        for mut p in deployment(name, n, 500, 512) {
+            p.node_terms.push(zones(&["z-a", "z-b", "z-c"]));
+            p.affinity.push(term(labels::ZONE, true, app("db")));
+            if not_b {
+                p.affinity.push(term(labels::ZONE, true, app("blocker")));
+            }
+            p.topology_spread
+                .push(spread(labels::ZONE, skew, app("web")));
+            pods.push(p);
+        }
+    }
+    for mut p in deployment("free", 2, 500, 512) {
+        p.node_terms.push(zones(free_zones));
+        pods.push(p);
+    }
+    pods.extend(deployment("anywhere", anywhere, 500, 512));
+    for p in pods.iter_mut().filter(|p| p.node_name.is_none()) {
+        p.labels.insert("app".into(), "web".into());
+    }
+    Snapshot {
+        pods,
+        nodes: vec![
+            node_in("z-a", "n-a", 1),
+            node_in("z-b", "n-b", 1),
+            node_in("z-c", "n-c", 1),
+            node_in("z-d", "n-d", 4),
+        ],
+        provisioners: vec![zones_provisioner(&["z-a", "z-b", "z-c", "z-d"])],
+        ..Snapshot::default()
+    }
+}
+
+/// The pods whose key holds `name` that the plan puts in zone `zone` of `s`.
+fn pods_in_zone(s: &Snapshot, p: &Plan, name: &str, zone: &str) -> Vec<String> {
+    let on_existing = p.existing_nodes.iter().filter(|e| {
+        s.nodes.iter().any(|n| {
+            n.name == e.name && n.labels.get(labels::ZONE).map(String::as_str) == Some(zone)
+        })
+    });
+    on_existing
+        .flat_map(|e| e.pods.iter())
+        .chain(
+            p.new_nodes
+                .iter()
+                .filter(|n| n.zone == zone)
+                .flat_map(|n| n.pods.iter()),
+        )
+        .filter(|k| k.contains(name))
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn free_pods_stay_out_of_a_zone_a_spread_with_a_larger_max_skew_may_still_use() {
+    // Nothing raises z-a (0): the one-skew pod may go only where no web pod is yet, the
+    // three-skew ones where at most two are. one (1 pod, maxSkew 1) takes z-b; three (2 pods,
+    // maxSkew 3, kept out of z-b by the blocker) go to z-c (1 + 2 = 3). z-c is full to one
+    // but not to three: the free pods (z-c or z-d) there would put it over three's skew, so
+    // they belong in z-d, where no spread pod may go.
+    let s = db_in_a_and_web_in_c(
+        &[("one", 1, 1, false), ("three", 2, 3, true)],
+        &["z-c", "z-d"],
+        0,
+    );
+    let p = run_all_placed(&s);
+    assert_eq!(pods_in_zone(&s, &p, "free", "z-d").len(), 2, "{p:?}");
+}
+
+#[test]
+fn free_pods_do_not_count_a_zone_another_free_pod_may_fill_as_stuck() {
+    // anywhere (1 pod) may go to z-a and raise it to 1; then the spread pods (3, maxSkew 1)
+    // fit z-b twice and z-c once (z-c already holds one). The free pods (z-c or z-d) in z-c
+    // would leave a spread pod over the skew: they belong in z-d.
+    let s = db_in_a_and_web_in_c(&[("spreads", 3, 1, false)], &["z-c", "z-d"], 1);
+    let p = run_all_placed(&s);
+    assert_eq!(pods_in_zone(&s, &p, "free", "z-d").len(), 2, "{p:?}");
+}
+
+#[test]
 fn a_free_class_another_class_is_affine_to_is_not_sent_where_only_it_can_go() {
     // web-a (2 pods) is held to z-a and z-b by its node terms and spreads over app=web;
     // cache (2 pods, also app=web) has no zone rule; web-g (1 pod) must share a zone with a
