@@ -2612,6 +2612,29 @@ fn pods_of_two_classes_under_one_spread_take_turns_when_only_turns_place_them() 
     }
 }
 
+/// A db running in z-a on n-a, which has room for one more pod; `spreading` under one zone
+/// spread (maxSkew 1) over app=web and a `free` pod with no rule, all app=web; a Provisioner
+/// over z-a, z-b and z-c.
+fn db_with_room_in_a(spreading: Vec<Pod>) -> Snapshot {
+    let mut db = running_web(1, "n-a");
+    db[0].labels.insert("app".into(), "db".into());
+    let mut pods = db;
+    for mut p in spreading {
+        p.topology_spread.push(spread(labels::ZONE, 1, app("web")));
+        pods.push(p);
+    }
+    pods.extend(deployment("free", 1, 500, 512));
+    for p in pods.iter_mut().filter(|p| p.node_name.is_none()) {
+        p.labels.insert("app".into(), "web".into());
+    }
+    Snapshot {
+        pods,
+        nodes: vec![node_in("z-a", "n-a", 2)],
+        provisioners: vec![zones_provisioner(&["z-a", "z-b", "z-c"])],
+        ..Snapshot::default()
+    }
+}
+
 #[test]
 fn a_free_pod_leaves_the_one_zone_a_spread_class_may_use_to_it() {
     // One spread over app=web (maxSkew 1) across z-a, z-b and z-c counts three web pods:
@@ -2620,28 +2643,9 @@ fn a_free_pod_leaves_the_one_zone_a_spread_class_may_use_to_it() {
     // z-a leaves near at 2 against an empty zone, so the kube-scheduler places all three
     // only with near alone in z-a and the other two in z-b and z-c. The free pod must not
     // take n-a's room, cheap as it is.
-    let mut db = running_web(1, "n-a");
-    db[0].labels.insert("app".into(), "db".into());
-    let mut pods = db;
     let near = with_affinity(deployment("near", 1, 500, 512), labels::ZONE, app("db"));
-    for mut p in near {
-        p.topology_spread.push(spread(labels::ZONE, 1, app("web")));
-        pods.push(p);
-    }
-    for mut p in deployment("spreads", 1, 500, 512) {
-        p.topology_spread.push(spread(labels::ZONE, 1, app("web")));
-        pods.push(p);
-    }
-    pods.extend(deployment("free", 1, 500, 512));
-    for p in pods.iter_mut().filter(|p| p.node_name.is_none()) {
-        p.labels.insert("app".into(), "web".into());
-    }
-    let s = Snapshot {
-        pods,
-        nodes: vec![node_in("z-a", "n-a", 2)],
-        provisioners: vec![zones_provisioner(&["z-a", "z-b", "z-c"])],
-        ..Snapshot::default()
-    };
+    let spreads = deployment("spreads", 1, 500, 512);
+    let s = db_with_room_in_a(near.into_iter().chain(spreads).collect());
     let p = run_all_placed(&s);
     let near_at_n_a = p
         .existing_nodes
@@ -2660,28 +2664,12 @@ fn a_free_pod_goes_where_the_spread_classes_need_it_least() {
     // `free` (1 pod) has no rule. Every zone is one some class may use, but near needs z-a
     // alone while far shares z-b and z-c: with near 2 in z-a and far 1 in each of the others,
     // the free pod in z-a puts z-a at 3 against 1; in z-b or z-c every pod keeps the skew.
-    let mut db = running_web(1, "n-a");
-    db[0].labels.insert("app".into(), "db".into());
-    let mut pods = db;
     let near = with_affinity(deployment("near", 2, 500, 512), labels::ZONE, app("db"));
     let mut far = deployment("far", 2, 500, 512);
     for p in &mut far {
         p.affinity.push(term(labels::ZONE, true, app("db")));
     }
-    for mut p in near.into_iter().chain(far) {
-        p.topology_spread.push(spread(labels::ZONE, 1, app("web")));
-        pods.push(p);
-    }
-    pods.extend(deployment("free", 1, 500, 512));
-    for p in pods.iter_mut().filter(|p| p.node_name.is_none()) {
-        p.labels.insert("app".into(), "web".into());
-    }
-    let s = Snapshot {
-        pods,
-        nodes: vec![node_in("z-a", "n-a", 2)],
-        provisioners: vec![zones_provisioner(&["z-a", "z-b", "z-c"])],
-        ..Snapshot::default()
-    };
+    let s = db_with_room_in_a(near.into_iter().chain(far).collect());
     let p = run_all_placed(&s);
     let in_z_a: Vec<&String> = p
         .existing_nodes
