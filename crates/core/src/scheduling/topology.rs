@@ -1379,9 +1379,10 @@ fn pods_of_templates<'a>(
 /// those classes: a class free on the key (no rule of its own there) goes there first, a
 /// class with a spread of its own prefers them when its domains score alike (pods free of a
 /// zone must fill the zone the pods affine to a db elsewhere are kept out of, or those stay
-/// pending). When the class may reach none of them either, no pod of the batch raises the
-/// minimum there (other free classes aside), so the domains a group already counts that
-/// minimum plus its maxSkew in are ones none of its classes may use: the class goes there.
+/// pending). When the class may reach none of them either and no class the group counts may
+/// go there, no pod of the batch raises the minimum there, so the domains a group already
+/// counts that minimum plus its largest maxSkew in, and those none of its classes reach, are
+/// ones none of its classes may use: the class goes there.
 /// Where no domain is such, the domains the spreads' classes need least, as a
 /// preference among domains that score alike only ([`Fill::only`] false): each class weighs
 /// 1/n on each of the n domains it may use, summed over the spreads counting the class, and
