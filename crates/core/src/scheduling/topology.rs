@@ -1382,16 +1382,16 @@ fn pods_of_templates<'a>(
 /// pending). When the class may reach none of them either and no class the group counts may
 /// go there, no pod of the batch raises the minimum there, so the domains a group already
 /// counts that minimum plus its largest maxSkew in, and those none of its classes reach, are
-/// ones none of its classes may use: the class goes there.
-/// Where no domain is such, the domains the spreads' classes need least, as a
-/// preference among domains that score alike only ([`Fill::only`] false): each class weighs
-/// 1/n on each of the n domains it may use, summed over the spreads counting the class, and
-/// those weighing least are preferred when others weigh more (a free pod in z-a, the one
-/// zone a class affine to a db there may use, would leave it over the skew; in z-b or z-c,
-/// which a free spread class shares with z-a, it would not). Not for a class that other classes' pod affinity
-/// selects on the key (where it goes, they follow), nor where a class's affinity selects
-/// pending pods (it may come to use any domain). Classes of one `family` (split from one
-/// class to take turns) count as one.
+/// ones none of its classes may use: the class goes there. Where no domain is such, the
+/// domains the spreads' classes need least, as a preference among domains that score alike
+/// only ([`Fill::only`] false): each class weighs 1/n on each of the n domains it may use,
+/// summed over the spreads counting the class, and those weighing least are preferred when
+/// others weigh more (a free pod in z-a, the one zone a class affine to a db there may use,
+/// would leave it over the skew; in z-b or z-c, which a free spread class shares with z-a,
+/// it would not). Not for a class that other classes' pod affinity selects on the key (where
+/// it goes, they follow), nor where a class's affinity selects pending pods (it may come to
+/// use any domain). Classes of one `family` (split from one class to take turns) count as
+/// one.
 fn unusable_domains(
     terms: &[Vec<Terms>],
     family: &[usize],
@@ -1510,8 +1510,14 @@ fn unusable_domains(
             return r.clone();
         }
         let mut all = Some(BTreeSet::new());
+        let k = groups[g].key;
         for f in counted_families.get(&g).into_iter().flatten() {
-            match (side_of(first_of[f], groups[g].key), all.as_mut()) {
+            // The spread classes' sides are known from the tallies.
+            let side = match sides.get(&(*f, k)) {
+                Some(side) => side.clone(),
+                None => side_of(first_of[f], k),
+            };
+            match (side, all.as_mut()) {
                 (Some((go, _)), Some(a)) => a.extend(go),
                 _ => all = None,
             }
@@ -1612,13 +1618,12 @@ fn unusable_domains(
                 only: true,
             });
         }
-        // Else what the other families need, summed over the groups (a domain a group's
-        // classes cannot reach weighs nothing there).
+        // Else what the other families need, summed over the groups: a domain the class may
+        // use that a group's classes cannot reach weighs nothing there.
         const SAME: f64 = 1e-9;
         let own_share = own
             .as_ref()
             .map_or(0.0, |(go, _)| 1.0 / go.len().max(1) as f64);
-        // A domain the class may use that no group's classes reach weighs nothing.
         let mut need: BTreeMap<&String, f64> = mine.iter().map(|d| (d, 0.0)).collect();
         for &g in gs {
             for (d, n) in &tallies[&g].need {
