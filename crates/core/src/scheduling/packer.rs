@@ -38,6 +38,15 @@ pub struct Member {
     pub follow: Option<Follow>,
     /// Classes that follow this one (first term): folded into its fills, with room reserved.
     pub followers: Vec<usize>,
+    /// The class owns a spread that counts only some nodes (on-demand-only pods under their
+    /// own zone spread) while flexible pods the spread counts are left free to land anywhere
+    /// ([`super::topology::Hold::Free`]).
+    pub leads: bool,
+    /// The class is such a flexible one: it opens a node only once no leading member has
+    /// pods left, so that it first fills the room the leading members' nodes leave. The
+    /// pinning counted it as if on those nodes; on nodes of its own, cheaper but not
+    /// counted, it would leave the spread's counts uneven.
+    pub defers: bool,
 }
 
 /// A node (or a batch of identical nodes) decided by the packer.
@@ -158,8 +167,9 @@ impl<'p, 'v> Packer<'p, 'v> {
         }
     }
 
-    /// The first member that still has pods and may open a node. A follower never opens a
-    /// node: it rides in the fills of its targets.
+    /// The first member that still has pods and may open a node, a leading one before one that
+    /// defers ([`Member::defers`]). A follower never opens a node: it rides in the fills of its
+    /// targets.
     /// Drops from `live` the members placed or blocked since (it only shrinks).
     fn next_seed(&mut self, remaining: &[i64]) -> Option<usize> {
         let members = self.members;
@@ -167,7 +177,16 @@ impl<'p, 'v> Packer<'p, 'v> {
         self.live
             .retain(|&m| !blocked[m] && remaining[members[m].class] > 0);
         let opens = |m: &Member| m.follow.as_ref().is_none_or(|f| f.leader);
-        self.live.iter().copied().find(|&m| opens(&members[m]))
+        let first = self.live.iter().copied().find(|&m| opens(&members[m]))?;
+        if !members[first].defers {
+            return Some(first);
+        }
+        let leader = self
+            .live
+            .iter()
+            .copied()
+            .find(|&m| members[m].leads && opens(&members[m]));
+        Some(leader.unwrap_or(first))
     }
 
     /// Opens the best node (or batch of identical nodes) for `seed`, or refuses the seed.

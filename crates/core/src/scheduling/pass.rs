@@ -50,6 +50,12 @@ pub struct Pass<'a> {
     /// The spreads whose nodes the pinning could hold flexible pods off or on
     /// ([`topology::Pinned::holdable`]).
     holdable: BTreeSet<topology::FilteredSpread>,
+    /// Per class: it owns a holdable spread, and its nodes are the ones that spread counts
+    /// ([`topology::Pinned::leading`]).
+    leading: Vec<bool>,
+    /// Per class: it could be held off a holdable spread's nodes, and opens a node only once
+    /// the leading classes have theirs ([`topology::Pinned::deferring`]).
+    deferring: Vec<bool>,
     /// The pod each class is scheduled as (the pin merged into its node terms).
     templates: Vec<Pod>,
     rules: NodeRules,
@@ -111,6 +117,10 @@ impl<'a> Pass<'a> {
         };
         let classes = pinned.classes;
         let holdable = pinned.holdable;
+        let flags = |set: &BTreeSet<usize>| -> Vec<bool> {
+            classes.iter().map(|c| set.contains(&c.origin)).collect()
+        };
+        let (leading, deferring) = (flags(&pinned.leading), flags(&pinned.deferring));
         let templates: Vec<Pod> = classes.iter().map(|c| c.effective_pod(pods)).collect();
         let rules = NodeRules::build(pods, &templates, &classes);
         let together = colocation::analyze(pods, &templates);
@@ -134,6 +144,8 @@ impl<'a> Pass<'a> {
                 .chain(pinned.refused)
                 .collect(),
             holdable,
+            leading,
+            deferring,
             templates,
             rules,
             together,
@@ -518,6 +530,8 @@ impl<'a> Pass<'a> {
                         _ => None,
                     },
                     followers: self.followers[ci].clone(),
+                    leads: self.leading[ci],
+                    defers: self.deferring[ci],
                 }),
                 ClassFit::Refused(r) => self.refusals[ci].push((view.prov.name.clone(), r)),
             }

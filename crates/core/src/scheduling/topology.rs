@@ -120,6 +120,13 @@ pub struct Pinned {
     /// The spreads counting only some nodes whose nodes some class could be held off or on
     /// ([`Hold`]).
     pub(crate) holdable: BTreeSet<FilteredSpread>,
+    /// The classes (by [`PodClass::origin`]) that own one of the `holdable` spreads (the
+    /// on-demand-only pods): their nodes are the ones it counts.
+    pub(crate) leading: BTreeSet<usize>,
+    /// The classes (by origin) that could be held off a `holdable` spread's nodes (the
+    /// flexible pods): left `Free`, they should fill the room the leading classes' nodes
+    /// leave, so the packer opens nodes for the leading classes first.
+    pub(crate) deferring: BTreeSet<usize>,
 }
 
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -861,6 +868,8 @@ fn pin_in_order(
             classes,
             refused: Vec::new(),
             holdable: BTreeSet::new(),
+            leading: BTreeSet::new(),
+            deferring: BTreeSet::new(),
         };
         return (pinned, order);
     }
@@ -925,6 +934,7 @@ fn pin_in_order(
     // it that way. Held on, it still takes the room existing counted nodes have.
     let hold = closed.hold();
     let mut holdable = BTreeSet::new();
+    let mut deferring = BTreeSet::new();
     let mut held: Vec<Requirements> = vec![Requirements::new(); classes.len()];
     for (ci, c) in classes.iter().enumerate() {
         let p = &pods[c.template];
@@ -960,6 +970,7 @@ fn pin_in_order(
                 let off = f.outside(&keys[k]).into_iter().find_map(usable);
                 if off.is_some() {
                     holdable.insert((keys[k].clone(), groups[g].scope.clone(), f.clone()));
+                    deferring.insert(c.origin);
                 }
                 match (hold, off) {
                     (Hold::Off, Some(off)) => held[ci] = off,
@@ -975,6 +986,21 @@ fn pin_in_order(
             terms[ci][k].matches = kept;
         }
     }
+    let leading: BTreeSet<usize> = classes
+        .iter()
+        .zip(&terms)
+        .filter(|(_, t)| {
+            t.iter().enumerate().any(|(k, t)| {
+                t.spreads.iter().any(|s| {
+                    let g = &groups[s.group];
+                    g.nodes.as_ref().is_some_and(|f| {
+                        holdable.contains(&(keys[k].clone(), g.scope.clone(), f.clone()))
+                    })
+                })
+            })
+        })
+        .map(|(c, _)| c.origin)
+        .collect();
     // Held pins can keep a class off other filtered spreads' nodes too (held on on-demand,
     // the spread of spot-only pods no longer counts it): it is counted where it may land.
     for (ci, c) in classes.iter().enumerate() {
@@ -1299,6 +1325,8 @@ fn pin_in_order(
         classes: slots.into_iter().flatten().collect(),
         refused,
         holdable,
+        leading,
+        deferring,
     };
     (pinned, order)
 }

@@ -2482,6 +2482,40 @@ fn flexible_pods_sharing_a_spread_with_on_demand_only_pods_are_all_placed() {
 }
 
 #[test]
+fn flexible_pods_fill_the_on_demand_nodes_room_before_spot_whatever_the_names() {
+    // 3 on-demand-only and 7 flexible pods of 500m under one zone spread (maxSkew 1). The
+    // on-demand-only pods go one per zone (the spread's domains are the three zones the
+    // Provisioner can launch in), so three on-demand nodes must exist; a c5.large (2 vCPU,
+    // $0.085/h on demand, $0.034/h spot in the test catalog) holds three such pods. The
+    // cheapest layout the kube-scheduler accepts fills each on-demand node with its
+    // on-demand-only pod and two flexible ones (the on-demand-only pods' spread, which counts
+    // on-demand nodes only, sees 3, 3, 3) and puts the last flexible pod on one spot node
+    // (every node: 4, 3, 3): 3 x 0.085 + 0.034 = $0.289/h. Which workload's pods sort first
+    // by name must not matter; it used to decide whether the flexible pods opened spot nodes
+    // first, leaving an on-demand node with one pod (counts 1, 3, 3) and the plan held all
+    // of them on on-demand ($0.340/h).
+    for od_name in ["web-od", "api-od"] {
+        let mut s = on_demand_and_flexible_under_one_zone_spread(3, 7, 500);
+        for p in s.pods.iter_mut().filter(|p| p.name.starts_with("web-od")) {
+            p.name = p.name.replace("web-od", od_name);
+        }
+        let p = run_all_placed(&s);
+        let flexible = |k: &str| k.contains("web-any");
+        assert_eq!(
+            pods_on(&p, CapacityType::OnDemand, flexible),
+            6,
+            "{od_name}"
+        );
+        assert_eq!(pods_on(&p, CapacityType::Spot, flexible), 1, "{od_name}");
+        assert!(
+            (p.new_price_per_hour() - 0.289).abs() < 1e-9,
+            "{od_name}: {}",
+            p.new_price_per_hour()
+        );
+    }
+}
+
+#[test]
 fn flexible_pods_are_held_off_by_the_requirement_their_own_terms_leave_open() {
     // As above, on a Provisioner labeling its nodes `dedicated: web`, which every pod
     // requires: the on-demand-only pods' spread counts nodes with `dedicated: web` and
