@@ -70,44 +70,72 @@ fn place(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -> Plan 
 /// [`place`]'s passes, returning with the plan the domains closed on the way: `explain`
 /// builds its pass on the same ones, so the pin it shows is the one the plan used.
 ///
-/// When a spread that counts only some nodes comes out skewed while flexible pods could be
-/// held off or on its nodes ([`topology::Hold`]), the passes start over both ways and the
-/// plan placing more pods, then the cheaper, is kept: held off is what spot-friendly pods
-/// beside on-demand-only ones want, held on shares the on-demand nodes' room.
+/// When flexible pods could be held off or on the nodes of a spread that counts only some
+/// nodes ([`topology::Hold`]) and the passes leaving them free either found that spread
+/// skewed or refused pods, the passes run again both ways: held off is what spot-friendly
+/// pods beside on-demand-only ones want, held on shares the on-demand nodes' room. The free
+/// passes are finished too, and of the three plans the one placing more pods, then the
+/// cheaper, is kept (ties: free, off, on).
 pub(crate) fn settle(
     snapshot: &Snapshot,
     catalog: &[InstanceType],
     opts: &Options,
 ) -> (Plan, topology::Closed) {
-    let (plan, closed, start_over) = passes(snapshot, catalog, opts, topology::Closed::default());
-    if !start_over {
-        return (plan, closed);
+    let free = passes(snapshot, catalog, opts, topology::Closed::default(), true);
+    let refused = !free.plan.unschedulable.is_empty();
+    if !free.start_over && (!refused || !free.holdable) {
+        return (free.plan, free.closed);
     }
+    let free = if free.start_over {
+        passes(snapshot, catalog, opts, free.closed, false)
+    } else {
+        free
+    };
     let [off, on] = [topology::Hold::Off, topology::Hold::On].map(|hold| {
-        let (plan, closed, _) = passes(snapshot, catalog, opts, topology::Closed::holding(hold));
-        (plan, closed)
+        passes(
+            snapshot,
+            catalog,
+            opts,
+            topology::Closed::holding(hold),
+            false,
+        )
     });
     let rank = |p: &Plan| (p.unschedulable.len(), p.new_price_per_hour());
-    let (a, b) = (rank(&off.0), rank(&on.0));
-    if b.0 < a.0 || (b.0 == a.0 && b.1 < a.1) {
-        on
-    } else {
-        off
+    let mut best = free;
+    for other in [off, on] {
+        let (a, b) = (rank(&best.plan), rank(&other.plan));
+        if b.0 < a.0 || (b.0 == a.0 && b.1 < a.1) {
+            best = other;
+        }
     }
+    (best.plan, best.closed)
 }
 
-/// Runs passes from `closed` until nothing new closes; true beside the last pass's plan when
-/// they stopped to start over holding flexible pods ([`settle`]), which only passes with
-/// `Hold::Free` do.
+/// What [`passes`] ended with.
+struct Passes {
+    plan: Plan,
+    closed: topology::Closed,
+    /// They stopped early to start over holding flexible pods ([`settle`]).
+    start_over: bool,
+    /// Some pass could hold flexible pods ([`topology::Pinned::holdable`]).
+    holdable: bool,
+}
+
+/// Runs passes from `closed` until nothing new closes. With `may_start_over`, passes with
+/// `Hold::Free` stop as soon as a spread that counts only some nodes comes out skewed while
+/// flexible pods could be held off or on its nodes ([`settle`] starts over).
 fn passes(
     snapshot: &Snapshot,
     catalog: &[InstanceType],
     opts: &Options,
     mut closed: topology::Closed,
-) -> (Plan, topology::Closed, bool) {
+    may_start_over: bool,
+) -> Passes {
+    let mut any_holdable = false;
     loop {
         let pass = Pass::with_closed(snapshot, catalog, opts, &closed);
         let holdable = pass.holdable().clone();
+        any_holdable |= !holdable.is_empty();
         let pinned: Vec<classes::PodClass> = pass
             .classes()
             .iter()
@@ -115,16 +143,22 @@ fn passes(
             .cloned()
             .collect();
         let plan = pass.run();
+        let done = |plan, closed, start_over| Passes {
+            plan,
+            closed,
+            start_over,
+            holdable: any_holdable,
+        };
         if pinned.is_empty() {
-            return (plan, closed, false);
+            return done(plan, closed, false);
         }
         let found = closing::close_between_passes(snapshot, catalog, &plan, &pinned, &mut closed);
         let held_would_help = found.skewed.iter().any(|s| holdable.contains(s));
-        if held_would_help && closed.hold() == topology::Hold::Free {
-            return (plan, closed, true);
+        if may_start_over && held_would_help && closed.hold() == topology::Hold::Free {
+            return done(plan, closed, true);
         }
         if !found.any {
-            return (plan, closed, false);
+            return done(plan, closed, false);
         }
     }
 }

@@ -42,8 +42,9 @@ pub struct Member {
     /// own zone spread) while flexible pods the spread counts are left free to land anywhere
     /// ([`super::topology::Hold::Free`]).
     pub leads: bool,
-    /// The class is such a flexible one: it opens a node only once no leading member has
-    /// pods left, so that it first fills the room the leading members' nodes leave. The
+    /// The class is such a flexible one: it opens no node while a leading member of this
+    /// packing may still open one (any leading member, not only those of the spreads that
+    /// count it), so that it first fills the room the leading members' nodes leave. The
     /// pinning counted it as if on those nodes; on nodes of its own, cheaper but not
     /// counted, it would leave the spread's counts uneven.
     pub defers: bool,

@@ -2485,9 +2485,9 @@ fn flexible_pods_sharing_a_spread_with_on_demand_only_pods_are_all_placed() {
 fn flexible_pods_fill_the_on_demand_nodes_room_before_spot_whatever_the_names() {
     // 3 on-demand-only and 7 flexible pods of 500m under one zone spread (maxSkew 1). The
     // on-demand-only pods go one per zone (the spread's domains are the three zones the
-    // Provisioner can launch in), so three on-demand nodes must exist; a c5.large (2 vCPU,
-    // $0.085/h on demand, $0.034/h spot in the test catalog) holds three such pods. The
-    // cheapest layout the kube-scheduler accepts fills each on-demand node with its
+    // Provisioner can launch in, as Karpenter takes them), so three on-demand nodes must
+    // exist; a c5.large (2 vCPU, $0.085/h on demand, $0.034/h spot in the test catalog)
+    // holds three such pods. The cheapest layout then fills each on-demand node with its
     // on-demand-only pod and two flexible ones (the on-demand-only pods' spread, which counts
     // on-demand nodes only, sees 3, 3, 3) and puts the last flexible pod on one spot node
     // (every node: 4, 3, 3): 3 x 0.085 + 0.034 = $0.289/h. Which workload's pods sort first
@@ -2512,6 +2512,28 @@ fn flexible_pods_fill_the_on_demand_nodes_room_before_spot_whatever_the_names() 
             "{od_name}: {}",
             p.new_price_per_hour()
         );
+    }
+}
+
+#[test]
+fn flexible_pods_beside_a_spot_node_running_the_app_are_all_placed() {
+    // 2 on-demand-only and 8 flexible web pods of 700m under one zone spread (maxSkew 1),
+    // and a spot node in z-b (2 cpus) already running two web pods of 500m. The
+    // kube-scheduler places all ten, e.g. the on-demand-only pods on on-demand nodes in z-b
+    // and z-c (their spread counts on-demand nodes only: 0, 1, 1) and the flexible ones 4 in
+    // z-a, 1 in z-b and 3 in z-c (every node: 4, 4, 4). Left free, the flexible pods were
+    // counted where the on-demand-only pod then also went, the flexible pods' own spread came
+    // out skewed and its closing refused one; the skewed spread was not the on-demand-only
+    // one, so the plan never tried holding them off or on.
+    for (od, any, cpu) in [(2, 8, 700), (3, 12, 500)] {
+        let mut s = on_demand_and_flexible_under_one_zone_spread(od, any, cpu);
+        s.nodes.push(typed_node("z-b", "n-b", "spot", 2));
+        for mut p in deployment("running", 2, 500, 512) {
+            p.labels.insert("app".into(), "web".into());
+            p.node_name = Some("n-b".into());
+            s.pods.push(p);
+        }
+        run_all_placed(&s);
     }
 }
 
