@@ -1212,6 +1212,21 @@ fn pin_in_order(
                 !reach[k].is_empty() || !t[k].spreads.is_empty() || !t[k].affinity.is_empty()
             })
             .collect();
+        // A required hostname term counts a selected pod on any node (every node has a
+        // hostname), which also ends the first-pod exception of the terms decided here.
+        let partner_anywhere = t.iter().any(|tk| !tk.affinity.is_empty())
+            && p.affinity
+                .iter()
+                .filter(|a| !a.anti && a.weight.is_none() && a.topology_key == labels::HOSTNAME)
+                .any(|a| {
+                    let scope = Scope::of_term(p, a);
+                    pods.iter().any(|q| {
+                        q.node_name
+                            .as_deref()
+                            .is_some_and(|n| by_name.contains_key(n))
+                            && scope.matches(q)
+                    })
+                });
         let mut split: BTreeMap<Vec<Option<String>>, Vec<usize>> = BTreeMap::new();
         let mut first_choice: Option<Vec<Option<String>>> = None;
         // Per key, the values of the nodes a class affine to running pods must join.
@@ -1268,6 +1283,13 @@ fn pin_in_order(
             };
             let mut choice: Vec<Option<String>> = vec![None; keys.len()];
             let mut why = None;
+            // The kube-scheduler's first-pod exception holds only while no pod the terms
+            // select runs (or was placed before this one) on a node carrying any of their
+            // keys: one term's partner ends it for all of them.
+            let started = partner_anywhere
+                || t.iter()
+                    .flat_map(|tk| &tk.affinity)
+                    .any(|&g| count[g].values().any(|&n| n > 0));
             for &k in &involved {
                 let fill = unusable.get(&(ci, k));
                 match choose(
@@ -1279,6 +1301,7 @@ fn pin_in_order(
                     &groups,
                     p,
                     fill,
+                    started,
                 ) {
                     Ok(d) => choice[k] = Some(d),
                     Err(e) => {
@@ -1874,6 +1897,7 @@ fn choose(
     groups: &[Group],
     pod: &Pod,
     fill: Option<&Fill>,
+    started: bool,
 ) -> Result<String, String> {
     let get = |m: &BTreeMap<String, i64>, d: &str| m.get(d).copied().unwrap_or(0);
     // Skew: every hard spread must accept the domain.
@@ -1963,11 +1987,11 @@ fn choose(
             .filter(|d| get(&count[g], d) > 0)
             .collect();
         // The kube-scheduler's exception for the first pod of a self-affine group holds only
-        // while no pod the term selects runs anywhere, in a domain this pod can reach or not.
-        let anywhere = count[g].values().any(|&n| n > 0);
+        // while no pod its terms select runs on a node with any of their keys, in a domain
+        // this pod can reach or not (`started`).
         if !with.is_empty() {
             cands = with;
-        } else if anywhere || !groups[g].scope.matches(pod) {
+        } else if started || !groups[g].scope.matches(pod) {
             return Err(format!(
                 "pod affinity on {key}: no allowed {key} runs pods {}",
                 describe_selector(&groups[g].scope)

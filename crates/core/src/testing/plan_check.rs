@@ -406,12 +406,22 @@ fn check_terms(c: &Cluster, p: &Pod, node: &str) -> Result<(), String> {
             );
         } else if a.topology_key != labels::HOSTNAME {
             // A self-affine group may bootstrap a domain with its own pods while no running
-            // pod matches the term anywhere (the kube-scheduler's exception; hostname groups
-            // are checked whole in check_hostname_groups).
-            let runs_anywhere =
-                c.snapshot.pods.iter().any(|q| {
-                    q.node_name.is_some() && q.key() != p.key() && c.term_selects(p, a, q)
-                });
+            // pod the term selects is on a node carrying the key of any of the pod's required
+            // affinity terms (the kube-scheduler's exception; hostname groups are checked
+            // whole in check_hostname_groups).
+            let carries_a_key = |n: &str| {
+                c.node_labels.get(n).is_some_and(|l| {
+                    p.affinity
+                        .iter()
+                        .filter(|b| !b.anti && b.weight.is_none())
+                        .any(|b| l.contains_key(&b.topology_key))
+                })
+            };
+            let runs_anywhere = c.snapshot.pods.iter().any(|q| {
+                q.node_name.as_deref().is_some_and(carries_a_key)
+                    && q.key() != p.key()
+                    && c.term_selects(p, a, q)
+            });
             ensure!(
                 others > 0 || (c.term_selects(p, a, p) && !runs_anywhere),
                 "{} in {}={} away from its affinity",

@@ -275,6 +275,52 @@ fn zone_anti_affinity_allows_one_pod_per_zone() {
     );
 }
 
+/// A db pod pending with required pod affinity to `app: db` on the zone and on `rack` (a
+/// label only the Provisioner's nodes carry), and, when `running`, a db pod on `n-a` in z-a,
+/// a node without a rack label.
+fn db_affine_on_zone_and_rack(running: bool) -> Snapshot {
+    let mut pending = pod("db-1", 500, 512);
+    pending.labels.insert("app".into(), "db".into());
+    pending.affinity.push(term(labels::ZONE, false, app("db")));
+    pending.affinity.push(term("rack", false, app("db")));
+    let mut pods = vec![pending];
+    if running {
+        let mut db = pod("db-0", 100, 128);
+        db.labels.insert("app".into(), "db".into());
+        db.node_name = Some("n-a".into());
+        pods.push(db);
+    }
+    let mut prov = Provisioner::default_provisioner();
+    prov.labels.insert("rack".into(), "r1".into());
+    Snapshot {
+        pods,
+        nodes: vec![node_in("z-a", "n-a", 1)],
+        provisioners: vec![prov],
+        ..Snapshot::default()
+    }
+}
+
+#[test]
+fn the_first_pod_exception_ends_once_a_partner_runs_on_a_node_with_any_term_key() {
+    // The kube-scheduler (InterPodAffinity) lets a pod break its required affinity only while
+    // no pod matching its terms runs on a node carrying any of the terms' topology keys, and
+    // the pod matches them itself. With no db pod running, db-1 starts the series: a new node
+    // (rack r1) is bought for it. With db-0 on n-a (zone z-a, no rack label), the zone term
+    // counts db-0, so the exception is off; no node has a rack value where a db pod runs, so
+    // db-1 stays pending and nothing is bought for it.
+    let alone = run(&db_affine_on_zone_and_rack(false));
+    assert!(alone.unschedulable.is_empty(), "{:?}", alone.unschedulable);
+    assert_eq!(alone.new_nodes.len(), 1);
+    let p = run(&db_affine_on_zone_and_rack(true));
+    assert!(p.new_nodes.is_empty(), "{:?}", p.new_nodes);
+    assert_eq!(p.unschedulable.len(), 1, "{:?}", p.unschedulable);
+    assert!(
+        p.unschedulable[0].reason.contains("rack"),
+        "{}",
+        p.unschedulable[0].reason
+    );
+}
+
 #[test]
 fn zone_affinity_follows_the_running_partner() {
     let mut cache = pod("cache", 100, 128);
