@@ -26,6 +26,8 @@ pub mod topology;
 pub mod typeset;
 pub mod volume_limits;
 
+use std::collections::HashSet;
+
 use crate::instance_type::InstanceType;
 use crate::snapshot::Snapshot;
 
@@ -72,7 +74,7 @@ fn place(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -> Plan 
 ///
 /// When flexible pods could be held off or on the nodes of a spread that counts only some
 /// nodes ([`topology::Hold`]) and the passes leaving them free either found that spread
-/// skewed or refused pods, the passes run again both ways: held off is what spot-friendly
+/// skewed or refused pods of the classes concerned, the passes run again both ways: held off is what spot-friendly
 /// pods beside on-demand-only ones want, held on shares the on-demand nodes' room. The free
 /// passes are finished too, and of the three plans the one placing more pods, then the
 /// cheaper, is kept (ties: free, off, on).
@@ -82,8 +84,7 @@ pub(crate) fn settle(
     opts: &Options,
 ) -> (Plan, topology::Closed) {
     let free = passes(snapshot, catalog, opts, topology::Closed::default(), true);
-    let refused = !free.plan.unschedulable.is_empty();
-    if !free.start_over && (!refused || !free.holdable) {
+    if !free.start_over && !free.refused_holdable {
         return (free.plan, free.closed);
     }
     let free = if free.start_over {
@@ -117,8 +118,9 @@ struct Passes {
     closed: topology::Closed,
     /// They stopped early to start over holding flexible pods ([`settle`]).
     start_over: bool,
-    /// Some pass could hold flexible pods ([`topology::Pinned::holdable`]).
-    holdable: bool,
+    /// The last pass refused pods of classes that own a holdable spread or could be held
+    /// ([`pass::Pass::holdable_pods`]).
+    refused_holdable: bool,
 }
 
 /// Runs passes from `closed` until nothing new closes. With `may_start_over`, passes with
@@ -131,11 +133,14 @@ fn passes(
     mut closed: topology::Closed,
     may_start_over: bool,
 ) -> Passes {
-    let mut any_holdable = false;
     loop {
         let pass = Pass::with_closed(snapshot, catalog, opts, &closed);
         let holdable = pass.holdable().clone();
-        any_holdable |= !holdable.is_empty();
+        let holdable_pods: HashSet<String> = pass
+            .holdable_pods()
+            .iter()
+            .map(|&i| snapshot.pods[i].key())
+            .collect();
         let pinned: Vec<classes::PodClass> = pass
             .classes()
             .iter()
@@ -143,11 +148,15 @@ fn passes(
             .cloned()
             .collect();
         let plan = pass.run();
+        let refused_holdable = plan
+            .unschedulable
+            .iter()
+            .any(|u| holdable_pods.contains(&u.pod));
         let done = |plan, closed, start_over| Passes {
             plan,
             closed,
             start_over,
-            holdable: any_holdable,
+            refused_holdable,
         };
         if pinned.is_empty() {
             return done(plan, closed, false);

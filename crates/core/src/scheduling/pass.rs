@@ -56,6 +56,8 @@ pub struct Pass<'a> {
     /// Per class: it could be held off a holdable spread's nodes, and opens a node only once
     /// the leading classes have theirs ([`topology::Pinned::deferring`]).
     deferring: Vec<bool>,
+    /// [`Pass::holdable_pods`].
+    holdable_pods: Vec<usize>,
     /// The pod each class is scheduled as (the pin merged into its node terms).
     templates: Vec<Pod>,
     rules: NodeRules,
@@ -146,6 +148,7 @@ impl<'a> Pass<'a> {
             holdable,
             leading,
             deferring,
+            holdable_pods: pinned.holdable_pods,
             templates,
             rules,
             together,
@@ -181,6 +184,13 @@ impl<'a> Pass<'a> {
     /// pods off or on ([`topology::Hold`]), so that passes may start over doing it.
     pub(crate) fn holdable(&self) -> &BTreeSet<topology::FilteredSpread> {
         &self.holdable
+    }
+
+    /// The pods (snapshot indices) of the classes that own a holdable spread or could be held
+    /// ([`topology::Pinned::holdable_pods`]), the pinning's refused ones too: refused, they
+    /// are worth holding the flexible pods for.
+    pub(crate) fn holdable_pods(&self) -> &[usize] {
+        &self.holdable_pods
     }
 
     /// The classes the pass schedules, so a caller can tell what a pod was pinned to.

@@ -127,6 +127,8 @@ pub struct Pinned {
     /// flexible pods): left `Free`, they should fill the room the leading classes' nodes
     /// leave, so the packer opens nodes for the leading classes first.
     pub(crate) deferring: BTreeSet<usize>,
+    /// The pods (snapshot indices) of the leading and deferring classes, pinned or refused.
+    pub(crate) holdable_pods: Vec<usize>,
 }
 
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -254,6 +256,9 @@ struct Terms {
     anti: Vec<usize>,
     /// The required ones among `anti`: they repel other pods.
     anti_required: Vec<usize>,
+    /// The required ones among `affinity`: only they end one another's first-pod exception
+    /// (`choose`), as the kube-scheduler counts partners for required terms only.
+    affinity_required: Vec<usize>,
     /// Groups whose scope matches the class (its pods count there).
     matches: Vec<usize>,
     /// Anti groups whose repellers reject the class.
@@ -844,6 +849,9 @@ fn pin_in_order(
                 }
             } else {
                 t[k].affinity.push(g);
+                if a.weight.is_none() {
+                    t[k].affinity_required.push(g);
+                }
             }
         }
         terms.push(t);
@@ -870,6 +878,7 @@ fn pin_in_order(
             holdable: BTreeSet::new(),
             leading: BTreeSet::new(),
             deferring: BTreeSet::new(),
+            holdable_pods: Vec::new(),
         };
         return (pinned, order);
     }
@@ -1000,6 +1009,11 @@ fn pin_in_order(
             })
         })
         .map(|(c, _)| c.origin)
+        .collect();
+    let holdable_pods: Vec<usize> = classes
+        .iter()
+        .filter(|c| leading.contains(&c.origin) || deferring.contains(&c.origin))
+        .flat_map(|c| c.pods.iter().copied())
         .collect();
     // Held pins can keep a class off other filtered spreads' nodes too (held on on-demand,
     // the spread of spot-only pods no longer counts it): it is counted where it may land.
@@ -1214,7 +1228,7 @@ fn pin_in_order(
             .collect();
         // A required hostname term counts a selected pod on any node (every node has a
         // hostname), which also ends the first-pod exception of the terms decided here.
-        let partner_anywhere = t.iter().any(|tk| !tk.affinity.is_empty())
+        let partner_anywhere = t.iter().any(|tk| !tk.affinity_required.is_empty())
             && p.affinity
                 .iter()
                 .filter(|a| !a.anti && a.weight.is_none() && a.topology_key == labels::HOSTNAME)
@@ -1288,7 +1302,7 @@ fn pin_in_order(
             // keys: one term's partner ends it for all of them.
             let started = partner_anywhere
                 || t.iter()
-                    .flat_map(|tk| &tk.affinity)
+                    .flat_map(|tk| &tk.affinity_required)
                     .any(|&g| count[g].values().any(|&n| n > 0));
             for &k in &involved {
                 let fill = unusable.get(&(ci, k));
@@ -1350,6 +1364,7 @@ fn pin_in_order(
         holdable,
         leading,
         deferring,
+        holdable_pods,
     };
     (pinned, order)
 }
@@ -1987,11 +2002,17 @@ fn choose(
             .filter(|d| get(&count[g], d) > 0)
             .collect();
         // The kube-scheduler's exception for the first pod of a self-affine group holds only
-        // while no pod its terms select runs on a node with any of their keys, in a domain
-        // this pod can reach or not (`started`).
+        // while no pod its required terms select runs on a node with any of their keys, in a
+        // domain this pod can reach or not (`started`); a preferred term taken as hard here
+        // is judged on its own partners.
+        let anywhere = if t.affinity_required.contains(&g) {
+            started
+        } else {
+            count[g].values().any(|&n| n > 0)
+        };
         if !with.is_empty() {
             cands = with;
-        } else if started || !groups[g].scope.matches(pod) {
+        } else if anywhere || !groups[g].scope.matches(pod) {
             return Err(format!(
                 "pod affinity on {key}: no allowed {key} runs pods {}",
                 describe_selector(&groups[g].scope)

@@ -322,6 +322,33 @@ fn the_first_pod_exception_ends_once_a_partner_runs_on_a_node_with_any_term_key(
 }
 
 #[test]
+fn a_preferred_partner_does_not_end_the_first_pod_exception_of_a_required_term() {
+    // db-1 requires zone affinity to app=db, which it matches itself, and no db pod runs; it
+    // prefers (weight 100) a zone running app=cache, and a cache pod runs on n-a in z-a. The
+    // kube-scheduler counts partners for required terms only, so db-1 may start its series,
+    // and its preference takes it to z-a: nothing is relaxed.
+    let mut db = pod("db-1", 500, 512);
+    db.labels.insert("app".into(), "db".into());
+    db.affinity.push(term(labels::ZONE, false, app("db")));
+    let mut near_cache = term(labels::ZONE, false, app("cache"));
+    near_cache.weight = Some(100);
+    db.affinity.push(near_cache);
+    let mut cache = pod("cache", 100, 128);
+    cache.labels.insert("app".into(), "cache".into());
+    cache.node_name = Some("n-a".into());
+    let s = Snapshot {
+        pods: vec![db, cache],
+        nodes: vec![node_in("z-a", "n-a", 1), node_in("z-b", "n-b", 1)],
+        ..Snapshot::default()
+    };
+    let p = run(&s);
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    assert!(p.relaxed.is_empty(), "{:?}", p.relaxed);
+    assert_eq!(p.existing_nodes.len(), 1, "{:?}", p.existing_nodes);
+    assert_eq!(p.existing_nodes[0].name, "n-a");
+}
+
+#[test]
 fn zone_affinity_follows_the_running_partner() {
     let mut cache = pod("cache", 100, 128);
     cache.labels.insert("app".into(), "cache".into());
