@@ -908,6 +908,9 @@ fn pin_in_order(
     // Counts from running pods.
     let by_name: HashMap<&str, &Node> = nodes.iter().map(|n| (n.name.as_str(), n)).collect();
     let mut count: Vec<BTreeMap<String, i64>> = vec![BTreeMap::new(); groups.len()];
+    // Per spread group, the pods of the batch its spreads constrain, per domain they were
+    // pinned to: a domain holding one is never full for `Fill::rising`.
+    let mut constrained: Vec<BTreeSet<String>> = vec![BTreeSet::new(); groups.len()];
     let mut repel: Vec<BTreeMap<String, i64>> = vec![BTreeMap::new(); groups.len()];
     for p in pods {
         let Some(node) = p.node_name.as_deref().and_then(|n| by_name.get(n)) else {
@@ -1314,7 +1317,7 @@ fn pin_in_order(
                     &repel,
                     &groups,
                     p,
-                    fill,
+                    fill.map(|f| (f, &constrained[..])),
                     started,
                 ) {
                     Ok(d) => choice[k] = Some(d),
@@ -1332,6 +1335,9 @@ fn pin_in_order(
                 let Some(d) = &choice[k] else { continue };
                 for &g in &t[k].matches {
                     *count[g].entry(d.clone()).or_default() += 1;
+                }
+                for s in &t[k].spreads {
+                    constrained[s.group].insert(d.clone());
                 }
                 for &g in &t[k].anti_required {
                     *repel[g].entry(d.clone()).or_default() += 1;
@@ -1636,6 +1642,7 @@ fn unusable_domains(
             return Some(Fill {
                 domains: strict,
                 only: true,
+                rising: Vec::new(),
             });
         }
         // None of them it may reach either. Where no class a group counts may go to one of
@@ -1646,10 +1653,14 @@ fn unusable_domains(
         // spread's classes, z-a empty and z-c at 1, goes to z-c and leaves z-b, the one zone
         // left to them, alone).
         let mut full: Option<BTreeSet<String>> = None;
+        // Per group, the count from which one of its domains is full: the batch's own pods
+        // fill domains too, so `choose` asks again before each pod.
+        let mut rising = Vec::new();
         for &g in gs {
             let tally = &tallies[&g];
             let Some(anyone) = reached_by_any(g) else {
                 full = Some(BTreeSet::new());
+                rising.clear();
                 break;
             };
             let stuck = strict
@@ -1665,8 +1676,10 @@ fn unusable_domains(
                 .max();
             let (Some(stuck), Some(skew)) = (stuck, skew) else {
                 full = Some(BTreeSet::new());
+                rising.clear();
                 break;
             };
+            rising.push((g, stuck + skew));
             let theirs = |d: &String| tally.go.contains_key(d) || tally.out.contains_key(d);
             let here: BTreeSet<String> = mine
                 .iter()
@@ -1682,6 +1695,7 @@ fn unusable_domains(
             return Some(Fill {
                 domains: full,
                 only: true,
+                rising,
             });
         }
         // Else what the other families need, summed over the groups: a domain the class may
@@ -1703,13 +1717,18 @@ fn unusable_domains(
         }
         let least = need.values().copied().fold(f64::INFINITY, f64::min);
         let most = need.values().copied().fold(f64::NEG_INFINITY, f64::max);
-        (least + SAME < most).then(|| Fill {
-            domains: need
-                .into_iter()
+        let domains = if least + SAME < most {
+            need.into_iter()
                 .filter(|&(_, n)| n <= least + SAME)
                 .map(|(d, _)| d.clone())
-                .collect(),
+                .collect()
+        } else {
+            BTreeSet::new()
+        };
+        (!domains.is_empty() || !rising.is_empty()).then_some(Fill {
+            domains,
             only: false,
+            rising,
         })
     };
     // Worked out once per family and key.
@@ -1721,7 +1740,11 @@ fn unusable_domains(
                 .entry((family[ci], k))
                 .or_insert_with(|| {
                     let gs = counted_by_others(ci, kt);
-                    if gs.is_empty() || kt.matches.iter().any(|g| affinity_groups.contains(g)) {
+                    // Nor for a class affine to pods of the batch: where they go is not known.
+                    if gs.is_empty()
+                        || kt.matches.iter().any(|g| affinity_groups.contains(g))
+                        || kt.affinity.iter().any(|&a| pending_in[a])
+                    {
                         return None;
                     }
                     fill_for(ci, k, &gs)
@@ -1899,6 +1922,12 @@ struct Fill {
     /// A free class goes only there while it may (no spread class may use them); else they
     /// only win among domains that score alike.
     only: bool,
+    /// Per spread group counting the class whose minimum no pod of the batch can raise, the
+    /// count at which one of its domains is full (that minimum plus the largest maxSkew):
+    /// a domain every such group counts full is one none of their classes may use while the
+    /// batch lasts, and a free pod goes there first. Empty when some group has no such
+    /// minimum.
+    rising: Vec<(usize, i64)>,
 }
 
 /// The domain for the next pod of a class, or why there is none.
@@ -1911,7 +1940,7 @@ fn choose(
     repel: &[BTreeMap<String, i64>],
     groups: &[Group],
     pod: &Pod,
-    fill: Option<&Fill>,
+    fill: Option<(&Fill, &[BTreeSet<String>])>,
     started: bool,
 ) -> Result<String, String> {
     let get = |m: &BTreeMap<String, i64>, d: &str| m.get(d).copied().unwrap_or(0);
@@ -2039,18 +2068,30 @@ fn choose(
     }
     // A free class goes first to the domains no other class whose spread counts it may use:
     // there its pods only raise the spreads' minimum (`unusable_domains`).
-    let free = t.spreads.is_empty() && t.affinity.is_empty();
-    if let (true, Some(fill)) = (free, fill.filter(|f| f.only)) {
+    // A class affine to running pods only is free too: its fill was worked out among the
+    // domains its affinity allows (`unusable_domains` gives none to a class affine to pods
+    // of the batch).
+    let free = t.spreads.is_empty();
+    if let (true, Some((fill, constrained))) = (free, fill) {
+        // Domains the spreads' pods may no longer use, with the pods placed so far counted,
+        // and where none of theirs went (a pod there would put them over their maxSkew).
+        let full_now = |d: &str| {
+            !fill.rising.is_empty()
+                && fill
+                    .rising
+                    .iter()
+                    .all(|&(g, at)| get(&count[g], d) >= at && !constrained[g].contains(d))
+        };
         let within: Vec<&String> = cands
             .iter()
             .copied()
-            .filter(|d| fill.domains.contains(*d))
+            .filter(|d| (fill.only && fill.domains.contains(*d)) || full_now(d))
             .collect();
         if !within.is_empty() {
             cands = within;
         }
     }
-    let filling = |d: &str| fill.is_some_and(|f| f.domains.contains(d));
+    let filling = |d: &str| fill.is_some_and(|(f, _)| f.domains.contains(d));
     // Fewest matching pods first (the spreads, then any group the class counts in), then the
     // cheapest node for the pod (priced keys only; a value no type offers is one only existing
     // nodes carry, which cost nothing more), then name.

@@ -1048,6 +1048,69 @@ proptest! {
     }
 }
 
+/// Found by `brute_force_completeness_with_rules_that_differ_within_an_app`. App c runs in
+/// z-a. Two pods of app a (g0) must keep out of c's zone (required zone anti-affinity) and
+/// have no spread; one more (g1) has the same term and a zone spread over app a (maxSkew 1).
+/// No app-a pod may go to z-a, so it holds the spread's minimum at 0 for good, and g1's pod
+/// needs a zone with no app-a pod: the kube-scheduler places all three only when the two g0
+/// pods share a zone (z-b, z-b, then g1 in z-c). Dealt one per zone, they left g1 none.
+#[test]
+fn free_pods_pile_into_a_zone_a_spread_stuck_at_its_minimum_may_no_longer_use() {
+    let groups: Vec<BruteGroup> = vec![
+        (0, 1, 2, None, Some(0), None, 0),
+        (0, 1, 1, Some(1), Some(0), None, 0),
+    ];
+    let s = brute_snapshot(&groups, &[(2, 1, 0)], 3, true);
+    assert!(brute_force_places_all(&s, 3));
+    let plan = simulate(&s, &catalog(), &Options::default());
+    assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
+    check(&s, &catalog(), &plan).expect("constraints hold");
+    let zone_of = |pod: &str| {
+        plan.new_nodes
+            .iter()
+            .find(|n| n.pods.iter().any(|k| k == pod))
+            .map(|n| n.zone.clone())
+    };
+    assert_eq!(zone_of("team/g0-0"), zone_of("team/g0-1"));
+}
+
+/// Found by `brute_force_completeness_with_rules_that_differ_within_an_app`, with the rule
+/// above as first written. App c runs in z-a; one app-a pod (g0) keeps out of c's zone and
+/// spreads over app a (maxSkew 1), another (g1) only keeps out. g0 took z-b; z-b then held
+/// the spread's stuck minimum (z-a, 0) plus its maxSkew, and g1 piled in, putting g0 over its
+/// maxSkew (2 against 0). A domain where a pod of the spread went is never full for it.
+#[test]
+fn a_free_pod_does_not_pile_onto_a_spread_pod_of_the_batch() {
+    let groups: Vec<BruteGroup> = vec![
+        (0, 1, 1, Some(1), Some(0), None, 0),
+        (0, 1, 1, None, Some(0), None, 0),
+    ];
+    let s = brute_snapshot(&groups, &[(2, 1, 0)], 3, true);
+    assert!(brute_force_places_all(&s, 3));
+    let plan = simulate(&s, &catalog(), &Options::default());
+    assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
+    check(&s, &catalog(), &plan).expect("constraints hold");
+}
+
+/// Found by `brute_force_completeness_with_rules_that_differ_within_an_app`. App c runs in
+/// z-a (namespace default) and z-b (namespace team). Two pods of app a (g0) must share a zone
+/// with app c in either namespace, with no spread; two more (g1) must share one with app c in
+/// their own namespace (z-a only) and spread over app a (maxSkew 1). Both g1 pods go to z-a,
+/// so the kube-scheduler places all four only when both g0 pods take z-b (2, 2). A class
+/// with affinity to running pods was not given the zones the spread's pods cannot use.
+#[test]
+fn a_class_affine_to_running_pods_leaves_the_spread_its_only_zone() {
+    let groups: Vec<BruteGroup> = vec![
+        (0, 0, 2, None, None, Some(0), 1),
+        (0, 0, 2, Some(1), None, Some(0), 0),
+    ];
+    let s = brute_snapshot(&groups, &[(2, 1, 1), (2, 0, 0)], 2, true);
+    assert!(brute_force_places_all(&s, 2));
+    let plan = simulate(&s, &catalog(), &Options::default());
+    assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
+    check(&s, &catalog(), &plan).expect("constraints hold");
+}
+
 /// Found by `hard_constraints_hold_as_the_scheduler_counts_domains`. Six 2.5-cpu pods of app a
 /// spread over the pool label (maxSkew 1, every node counts) and two small ones of the same
 /// app and spread that must share a node with an app-a pod and keep at most two app-a pods
