@@ -83,14 +83,28 @@ pub(crate) fn settle(
     catalog: &[InstanceType],
     opts: &Options,
 ) -> (Plan, topology::Closed) {
-    let free = passes(snapshot, catalog, opts, topology::Closed::default(), true);
+    let free = passes(
+        snapshot,
+        catalog,
+        opts,
+        topology::Closed::default(),
+        Stop::ForHold,
+    );
     if !free.start_over && !free.refused_holdable {
         return (free.plan, free.closed);
     }
+    // Finishing the free passes is worth a few passes only: past them it is dropped.
     let free = if free.start_over {
-        passes(snapshot, catalog, opts, free.closed, false)
+        let finished = passes(
+            snapshot,
+            catalog,
+            opts,
+            free.closed,
+            Stop::After(FINISH_PASSES),
+        );
+        finished.converged.then_some(finished)
     } else {
-        free
+        Some(free)
     };
     let [off, on] = [topology::Hold::Off, topology::Hold::On].map(|hold| {
         passes(
@@ -98,18 +112,37 @@ pub(crate) fn settle(
             catalog,
             opts,
             topology::Closed::holding(hold),
-            false,
+            Stop::Never,
         )
     });
     let rank = |p: &Plan| (p.unschedulable.len(), p.new_price_per_hour());
-    let mut best = free;
-    for other in [off, on] {
+    let (mut best, held) = match free {
+        Some(free) => (free, vec![off, on]),
+        None => (off, vec![on]),
+    };
+    for other in held {
         let (a, b) = (rank(&best.plan), rank(&other.plan));
         if b.0 < a.0 || (b.0 == a.0 && b.1 < a.1) {
             best = other;
         }
     }
     (best.plan, best.closed)
+}
+
+/// How many passes finishing the free passes may take once they stopped to start over
+/// ([`settle`]): each closes more domains, and a workload of many spread classes can take a
+/// dozen where the held passes take one.
+const FINISH_PASSES: usize = 3;
+
+/// When [`passes`] stop before nothing new closes.
+#[derive(Clone, Copy)]
+enum Stop {
+    /// To start over holding flexible pods, as soon as that would help ([`settle`]).
+    ForHold,
+    /// After this many passes.
+    After(usize),
+    /// Never.
+    Never,
 }
 
 /// What [`passes`] ended with.
@@ -121,19 +154,24 @@ struct Passes {
     /// The last pass refused pods of classes that own a holdable spread or could be held
     /// ([`pass::Pass::holdable_pods`]).
     refused_holdable: bool,
+    /// Nothing new closed after the last pass (not stopped early).
+    converged: bool,
 }
 
-/// Runs passes from `closed` until nothing new closes. With `may_start_over`, passes with
-/// `Hold::Free` stop as soon as a spread that counts only some nodes comes out skewed while
-/// flexible pods could be held off or on its nodes ([`settle`] starts over).
+/// Runs passes from `closed` until nothing new closes, or until `stop` says: with
+/// `Stop::ForHold`, passes with `Hold::Free` stop as soon as a spread that counts only some
+/// nodes comes out skewed while flexible pods could be held off or on its nodes ([`settle`]
+/// starts over).
 fn passes(
     snapshot: &Snapshot,
     catalog: &[InstanceType],
     opts: &Options,
     mut closed: topology::Closed,
-    may_start_over: bool,
+    stop: Stop,
 ) -> Passes {
+    let mut run = 0;
     loop {
+        run += 1;
         let pass = Pass::with_closed(snapshot, catalog, opts, &closed);
         let holdable = pass.holdable().clone();
         let holdable_pods: HashSet<String> = pass
@@ -152,22 +190,27 @@ fn passes(
             .unschedulable
             .iter()
             .any(|u| holdable_pods.contains(&u.pod));
-        let done = |plan, closed, start_over| Passes {
+        let done = |plan, closed, start_over, converged| Passes {
             plan,
             closed,
             start_over,
             refused_holdable,
+            converged,
         };
         if pinned.is_empty() {
-            return done(plan, closed, false);
+            return done(plan, closed, false, true);
         }
         let found = closing::close_between_passes(snapshot, catalog, &plan, &pinned, &mut closed);
         let held_would_help = found.skewed.iter().any(|s| holdable.contains(s));
-        if may_start_over && held_would_help && closed.hold() == topology::Hold::Free {
-            return done(plan, closed, true);
+        let for_hold = matches!(stop, Stop::ForHold);
+        if for_hold && held_would_help && closed.hold() == topology::Hold::Free {
+            return done(plan, closed, true, false);
         }
         if !found.any {
-            return done(plan, closed, false);
+            return done(plan, closed, false, true);
+        }
+        if matches!(stop, Stop::After(n) if run >= n) {
+            return done(plan, closed, false, false);
         }
     }
 }
