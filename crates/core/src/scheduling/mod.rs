@@ -132,7 +132,7 @@ pub(crate) fn settle(
 /// How many passes finishing the free passes may take once they stopped to start over
 /// ([`settle`]): each closes more domains, and a workload of many spread classes can take a
 /// dozen where the held passes take one.
-const FINISH_PASSES: usize = 3;
+const FINISH_PASSES: usize = 2;
 
 /// When [`passes`] stop before nothing new closes.
 #[derive(Clone, Copy)]
