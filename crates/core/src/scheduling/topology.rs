@@ -2082,10 +2082,17 @@ fn choose(
                     .iter()
                     .all(|&(g, at)| get(&count[g], d) >= at && !constrained[g].contains(d))
         };
+        // The same holds for the domains found full before the batch: none where a pod of
+        // a spread counting the class went since.
+        let untouched = |d: &str| {
+            fill.rising
+                .iter()
+                .all(|&(g, _)| !constrained[g].contains(d))
+        };
         let within: Vec<&String> = cands
             .iter()
             .copied()
-            .filter(|d| (fill.only && fill.domains.contains(*d)) || full_now(d))
+            .filter(|d| (fill.only && fill.domains.contains(*d) && untouched(d)) || full_now(d))
             .collect();
         if !within.is_empty() {
             cands = within;
