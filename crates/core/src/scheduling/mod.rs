@@ -74,10 +74,11 @@ fn place(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -> Plan 
 ///
 /// When flexible pods could be held off or on the nodes of a spread that counts only some
 /// nodes ([`topology::Hold`]) and the passes leaving them free either found that spread
-/// skewed or refused pods of the classes concerned, the passes run again both ways: held off is what spot-friendly
-/// pods beside on-demand-only ones want, held on shares the on-demand nodes' room. The free
-/// passes are finished too, and of the three plans the one placing more pods, then the
-/// cheaper, is kept (ties: free, off, on).
+/// skewed or refused pods of the classes concerned, the passes run again both ways: held
+/// off is what spot-friendly pods beside on-demand-only ones want, held on shares the
+/// on-demand nodes' room. Free passes stopped to start over are finished (within
+/// [`FINISH_PASSES`]), and of the plans the one placing more pods, then the cheaper, is
+/// kept (ties: free, off, on).
 pub(crate) fn settle(
     snapshot: &Snapshot,
     catalog: &[InstanceType],

@@ -968,24 +968,41 @@ fn brute_snapshot(
 /// on a new node of its own, passes every hard constraint (`plan_check::check`, the same
 /// oracle as `hard_constraints_hold`).
 fn brute_force_places_all(s: &Snapshot, zones: usize) -> bool {
+    let on_demand = crate::instance_type::CapacityType::OnDemand;
+    let choices: Vec<(&str, _)> = ZONES[..zones].iter().map(|&z| (z, on_demand)).collect();
+    brute_force_over(s, &choices)
+}
+
+/// True when some assignment of the pending pods of `s` to one of `choices` (a zone and a
+/// capacity type) their node terms allow, each pod on a new node of its own, passes every
+/// hard constraint.
+fn brute_force_over(s: &Snapshot, choices: &[(&str, crate::instance_type::CapacityType)]) -> bool {
     let pending: Vec<usize> = (0..s.pods.len())
         .filter(|&i| s.pods[i].node_name.is_none())
         .collect();
     let types = catalog();
     let provisioner = s.provisioners[0].name.clone();
-    let total = zones.pow(pending.len() as u32);
+    let total = choices.len().pow(pending.len() as u32);
     (0..total).any(|mut code| {
         let mut plan = crate::scheduling::Plan::default();
         for (n, &i) in pending.iter().enumerate() {
-            let zone = ZONES[code % zones];
-            code /= zones;
+            let (zone, ct) = choices[code % choices.len()];
+            code /= choices.len();
             let p = &s.pods[i];
+            let allowed = p.node_terms.is_empty()
+                || p.node_terms.iter().any(|t| {
+                    t.get(labels::CAPACITY_TYPE)
+                        .is_none_or(|r| r.allows(ct.as_str()))
+                });
+            if !allowed {
+                return false;
+            }
             plan.new_nodes.push(crate::scheduling::NewNode {
                 name: format!("bf-{n}"),
                 provisioner: provisioner.clone(),
                 instance_type: "m5.large".into(),
                 zone: zone.into(),
-                capacity_type: crate::instance_type::CapacityType::OnDemand,
+                capacity_type: ct,
                 price_per_hour: 0.096,
                 price_estimated: false,
                 instance_type_options: std::sync::Arc::from(vec!["m5.large".to_string()]),
@@ -1256,53 +1273,14 @@ proptest! {
     }
 }
 
-/// True when some assignment of the pending pods of `s` to a zone and a capacity type their
-/// node terms allow, each pod on a new node of its own, passes every hard constraint (the
-/// oracle of [`brute_force_places_all`]).
+/// [`brute_force_over`] every zone and both capacity types.
 fn brute_force_places_all_with_capacity_types(s: &Snapshot) -> bool {
     use crate::instance_type::CapacityType;
-    let pending: Vec<usize> = (0..s.pods.len())
-        .filter(|&i| s.pods[i].node_name.is_none())
-        .collect();
-    let types = catalog();
-    let provisioner = s.provisioners[0].name.clone();
     let choices: Vec<(&str, CapacityType)> = ZONES
         .iter()
         .flat_map(|&z| [(z, CapacityType::OnDemand), (z, CapacityType::Spot)])
         .collect();
-    let total = choices.len().pow(pending.len() as u32);
-    (0..total).any(|mut code| {
-        let mut plan = crate::scheduling::Plan::default();
-        for (n, &i) in pending.iter().enumerate() {
-            let (zone, ct) = choices[code % choices.len()];
-            code /= choices.len();
-            let p = &s.pods[i];
-            let allowed = p.node_terms.is_empty()
-                || p.node_terms.iter().any(|t| {
-                    t.get(labels::CAPACITY_TYPE)
-                        .is_none_or(|r| r.allows(ct.as_str()))
-                });
-            if !allowed {
-                return false;
-            }
-            plan.new_nodes.push(crate::scheduling::NewNode {
-                name: format!("bf-{n}"),
-                provisioner: provisioner.clone(),
-                instance_type: "m5.large".into(),
-                zone: zone.into(),
-                capacity_type: ct,
-                price_per_hour: 0.096,
-                price_estimated: false,
-                instance_type_options: std::sync::Arc::from(vec!["m5.large".to_string()]),
-                option_prices: std::sync::Arc::from(vec![Some(0.096)]),
-                requirements: Requirements::new(),
-                pods: vec![p.key()],
-                pod_indices: vec![i],
-                requests: p.requests.clone(),
-            });
-        }
-        check(s, &types, &plan).is_ok()
-    })
+    brute_force_over(s, &choices)
 }
 
 proptest! {
@@ -1313,8 +1291,9 @@ proptest! {
     /// brute-force search over zones and capacity types places every pending pod (with the
     /// Provisioner's zones among each spread's domains, as Karpenter counts them), the plan
     /// does, and the plan holds as the kube-scheduler counts the domains (a plan may use an
-    /// existing on-demand node's room in a zone where no other on-demand node exists). (Found: a flexible pod refused where an on-demand-only pod
-    /// went to a zone the flexible pods were counted in, docs/architecture.md 1b.)
+    /// existing on-demand node's room in a zone where no other on-demand node exists).
+    /// (Found: a flexible pod refused where an on-demand-only pod went to a zone the
+    /// flexible pods were counted in, docs/architecture.md 1b.)
     #[test]
     fn brute_force_completeness_with_capacity_types_beside_running_pods(
         workloads in prop::collection::vec(
