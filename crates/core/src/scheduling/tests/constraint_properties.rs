@@ -1065,6 +1065,21 @@ proptest! {
     }
 }
 
+/// The plan of [`brute_snapshot`]'s groups with rules of their own (`mixed`), asserting that a
+/// brute force places every pod, that the plan does too, and that it holds.
+fn all_placed_where_a_brute_force_places_them(
+    groups: &[BruteGroup],
+    running: &[(usize, usize, usize)],
+    zones: usize,
+) -> crate::scheduling::Plan {
+    let s = brute_snapshot(groups, running, zones, true);
+    assert!(brute_force_places_all(&s, zones));
+    let plan = simulate(&s, &catalog(), &Options::default());
+    assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
+    check(&s, &catalog(), &plan).expect("constraints hold");
+    plan
+}
+
 /// Found by `brute_force_completeness_with_rules_that_differ_within_an_app`. App c runs in
 /// z-a. Two pods of app a (g0) must keep out of c's zone (required zone anti-affinity) and
 /// have no spread; one more (g1) has the same term and a zone spread over app a (maxSkew 1).
@@ -1077,11 +1092,7 @@ fn free_pods_pile_into_a_zone_a_spread_stuck_at_its_minimum_may_no_longer_use() 
         (0, 1, 2, None, Some(0), None, 0),
         (0, 1, 1, Some(1), Some(0), None, 0),
     ];
-    let s = brute_snapshot(&groups, &[(2, 1, 0)], 3, true);
-    assert!(brute_force_places_all(&s, 3));
-    let plan = simulate(&s, &catalog(), &Options::default());
-    assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
-    check(&s, &catalog(), &plan).expect("constraints hold");
+    let plan = all_placed_where_a_brute_force_places_them(&groups, &[(2, 1, 0)], 3);
     let zone_of = |pod: &str| {
         plan.new_nodes
             .iter()
@@ -1102,11 +1113,7 @@ fn a_free_pod_does_not_pile_onto_a_spread_pod_of_the_batch() {
         (0, 1, 1, Some(1), Some(0), None, 0),
         (0, 1, 1, None, Some(0), None, 0),
     ];
-    let s = brute_snapshot(&groups, &[(2, 1, 0)], 3, true);
-    assert!(brute_force_places_all(&s, 3));
-    let plan = simulate(&s, &catalog(), &Options::default());
-    assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
-    check(&s, &catalog(), &plan).expect("constraints hold");
+    all_placed_where_a_brute_force_places_them(&groups, &[(2, 1, 0)], 3);
 }
 
 /// Found by `brute_force_completeness_with_rules_that_differ_within_an_app`. App c runs in
@@ -1121,11 +1128,7 @@ fn a_class_affine_to_running_pods_leaves_the_spread_its_only_zone() {
         (0, 0, 2, None, None, Some(0), 1),
         (0, 0, 2, Some(1), None, Some(0), 0),
     ];
-    let s = brute_snapshot(&groups, &[(2, 1, 1), (2, 0, 0)], 2, true);
-    assert!(brute_force_places_all(&s, 2));
-    let plan = simulate(&s, &catalog(), &Options::default());
-    assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
-    check(&s, &catalog(), &plan).expect("constraints hold");
+    all_placed_where_a_brute_force_places_them(&groups, &[(2, 1, 1), (2, 0, 0)], 2);
 }
 
 /// Found by `hard_constraints_hold_as_the_scheduler_counts_domains`. Six 2.5-cpu pods of app a
