@@ -256,17 +256,37 @@ fn break_cycles(together: &mut [Together], templates: &[Pod]) {
                     .follower()
                     .is_some_and(|f| f.terms.iter().all(|t| t.running.is_empty()))
         };
-        if let Some(&leader) = reach.iter().find(|&&c| may_lead(c)) {
-            if let Together::Follows(f) = &mut together[leader] {
-                f.leader = true;
-            }
-            continue;
-        }
         let partnered = reach.iter().any(|&c| {
             together[c]
                 .follower()
                 .is_some_and(|f| f.terms.iter().any(|t| !t.running.is_empty()))
         });
+        // A leader goes first, and the classes following it join it. Only a class on a cycle
+        // is followed by one its own first term selects (the class before it on the cycle);
+        // a class upstream of the cycle would stand apart from the pods it selects, which
+        // holds only in a scheduling order that places it before them.
+        let cyclic = on_cycles(together.len(), &reach, |c| {
+            first_targets(&together[c])
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|&x| !resolved[x])
+                .collect()
+        });
+        if let Some(leader) = reach.iter().copied().find(|&c| cyclic[c] && may_lead(c)) {
+            if let Together::Follows(f) = &mut together[leader] {
+                f.leader = true;
+            }
+            continue;
+        }
+        // No class of the cycle may start it, and none has a running partner: the cycle
+        // never runs. A class upstream of it matching its own terms then only ever finds its
+        // own pods: the first goes anywhere, the rest join it (as a self-affine group).
+        if !partnered {
+            if let Some(lone) = reach.iter().copied().find(|&c| !cyclic[c] && may_lead(c)) {
+                together[lone] = Together::OneNode;
+                continue;
+            }
+        }
         for &c in &reach {
             if partnered {
                 joined[c] = true;
@@ -284,6 +304,90 @@ fn break_cycles(together: &mut [Together], templates: &[Pod]) {
                  does",
                 labels::HOSTNAME
             ));
+        }
+    }
+}
+
+/// Which of `nodes` (classes below `n`) lie on a cycle of `edges`, which never leave
+/// `nodes`: members of a strongly connected component of two or more (Tarjan's algorithm,
+/// iterative, linear in the edges).
+fn on_cycles(n: usize, nodes: &[usize], edges: impl Fn(usize) -> Vec<usize>) -> Vec<bool> {
+    let mut t = Tarjan {
+        index: vec![None; n],
+        low: vec![0; n],
+        on_stack: vec![false; n],
+        stack: Vec::new(),
+        next: 0,
+        out: vec![false; n],
+    };
+    for &root in nodes {
+        if t.index[root].is_some() {
+            continue;
+        }
+        // Frames: (class, its successors, the next successor to visit).
+        let mut calls = vec![(root, edges(root), 0usize)];
+        t.enter(root);
+        while let Some((v, succ, i)) = calls.last_mut() {
+            let v = *v;
+            if let Some(&w) = succ.get(*i) {
+                *i += 1;
+                match t.index[w] {
+                    None => {
+                        t.enter(w);
+                        calls.push((w, edges(w), 0));
+                    }
+                    Some(iw) if t.on_stack[w] => t.low[v] = t.low[v].min(iw),
+                    Some(_) => {}
+                }
+                continue;
+            }
+            calls.pop();
+            if let Some((parent, _, _)) = calls.last() {
+                t.low[*parent] = t.low[*parent].min(t.low[v]);
+            }
+            t.close(v);
+        }
+    }
+    t.out
+}
+
+/// The state of [`on_cycles`].
+struct Tarjan {
+    index: Vec<Option<usize>>,
+    low: Vec<usize>,
+    on_stack: Vec<bool>,
+    stack: Vec<usize>,
+    next: usize,
+    out: Vec<bool>,
+}
+
+impl Tarjan {
+    fn enter(&mut self, v: usize) {
+        self.index[v] = Some(self.next);
+        self.low[v] = self.next;
+        self.next += 1;
+        self.stack.push(v);
+        self.on_stack[v] = true;
+    }
+
+    /// After `v`'s successors: when `v` roots a component, pops it and marks it when it is a
+    /// cycle.
+    fn close(&mut self, v: usize) {
+        if Some(self.low[v]) != self.index[v] {
+            return;
+        }
+        let mut component = Vec::new();
+        while let Some(w) = self.stack.pop() {
+            self.on_stack[w] = false;
+            component.push(w);
+            if w == v {
+                break;
+            }
+        }
+        if component.len() > 1 {
+            for w in component {
+                self.out[w] = true;
+            }
         }
     }
 }

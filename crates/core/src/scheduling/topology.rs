@@ -557,7 +557,7 @@ fn is_domain_key(key: &str) -> bool {
 /// the one refusing fewer is kept: a class whose spread's minimum sits in a domain it may not use (its
 /// anti-affinity keeps it out) can place more once the free classes have filled that domain,
 /// although the order puts the narrower class first. When pods are still refused, the
-/// classes with a spread take their pods in turns ([`in_turns`]), and that run is kept if it
+/// classes with a spread take their pods in turns (`in_turns`), and that run is kept if it
 /// refuses fewer still.
 pub fn pin(
     pods: &[Pod],

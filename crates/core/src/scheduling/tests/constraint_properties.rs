@@ -1339,3 +1339,47 @@ proptest! {
         }
     }
 }
+
+/// Found by `hard_constraints_hold_as_the_scheduler_counts_domains`. A pod of app c in
+/// namespace default must share a node with an app-c pod of any namespace; three of app c in
+/// team must share one with an app-c pod of team (a cycle between their two workloads). The
+/// first pod was chosen to start the cycle, though no pod of the cycle selects it, so it
+/// went to n0 alone while the cycle (whose volumes n0's attach cap refuses) went to n1: the
+/// kube-scheduler places it so only when it comes first. It must join them.
+#[test]
+fn a_pod_selecting_a_hostname_affinity_cycle_it_is_not_on_joins_the_cycle() {
+    let mut a = plain(2, 0);
+    a.cpu = 250;
+    a.ns_mode = 1;
+    a.host_affinity = true;
+    let mut b = plain(2, 1);
+    b.ns_mode = 3;
+    b.host_affinity = true;
+    let mut d = plain(2, 1);
+    d.count = 2;
+    d.host_affinity = true;
+    d.volumes = 1;
+    let n0 = NodeSpec {
+        zone: 0,
+        full: false,
+        tainted: false,
+        pool: 0,
+        running: vec![(0, 0, None), (0, 0, None)],
+        ebs_cap: Some(0),
+    };
+    let n1 = NodeSpec {
+        running: Vec::new(),
+        ebs_cap: None,
+        ..n0.clone()
+    };
+    let s = build_as(&[a, b, plain(0, 0), d], &[n0, n1], Shapes::All);
+    let plan = plan_of(&s);
+    if let Err(e) = check_with(&s, &catalog(), &plan, SpreadDomains::FinalCluster) {
+        panic!("{e}\n{plan:#?}");
+    }
+    let on_n1 = plan.existing_nodes.iter().find(|n| n.name == "n1");
+    assert!(
+        on_n1.is_some_and(|n| n.pods.iter().any(|p| p == "default/d0-0")),
+        "{plan:#?}"
+    );
+}

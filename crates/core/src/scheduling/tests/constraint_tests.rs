@@ -1237,6 +1237,43 @@ fn a_cycle_is_started_by_any_class_it_reaches_that_matches_its_own_terms() {
 }
 
 #[test]
+fn a_class_selecting_a_cycle_it_is_not_on_joins_the_cycle_instead_of_starting_alone() {
+    // api selects api, cache or db; cache and db select cache or db: a cycle api is not on
+    // (neither selects api). Every pod's term selects pods that will run, so in the final
+    // cluster each api pod shares a node with a cache or db pod, whatever order the
+    // kube-scheduler takes them in; api started alone (it matches its own term) would hold
+    // only if its pods came first. Six 500m pods: one node.
+    let pods = affine_apps(&[
+        ("api", 2, &["api", "cache", "db"]),
+        ("cache", 2, &["cache", "db"]),
+        ("db", 2, &["cache", "db"]),
+    ]);
+    assert_eq!(one_new_node(pods), 6);
+
+    // When the cycle never starts (cache selects db and db selects cache, neither itself),
+    // api's partners never run: it is the first of its series and goes alone.
+    let p = run(&Snapshot {
+        pods: affine_apps(&[
+            ("api", 2, &["api", "cache", "db"]),
+            ("cache", 2, &["db"]),
+            ("db", 2, &["cache"]),
+        ]),
+        ..Snapshot::default()
+    });
+    let refused: Vec<&str> = p.unschedulable.iter().map(|u| u.pod.as_str()).collect();
+    assert_eq!(
+        refused,
+        [
+            "default/cache-0",
+            "default/cache-1",
+            "default/db-0",
+            "default/db-1"
+        ]
+    );
+    assert_eq!(layout(&p).len(), 1, "{:?}", layout(&p));
+}
+
+#[test]
 fn a_three_class_cycle_gets_a_type_that_holds_all_of_it() {
     // a -> b -> c -> {a, c}: c leads, and its followers' followers join its node too.
     let pods = affine_apps(&[("a", 3, &["b"]), ("b", 3, &["c"]), ("c", 3, &["a", "c"])]);
