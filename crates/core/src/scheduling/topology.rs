@@ -2099,6 +2099,35 @@ fn choose(
         }
     }
     let filling = |d: &str| fill.is_some_and(|(f, _)| f.domains.contains(d));
+    // While spreads counting a free class have a minimum no pod of the batch can raise, each
+    // of their domains holds only so many more of their pods, and a free pod takes one of
+    // those places wherever it goes, until a domain is full (then it takes none there): it
+    // goes where the fewest are left, so a domain fills up and the next ones cost nothing
+    // (best fit; two pods free of the spread, one zone one place short of full and another
+    // with two: both go to the first, leaving the second's two to the spread's pods). After
+    // the domains the spreads' classes need least, before the class's own evenness. Never
+    // onto a full domain a pod of the spread went to (it would go over its maxSkew).
+    let rising = match fill {
+        Some((f, constrained)) if free && !f.rising.is_empty() => Some((f, constrained)),
+        _ => None,
+    };
+    let places_left = |d: &str| -> (bool, i64) {
+        let Some((f, constrained)) = rising else {
+            return (false, 0);
+        };
+        let over = f
+            .rising
+            .iter()
+            .any(|&(g, at)| get(&count[g], d) >= at && constrained[g].contains(d));
+        let left = f
+            .rising
+            .iter()
+            .map(|&(g, at)| at - get(&count[g], d))
+            .min()
+            .unwrap_or(0)
+            .max(0);
+        (!f.domains.contains(d), if over { i64::MAX } else { left })
+    };
     // Fewest matching pods first (the spreads, then any group the class counts in), then the
     // cheapest node for the pod (priced keys only; a value no type offers is one only existing
     // nodes carry, which cost nothing more), then name.
@@ -2111,8 +2140,9 @@ fn choose(
     cands
         .into_iter()
         .min_by(|a, b| {
-            score(a)
-                .cmp(&score(b))
+            places_left(a)
+                .cmp(&places_left(b))
+                .then(score(a).cmp(&score(b)))
                 .then(filling(b).cmp(&filling(a)))
                 .then(price(a).total_cmp(&price(b)))
                 .then(a.cmp(b))

@@ -1102,6 +1102,22 @@ fn free_pods_pile_into_a_zone_a_spread_stuck_at_its_minimum_may_no_longer_use() 
     assert_eq!(zone_of("team/g0-0"), zone_of("team/g0-1"));
 }
 
+/// Found by `brute_force_completeness_with_rules_that_differ_within_an_app`. App c runs in
+/// z-b and one pod of app a in z-a. Two app-a pods (g0) must keep out of c's zone and have no
+/// spread; two more (g1) keep out too and spread over app a (maxSkew 2). z-b stays at 0, so
+/// a zone holds at most two app-a pods while g1's pods land: z-a has one place left, z-c
+/// two. The kube-scheduler places all four only when both g0 pods take z-a (the first fills
+/// it, the second costs nothing there) and leave z-c's two places to g1. Dealt one per zone
+/// (z-c, then z-a), they left g1 three places minus two.
+#[test]
+fn free_pods_fill_the_zone_with_the_fewest_places_a_stuck_spread_leaves() {
+    let groups: Vec<BruteGroup> = vec![
+        (0, 1, 2, None, Some(0), None, 1),
+        (0, 1, 2, Some(2), Some(0), None, 1),
+    ];
+    all_placed_where_a_brute_force_places_them(&groups, &[(2, 0, 1), (0, 1, 0)], 3);
+}
+
 /// Found by `brute_force_completeness_with_rules_that_differ_within_an_app`, with the rule
 /// above as first written. App c runs in z-a; one app-a pod (g0) keeps out of c's zone and
 /// spreads over app a (maxSkew 1), another (g1) only keeps out. g0 took z-b; z-b then held
