@@ -101,42 +101,99 @@ pub fn followers_of(together: &[Together]) -> Vec<Vec<usize>> {
 /// Only the first class of a self-affine group bootstraps a node; a later class selected by the
 /// same terms (another pod shape of the group, or a zone-pinned part of it) would have to join
 /// that node, which is not simulated, so it is reported.
+///
+/// A class refused here never runs, so the classes whose terms select it are decided again
+/// without it, until no more are refused: the class selecting only itself beside a cycle
+/// that never starts is then a self-affine group, and a class selecting it follows it.
 pub fn analyze(pods: &[Pod], templates: &[Pod]) -> Vec<Together> {
-    let mut claimed: Vec<Vec<Scope>> = Vec::new();
-    let mut out: Vec<Together> = templates
+    let terms = hostname_terms(pods, templates);
+    let mut never_runs = vec![false; templates.len()];
+    // The reason a class was first refused for (decided again, a cycle's class would
+    // only say that the class it selects never runs).
+    let mut first: Vec<Option<Together>> = vec![None; templates.len()];
+    loop {
+        let mut out = decide(templates, &terms, &never_runs);
+        let mut more = false;
+        for (c, t) in out.iter_mut().enumerate() {
+            if let Some(why) = &first[c] {
+                *t = why.clone();
+            } else if matches!(t, Together::Refused(_)) {
+                first[c] = Some(t.clone());
+                never_runs[c] = true;
+                more = true;
+            }
+        }
+        if !more {
+            return out;
+        }
+    }
+}
+
+/// One required hostname pod-affinity term of a class, with what it selects: worked out once,
+/// as [`analyze`] may decide several times.
+struct HostnameTerm {
+    scope: Scope,
+    /// Existing nodes running a pod it selects.
+    running: BTreeSet<String>,
+    /// The other pending classes it selects.
+    targets: Vec<usize>,
+}
+
+/// Per class, its required hostname pod-affinity terms.
+fn hostname_terms(pods: &[Pod], templates: &[Pod]) -> Vec<Vec<HostnameTerm>> {
+    templates
         .iter()
         .enumerate()
         .map(|(ci, t)| {
-            let terms: Vec<Scope> = t
-                .affinity
+            t.affinity
                 .iter()
                 .filter(|a| !a.anti && a.topology_key == labels::HOSTNAME)
-                .map(|a| Scope::of_term(t, a))
-                .collect();
+                .map(|a| {
+                    let scope = Scope::of_term(t, a);
+                    let running = pods
+                        .iter()
+                        .filter(|p| scope.matches(p))
+                        .filter_map(|p| p.node_name.clone())
+                        .collect();
+                    let targets = templates
+                        .iter()
+                        .enumerate()
+                        .filter(|&(j, o)| j != ci && scope.matches(o))
+                        .map(|(j, _)| j)
+                        .collect();
+                    HostnameTerm {
+                        scope,
+                        running,
+                        targets,
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// One round of [`analyze`], with the classes `never_runs` marks selected by no term.
+fn decide(templates: &[Pod], terms: &[Vec<HostnameTerm>], never_runs: &[bool]) -> Vec<Together> {
+    let mut claimed: Vec<Vec<&Scope>> = Vec::new();
+    let mut out: Vec<Together> = templates
+        .iter()
+        .zip(terms)
+        .map(|(t, terms)| {
             if terms.is_empty() {
                 return Together::Free;
             }
-            let running_of = |s: &Scope| -> BTreeSet<String> {
-                pods.iter()
-                    .filter(|p| s.matches(p))
-                    .filter_map(|p| p.node_name.clone())
-                    .collect()
-            };
-            let targets_of = |s: &Scope| -> Vec<usize> {
-                templates
-                    .iter()
-                    .enumerate()
-                    .filter(|&(j, o)| j != ci && s.matches(o))
-                    .map(|(j, _)| j)
-                    .collect()
-            };
             // Every term selects other pending classes: follow them.
             let follow: Vec<FollowTerm> = terms
                 .iter()
-                .map(|s| FollowTerm {
-                    running: running_of(s),
-                    targets: targets_of(s),
-                    describe: describe_selector(s),
+                .map(|h| FollowTerm {
+                    running: h.running.clone(),
+                    targets: h
+                        .targets
+                        .iter()
+                        .copied()
+                        .filter(|&j| !never_runs[j])
+                        .collect(),
+                    describe: describe_selector(&h.scope),
                 })
                 .collect();
             if follow.iter().all(|f| !f.targets.is_empty()) {
@@ -147,9 +204,9 @@ pub fn analyze(pods: &[Pod], templates: &[Pod]) -> Vec<Together> {
             }
             let mut nodes: Option<BTreeSet<String>> = None;
             let mut self_only = true;
-            for (s, f) in terms.iter().zip(&follow) {
+            for (h, f) in terms.iter().zip(&follow) {
                 if f.running.is_empty() {
-                    if !s.matches(t) {
+                    if !h.scope.matches(t) {
                         let why = if f.targets.is_empty() {
                             "no pod matches"
                         } else {
@@ -159,7 +216,7 @@ pub fn analyze(pods: &[Pod], templates: &[Pod]) -> Vec<Together> {
                             "pod affinity on {}: {} {}",
                             labels::HOSTNAME,
                             why,
-                            describe_selector(s)
+                            f.describe
                         ));
                     }
                 } else {
@@ -170,18 +227,19 @@ pub fn analyze(pods: &[Pod], templates: &[Pod]) -> Vec<Together> {
                     });
                 }
             }
+            let scopes: Vec<&Scope> = terms.iter().map(|h| &h.scope).collect();
             match nodes {
                 Some(n) if n.is_empty() => Together::Refused(format!(
                     "pod affinity on {}: no node runs pods matching every term",
                     labels::HOSTNAME
                 )),
                 Some(n) => Together::OnNodes(n),
-                None if self_only && claimed.contains(&terms) => Together::Refused(format!(
+                None if self_only && claimed.contains(&scopes) => Together::Refused(format!(
                     "pod affinity on {}: must join the node of other pending pods it selects (not simulated)",
                     labels::HOSTNAME
                 )),
                 None if self_only => {
-                    claimed.push(terms);
+                    claimed.push(scopes);
                     Together::OneNode
                 }
                 None => Together::Free,
@@ -265,31 +323,29 @@ fn break_cycles(together: &mut [Together], templates: &[Pod]) {
         // is followed by one its own first term selects (the class before it on the cycle);
         // a class upstream of the cycle would stand apart from the pods it selects, which
         // holds only in a scheduling order that places it before them.
-        let cyclic = on_cycles(together.len(), &reach, |c| {
+        let unresolved_targets = |c: usize| -> Vec<usize> {
             first_targets(&together[c])
                 .unwrap_or_default()
                 .into_iter()
                 .filter(|&x| !resolved[x])
                 .collect()
-        });
+        };
+        let cyclic = on_cycles(together.len(), &reach, unresolved_targets);
         if let Some(leader) = reach.iter().copied().find(|&c| cyclic[c] && may_lead(c)) {
             if let Together::Follows(f) = &mut together[leader] {
                 f.leader = true;
             }
             continue;
         }
-        // No class of the cycle may start it, and none has a running partner: the cycle
-        // never runs. A class upstream of it matching its own terms then only ever finds its
-        // own pods: the first goes anywhere, the rest join it (as a self-affine group).
-        if !partnered {
-            if let Some(lone) = reach.iter().copied().find(|&c| !cyclic[c] && may_lead(c)) {
-                together[lone] = Together::OneNode;
-                continue;
-            }
-        }
+        // No class of a cycle may start it: with running partners its classes stay followers
+        // and join their nodes; else the cycle never runs and is refused. A class upstream of
+        // it is decided again without it (`analyze`).
         for &c in &reach {
             if partnered {
                 joined[c] = true;
+                continue;
+            }
+            if !cyclic[c] {
                 continue;
             }
             let describe = together[c]

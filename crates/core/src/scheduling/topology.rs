@@ -1643,6 +1643,7 @@ fn unusable_domains(
                 domains: strict,
                 only: true,
                 rising: Vec::new(),
+                need: BTreeMap::new(),
             });
         }
         // None of them it may reach either. Where no class a group counts may go to one of
@@ -1696,6 +1697,7 @@ fn unusable_domains(
                 domains: full,
                 only: true,
                 rising,
+                need: BTreeMap::new(),
             });
         }
         // Else what the other families need, summed over the groups: a domain the class may
@@ -1718,17 +1720,29 @@ fn unusable_domains(
         let least = need.values().copied().fold(f64::INFINITY, f64::min);
         let most = need.values().copied().fold(f64::NEG_INFINITY, f64::max);
         let domains = if least + SAME < most {
-            need.into_iter()
-                .filter(|&(_, n)| n <= least + SAME)
-                .map(|(d, _)| d.clone())
+            need.iter()
+                .filter(|&(_, &n)| n <= least + SAME)
+                .map(|(d, _)| (*d).clone())
                 .collect()
         } else {
             BTreeSet::new()
         };
+        // Each domain's rank by need (alike needs share one), for the best fit in `choose`.
+        let mut levels: Vec<f64> = need.values().copied().collect();
+        levels.sort_by(f64::total_cmp);
+        levels.dedup_by(|b, a| *b <= *a + SAME);
+        let need = need
+            .into_iter()
+            .map(|(d, n)| {
+                let rank = levels.iter().take_while(|&&l| l + SAME < n).count();
+                (d.clone(), rank)
+            })
+            .collect();
         (!domains.is_empty() || !rising.is_empty()).then_some(Fill {
             domains,
             only: false,
             rising,
+            need,
         })
     };
     // Worked out once per family and key.
@@ -1928,6 +1942,9 @@ struct Fill {
     /// batch lasts, and a free pod goes there first. Empty when some group has no such
     /// minimum.
     rising: Vec<(usize, i64)>,
+    /// Per domain the class may use, its rank by what the spreads' classes need of it (0:
+    /// least); empty when `only`.
+    need: BTreeMap<String, usize>,
 }
 
 /// The domain for the next pod of a class, or why there is none.
@@ -2104,16 +2121,17 @@ fn choose(
     // those places wherever it goes, until a domain is full (then it takes none there): it
     // goes where the fewest are left, so a domain fills up and the next ones cost nothing
     // (best fit; two pods free of the spread, one zone one place short of full and another
-    // with two: both go to the first, leaving the second's two to the spread's pods). After
-    // the domains the spreads' classes need least, before the class's own evenness. Never
-    // onto a full domain a pod of the spread went to (it would go over its maxSkew).
+    // with two: both go to the first, leaving the second's two to the spread's pods). Never
+    // onto a full domain a pod of the spread went to (it would go over its maxSkew) while
+    // another is left, then by what the spreads' classes need of the domain (`Fill::need`),
+    // then best fit, before the class's own evenness.
     let rising = match fill {
         Some((f, constrained)) if free && !f.rising.is_empty() => Some((f, constrained)),
         _ => None,
     };
-    let places_left = |d: &str| -> (bool, i64) {
+    let places_left = |d: &str| -> (bool, usize, i64) {
         let Some((f, constrained)) = rising else {
-            return (false, 0);
+            return (false, 0, 0);
         };
         let over = f
             .rising
@@ -2126,7 +2144,8 @@ fn choose(
             .min()
             .unwrap_or(0)
             .max(0);
-        (!f.domains.contains(d), if over { i64::MAX } else { left })
+        let need = f.need.get(d).copied().unwrap_or(0);
+        (over, need, left)
     };
     // Fewest matching pods first (the spreads, then any group the class counts in), then the
     // cheapest node for the pod (priced keys only; a value no type offers is one only existing

@@ -1271,6 +1271,22 @@ fn a_class_selecting_a_cycle_it_is_not_on_joins_the_cycle_instead_of_starting_al
         ]
     );
     assert_eq!(layout(&p).len(), 1, "{:?}", layout(&p));
+
+    // Two classes upstream of such a cycle, one selecting the other: u2 (selecting c1 or
+    // itself) is the first of its series, and u1 (selecting c1, itself or u2) must join a
+    // u2 pod once one runs; all four share one node, whichever comes first.
+    let p = run(&Snapshot {
+        pods: affine_apps(&[
+            ("u1", 2, &["c1", "u1", "u2"]),
+            ("u2", 2, &["c1", "u2"]),
+            ("c1", 2, &["c2"]),
+            ("c2", 2, &["c1"]),
+        ]),
+        ..Snapshot::default()
+    });
+    assert_eq!(p.unschedulable.len(), 4, "{:?}", p.unschedulable);
+    assert_eq!(p.new_nodes.len(), 1, "{:?}", layout(&p));
+    assert_eq!(p.new_nodes[0].pods.len(), 4);
 }
 
 #[test]
