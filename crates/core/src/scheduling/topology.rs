@@ -1166,6 +1166,22 @@ fn pin_in_order(
                 }
             })
             .collect();
+        // Per key, the values of the existing (and in-flight) nodes the pod could run on now:
+        // a pod placed there costs nothing, where a value only a Provisioner reaches buys a
+        // node (a self-affine group's first pod takes the empty in-flight node's zone).
+        let roomy: Vec<BTreeSet<String>> = (0..keys.len())
+            .map(|k| {
+                if !takes_part(k) {
+                    return BTreeSet::new();
+                }
+                key_domains[k]
+                    .nodes
+                    .iter()
+                    .filter(|(i, _)| could_run(p, &p.node_terms, &nodes[*i], &free[*i]))
+                    .map(|(_, v)| v.clone())
+                    .collect()
+            })
+            .collect();
         // Per key and spread, the domains of the existing nodes the spread counts.
         let node_counted: Vec<Vec<&BTreeSet<String>>> = (0..keys.len())
             .map(|k| {
@@ -1213,6 +1229,7 @@ fn pin_in_order(
                         allowed,
                         counted,
                         prices: prices[k].clone(),
+                        roomy: roomy[k].clone(),
                     }
                 })
                 .collect()
@@ -1907,6 +1924,8 @@ struct Domains {
     shut: Vec<String>,
     /// The cheapest node for the pod per value (keys `cheapest_per_value` prices).
     prices: BTreeMap<String, f64>,
+    /// The values of the existing nodes the pod could run on now (free of cost).
+    roomy: BTreeSet<String>,
 }
 
 impl Domains {
@@ -1924,6 +1943,7 @@ impl Domains {
             counted: self.counted.clone(),
             shut: self.shut.clone(),
             prices: self.prices.clone(),
+            roomy: self.roomy.clone(),
         }
     }
 }
@@ -2147,15 +2167,17 @@ fn choose(
         let need = f.need.get(d).copied().unwrap_or(0);
         (over, need, left)
     };
-    // Fewest matching pods first (the spreads, then any group the class counts in), then the
-    // cheapest node for the pod (priced keys only; a value no type offers is one only existing
-    // nodes carry, which cost nothing more), then name.
+    // Fewest matching pods first (the spreads, then any group the class counts in), then a
+    // value with an existing node the pod could run on now, then the cheapest node for the pod
+    // (priced keys only; a value no type offers is one only existing nodes carry, which cost
+    // nothing more), then name.
     let score = |d: &str| -> (i64, i64) {
         let first = t.spreads.first().map_or(0, |s| get(&count[s.group], d));
         let rest: i64 = t.matches.iter().map(|&g| get(&count[g], d)).sum();
         (first, rest)
     };
     let price = |d: &str| domains.prices.get(d).copied().unwrap_or(0.0);
+    let roomy = |d: &str| domains.roomy.contains(d);
     cands
         .into_iter()
         .min_by(|a, b| {
@@ -2163,6 +2185,7 @@ fn choose(
                 .cmp(&places_left(b))
                 .then(score(a).cmp(&score(b)))
                 .then(filling(b).cmp(&filling(a)))
+                .then(roomy(b).cmp(&roomy(a)))
                 .then(price(a).total_cmp(&price(b)))
                 .then(a.cmp(b))
         })

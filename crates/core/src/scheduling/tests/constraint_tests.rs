@@ -814,6 +814,42 @@ fn with_affinity(mut pods: Vec<Pod>, key: &str, to: Requirements) -> Vec<Pod> {
 }
 
 #[test]
+fn a_self_affine_zone_group_starts_in_the_zone_of_an_empty_node_already_there() {
+    // Karpenter's "should respect self pod affinity without pod binding (zone)": an empty
+    // node (in flight, or idle) in z-b, and pods that must share a zone with their own app.
+    // No pod of the app runs, so the first may go to any zone; the kube-scheduler puts it on
+    // the node with room, and every later pod must join z-b: a node bought in z-a (the first
+    // zone by name) would stay empty.
+    let one = with_affinity(deployment("db", 1, 500, 256), labels::ZONE, app("db"));
+    let p = run(&Snapshot {
+        pods: one,
+        nodes: vec![node_in("z-b", "n-b", 4)],
+        ..Snapshot::default()
+    });
+    assert!(p.new_nodes.is_empty(), "{:?}", layout(&p));
+    assert_eq!(
+        layout(&p),
+        vec![("n-b".into(), String::new(), vec!["db-0".into()])]
+    );
+
+    // Three that fit there go there; five of 1 cpu (n-b holds three) put the other two on a
+    // new node in z-b.
+    let p = run(&Snapshot {
+        pods: with_affinity(deployment("db", 5, 1000, 256), labels::ZONE, app("db")),
+        nodes: vec![node_in("z-b", "n-b", 4)],
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    assert_eq!(p.existing_nodes.len(), 1);
+    assert!(!p.new_nodes.is_empty());
+    assert!(
+        p.new_nodes.iter().all(|n| n.zone == "z-b"),
+        "{:?}",
+        layout(&p)
+    );
+}
+
+#[test]
 fn hostname_affinity_to_pending_pods_shares_their_nodes() {
     // The example: 2 cache (1 cpu) and 4 web (0.5 cpu) that must run next to a cache.
     // Hand-checked on this catalog (c5: 0.0425/vCPU, allocatable = vCPUs − 70m):
