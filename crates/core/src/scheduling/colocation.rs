@@ -330,22 +330,36 @@ fn break_cycles(together: &mut [Together], templates: &[Pod]) {
                 .filter(|&x| !resolved[x])
                 .collect()
         };
-        let cyclic = on_cycles(together.len(), &reach, unresolved_targets);
-        if let Some(leader) = reach.iter().copied().find(|&c| cyclic[c] && may_lead(c)) {
+        let cycle_of = on_cycles(together.len(), &reach, unresolved_targets);
+        let cyclic = |c: usize| cycle_of[c].is_some();
+        if let Some(leader) = reach.iter().copied().find(|&c| cyclic(c) && may_lead(c)) {
             if let Together::Follows(f) = &mut together[leader] {
                 f.leader = true;
             }
             continue;
         }
         // No class of a cycle may start it: with running partners its classes stay followers
-        // and join their nodes; else the cycle never runs and is refused. A class upstream of
-        // it is decided again without it (`analyze`).
+        // and join their nodes; else a cycle that selects no pending class outside itself
+        // never runs and is refused (one that does waits: what it selects may run once the
+        // classes are decided again). A class upstream of it is decided again without it
+        // (`analyze`).
+        let mut leaves: BTreeSet<usize> = BTreeSet::new();
+        for &c in &reach {
+            if let Some(id) = cycle_of[c] {
+                if unresolved_targets(c)
+                    .iter()
+                    .any(|&x| cycle_of[x] != Some(id))
+                {
+                    leaves.insert(id);
+                }
+            }
+        }
         for &c in &reach {
             if partnered {
                 joined[c] = true;
                 continue;
             }
-            if !cyclic[c] {
+            if cycle_of[c].is_none_or(|id| leaves.contains(&id)) {
                 continue;
             }
             let describe = together[c]
@@ -365,16 +379,17 @@ fn break_cycles(together: &mut [Together], templates: &[Pod]) {
 }
 
 /// Which of `nodes` (classes below `n`) lie on a cycle of `edges`, which never leave
-/// `nodes`: members of a strongly connected component of two or more (Tarjan's algorithm,
-/// iterative, linear in the edges).
-fn on_cycles(n: usize, nodes: &[usize], edges: impl Fn(usize) -> Vec<usize>) -> Vec<bool> {
+/// `nodes`, and which: the members of each strongly connected component of two or more get
+/// one number (Tarjan's algorithm, iterative, linear in the edges).
+fn on_cycles(n: usize, nodes: &[usize], edges: impl Fn(usize) -> Vec<usize>) -> Vec<Option<usize>> {
     let mut t = Tarjan {
         index: vec![None; n],
         low: vec![0; n],
         on_stack: vec![false; n],
         stack: Vec::new(),
         next: 0,
-        out: vec![false; n],
+        out: vec![None; n],
+        cycles: 0,
     };
     for &root in nodes {
         if t.index[root].is_some() {
@@ -414,7 +429,8 @@ struct Tarjan {
     on_stack: Vec<bool>,
     stack: Vec<usize>,
     next: usize,
-    out: Vec<bool>,
+    out: Vec<Option<usize>>,
+    cycles: usize,
 }
 
 impl Tarjan {
@@ -442,8 +458,9 @@ impl Tarjan {
         }
         if component.len() > 1 {
             for w in component {
-                self.out[w] = true;
+                self.out[w] = Some(self.cycles);
             }
+            self.cycles += 1;
         }
     }
 }

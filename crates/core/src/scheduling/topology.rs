@@ -911,6 +911,9 @@ fn pin_in_order(
     // Per spread group, the pods of the batch its spreads constrain, per domain they were
     // pinned to: a domain holding one is never full for `Fill::rising`.
     let mut constrained: Vec<BTreeSet<String>> = vec![BTreeSet::new(); groups.len()];
+    // Per group of a required pod-affinity term, the domain where a pod first met it with no
+    // partner (the first-pod exception): a pod the term selects goes there when it may.
+    let mut started_in: Vec<Option<String>> = vec![None; groups.len()];
     let mut repel: Vec<BTreeMap<String, i64>> = vec![BTreeMap::new(); groups.len()];
     for p in pods {
         let Some(node) = p.node_name.as_deref().and_then(|n| by_name.get(n)) else {
@@ -1166,20 +1169,25 @@ fn pin_in_order(
                 }
             })
             .collect();
-        // Per key, the values of the existing (and in-flight) nodes the pod could run on now:
-        // a pod placed there costs nothing, where a value only a Provisioner reaches buys a
-        // node (a self-affine group's first pod takes the empty in-flight node's zone).
-        let roomy: Vec<BTreeSet<String>> = (0..keys.len())
+        // Per key, how many of the class's pods the existing (and in-flight) nodes of each
+        // value could run now, less those pinned there since: a pod placed there costs
+        // nothing, where a value only a Provisioner reaches buys a node (a self-affine group's
+        // first pod takes the empty in-flight node's zone). Other classes' pods are not taken
+        // off (a preference only).
+        let mut room_left: Vec<BTreeMap<String, i64>> = (0..keys.len())
             .map(|k| {
+                let mut m = BTreeMap::new();
                 if !takes_part(k) {
-                    return BTreeSet::new();
+                    return m;
                 }
-                key_domains[k]
-                    .nodes
-                    .iter()
-                    .filter(|(i, _)| could_run(p, &p.node_terms, &nodes[*i], &free[*i]))
-                    .map(|(_, v)| v.clone())
-                    .collect()
+                let limit = class.pods.len() as i64;
+                for (i, v) in &key_domains[k].nodes {
+                    if could_run(p, &p.node_terms, &nodes[*i], &free[*i]) {
+                        *m.entry(v.clone()).or_insert(0) +=
+                            free[*i].copies_fitting(&p.requests, limit);
+                    }
+                }
+                m
             })
             .collect();
         // Per key and spread, the domains of the existing nodes the spread counts.
@@ -1229,7 +1237,6 @@ fn pin_in_order(
                         allowed,
                         counted,
                         prices: prices[k].clone(),
-                        roomy: roomy[k].clone(),
                     }
                 })
                 .collect()
@@ -1336,6 +1343,10 @@ fn pin_in_order(
                     p,
                     fill.map(|f| (f, &constrained[..])),
                     started,
+                    &Prefer {
+                        room: &room_left[k],
+                        started_in: &started_in,
+                    },
                 ) {
                     Ok(d) => choice[k] = Some(d),
                     Err(e) => {
@@ -1350,6 +1361,15 @@ fn pin_in_order(
             }
             for &k in &involved {
                 let Some(d) = &choice[k] else { continue };
+                if let Some(n) = room_left[k].get_mut(d) {
+                    *n -= 1;
+                }
+                // A required term no pod met yet: this pod starts its group there.
+                for &g in &t[k].affinity_required {
+                    if started_in[g].is_none() && count[g].values().all(|&n| n == 0) {
+                        started_in[g] = Some(d.clone());
+                    }
+                }
                 for &g in &t[k].matches {
                     *count[g].entry(d.clone()).or_default() += 1;
                 }
@@ -1924,8 +1944,6 @@ struct Domains {
     shut: Vec<String>,
     /// The cheapest node for the pod per value (keys `cheapest_per_value` prices).
     prices: BTreeMap<String, f64>,
-    /// The values of the existing nodes the pod could run on now (free of cost).
-    roomy: BTreeSet<String>,
 }
 
 impl Domains {
@@ -1943,7 +1961,6 @@ impl Domains {
             counted: self.counted.clone(),
             shut: self.shut.clone(),
             prices: self.prices.clone(),
-            roomy: self.roomy.clone(),
         }
     }
 }
@@ -1967,6 +1984,15 @@ struct Fill {
     need: BTreeMap<String, usize>,
 }
 
+/// What `choose` prefers among the domains that keep every rule: where the class's pods fit
+/// on existing nodes, and where a pod its terms' groups count started them.
+struct Prefer<'a> {
+    /// Per value, how many more of the class's pods existing nodes there could run.
+    room: &'a BTreeMap<String, i64>,
+    /// Per group, the domain a pod started it in with no partner (first-pod exception).
+    started_in: &'a [Option<String>],
+}
+
 /// The domain for the next pod of a class, or why there is none.
 #[allow(clippy::too_many_arguments)]
 fn choose(
@@ -1979,6 +2005,7 @@ fn choose(
     pod: &Pod,
     fill: Option<(&Fill, &[BTreeSet<String>])>,
     started: bool,
+    prefer: &Prefer,
 ) -> Result<String, String> {
     let get = |m: &BTreeMap<String, i64>, d: &str| m.get(d).copied().unwrap_or(0);
     // Skew: every hard spread must accept the domain.
@@ -2167,23 +2194,36 @@ fn choose(
         let need = f.need.get(d).copied().unwrap_or(0);
         (over, need, left)
     };
-    // Fewest matching pods first (the spreads, then any group the class counts in), then a
-    // value with an existing node the pod could run on now, then the cheapest node for the pod
-    // (priced keys only; a value no type offers is one only existing nodes carry, which cost
-    // nothing more), then name.
+    // Fewest matching pods of the class's first spread, then not away from a pod that
+    // started a group this pod counts in with no partner (`Prefer::started_in`), then fewest
+    // in the groups the class counts in, then the fill's domains, then a value whose
+    // existing nodes still have room for the class's pods (`Prefer::room`), then the
+    // cheapest node for the pod (priced keys only; a value no type offers is one only
+    // existing nodes carry, which cost nothing more), then name.
     let score = |d: &str| -> (i64, i64) {
         let first = t.spreads.first().map_or(0, |s| get(&count[s.group], d));
         let rest: i64 = t.matches.iter().map(|&g| get(&count[g], d)).sum();
         (first, rest)
     };
     let price = |d: &str| domains.prices.get(d).copied().unwrap_or(0.0);
-    let roomy = |d: &str| domains.roomy.contains(d);
+    let roomy = |d: &str| prefer.room.get(d).is_some_and(|&n| n > 0);
+    // The groups this pod counts in that a pod started with no partner: away from that
+    // domain, the pod would leave it apart from a pod its term selects, which holds only if
+    // the kube-scheduler takes the starter first.
+    let apart = |d: &str| {
+        t.matches
+            .iter()
+            .filter(|&&g| prefer.started_in[g].as_deref().is_some_and(|s| s != d))
+            .count()
+    };
     cands
         .into_iter()
         .min_by(|a, b| {
             places_left(a)
                 .cmp(&places_left(b))
-                .then(score(a).cmp(&score(b)))
+                .then(score(a).0.cmp(&score(b).0))
+                .then(apart(a).cmp(&apart(b)))
+                .then(score(a).1.cmp(&score(b).1))
                 .then(filling(b).cmp(&filling(a)))
                 .then(roomy(b).cmp(&roomy(a)))
                 .then(price(a).total_cmp(&price(b)))

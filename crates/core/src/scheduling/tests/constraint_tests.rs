@@ -850,6 +850,54 @@ fn a_self_affine_zone_group_starts_in_the_zone_of_an_empty_node_already_there() 
 }
 
 #[test]
+fn an_empty_node_draws_a_spread_pod_only_while_it_has_room() {
+    // One zone spread (maxSkew 1) of four 600m pods; n-b in z-b has room for one. The first
+    // takes n-b, the next two z-a and z-c; the fourth, all zones at one, goes to z-a by name
+    // (n-b has no room left), sharing the z-a node: two nodes bought. Taking n-b's zone
+    // again as if its room were still there would buy a third in z-b.
+    let p = run(&Snapshot {
+        pods: spread_pods_of(4, 600, labels::ZONE),
+        nodes: vec![node_in("z-b", "n-b", 1)],
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    assert_eq!(p.existing_nodes.len(), 1, "{:?}", layout(&p));
+    assert_eq!(p.new_nodes.len(), 2, "{:?}", layout(&p));
+    assert_eq!(
+        counts_by(&p, labels::ZONE),
+        BTreeMap::from([("z-a".to_string(), 2), ("z-c".to_string(), 1)])
+    );
+}
+
+#[test]
+fn pods_affine_to_each_other_on_two_keys_share_both_domains() {
+    // a must share an instance type with an app=x pod, b a zone; each selects the other. In
+    // the final cluster each needs a partner in its own domain, whichever the kube-scheduler
+    // took first: the same instance type and the same zone. b placed in a's zone on another
+    // type would leave a's term unmet unless a came first.
+    let mut a = pod("a", 500, 256);
+    a.labels.insert("app".into(), "x".into());
+    let mut b = pod("b", 300, 256);
+    b.labels.insert("app".into(), "x".into());
+    a.affinity
+        .push(term(labels::INSTANCE_TYPE, false, app("x")));
+    b.affinity.push(term(labels::ZONE, false, app("x")));
+    let p = run(&Snapshot {
+        pods: vec![a, b],
+        ..Snapshot::default()
+    });
+    assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    let at = |name: &str| {
+        p.new_nodes
+            .iter()
+            .find(|n| n.pods.iter().any(|k| k == name))
+            .map(|n| (n.instance_type.clone(), n.zone.clone()))
+    };
+    assert!(at("default/a").is_some());
+    assert_eq!(at("default/a"), at("default/b"), "{:?}", layout(&p));
+}
+
+#[test]
 fn hostname_affinity_to_pending_pods_shares_their_nodes() {
     // The example: 2 cache (1 cpu) and 4 web (0.5 cpu) that must run next to a cache.
     // Hand-checked on this catalog (c5: 0.0425/vCPU, allocatable = vCPUs − 70m):
@@ -1326,6 +1374,41 @@ fn a_class_selecting_a_cycle_it_is_not_on_joins_the_cycle_instead_of_starting_al
 }
 
 #[test]
+fn a_cycle_selecting_a_class_that_may_still_run_waits_for_it() {
+    // a (t=x) selects tier y or u; b (tier=y) selects t=x: a cycle neither starts (neither
+    // matches its own term), but a also selects c (tier=u, app=db), which selects app=db:
+    // itself and d. d (app=db) and e select each other and never start. So d and e never
+    // run; c's first pod starts (it matches its own term and nothing it selects runs), a
+    // joins c, b joins a: all three share a node. Refusing a and b together with d and e
+    // (the cycle a-b was reached first) would leave them pending.
+    let mk = |name: &str, labels: &[(&str, &str)], key: &str, values: &[&str]| {
+        let mut p = pod(name, 300, 256);
+        for (k, v) in labels {
+            p.labels.insert((*k).into(), (*v).into());
+        }
+        let mut sel = Requirements::new();
+        sel.add(key, Requirement::one_of(values.iter().copied()));
+        p.affinity.push(term(labels::HOSTNAME, false, sel));
+        p
+    };
+    let pods = vec![
+        mk("a", &[("t", "x")], "tier", &["y", "u"]),
+        mk("b", &[("tier", "y")], "t", &["x"]),
+        mk("c", &[("tier", "u"), ("app", "db")], "app", &["db"]),
+        mk("d", &[("app", "db"), ("role", "z")], "role", &["zz"]),
+        mk("e", &[("role", "zz")], "role", &["z"]),
+    ];
+    let p = run(&Snapshot {
+        pods,
+        ..Snapshot::default()
+    });
+    let refused: Vec<&str> = p.unschedulable.iter().map(|u| u.pod.as_str()).collect();
+    assert_eq!(refused, ["default/d", "default/e"], "{:?}", p.unschedulable);
+    assert_eq!(p.new_nodes.len(), 1, "{:?}", layout(&p));
+    assert_eq!(p.new_nodes[0].pods.len(), 3);
+}
+
+#[test]
 fn a_three_class_cycle_gets_a_type_that_holds_all_of_it() {
     // a -> b -> c -> {a, c}: c leads, and its followers' followers join its node too.
     let pods = affine_apps(&[("a", 3, &["b"]), ("b", 3, &["c"]), ("c", 3, &["a", "c"])]);
@@ -1593,7 +1676,12 @@ fn instance_types_of(plan: &Plan) -> std::collections::BTreeSet<&str> {
 }
 
 fn spread_pods(n: usize, key: &str) -> Vec<Pod> {
-    let mut pods = deployment("web", n, 500, 512);
+    spread_pods_of(n, 500, key)
+}
+
+/// `n` web pods of `cpu` millicores under one spread on `key` (maxSkew 1).
+fn spread_pods_of(n: usize, cpu: i64, key: &str) -> Vec<Pod> {
+    let mut pods = deployment("web", n, cpu, 512);
     for p in &mut pods {
         p.topology_spread.push(spread(key, 1, app("web")));
     }
