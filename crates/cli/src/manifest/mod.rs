@@ -311,10 +311,40 @@ fn admit_runtime_classes(loaded: &mut Loaded) {
 /// Applies each Provisioner's NodeTemplate: its subnets' zones and its ephemeral volume (see
 /// `joiner_apis::convert::apply_node_templates`).
 fn apply_node_templates(loaded: &mut Loaded) {
+    skip_provisioners_without_their_template(loaded);
     joiner_apis::convert::apply_node_templates(
         &mut loaded.snapshot.provisioners,
         &loaded.node_templates,
     );
+}
+
+/// When the input holds NodeTemplates, a Provisioner whose `providerRef` names one it does not
+/// hold is skipped with a warning, as the controller does (its Ready condition is False,
+/// `NodeTemplateNotFound`: nothing can be launched without the template). Input with no
+/// NodeTemplate at all (a plan of the pods and Provisioners only) is planned as it is.
+fn skip_provisioners_without_their_template(loaded: &mut Loaded) {
+    if loaded.node_templates.is_empty() {
+        return;
+    }
+    let missing: Vec<(String, String)> = loaded
+        .provisioners
+        .iter()
+        .filter_map(|p| {
+            let wanted = &p.spec.provider_ref.as_ref()?.name;
+            (!loaded.node_templates.iter().any(|t| t.name() == wanted))
+                .then(|| (p.name().to_string(), wanted.clone()))
+        })
+        .collect();
+    for (name, template) in missing {
+        loaded.warnings.push(format!(
+            "skipped Provisioner {name}: its providerRef names NodeTemplate {template}, which \
+             the input does not hold (the controller marks it not Ready: NodeTemplateNotFound)"
+        ));
+        loaded.skipped_provisioners += 1;
+        loaded.provisioners.retain(|p| p.name() != name);
+        loaded.snapshot.provisioners.retain(|p| p.name != name);
+        loaded.disruption.remove(&name);
+    }
 }
 
 /// Loads one file's text as if it had been read from `path`: the unit tests' entry point.

@@ -514,11 +514,30 @@ impl<'a> ProvisionerView<'a> {
                 };
             }
         }
-        Reason::ResourcesTogether(format!(
-            "{} and {}",
-            human_amount("cpu", req.cpu),
-            human_amount("memory", req.memory)
-        ))
+        // Each fits on some type, not all on one: name every resource asked for (a GPU and
+        // a Neuron device no type has both of, not only cpu and memory).
+        let mut parts: Vec<String> = [
+            ("cpu", req.cpu),
+            ("memory", req.memory),
+            ("ephemeral-storage", req.ephemeral_storage),
+        ]
+        .into_iter()
+        .filter(|&(_, v)| v > 0)
+        .map(|(name, v)| human_amount(name, v))
+        .collect();
+        parts.extend(
+            req.extended()
+                .iter()
+                .filter(|(_, v)| *v > 0)
+                .map(|(k, v)| human_amount(k, *v)),
+        );
+        let last = parts.pop().unwrap_or_else(|| "the pod".into());
+        let all = if parts.is_empty() {
+            last
+        } else {
+            format!("{} and {last}", parts.join(", "))
+        };
+        Reason::ResourcesTogether(all)
     }
 }
 

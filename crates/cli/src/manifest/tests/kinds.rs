@@ -376,6 +376,52 @@ fn fixture_with_a_bad_quantity() {
 }
 
 #[test]
+fn a_provisioner_whose_node_template_is_missing_is_skipped_as_the_controller_does() {
+    let yaml = r#"apiVersion: joiner.sh/v1alpha1
+kind: Provisioner
+metadata: {name: lost}
+spec:
+  providerRef: {name: nowhere}
+---
+apiVersion: joiner.sh/v1alpha1
+kind: Provisioner
+metadata: {name: kept}
+spec:
+  providerRef: {name: tmpl}
+---
+apiVersion: joiner.sh/v1alpha1
+kind: NodeTemplate
+metadata: {name: tmpl}
+spec:
+  amiFamily: AL2023
+  subnetSelector: {karpenter.sh/discovery: demo}
+  securityGroupSelector: {karpenter.sh/discovery: demo}
+"#;
+    let loaded = super::load_text("t.yaml", yaml).expect("loads");
+    let names: Vec<&str> = loaded
+        .snapshot
+        .provisioners
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect();
+    assert_eq!(names, ["kept"]);
+    assert_eq!(loaded.skipped_provisioners, 1);
+    assert!(
+        loaded.warnings.iter().any(|w| w
+            == "skipped Provisioner lost: its providerRef names NodeTemplate nowhere, which the \
+                input does not hold (the controller marks it not Ready: NodeTemplateNotFound)"),
+        "{:?}",
+        loaded.warnings
+    );
+
+    // Without any NodeTemplate in the input, the Provisioners are planned as they are.
+    let alone = yaml.split("---").next().expect("first document");
+    let loaded = super::load_text("t.yaml", alone).expect("loads");
+    assert_eq!(loaded.snapshot.provisioners.len(), 1);
+    assert_eq!(loaded.skipped_provisioners, 0);
+}
+
+#[test]
 fn node_template_subnet_zones_narrow_the_provisioner() {
     let yaml = r#"apiVersion: joiner.sh/v1alpha1
 kind: Provisioner

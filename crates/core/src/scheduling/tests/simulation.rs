@@ -435,6 +435,24 @@ fn every_resource_in_the_limits_is_enforced() {
 }
 
 #[test]
+fn a_pod_no_one_type_holds_is_told_every_resource_it_asks_for() {
+    // Some type has 200 GiB of memory (x1e) and some a GPU (g4dn, 192 GiB at most), none
+    // both: the reason names the GPU too, not only cpu and memory (Karpenter's "resource
+    // requests that aren't on a single instance type").
+    let mut g = pod("trainer", 1000, 200 << 10);
+    g.requests.set(NVIDIA_GPU, 1);
+    let p = run(&Snapshot {
+        pods: vec![g],
+        ..Snapshot::default()
+    });
+    assert_eq!(p.unschedulable.len(), 1, "{:?}", p.new_nodes);
+    assert_eq!(
+        p.unschedulable[0].reason,
+        "no instance type has room for 1 cpu core, 200 GiB memory and 1 nvidia.com/gpu at once"
+    );
+}
+
+#[test]
 fn gpu_pods_get_gpu_types_and_others_do_not() {
     let mut g = pod("trainer", 1000, 1024);
     g.requests.set(NVIDIA_GPU, 1);
