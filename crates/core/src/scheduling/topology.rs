@@ -2207,13 +2207,17 @@ fn choose(
     };
     let price = |d: &str| domains.prices.get(d).copied().unwrap_or(0.0);
     let roomy = |d: &str| prefer.room.get(d).is_some_and(|&n| n > 0);
-    // The groups this pod counts in that a pod started with no partner: away from that
-    // domain, the pod would leave it apart from a pod its term selects, which holds only if
-    // the kube-scheduler takes the starter first.
+    // The groups this pod counts in that a pod started with no partner, while the starter is
+    // still alone there: away from that domain, the pod would leave it apart from a pod its
+    // term selects, which holds only if the kube-scheduler takes the starter first.
     let apart = |d: &str| {
         t.matches
             .iter()
-            .filter(|&&g| prefer.started_in[g].as_deref().is_some_and(|s| s != d))
+            .filter(|&&g| {
+                prefer.started_in[g]
+                    .as_deref()
+                    .is_some_and(|s| s != d && get(&count[g], s) <= 1)
+            })
             .count()
     };
     cands
