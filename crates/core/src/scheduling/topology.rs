@@ -556,9 +556,10 @@ fn is_domain_key(key: &str) -> bool {
 /// When that refuses pods, it is done again with their classes that have a spread last, and
 /// the one refusing fewer is kept: a class whose spread's minimum sits in a domain it may not use (its
 /// anti-affinity keeps it out) can place more once the free classes have filled that domain,
-/// although the order puts the narrower class first. When pods are still refused, the
-/// classes with a spread take their pods in turns (`in_turns`), and that run is kept if it
-/// refuses fewer still.
+/// although the order puts the narrower class first. When pods are still refused, free
+/// classes the spreads count pile into the most populated domain no spread pod went to
+/// (`Order::Piling`), then the classes with a spread take their pods in turns (`in_turns`);
+/// each run is kept if it refuses fewer still.
 pub fn pin(
     pods: &[Pod],
     nodes: &[Node],
@@ -597,6 +598,7 @@ pub fn pin(
         return first;
     }
     let turns = in_turns(pods, &again, &order);
+    let again_for_pile = again.clone();
     let (second, _) = pin_in_order(
         pods,
         nodes,
@@ -604,13 +606,31 @@ pub fn pin(
         provs,
         catalog,
         closed,
-        &Order::Affinity(last),
+        &Order::Affinity(last.clone()),
     );
     let mut best = if second.refused.len() < first.refused.len() {
         second
     } else {
         first
     };
+    // Free classes that spreads count pile into the most populated domain no spread pod went
+    // to, rather than even out: where a spread's minimum can rise only by their pods (a
+    // domain its own pods are kept out of), every domain holds only so many of its pods, and
+    // free pods spread over them take the places the spread's pods need.
+    if !best.refused.is_empty() {
+        let (piled, _) = pin_in_order(
+            pods,
+            nodes,
+            again_for_pile,
+            provs,
+            catalog,
+            closed,
+            &Order::Piling(last),
+        );
+        if piled.refused.len() < best.refused.len() {
+            best = piled;
+        }
+    }
     let Some(turns) = turns else {
         return best;
     };
@@ -655,6 +675,8 @@ const TURNS_MAX_PODS: usize = 256;
 enum Order<'a> {
     /// `affinity_order`, with these classes (indices) taken after all others.
     Affinity(BTreeSet<usize>),
+    /// As `Affinity`, free classes piling up (`Prefer::pile`).
+    Piling(BTreeSet<usize>),
     /// This order of every class index; `family` gives each class the class it was split
     /// from ([`Turns`]), so that its siblings are not taken for other classes.
     Given {
@@ -789,6 +811,7 @@ fn pin_in_order(
     closed: &Closed,
     order: &Order,
 ) -> (Pinned, Vec<usize>) {
+    let pile = matches!(order, Order::Piling(_));
     let mut keys: Vec<String> = Vec::new();
     let mut key_index: HashMap<String, usize> = HashMap::new();
     let mut groups: Vec<Group> = Vec::new();
@@ -1087,7 +1110,7 @@ fn pin_in_order(
     let identity: Vec<usize>;
     let family = match order {
         Order::Given { family, .. } => *family,
-        Order::Affinity(_) => {
+        Order::Affinity(_) | Order::Piling(_) => {
             identity = (0..classes.len()).collect();
             &identity
         }
@@ -1107,7 +1130,7 @@ fn pin_in_order(
         &repel,
     );
     let order = match order {
-        Order::Affinity(last) => {
+        Order::Affinity(last) | Order::Piling(last) => {
             let (mut order, later): (Vec<usize>, Vec<usize>) =
                 affinity_order(&terms, &group_keys, &fixed)
                     .into_iter()
@@ -1346,6 +1369,8 @@ fn pin_in_order(
                     &Prefer {
                         room: &room_left[k],
                         started_in: &started_in,
+                        pile,
+                        constrained: &constrained,
                     },
                 ) {
                     Ok(d) => choice[k] = Some(d),
@@ -1991,6 +2016,11 @@ struct Prefer<'a> {
     room: &'a BTreeMap<String, i64>,
     /// Per group, the domain a pod started it in with no partner (first-pod exception).
     started_in: &'a [Option<String>],
+    /// A free class that spreads count goes to the most populated domain none of their pods
+    /// went to (`pin`'s last resort before the turns).
+    pile: bool,
+    /// Per spread group, the domains a pod it constrains was pinned to.
+    constrained: &'a [BTreeSet<String>],
 }
 
 /// The domain for the next pod of a class, or why there is none.
@@ -2176,6 +2206,16 @@ fn choose(
         Some((f, constrained)) if free && !f.rising.is_empty() => Some((f, constrained)),
         _ => None,
     };
+    // Piling (`Prefer::pile`): a domain a pod of a spread counting the class went to last,
+    // then the most populated.
+    let piled = |d: &str| -> (bool, i64) {
+        if !(prefer.pile && free) {
+            return (false, 0);
+        }
+        let touched = t.matches.iter().any(|&g| prefer.constrained[g].contains(d));
+        let here: i64 = t.matches.iter().map(|&g| get(&count[g], d)).sum();
+        (touched, -here)
+    };
     let places_left = |d: &str| -> (bool, usize, i64) {
         let Some((f, constrained)) = rising else {
             return (false, 0, 0);
@@ -2223,8 +2263,9 @@ fn choose(
     cands
         .into_iter()
         .min_by(|a, b| {
-            places_left(a)
-                .cmp(&places_left(b))
+            piled(a)
+                .cmp(&piled(b))
+                .then(places_left(a).cmp(&places_left(b)))
                 .then(score(a).0.cmp(&score(b).0))
                 .then(apart(a).cmp(&apart(b)))
                 .then(score(a).1.cmp(&score(b).1))

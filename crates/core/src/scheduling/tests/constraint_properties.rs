@@ -1118,6 +1118,23 @@ fn free_pods_fill_the_zone_with_the_fewest_places_a_stuck_spread_leaves() {
     all_placed_where_a_brute_force_places_them(&groups, &[(2, 0, 1), (0, 1, 0)], 3);
 }
 
+/// The three-group miss docs/architecture.md listed as a known limit of the greedy pinning
+/// (about one case in 20,000 of `brute_force_completeness_with_rules_that_differ_within_an_app`).
+/// App c runs in z-b, one app-a pod in z-a. Two app-a pods (g0) keep out of c's zone with no
+/// spread, two more (g1) keep out too and spread over app a (maxSkew 1), and one app-a pod
+/// (g2) has no rule. The free pod must raise z-b (to 1), the two without spread must share
+/// z-a (3), and z-c is left to the spread's two pods (2, one over z-b's 1). Spread out, the
+/// two g0 pods left the second g1 pod no zone.
+#[test]
+fn three_groups_under_a_spread_only_free_pods_can_raise_are_all_placed() {
+    let groups: Vec<BruteGroup> = vec![
+        (0, 1, 2, None, Some(0), None, 1),
+        (0, 1, 2, Some(1), Some(0), None, 1),
+        (0, 1, 1, None, None, None, 1),
+    ];
+    all_placed_where_a_brute_force_places_them(&groups, &[(2, 0, 1), (0, 1, 0)], 3);
+}
+
 /// Found by `brute_force_completeness_with_rules_that_differ_within_an_app`, with the rule
 /// above as first written. App c runs in z-a; one app-a pod (g0) keeps out of c's zone and
 /// spreads over app a (maxSkew 1), another (g1) only keeps out. g0 took z-b; z-b then held
