@@ -2213,8 +2213,12 @@ fn choose(
             return (false, 0);
         }
         let touched = t.matches.iter().any(|&g| prefer.constrained[g].contains(d));
+        if touched {
+            // No piling there: the ordinary keys below keep the spread pods' skew.
+            return (true, 0);
+        }
         let here: i64 = t.matches.iter().map(|&g| get(&count[g], d)).sum();
-        (touched, -here)
+        (false, -here)
     };
     let places_left = |d: &str| -> (bool, usize, i64) {
         let Some((f, constrained)) = rising else {
@@ -2235,8 +2239,9 @@ fn choose(
         (over, need, left)
     };
     // Fewest matching pods of the class's first spread, then not away from a pod that
-    // started a group this pod counts in with no partner (`Prefer::started_in`), then fewest
-    // in the groups the class counts in, then the fill's domains, then a value whose
+    // started a group this pod counts in with no partner (`Prefer::started_in`), then (a
+    // free class) piling when asked and the best fit above, then fewest in the groups the
+    // class counts in, then the fill's domains, then a value whose
     // existing nodes still have room for the class's pods (`Prefer::room`), then the
     // cheapest node for the pod (priced keys only; a value no type offers is one only
     // existing nodes carry, which cost nothing more), then name.
@@ -2263,11 +2268,12 @@ fn choose(
     cands
         .into_iter()
         .min_by(|a, b| {
-            piled(a)
-                .cmp(&piled(b))
-                .then(places_left(a).cmp(&places_left(b)))
-                .then(score(a).0.cmp(&score(b).0))
+            score(a)
+                .0
+                .cmp(&score(b).0)
                 .then(apart(a).cmp(&apart(b)))
+                .then(piled(a).cmp(&piled(b)))
+                .then(places_left(a).cmp(&places_left(b)))
                 .then(score(a).1.cmp(&score(b).1))
                 .then(filling(b).cmp(&filling(a)))
                 .then(roomy(b).cmp(&roomy(a)))
