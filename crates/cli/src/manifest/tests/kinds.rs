@@ -377,27 +377,13 @@ fn fixture_with_a_bad_quantity() {
 
 #[test]
 fn a_provisioner_whose_node_template_is_missing_is_skipped_as_the_controller_does() {
-    let yaml = r#"apiVersion: joiner.sh/v1alpha1
-kind: Provisioner
-metadata: {name: lost}
-spec:
-  providerRef: {name: nowhere}
----
-apiVersion: joiner.sh/v1alpha1
-kind: Provisioner
-metadata: {name: kept}
-spec:
-  providerRef: {name: tmpl}
----
-apiVersion: joiner.sh/v1alpha1
-kind: NodeTemplate
-metadata: {name: tmpl}
-spec:
-  amiFamily: AL2023
-  subnetSelector: {karpenter.sh/discovery: demo}
-  securityGroupSelector: {karpenter.sh/discovery: demo}
-"#;
-    let loaded = super::load_text("t.yaml", yaml).expect("loads");
+    let lost = "apiVersion: joiner.sh/v1alpha1\nkind: Provisioner\nmetadata: {name: lost}\n\
+                spec:\n  providerRef: {name: nowhere}\n";
+    let yaml = format!(
+        "{lost}---\n{}",
+        PROVISIONER_AND_TMPL.replace("name: default", "name: kept")
+    );
+    let loaded = super::load_text("t.yaml", &yaml).expect("loads");
     let names: Vec<&str> = loaded
         .snapshot
         .provisioners
@@ -415,15 +401,13 @@ spec:
     );
 
     // Without any NodeTemplate in the input, the Provisioners are planned as they are.
-    let alone = yaml.split("---").next().expect("first document");
-    let loaded = super::load_text("t.yaml", alone).expect("loads");
+    let loaded = super::load_text("t.yaml", lost).expect("loads");
     assert_eq!(loaded.snapshot.provisioners.len(), 1);
     assert_eq!(loaded.skipped_provisioners, 0);
 }
 
-#[test]
-fn node_template_subnet_zones_narrow_the_provisioner() {
-    let yaml = r#"apiVersion: joiner.sh/v1alpha1
+/// Provisioner `default` and the NodeTemplate `tmpl` it names.
+const PROVISIONER_AND_TMPL: &str = r#"apiVersion: joiner.sh/v1alpha1
 kind: Provisioner
 metadata: {name: default}
 spec:
@@ -436,12 +420,15 @@ spec:
   amiFamily: AL2023
   subnetSelector: {karpenter.sh/discovery: demo}
   securityGroupSelector: {karpenter.sh/discovery: demo}
-status:
-  subnets:
-    - {id: subnet-1, zone: us-east-1a}
-    - {id: subnet-2, zone: us-east-1c}
 "#;
-    let loaded = super::load_text("t.yaml", yaml).expect("loads");
+
+#[test]
+fn node_template_subnet_zones_narrow_the_provisioner() {
+    let yaml = format!(
+        "{PROVISIONER_AND_TMPL}status:\n  subnets:\n    - {{id: subnet-1, zone: us-east-1a}}\n    \
+         - {{id: subnet-2, zone: us-east-1c}}\n"
+    );
+    let loaded = super::load_text("t.yaml", &yaml).expect("loads");
     let zone = loaded.snapshot.provisioners[0]
         .requirements
         .get(joiner_core::labels::ZONE)
