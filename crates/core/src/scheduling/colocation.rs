@@ -129,8 +129,8 @@ pub fn analyze(pods: &[Pod], templates: &[Pod]) -> Vec<Together> {
     }
 }
 
-/// One required hostname pod-affinity term of a class, with what it selects: worked out once,
-/// as [`analyze`] may decide several times.
+/// One hostname pod-affinity term of a class (required, or a preference taken as one), with
+/// what it selects: worked out once, as [`analyze`] may decide several times.
 struct HostnameTerm {
     scope: Scope,
     /// Existing nodes running a pod it selects.
@@ -139,7 +139,7 @@ struct HostnameTerm {
     targets: Vec<usize>,
 }
 
-/// Per class, its required hostname pod-affinity terms.
+/// Per class, its hostname pod-affinity terms.
 fn hostname_terms(pods: &[Pod], templates: &[Pod]) -> Vec<Vec<HostnameTerm>> {
     templates
         .iter()
