@@ -154,6 +154,15 @@ pub struct WarmMemberStatus {
     /// `Hibernated`; written before the call).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hibernated_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// The pull of the pool's `prePullImages` sent to the member while it warms (Bottlerocket,
+    /// whose user data runs no scripts: an SSM command ID), so the next pass asks after it
+    /// instead of sending another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull: Option<String>,
+    /// How that pull ended (`Succeeded`, or why images are missing: the pods pull them when
+    /// they start); written before the member is stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_result: Option<String>,
 }
 
 /// Phase of a member launched and initializing.

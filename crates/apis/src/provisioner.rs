@@ -240,8 +240,10 @@ pub struct WarmPool {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^(Stopped|Hibernated|Running)$"))]
     pub state: Option<String>,
-    /// Images pulled while a member warms (AL2023, AL2; ECR images with the node role's
-    /// credentials), so its pods start without pulling. A failed pull is skipped.
+    /// Images pulled while a member warms (ECR images with the node role's credentials), so
+    /// its pods start without pulling: by the first-boot script on AL2023 and AL2, through SSM
+    /// Run Command on Bottlerocket (the node role needs `AmazonSSMManagedInstanceCore`). A
+    /// failed pull is skipped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pre_pull_images: Vec<String>,
     /// A drained node that is not drifted goes back to the pool instead of being terminated,

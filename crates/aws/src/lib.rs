@@ -7,7 +7,7 @@
 //! [`ami`] (SSM parameter paths and their resolution, amiSelector), [`launch_template`]
 //! (settings, stable names, find-or-create in EC2), [`userdata`] (per AMI family), [`fleet`]
 //! (CreateFleet, with capacity errors recorded in [`unavailable`]), [`instances`] (look-ups,
-//! guarded terminate), [`warm_pool`] (guarded start and stop of warm-pool members) and [`catalog`] (the live catalog); [`provider`] assembles them into the
+//! guarded terminate), [`warm_pool`] (guarded start and stop of warm-pool members), [`warm_commands`] (SSM commands to Bottlerocket members: image pulls, settings) and [`catalog`] (the live catalog); [`provider`] assembles them into the
 //! controller's `CloudProvider`.
 
 pub mod allocatable;
@@ -34,6 +34,7 @@ pub mod tags;
 pub mod testing;
 pub mod unavailable;
 pub mod userdata;
+pub mod warm_commands;
 pub mod warm_pool;
 
 pub use catalog::{CatalogOptions, LiveCatalog};

@@ -34,7 +34,8 @@ use crate::launch_template::{
 use crate::resolve::{self, Lookups, ResolvedNodeTemplate};
 use crate::tags::{self, cluster_tag_key, OWNED};
 use crate::unavailable::{OfferingKey, UnavailableOfferings};
-use crate::userdata::ClusterInfo;
+use crate::userdata::{bottlerocket, ClusterInfo};
+use crate::warm_commands::WarmCommands;
 use crate::warm_pool::{WarmError, WarmMembers, WarmRefusal};
 use crate::{AwsClients, AwsError, CatalogError};
 
@@ -218,6 +219,7 @@ pub struct AwsCloudProvider {
     fleet: Fleet,
     instances: Instances,
     warm: WarmMembers,
+    commands: WarmCommands,
     objects: Arc<dyn ObjectLookup>,
     sqs: aws_sdk_sqs::Client,
 }
@@ -250,6 +252,10 @@ impl AwsCloudProvider {
             fleet: Fleet::new(&clients.ec2, unavailable.clone()),
             instances: Instances::new(clients.ec2.clone(), &cluster),
             warm: WarmMembers::new(clients.ec2.clone(), &cluster),
+            commands: WarmCommands::new(
+                clients.ssm.clone(),
+                WarmMembers::new(clients.ec2.clone(), &cluster),
+            ),
             sqs: clients.sqs.clone(),
             objects,
             config,
@@ -443,9 +449,10 @@ impl AwsCloudProvider {
         Ok((self.templates.ensure_spec(&resolved.spec).await?, image_id))
     }
 
-    /// The user data a warm member of a family that reads it on every boot (Bottlerocket)
-    /// must start with: its launch settings without the warm-up variant, for its type and
-    /// image; `None` for families whose first-boot script joins on the next start.
+    /// The node settings a taken Bottlerocket member needs (TOML): its launch settings without
+    /// the warm-up variant, for its type and image, with the admin container the warm-up may
+    /// have enabled for pulls set back to the user's choice ([`bottlerocket::taken_member`]);
+    /// `None` for families whose first-boot script joins on the next start.
     async fn claimed_user_data(
         &self,
         instance: &Instance,
@@ -483,7 +490,9 @@ impl AwsCloudProvider {
             default_instance_profile: self.config.default_instance_profile.as_deref(),
             warm_pool: None,
         })?;
-        Ok(Some(resolved.user_data.base64))
+        let document = bottlerocket::taken_member(nt.name(), &resolved.user_data.decoded)
+            .map_err(LaunchTemplateError::from)?;
+        Ok(Some(document))
     }
 
     fn node(&self, i: Instance) -> LaunchedNode {
@@ -774,16 +783,43 @@ impl CloudProvider for AwsCloudProvider {
         claim_name: &str,
     ) -> Result<LaunchedNode, ProviderError> {
         let instance = self.warm.member(instance_id).await?;
-        let user_data = if matches!(instance.state.as_str(), "stopped" | "stopping") {
-            self.claimed_user_data(&instance).await?
-        } else {
-            None
-        };
+        let settings = self.claimed_user_data(&instance).await?;
+        // Written while stopped (EC2 allows no other time), for the record: Bottlerocket
+        // reads user data on its first boot only, so the settings are applied below.
+        let user_data = settings
+            .as_deref()
+            .filter(|_| matches!(instance.state.as_str(), "stopped" | "stopping"))
+            .map(|d| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, d));
+        let previous = instance.tags.get(tags::NODECLAIM).cloned();
         let instance = self
             .warm
             .start_member(instance, claim_name, user_data.as_deref())
             .await?;
+        if let Some(document) = settings {
+            if let Err(e) = self.commands.apply_settings(&instance.id, &document).await {
+                self.warm
+                    .put_back(&instance.id, claim_name, previous.as_deref())
+                    .await;
+                return Err(e.into());
+            }
+        }
         Ok(self.node(instance))
+    }
+
+    async fn pull_warm(
+        &self,
+        instance_id: &str,
+        images: &[String],
+    ) -> Result<String, ProviderError> {
+        Ok(self.commands.pull(instance_id, images).await?)
+    }
+
+    async fn pull_progress(
+        &self,
+        instance_id: &str,
+        pull: &str,
+    ) -> Result<joiner_core::PullProgress, ProviderError> {
+        Ok(self.commands.progress(instance_id, pull).await?)
     }
 
     async fn stop_warm(&self, instance_id: &str) -> Result<(), ProviderError> {

@@ -231,6 +231,22 @@ impl WarmMembers {
         Ok(instance)
     }
 
+    /// Puts member `id` back after a take that started it for `claim` but could not finish
+    /// (its Bottlerocket settings were not applied): its claim tag goes back to `previous`
+    /// when that was another name, and it is stopped, so the claim's fallback launch is the
+    /// claim's only instance and the member can be taken again. Failures are logged: the
+    /// pool's reconciler replaces a member it finds running outside a take.
+    pub async fn put_back(&self, id: &str, claim: &str, previous: Option<&str>) {
+        if let Some(previous) = previous.filter(|p| *p != claim) {
+            if let Err(e) = self.tag_claim(id, previous).await {
+                tracing::warn!(instance_id = %id, claim, error = %e, "restoring the member's claim tag after a failed take failed");
+            }
+        }
+        if let Err(e) = self.stop(id, false).await {
+            tracing::warn!(instance_id = %id, claim, error = %e, "stopping a member after a failed take failed");
+        }
+    }
+
     /// Takes a running `Running` member for `claim`: tags it with the claim, reboots it (the
     /// boot after its hold boot joins), then records the reboot ([`REBOOTED_FOR`]). Already
     /// rebooted for the claim: nothing to do.

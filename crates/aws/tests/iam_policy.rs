@@ -130,7 +130,14 @@ const GUARDED: &[&str] = &[
     "ec2:ModifyInstanceAttribute",
     "ec2:CreateTags",
     "ec2:DeleteLaunchTemplate",
+    "ssm:SendCommand",
 ];
+
+/// The one document `ssm:SendCommand` may run. SendCommand is authorized on the instance and
+/// on the document, and a document carries no ownership tags, so its statement is the one
+/// grant of a guarded action without them.
+const RUN_SHELL_SCRIPT: &str =
+    "arn:${AWS_PARTITION}:ssm:${AWS_REGION}::document/AWS-RunShellScript";
 
 fn actions_of(statement: &serde_json::Value) -> Vec<String> {
     match &statement["Action"] {
@@ -149,7 +156,7 @@ fn actions_of(statement: &serde_json::Value) -> Vec<String> {
 fn ownership_conditions(statement: &serde_json::Value) -> Vec<String> {
     let condition = &statement["Condition"];
     let mut found = Vec::new();
-    for context in ["aws:ResourceTag", "aws:RequestTag"] {
+    for context in ["aws:ResourceTag", "aws:RequestTag", "ssm:resourceTag"] {
         let cluster = format!("{context}/kubernetes.io/cluster/${{CLUSTER_NAME}}");
         let provisioner = format!("{context}/joiner.sh/provisioner-name");
         let cluster_owned = condition["StringEquals"][&cluster].as_str() == Some("owned");
@@ -176,11 +183,21 @@ fn every_mutating_grant_requires_both_ownership_tags() {
         if guarded.is_empty() {
             continue;
         }
+        if actions == ["ssm:SendCommand"] && statement["Resource"] == RUN_SHELL_SCRIPT {
+            continue;
+        }
         assert_eq!(statement["Effect"], "Allow", "{statement}");
         let contexts = ownership_conditions(statement);
         let tag_on_create = statement["Condition"]["StringEquals"]["ec2:CreateAction"].is_array();
         let want = if actions.iter().any(|a| a == "ec2:CreateTags") && tag_on_create {
             "aws:RequestTag"
+        } else if actions.iter().any(|a| a == "ssm:SendCommand") {
+            // SSM's own key for the tags of the instance a command is sent to.
+            assert_eq!(
+                statement["Condition"]["Null"]["ssm:resourceTag/joiner.sh/warm-pool"], "false",
+                "SendCommand must be limited to warm-pool members: {statement}"
+            );
+            "ssm:resourceTag"
         } else {
             "aws:ResourceTag"
         };
@@ -229,6 +246,7 @@ fn every_mutating_grant_requires_both_ownership_tags() {
         "ec2:ModifyInstanceAttribute",
         "ec2:CreateTags",
         "ec2:DeleteLaunchTemplate",
+        "ssm:SendCommand",
     ] {
         assert!(
             checked.contains(action),
@@ -339,6 +357,9 @@ fn designed() -> Vec<Designed> {
         ("TerminateOwnedInstances", vec!["ec2:TerminateInstances"], vec![ec2("instance")], vec![rt_cluster.clone(), rt_prov.clone()]),
         ("StartStopWarmPoolMembers", vec!["ec2:StartInstances", "ec2:StopInstances", "ec2:RebootInstances", "ec2:ModifyInstanceAttribute"], vec![ec2("instance")], vec![rt_cluster.clone(), rt_prov.clone(), rt_warm]),
         ("TagOwnedInstancesForWarmPools", vec!["ec2:CreateTags"], vec![ec2("instance")], vec![rt_cluster.clone(), rt_prov.clone(), ("ForAllValues:StringEquals", "aws:TagKeys", json!(["joiner.sh/nodeclaim", "joiner.sh/warm-pool", "joiner.sh/warm-rebooted-for"]))]),
+        ("CommandWarmPoolMembers", vec!["ssm:SendCommand"], vec![ec2("instance")], vec![("StringEquals", "ssm:resourceTag/kubernetes.io/cluster/${CLUSTER_NAME}", json!("owned")), ("Null", "ssm:resourceTag/joiner.sh/provisioner-name", json!("false")), ("Null", "ssm:resourceTag/joiner.sh/warm-pool", json!("false"))]),
+        ("CommandWithRunShellScriptOnly", vec!["ssm:SendCommand"], vec![RUN_SHELL_SCRIPT], vec![]),
+        ("ReadCommandResults", vec!["ssm:GetCommandInvocation"], vec!["*"], vec![]),
         ("DeleteOwnedLaunchTemplates", vec!["ec2:DeleteLaunchTemplate"], vec![ec2("launch-template")], vec![rt_cluster, rt_prov, rt_managed]),
         ("PassNodeRole", vec!["iam:PassRole"], vec!["arn:${AWS_PARTITION}:iam::${AWS_ACCOUNT_ID}:role/${NODE_ROLE_NAME}"], vec![("StringEquals", "iam:PassedToService", json!("ec2.amazonaws.com"))]),
     ]

@@ -254,8 +254,9 @@ async fn start_and_stop_refuse_anything_but_this_clusters_members() {
     assert_eq!(err.code(), "InvalidInstanceID.NotFound");
 }
 
-/// Bottlerocket reads its user data on every boot: the member warms with a document without
-/// cluster settings, and the start writes the real one (ModifyInstanceAttribute) first.
+/// Bottlerocket reads its user data on its first boot only: the member warms with a document
+/// without cluster settings; the start writes the real one (ModifyInstanceAttribute, for the
+/// record) and then applies it through SSM (`apiclient apply`), which is what the node reads.
 #[tokio::test]
 async fn a_bottlerocket_member_gets_its_cluster_settings_only_when_started_for_a_claim() {
     let moto = MotoServer::session().expect("moto server");
@@ -263,30 +264,8 @@ async fn a_bottlerocket_member_gets_its_cluster_settings_only_when_started_for_a
     let env = testing::environment(&clients, CLUSTER, PREFIX, K8S)
         .await
         .expect("environment");
-    let nt: NodeTemplate = serde_yaml::from_str(&format!(
-        "apiVersion: joiner.sh/v1alpha1\nkind: NodeTemplate\nmetadata: {{name: default}}\nspec:\n  amiFamily: Bottlerocket\n  amiSelector: {{aws-ids: {}}}\n  subnetSelector: {{joiner.sh/discovery: c1}}\n  securityGroupSelector: {{joiner.sh/discovery: c1}}\n",
-        env.image_id
-    ))
-    .expect("node template");
-    let (web, _) = objects();
     let sent = Arc::new(Mutex::new(Vec::new()));
-    let adapted = AwsClients {
-        ec2: aws_sdk_ec2::Client::from_conf(
-            clients
-                .ec2
-                .config()
-                .to_builder()
-                .interceptor(MotoUserData(sent.clone()))
-                .build(),
-        ),
-        ..clients.clone()
-    };
-    let (p, _) = testing::provider(
-        &adapted,
-        testing::provider_config(CLUSTER, PREFIX, K8S),
-        vec![web],
-        vec![nt],
-    );
+    let p = bottlerocket_provider(&clients, &env, sent.clone(), None);
     let member = p
         .create(&warm_request("web-warm-br"))
         .await
@@ -315,6 +294,173 @@ async fn a_bottlerocket_member_gets_its_cluster_settings_only_when_started_for_a
     let sent = sent.lock().expect("sent").clone();
     assert_eq!(sent.len(), 1);
     assert!(sent[0].starts_with("[settings"), "{}", sent[0]);
+    // The settings the node reads: applied with apiclient through SSM, to this instance only,
+    // with the admin container off (the user did not ask for it).
+    let commands = ssm_commands(&clients).await;
+    assert_eq!(commands.len(), 1, "{commands:?}");
+    let (targets, script) = &commands[0];
+    assert_eq!(targets, std::slice::from_ref(&member.instance_id));
+    assert!(
+        script.contains("apiclient apply <<'JOINER_EOF'"),
+        "{script}"
+    );
+    let document = script
+        .split_once("<<'JOINER_EOF'\n")
+        .and_then(|(_, rest)| rest.split_once("\nJOINER_EOF"))
+        .map(|(doc, _)| doc)
+        .expect("the settings document");
+    let parsed: toml::Table = toml::from_str(document).expect("TOML");
+    assert_eq!(
+        parsed["settings"]["kubernetes"]["cluster-name"].as_str(),
+        Some(CLUSTER)
+    );
+    assert_eq!(
+        parsed["settings"]["host-containers"]["admin"]["enabled"].as_bool(),
+        Some(false)
+    );
+    // A take resumed after a crash (the member already runs for the claim) applies them again.
+    p.start_warm(&member.instance_id, "web-claim")
+        .await
+        .expect("resumed take");
+    assert_eq!(ssm_commands(&clients).await.len(), 2);
+
+    // A pull goes to members only, and is asked after.
+    let pull = p
+        .pull_warm(&member.instance_id, &["app:1".to_string()])
+        .await
+        .expect("pull sent");
+    let commands = ssm_commands(&clients).await;
+    let (_, script) = commands.last().expect("the pull");
+    assert!(
+        script.contains("images pull") && script.contains("joiner-pull 'app:1'"),
+        "{script}"
+    );
+    assert_eq!(
+        p.pull_progress(&member.instance_id, &pull)
+            .await
+            .expect("progress"),
+        joiner_core::PullProgress::Succeeded
+    );
+    let mut ordinary = warm_request("web-node");
+    ordinary.warm_pool = None;
+    let node = p.create(&ordinary).await.expect("launch");
+    let err = p
+        .pull_warm(&node.instance_id, &["app:1".to_string()])
+        .await
+        .expect_err("not a member");
+    assert_eq!(err.kind(), CloudErrorKind::NotOwned, "{err}");
+    assert_eq!(ssm_commands(&clients).await.len(), 3, "nothing sent to it");
+}
+
+/// A provider whose Provisioner web launches Bottlerocket; ModifyInstanceAttribute's user data
+/// is recorded in `sent` (see [`MotoUserData`]); `ssm_faults` answers SSM calls instead of moto.
+fn bottlerocket_provider(
+    clients: &AwsClients,
+    env: &testing::Environment,
+    sent: Arc<Mutex<Vec<String>>>,
+    ssm_faults: Option<SsmFails>,
+) -> AwsCloudProvider {
+    let nt: NodeTemplate = serde_yaml::from_str(&format!(
+        "apiVersion: joiner.sh/v1alpha1\nkind: NodeTemplate\nmetadata: {{name: default}}\nspec:\n  amiFamily: Bottlerocket\n  amiSelector: {{aws-ids: {}}}\n  subnetSelector: {{joiner.sh/discovery: c1}}\n  securityGroupSelector: {{joiner.sh/discovery: c1}}\n",
+        env.image_id
+    ))
+    .expect("node template");
+    let (web, _) = objects();
+    let mut ssm = clients.ssm.config().to_builder();
+    if let Some(faults) = ssm_faults {
+        ssm = ssm.interceptor(faults);
+    }
+    let adapted = AwsClients {
+        ec2: aws_sdk_ec2::Client::from_conf(
+            clients
+                .ec2
+                .config()
+                .to_builder()
+                .interceptor(MotoUserData(sent))
+                .build(),
+        ),
+        ssm: aws_sdk_ssm::Client::from_conf(ssm.build()),
+        ..clients.clone()
+    };
+    testing::provider(
+        &adapted,
+        testing::provider_config(CLUSTER, PREFIX, K8S),
+        vec![web],
+        vec![nt],
+    )
+    .0
+}
+
+/// Answers every SSM call with AccessDeniedException (moto has no fault injection).
+#[derive(Debug)]
+struct SsmFails;
+
+impl Intercept for SsmFails {
+    fn name(&self) -> &'static str {
+        "SsmFails"
+    }
+
+    fn modify_before_deserialization(
+        &self,
+        ctx: &mut aws_sdk_ec2::config::interceptors::BeforeDeserializationInterceptorContextMut<'_>,
+        _rc: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let resp = ctx.response_mut();
+        *resp.status_mut() = aws_smithy_runtime_api::http::StatusCode::try_from(400)?;
+        *resp.body_mut() = SdkBody::from(
+            r#"{"__type":"AccessDeniedException","message":"not authorized to perform ssm:SendCommand"}"#,
+        );
+        Ok(())
+    }
+}
+
+/// A take whose settings cannot be applied fails (the launcher then launches instead), and the
+/// member goes back: its claim tag restored and stopped, never left running for the claim.
+#[tokio::test]
+async fn a_bottlerocket_take_whose_settings_are_not_applied_puts_the_member_back() {
+    let moto = MotoServer::session().expect("moto server");
+    let clients = AwsClients::from_config(&moto.sdk_config("us-east-1").await).expect("clients");
+    let env = testing::environment(&clients, CLUSTER, PREFIX, K8S)
+        .await
+        .expect("environment");
+    let p = bottlerocket_provider(&clients, &env, Arc::default(), Some(SsmFails));
+    let member = p
+        .create(&warm_request("web-warm-s"))
+        .await
+        .expect("warm launch");
+    p.stop_warm(&member.instance_id).await.expect("stop");
+    let err = p
+        .start_warm(&member.instance_id, "web-claim")
+        .await
+        .expect_err("settings refused");
+    assert_eq!(err.code(), "AccessDeniedException", "{err}");
+    let d = describe(&clients, &member.instance_id).await;
+    assert_eq!(d.state, "stopped");
+    assert_eq!(d.tags["joiner.sh/nodeclaim"], "web-warm-s");
+    assert!(p.get("web-claim").await.expect("get").is_none());
+}
+
+/// Every SSM command sent: its target instances and its `commands` script.
+async fn ssm_commands(clients: &AwsClients) -> Vec<(Vec<String>, String)> {
+    let out = clients
+        .ssm
+        .list_commands()
+        .send()
+        .await
+        .expect("list commands");
+    out.commands()
+        .iter()
+        .map(|c| {
+            assert_eq!(c.document_name(), Some("AWS-RunShellScript"));
+            let script = c
+                .parameters()
+                .and_then(|p| p.get("commands"))
+                .map(|v| v.join("\n"))
+                .unwrap_or_default();
+            (c.instance_ids().to_vec(), script)
+        })
+        .collect()
 }
 
 /// moto (5.2) takes ModifyInstanceAttribute's `UserData.Value` blob, once the query decoding

@@ -104,6 +104,22 @@ impl<P: CloudProvider> CloudProvider for Instrumented<P> {
         self.measure("hibernate_warm", self.inner.hibernate_warm(instance_id))
     }
 
+    fn pull_warm(
+        &self,
+        instance_id: &str,
+        images: &[String],
+    ) -> impl Future<Output = Result<String, Self::Error>> + Send {
+        self.measure("pull_warm", self.inner.pull_warm(instance_id, images))
+    }
+
+    fn pull_progress(
+        &self,
+        instance_id: &str,
+        pull: &str,
+    ) -> impl Future<Output = Result<joiner_core::PullProgress, Self::Error>> + Send {
+        self.measure("pull_progress", self.inner.pull_progress(instance_id, pull))
+    }
+
     fn warm_type_refusal(
         &self,
         instance_type: &joiner_core::InstanceType,
@@ -205,6 +221,16 @@ mod tests {
             Err(Missing(id.into()))
         }
         async fn return_to_pool(&self, id: &str, _: &str, _: &str) -> Result<(), Missing> {
+            Err(Missing(id.into()))
+        }
+        async fn pull_warm(&self, id: &str, _: &[String]) -> Result<String, Missing> {
+            Err(Missing(id.into()))
+        }
+        async fn pull_progress(
+            &self,
+            id: &str,
+            _: &str,
+        ) -> Result<joiner_core::PullProgress, Missing> {
             Err(Missing(id.into()))
         }
         fn mark_unavailable(&self, _: &str, _: &str, _: CapacityType) {}

@@ -222,6 +222,18 @@ impl CloudProvider for SlowLaunches {
         self.cloud.return_to_pool(id, prov, member).await
     }
 
+    async fn pull_warm(&self, id: &str, images: &[String]) -> Result<String, Self::Error> {
+        self.cloud.pull_warm(id, images).await
+    }
+
+    async fn pull_progress(
+        &self,
+        id: &str,
+        pull: &str,
+    ) -> Result<joiner_core::PullProgress, Self::Error> {
+        self.cloud.pull_progress(id, pull).await
+    }
+
     fn mark_unavailable(&self, t: &str, zone: &str, ct: joiner_core::CapacityType) {
         self.cloud.mark_unavailable(t, zone, ct)
     }

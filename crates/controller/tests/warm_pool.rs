@@ -370,15 +370,24 @@ mod transitions {
         prov: joiner_apis::Provisioner,
         instances: Vec<LaunchedNode>,
     ) -> Setup {
+        setup_with(claims, prov, node_template(), instances, settings())
+    }
+
+    fn setup_with(
+        claims: Vec<NodeClaim>,
+        prov: joiner_apis::Provisioner,
+        nt: joiner_apis::NodeTemplate,
+        instances: Vec<LaunchedNode>,
+        settings: joiner_controller::Settings,
+    ) -> Setup {
         let api = ObjectsApi::new(claims.clone(), vec![prov.clone()]);
         let (client, mock) = mock_api(api.handler());
-        let stores =
-            Stores::new(vec![], vec![], claims).with_objects(vec![prov], vec![node_template()]);
+        let stores = Stores::new(vec![], vec![], claims).with_objects(vec![prov], vec![nt]);
         let cloud = Arc::new(FakeCloud::new(joiner_core::testing::catalog::catalog()));
         for i in instances {
             cloud.add_instance(i);
         }
-        let ctx = Context::new(client, stores.state(), cloud.clone(), settings());
+        let ctx = Context::new(client, stores.state(), cloud.clone(), settings);
         Setup {
             api,
             stores,
@@ -396,6 +405,208 @@ mod transitions {
                 outcome: outcome.into(),
             })
             .get()
+    }
+
+    /// Pool web pulling `app:1`, on a NodeTemplate of `family`.
+    fn pulling_pool(family: &str) -> (joiner_apis::Provisioner, joiner_apis::NodeTemplate) {
+        let prov = obj(json!({
+            "apiVersion": "joiner.sh/v1alpha1", "kind": "Provisioner",
+            "metadata": {"name": "web", "resourceVersion": "1"},
+            "spec": {"providerRef": {"name": "default"},
+                "warmPool": {"size": 1, "instanceTypes": ["m5.large"], "prePullImages": ["app:1"]}},
+        }));
+        let mut nt = node_template();
+        nt.spec.ami_family = Some(serde_json::from_value(json!(family)).expect("a family"));
+        (prov, nt)
+    }
+
+    fn pull_status(t: &Setup) -> (Option<String>, Option<String>) {
+        let w = t
+            .api
+            .claim("web-warm-a")
+            .and_then(|c| c.status)
+            .and_then(|s| s.warm_pool)
+            .expect("warmPool");
+        (w.pull, w.pull_result)
+    }
+
+    fn stops(t: &Setup) -> usize {
+        t.cloud
+            .calls()
+            .iter()
+            .filter(|c| matches!(c, FakeCall::StopWarm(_)))
+            .count()
+    }
+
+    /// Settings whose warm-up deadline the fixture's launch time (2026-01-01) is within.
+    fn long_warm_up() -> joiner_controller::Settings {
+        let mut s = settings();
+        s.warm_pool_warmup = std::time::Duration::from_secs(100 * 365 * 24 * 3600);
+        s
+    }
+
+    #[tokio::test]
+    async fn a_bottlerocket_member_is_stopped_only_once_its_images_are_pulled() {
+        let (prov, nt) = pulling_pool("Bottlerocket");
+        let mut t = setup_with(
+            vec![member(
+                "web-warm-a",
+                "i-warm1",
+                "Warming",
+                None,
+                "2026-01-01T00:00:00Z",
+            )],
+            prov,
+            nt,
+            vec![instance("i-warm1", "web-warm-a", "pending")],
+            long_warm_up(),
+        );
+        // Pending: nothing to send to yet.
+        warm_pool::reconcile(&t.ctx).await.expect("pass");
+        assert!(!t
+            .cloud
+            .calls()
+            .iter()
+            .any(|c| matches!(c, FakeCall::PullWarm(..))));
+        // Running: the pull is sent once and recorded; the member keeps running.
+        t.cloud.set_state("i-warm1", "running");
+        warm_pool::reconcile(&t.ctx).await.expect("pass");
+        assert!(t
+            .cloud
+            .calls()
+            .contains(&FakeCall::PullWarm("i-warm1".into(), vec!["app:1".into()])));
+        assert_eq!(pull_status(&t), (Some("pull-1".into()), None));
+        t.api.sync_claims(&mut t.stores.claims);
+        warm_pool::reconcile(&t.ctx).await.expect("pass");
+        let sent = t
+            .cloud
+            .calls()
+            .iter()
+            .filter(|c| matches!(c, FakeCall::PullWarm(..)))
+            .count();
+        assert_eq!(sent, 1, "asked after, not sent again");
+        assert_eq!(stops(&t), 0, "still pulling");
+        // Pulled: recorded, then stopped; once stopped it is Warm, the result kept.
+        t.cloud
+            .set_pull_progress("i-warm1", joiner_core::PullProgress::Succeeded);
+        warm_pool::reconcile(&t.ctx).await.expect("pass");
+        assert_eq!(
+            pull_status(&t),
+            (Some("pull-1".into()), Some("Succeeded".into()))
+        );
+        assert_eq!(stops(&t), 1);
+        t.api.sync_claims(&mut t.stores.claims);
+        warm_pool::reconcile(&t.ctx).await.expect("pass");
+        assert_eq!(
+            t.api
+                .claim("web-warm-a")
+                .and_then(|c| c.warm_phase().map(str::to_string))
+                .as_deref(),
+            Some("Warm")
+        );
+        assert_eq!(pull_status(&t).1.as_deref(), Some("Succeeded"));
+    }
+
+    #[tokio::test]
+    async fn a_pull_not_over_by_the_warm_up_deadline_is_given_up_and_the_member_stopped() {
+        // The agent never takes the pull: retried quietly until the deadline, then stopped.
+        let (prov, nt) = pulling_pool("Bottlerocket");
+        let t = setup_with(
+            vec![member(
+                "web-warm-a",
+                "i-warm1",
+                "Warming",
+                None,
+                "2026-01-01T00:00:00Z",
+            )],
+            prov.clone(),
+            nt.clone(),
+            vec![instance("i-warm1", "web-warm-a", "running")],
+            long_warm_up(),
+        );
+        t.cloud.fail_next(
+            FakeMethod::PullWarm,
+            FakeError::new(CloudErrorKind::Other, "InvalidInstanceId"),
+        );
+        warm_pool::reconcile(&t.ctx).await.expect("pass");
+        assert_eq!(pull_status(&t), (None, None));
+        assert_eq!(stops(&t), 0);
+        let late = Context::new(
+            t.ctx.client.clone(),
+            t.stores.state(),
+            t.cloud.clone(),
+            settings(),
+        );
+        t.cloud.fail_next(
+            FakeMethod::PullWarm,
+            FakeError::new(CloudErrorKind::Other, "InvalidInstanceId"),
+        );
+        warm_pool::reconcile(&late).await.expect("pass");
+        let (_, result) = pull_status(&t);
+        assert!(
+            result
+                .as_deref()
+                .is_some_and(|r| r.starts_with("not pulled: ") && r.contains("InvalidInstanceId")),
+            "{result:?}"
+        );
+        assert_eq!(stops(&t), 1);
+
+        // Sent but still running at the deadline: stopped, and the status says so.
+        let mut pulling = member(
+            "web-warm-a",
+            "i-warm1",
+            "Warming",
+            None,
+            "2026-01-01T00:00:00Z",
+        );
+        if let Some(w) = pulling.status.as_mut().and_then(|s| s.warm_pool.as_mut()) {
+            w.pull = Some("pull-1".into());
+        }
+        let t = setup_with(
+            vec![pulling],
+            prov,
+            nt,
+            vec![instance("i-warm1", "web-warm-a", "running")],
+            settings(),
+        );
+        // The fake knows no pull-1: its own pull gives it one first.
+        joiner_core::CloudProvider::pull_warm(&*t.cloud, "i-warm1", &[])
+            .await
+            .expect("a pull");
+        warm_pool::reconcile(&t.ctx).await.expect("pass");
+        let (_, result) = pull_status(&t);
+        assert!(
+            result
+                .as_deref()
+                .is_some_and(|r| r.starts_with("not finished within the warm-up deadline")),
+            "{result:?}"
+        );
+        assert_eq!(stops(&t), 1);
+    }
+
+    #[tokio::test]
+    async fn members_whose_user_data_pulls_are_not_sent_a_pull() {
+        let (prov, nt) = pulling_pool("AL2023");
+        let t = setup_with(
+            vec![member(
+                "web-warm-a",
+                "i-warm1",
+                "Warming",
+                None,
+                "2026-01-01T00:00:00Z",
+            )],
+            prov,
+            nt,
+            vec![instance("i-warm1", "web-warm-a", "running")],
+            long_warm_up(),
+        );
+        warm_pool::reconcile(&t.ctx).await.expect("pass");
+        assert!(!t
+            .cloud
+            .calls()
+            .iter()
+            .any(|c| matches!(c, FakeCall::PullWarm(..) | FakeCall::PullProgress(..))));
+        assert_eq!(pull_status(&t), (None, None));
     }
 
     #[tokio::test]

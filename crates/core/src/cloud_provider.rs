@@ -75,6 +75,18 @@ impl WarmState {
     }
 }
 
+/// What a pull of images into a warming member has come to ([`CloudProvider::pull_warm`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PullProgress {
+    /// Still pulling, or not yet started on the instance.
+    Running,
+    /// Every image pulled.
+    Succeeded,
+    /// Over, with some image not pulled (or the pull itself failed): why, for the member's
+    /// status. Pods pull what is missing when they start.
+    Failed(String),
+}
+
 /// A node the cloud has (or is starting), as the controller tracks it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LaunchedNode {
@@ -209,6 +221,25 @@ pub trait CloudProvider: Send + Sync {
         &self,
         instance_id: &str,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// Starts pulling `images` into warm-pool member `instance_id` while it warms, for AMI
+    /// families whose warm-up user data cannot pull them itself (Bottlerocket runs no user
+    /// scripts); returns the pull's handle for [`CloudProvider::pull_progress`]. Fails while
+    /// the instance cannot take the pull yet (its agent is still starting): the caller retries
+    /// until its warm-up deadline. Refuses an instance that is not a warm-pool member of this
+    /// cluster.
+    fn pull_warm(
+        &self,
+        instance_id: &str,
+        images: &[String],
+    ) -> impl Future<Output = Result<String, Self::Error>> + Send;
+
+    /// How the pull `pull` (from [`CloudProvider::pull_warm`]) into `instance_id` is doing.
+    fn pull_progress(
+        &self,
+        instance_id: &str,
+        pull: &str,
+    ) -> impl Future<Output = Result<PullProgress, Self::Error>> + Send;
 
     /// Why instance type `instance_type` cannot be a warm member waiting in `state`, when it
     /// cannot (hibernation needs support from the type); `None` when it can.

@@ -23,7 +23,7 @@ pub mod taints;
 pub mod testing;
 
 pub use cloud_provider::{
-    CloudError, CloudErrorKind, CloudProvider, LaunchRequest, LaunchedNode, WarmState,
+    CloudError, CloudErrorKind, CloudProvider, LaunchRequest, LaunchedNode, PullProgress, WarmState,
 };
 pub use error::{QuantityError, RequirementError};
 pub use instance_type::{CapacityType, InstanceType, Offering};

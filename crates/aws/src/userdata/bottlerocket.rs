@@ -9,10 +9,13 @@
 //! user's explicit choice.) The document is written by a small emitter with keys sorted, so
 //! equal inputs give byte-equal TOML.
 //!
-//! Warm pools: Bottlerocket reads its user data on every boot, so a first-boot script cannot
-//! hold it back. The warm-up document is the same without any `settings.kubernetes` (the
-//! kubelet has no cluster to join), and the provider writes the real document with
-//! ModifyInstanceAttribute while the member is stopped, just before it is started for a claim.
+//! Warm pools: Bottlerocket runs no user scripts and reads its user data only on its first
+//! boot (`early-boot-config` leaves a marker; later settings come only through its API). The
+//! warm-up document is the same without any `settings.kubernetes` (the kubelet has no cluster
+//! to join), with the control host container enabled (SSM's agent runs there) and, with
+//! `prePullImages`, the admin container too: the way in for the pull that SSM sends
+//! (`crate::warm_commands`). When a member is taken, the real document ([`taken_member`]) is
+//! applied through SSM with `apiclient apply`.
 
 use toml::{Table, Value};
 
@@ -43,6 +46,13 @@ pub fn render(
         // ModifyInstanceAttribute, before the member is started for a claim.
         if let Some(settings) = doc.get_mut("settings").and_then(Value::as_table_mut) {
             settings.remove("kubernetes");
+            // A take applies the node settings through SSM, whose agent runs in the control
+            // container; a pull also reaches the host's containerd through the admin container.
+            let containers = table_at(settings, "host-containers");
+            table_at(containers, "control").insert("enabled".into(), Value::Boolean(true));
+            if !b.pre_pull_images.is_empty() {
+                table_at(containers, "admin").insert("enabled".into(), Value::Boolean(true));
+            }
         }
         let mut out = String::new();
         emit_table(&doc, &mut Vec::new(), &mut out);
@@ -59,6 +69,43 @@ pub fn render(
     let mut out = String::new();
     emit_table(&doc, &mut Vec::new(), &mut out);
     Ok(out)
+}
+
+/// The settings a warm-pool member taken for a claim is given (through `apiclient apply`):
+/// `document`, the member's own rendered TOML, with `settings.host-containers.admin.enabled`
+/// set to `false` unless the document sets it, and the control container kept enabled. A
+/// member that pulled images ran the admin container during its warm-up, and Bottlerocket
+/// keeps settings across boots, so the container would otherwise stay enabled on the node.
+/// The control container runs the SSM agent that applies these very settings: switching it
+/// off in the same transaction would cut the command off before it reports.
+pub fn taken_member(node_template: &str, document: &str) -> Result<String, UserDataError> {
+    let mut doc: Table = toml::from_str(document).map_err(|e| UserDataError::BottlerocketToml {
+        node_template: node_template.to_string(),
+        reason: e.to_string().trim().to_string(),
+    })?;
+    let settings = table_at(&mut doc, "settings");
+    let containers = table_at(settings, "host-containers");
+    table_at(containers, "admin")
+        .entry("enabled")
+        .or_insert(Value::Boolean(false));
+    table_at(containers, "control").insert("enabled".into(), Value::Boolean(true));
+    let mut out = String::new();
+    emit_table(&doc, &mut Vec::new(), &mut out);
+    Ok(out)
+}
+
+/// The table at `key` of `table`, made (or made a table) if it is not one.
+fn table_at<'a>(table: &'a mut Table, key: &str) -> &'a mut Table {
+    let entry = table
+        .entry(key.to_string())
+        .or_insert_with(|| Value::Table(Table::new()));
+    if !entry.is_table() {
+        *entry = Value::Table(Table::new());
+    }
+    match entry {
+        Value::Table(t) => t,
+        _ => unreachable!("made a table above"),
+    }
 }
 
 fn owned_settings(b: &NodeBootstrap) -> Table {

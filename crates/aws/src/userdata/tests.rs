@@ -290,6 +290,70 @@ fn warm_pool_user_data_does_not_join_on_first_boot() {
 }
 
 #[test]
+fn bottlerocket_members_that_pull_open_the_admin_container_only_while_warming() {
+    let mut b = bootstrap();
+    b.warm_pool = Some(joiner_core::WarmState::Stopped);
+    let host_containers = |doc: &str| -> Option<toml::Value> {
+        let parsed: toml::Table = toml::from_str(doc).expect("toml");
+        parsed["settings"].get("host-containers").cloned()
+    };
+    let user = "[settings.host-containers.control]\nenabled = false\n[settings.motd]\nx = 1\n";
+    // Without images to pull, the warm-up leaves the admin container alone; the control
+    // container (SSM's agent, through which a take applies the settings) is always on.
+    let plain = render(AmiFamily::Bottlerocket, "nt", Some(user), &b)
+        .expect("renders")
+        .decoded;
+    let plain_hc = host_containers(&plain).expect("the user's table");
+    assert_eq!(plain_hc["control"]["enabled"].as_bool(), Some(true));
+    assert!(plain_hc.get("admin").is_none(), "{plain}");
+    // With images, the pull's way in is open during the warm-up, the user's choice aside.
+    b.pre_pull_images = vec!["app:1".into()];
+    let pulling = render(AmiFamily::Bottlerocket, "nt", Some(user), &b)
+        .expect("renders")
+        .decoded;
+    let hc = host_containers(&pulling).expect("host containers");
+    assert_eq!(hc["admin"]["enabled"].as_bool(), Some(true), "{pulling}");
+    assert_eq!(hc["control"]["enabled"].as_bool(), Some(true), "{pulling}");
+    assert!(pulling.contains("[settings.motd]"), "{pulling}");
+
+    // Taken: Bottlerocket keeps settings across boots, so the admin container is switched
+    // back off unless the user's document says otherwise.
+    let mut cold = b.clone();
+    cold.warm_pool = None;
+    cold.pre_pull_images.clear();
+    let real = render(AmiFamily::Bottlerocket, "nt", Some(user), &cold)
+        .expect("renders")
+        .decoded;
+    let taken = super::bottlerocket::taken_member("nt", &real).expect("toml");
+    let hc = host_containers(&taken).expect("host containers");
+    assert_eq!(hc["admin"]["enabled"].as_bool(), Some(false), "{taken}");
+    assert_eq!(
+        hc["control"]["enabled"].as_bool(),
+        Some(true),
+        "switching SSM's agent off would cut the apply off: {taken}"
+    );
+    let parsed: toml::Table = toml::from_str(&taken).expect("toml");
+    assert_eq!(
+        parsed["settings"]["kubernetes"]["cluster-name"].as_str(),
+        Some("prod")
+    );
+    let with_admin = "[settings.host-containers.admin]\nenabled = true\n";
+    let real = render(AmiFamily::Bottlerocket, "nt", Some(with_admin), &cold)
+        .expect("renders")
+        .decoded;
+    let taken = super::bottlerocket::taken_member("nt", &real).expect("toml");
+    assert_eq!(
+        host_containers(&taken).expect("hc")["admin"]["enabled"].as_bool(),
+        Some(true),
+        "the user's choice stays: {taken}"
+    );
+    assert!(matches!(
+        super::bottlerocket::taken_member("nt", "not = [toml"),
+        Err(UserDataError::BottlerocketToml { .. })
+    ));
+}
+
+#[test]
 fn for_provisioner_adds_the_provisioner_label_and_startup_taints() {
     let p: joiner_apis::Provisioner = serde_yaml::from_str(
         r#"

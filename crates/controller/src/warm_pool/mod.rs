@@ -45,7 +45,9 @@ use joiner_apis::{
     condition, AmiFamily, NodeClaim, NodeClaimSpec, NodeTemplate, NodeTemplateRef, ObjectLookup,
     Provisioner, WarmPoolStatus,
 };
-use joiner_core::{labels, CloudProvider, InstanceType, LaunchedNode, Resources, WarmState};
+use joiner_core::{
+    labels, CloudProvider, InstanceType, LaunchedNode, PullProgress, Resources, WarmState,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -59,8 +61,9 @@ use crate::metrics::ProvisionerLabels;
 use crate::provisioning::claims::{random_suffix, TERMINATION_FINALIZER};
 use crate::provisioning::launch::Catalogs;
 
-/// How long a Bottlerocket member runs before it is stopped: its warm-up user data cannot
-/// power it off (Bottlerocket runs no user scripts), and it boots in about a minute.
+/// How long a Bottlerocket member runs before it is stopped when it pulls no images: its
+/// warm-up user data cannot power it off (Bottlerocket runs no user scripts), and it boots in
+/// about a minute. A member that pulls is stopped when its pull is over.
 pub const BOTTLEROCKET_WARMUP: Duration = Duration::from_secs(180);
 
 /// The most members one pass adds to a pool: a pool grows in steps, so a wrong size cannot
@@ -111,9 +114,9 @@ fn instance_id(claim: &NodeClaim) -> Option<&str> {
 
 /// Why a Provisioner's pool cannot be kept now, when it cannot: the Custom AMI family (whose
 /// user data joiner does not write), or a state Bottlerocket cannot wait in (`Hibernated`: EC2
-/// does not hibernate Bottlerocket; `Running`: its settings come only from user data, which
-/// EC2 changes only while an instance is stopped, so a running member has no way to learn its
-/// cluster). Members are then not launched (existing ones stay).
+/// does not hibernate Bottlerocket; `Running`: a Bottlerocket member learns its cluster from
+/// settings applied when a take starts it, and a running member is never started). Members
+/// are then not launched (existing ones stay).
 pub fn unsupported(prov: &Provisioner, node_template: Option<&NodeTemplate>) -> Option<String> {
     let pool = prov.spec.warm_pool.as_ref()?;
     let family = node_template.map(|nt| nt.ami_family())?;
@@ -121,7 +124,7 @@ pub fn unsupported(prov: &Provisioner, node_template: Option<&NodeTemplate>) -> 
     if family == AmiFamily::Bottlerocket && state != WarmState::Stopped {
         let why = match state {
             WarmState::Hibernated => "EC2 does not hibernate Bottlerocket instances",
-            _ => "Bottlerocket reads its cluster settings only from user data, which EC2 changes only while an instance is stopped, so a running member could never join",
+            _ => "Bottlerocket members wait stopped only: their node settings are applied when a take starts them",
         };
         return Some(format!(
             "spec.warmPool.state: {}: {why}; use Stopped with NodeTemplate {}",
@@ -353,6 +356,12 @@ async fn step_member<P: CloudProvider>(
         return Ok(false);
     }
     if running && held_at.is_none() {
+        // A reused node pulls nothing: it ran pods, and its admin container is off.
+        if let Some(images) =
+            pulled_by_controller(prov, node_template.as_deref()).filter(|_| !reused)
+        {
+            return pull_then_stop(ctx, member, instance, images, now).await;
+        }
         return stop_after_warm_up(ctx, member, instance, node_template.as_deref(), now).await;
     }
     match state {
@@ -517,6 +526,88 @@ async fn stop_after_warm_up<P: CloudProvider>(
     act(ctx, member, instance, Step::Stop).await
 }
 
+/// The images the controller pulls into `prov`'s warming members itself, when it does: the
+/// pool's `prePullImages` on Bottlerocket, whose user data runs no scripts (AL2 and AL2023
+/// members pull from their first-boot script).
+fn pulled_by_controller<'a>(
+    prov: &'a Provisioner,
+    node_template: Option<&NodeTemplate>,
+) -> Option<&'a [String]> {
+    let images = &prov.spec.warm_pool.as_ref()?.pre_pull_images;
+    let bottlerocket = node_template.is_some_and(|nt| nt.ami_family() == AmiFamily::Bottlerocket);
+    (bottlerocket && !images.is_empty()).then_some(images.as_slice())
+}
+
+/// A warming Bottlerocket member whose pool pre-pulls images: the pull is sent once its
+/// instance runs (again each pass until its agent takes it), asked after until it is over,
+/// its result recorded, and the member then stopped. Past the warm-up deadline the member is
+/// stopped whatever the pull's state, with the reason recorded: its pods pull what is missing.
+async fn pull_then_stop<P: CloudProvider>(
+    ctx: &Context<P>,
+    member: &NodeClaim,
+    instance: &LaunchedNode,
+    images: &[String],
+    now: Timestamp,
+) -> Result<bool, LifecycleError> {
+    let status = member.status.as_ref().and_then(|s| s.warm_pool.as_ref());
+    if status.and_then(|w| w.pull_result.as_ref()).is_some() {
+        // Recorded, then a crash or a failed stop: stop it now.
+        return act(ctx, member, instance, Step::Stop).await;
+    }
+    let launched = member
+        .status
+        .as_ref()
+        .and_then(|s| condition::find(&s.conditions, condition::LAUNCHED))
+        .map(|c| &c.last_transition_time);
+    let deadline = ctx.settings.warm_pool_warmup;
+    let over = age(launched, now) >= deadline;
+    let id = instance.instance_id.as_str();
+    let result = match status.and_then(|w| w.pull.as_deref()) {
+        None if instance.state != "running" && !over => return Ok(false),
+        None if instance.state != "running" => {
+            "not pulled: the member was not running by the warm-up deadline".to_string()
+        }
+        None => match ctx.cloud.pull_warm(id, images).await {
+            Ok(pull) => {
+                record(ctx, member, json!({"pull": pull})).await?;
+                return Ok(false);
+            }
+            Err(e) if over => format!("not pulled: {e}"),
+            Err(e) => {
+                tracing::debug!(member = member.name(), instance = id, error = %e,
+                    "the pre-pull was not taken yet (the member's agent may still be starting); retrying");
+                return Ok(false);
+            }
+        },
+        Some(pull) => match ctx.cloud.pull_progress(id, pull).await {
+            Ok(PullProgress::Succeeded) => PULL_SUCCEEDED.to_string(),
+            Ok(PullProgress::Failed(why)) => why,
+            Ok(PullProgress::Running) if over => format!(
+                "not finished within the warm-up deadline ({} s); stopped",
+                deadline.as_secs()
+            ),
+            Ok(PullProgress::Running) => return Ok(false),
+            Err(e) if over => format!("not pulled: {e}"),
+            Err(e) => {
+                tracing::warn!(member = member.name(), instance = id, pull, error = %e,
+                    "asking after a warm-pool member's pre-pull failed; asking again next pass");
+                return Ok(false);
+            }
+        },
+    };
+    if result != PULL_SUCCEEDED {
+        tracing::warn!(member = member.name(), instance = id, %result,
+            "a warm-pool member's images were not all pulled; its pods pull them when they start");
+    }
+    if !record(ctx, member, json!({"pullResult": result})).await? {
+        return Ok(false);
+    }
+    act(ctx, member, instance, Step::Stop).await
+}
+
+/// A member's `status.warmPool.pullResult` when every image was pulled.
+pub const PULL_SUCCEEDED: &str = "Succeeded";
+
 /// True while the claim a reused node's member came from still exists.
 fn reused_origin_live(member: &NodeClaim, claims: &[Arc<NodeClaim>]) -> bool {
     member
@@ -592,15 +683,6 @@ async fn size_pool<P: CloudProvider>(
             .map(|why| format!("Provisioner {}: {why}", prov.name()))
     });
     let blocked = message.is_some();
-    let bottlerocket = node_template
-        .as_deref()
-        .is_some_and(|nt| nt.ami_family() == AmiFamily::Bottlerocket);
-    if message.is_none() && bottlerocket && !pool.pre_pull_images.is_empty() {
-        message = Some(
-            "spec.warmPool.prePullImages: Bottlerocket runs no user scripts to pull with; members warm without pulling"
-                .to_string(),
-        );
-    }
     let deleting = prov.metadata.deletion_timestamp.is_some();
     let desired = if deleting {
         0

@@ -15,7 +15,7 @@ use std::time::SystemTime;
 use thiserror::Error;
 
 use crate::cloud_provider::{
-    CloudError, CloudErrorKind, CloudProvider, LaunchRequest, LaunchedNode, WarmState,
+    CloudError, CloudErrorKind, CloudProvider, LaunchRequest, LaunchedNode, PullProgress, WarmState,
 };
 use crate::instance_type::{CapacityType, InstanceType};
 
@@ -84,6 +84,10 @@ pub enum FakeCall {
     HibernateWarm(String),
     /// `return_to_pool(instance id, provisioner, member)`.
     ReturnToPool(String, String, String),
+    /// `pull_warm(instance id, images)`.
+    PullWarm(String, Vec<String>),
+    /// `pull_progress(instance id, pull)`.
+    PullProgress(String, String),
 }
 
 /// Which method a scripted failure is for.
@@ -109,6 +113,10 @@ pub enum FakeMethod {
     HibernateWarm,
     /// `return_to_pool`.
     ReturnToPool,
+    /// `pull_warm`.
+    PullWarm,
+    /// `pull_progress`.
+    PullProgress,
 }
 
 #[derive(Default)]
@@ -123,6 +131,8 @@ struct State {
     launched: u64,
     /// Instance types that cannot hibernate, with why (`warm_type_refusal`).
     no_hibernation: BTreeMap<String, String>,
+    /// Pulls by handle: the instance and how the pull is doing (`Running` until set).
+    pulls: BTreeMap<String, (String, PullProgress)>,
 }
 
 /// An in-memory cloud.
@@ -175,6 +185,15 @@ impl FakeCloud {
                 true
             }
             None => false,
+        }
+    }
+
+    /// Sets how every pull into instance `id` is doing (they start `Running`).
+    pub fn set_pull_progress(&self, id: &str, progress: PullProgress) {
+        for (instance, p) in self.lock().pulls.values_mut() {
+            if instance == id {
+                *p = progress.clone();
+            }
         }
     }
 
@@ -398,6 +417,39 @@ impl CloudProvider for FakeCloud {
         )?;
         member(&mut state, instance_id)?.state = "stopped".to_string();
         Ok(())
+    }
+
+    /// Starts a pull into a running member (`Running` until [`FakeCloud::set_pull_progress`]);
+    /// a member not running fails as a real agent that is not up would.
+    async fn pull_warm(&self, instance_id: &str, images: &[String]) -> Result<String, FakeError> {
+        let mut state = self.call(
+            FakeMethod::PullWarm,
+            FakeCall::PullWarm(instance_id.to_string(), images.to_vec()),
+        )?;
+        if member(&mut state, instance_id)?.state != "running" {
+            return Err(FakeError::new(CloudErrorKind::Other, "InvalidInstanceId"));
+        }
+        let handle = format!("pull-{}", state.pulls.len() + 1);
+        state.pulls.insert(
+            handle.clone(),
+            (instance_id.to_string(), PullProgress::Running),
+        );
+        Ok(handle)
+    }
+
+    async fn pull_progress(
+        &self,
+        instance_id: &str,
+        pull: &str,
+    ) -> Result<PullProgress, FakeError> {
+        let state = self.call(
+            FakeMethod::PullProgress,
+            FakeCall::PullProgress(instance_id.to_string(), pull.to_string()),
+        )?;
+        match state.pulls.get(pull) {
+            Some((instance, progress)) if instance == instance_id => Ok(progress.clone()),
+            _ => Err(FakeError::new(CloudErrorKind::NotFound, "InvalidCommandId")),
+        }
     }
 
     fn mark_unavailable(&self, instance_type: &str, zone: &str, capacity_type: CapacityType) {
