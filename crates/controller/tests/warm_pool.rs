@@ -407,8 +407,14 @@ mod transitions {
             .get()
     }
 
-    /// Pool web pulling `app:1`, on a NodeTemplate of `family`.
-    fn pulling_pool(family: &str) -> (joiner_apis::Provisioner, joiner_apis::NodeTemplate) {
+    /// Pool web pulling `app:1` on a NodeTemplate of `family`, with `member` on instance
+    /// i-warm1 in `state`.
+    fn pulling(
+        family: &str,
+        member: NodeClaim,
+        state: &str,
+        settings: joiner_controller::Settings,
+    ) -> Setup {
         let prov = obj(json!({
             "apiVersion": "joiner.sh/v1alpha1", "kind": "Provisioner",
             "metadata": {"name": "web", "resourceVersion": "1"},
@@ -417,7 +423,24 @@ mod transitions {
         }));
         let mut nt = node_template();
         nt.spec.ami_family = Some(serde_json::from_value(json!(family)).expect("a family"));
-        (prov, nt)
+        setup_with(
+            vec![member],
+            prov,
+            nt,
+            vec![instance("i-warm1", "web-warm-a", state)],
+            settings,
+        )
+    }
+
+    /// Member web-warm-a, warming on i-warm1 since 2026-01-01.
+    fn warming() -> NodeClaim {
+        member(
+            "web-warm-a",
+            "i-warm1",
+            "Warming",
+            None,
+            "2026-01-01T00:00:00Z",
+        )
     }
 
     fn pull_status(t: &Setup) -> (Option<String>, Option<String>) {
@@ -447,20 +470,7 @@ mod transitions {
 
     #[tokio::test]
     async fn a_bottlerocket_member_is_stopped_only_once_its_images_are_pulled() {
-        let (prov, nt) = pulling_pool("Bottlerocket");
-        let mut t = setup_with(
-            vec![member(
-                "web-warm-a",
-                "i-warm1",
-                "Warming",
-                None,
-                "2026-01-01T00:00:00Z",
-            )],
-            prov,
-            nt,
-            vec![instance("i-warm1", "web-warm-a", "pending")],
-            long_warm_up(),
-        );
+        let mut t = pulling("Bottlerocket", warming(), "pending", long_warm_up());
         // Pending: nothing to send to yet.
         warm_pool::reconcile(&t.ctx).await.expect("pass");
         assert!(!t
@@ -510,20 +520,7 @@ mod transitions {
     #[tokio::test]
     async fn a_pull_not_over_by_the_warm_up_deadline_is_given_up_and_the_member_stopped() {
         // The agent never takes the pull: retried quietly until the deadline, then stopped.
-        let (prov, nt) = pulling_pool("Bottlerocket");
-        let t = setup_with(
-            vec![member(
-                "web-warm-a",
-                "i-warm1",
-                "Warming",
-                None,
-                "2026-01-01T00:00:00Z",
-            )],
-            prov.clone(),
-            nt.clone(),
-            vec![instance("i-warm1", "web-warm-a", "running")],
-            long_warm_up(),
-        );
+        let t = pulling("Bottlerocket", warming(), "running", long_warm_up());
         t.cloud.fail_next(
             FakeMethod::PullWarm,
             FakeError::new(CloudErrorKind::Other, "InvalidInstanceId"),
@@ -552,23 +549,11 @@ mod transitions {
         assert_eq!(stops(&t), 1);
 
         // Sent but still running at the deadline: stopped, and the status says so.
-        let mut pulling = member(
-            "web-warm-a",
-            "i-warm1",
-            "Warming",
-            None,
-            "2026-01-01T00:00:00Z",
-        );
-        if let Some(w) = pulling.status.as_mut().and_then(|s| s.warm_pool.as_mut()) {
+        let mut recorded = warming();
+        if let Some(w) = recorded.status.as_mut().and_then(|s| s.warm_pool.as_mut()) {
             w.pull = Some("pull-1".into());
         }
-        let t = setup_with(
-            vec![pulling],
-            prov,
-            nt,
-            vec![instance("i-warm1", "web-warm-a", "running")],
-            settings(),
-        );
+        let t = pulling("Bottlerocket", recorded, "running", settings());
         // The fake knows no pull-1: its own pull gives it one first.
         joiner_core::CloudProvider::pull_warm(&*t.cloud, "i-warm1", &[])
             .await
@@ -586,20 +571,7 @@ mod transitions {
 
     #[tokio::test]
     async fn members_whose_user_data_pulls_are_not_sent_a_pull() {
-        let (prov, nt) = pulling_pool("AL2023");
-        let t = setup_with(
-            vec![member(
-                "web-warm-a",
-                "i-warm1",
-                "Warming",
-                None,
-                "2026-01-01T00:00:00Z",
-            )],
-            prov,
-            nt,
-            vec![instance("i-warm1", "web-warm-a", "running")],
-            long_warm_up(),
-        );
+        let t = pulling("AL2023", warming(), "running", long_warm_up());
         warm_pool::reconcile(&t.ctx).await.expect("pass");
         assert!(!t
             .cloud
