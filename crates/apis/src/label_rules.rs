@@ -4,7 +4,7 @@
 //! labels joiner sets itself.
 //!
 //! The rules are built from the same lists as the controller's checks
-//! ([`crate::syntax::restricted_domain`], [`crate::syntax::JOINER_SET_LABELS`]), and use only
+//! ([`crate::syntax::restricted_domain`], `crate::syntax::JOINER_SET_LABELS`), and use only
 //! what Kubernetes' own CRDs in the field use (`all`, `in`, `endsWith` and the Kubernetes regex
 //! library's `find`) on collections bounded by `maxItems`/`maxProperties`, so the API server's
 //! cost estimate stays within its budget.

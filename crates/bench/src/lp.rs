@@ -24,7 +24,7 @@ pub struct LpSolution {
 
 const EPS: f64 = 1e-9;
 
-/// Solves min Σ cost_j x_j s.t. Σ_j cols_j[r] x_j ≥ demand[r], x ≥ 0.
+/// Solves `min Σ cost_j x_j` s.t. `Σ_j cols_j[r] x_j ≥ demand[r]`, `x ≥ 0`.
 ///
 /// `cols` are the capacities of each column (one entry per row); `demand` the right-hand side.
 pub fn solve_covering(cols: &[Vec<f64>], costs: &[f64], demand: &[f64]) -> LpSolution {

@@ -47,7 +47,7 @@ pub enum PodRole {
 #[derive(Clone, Debug)]
 pub struct PodRecord {
     /// Identity and the fields a drain reads: name, namespace, UID, resourceVersion, creation
-    /// and deletion timestamps, annotations cut to [`KEPT_ANNOTATIONS`] (no labels: the core
+    /// and deletion timestamps, annotations cut to `KEPT_ANNOTATIONS` (no labels: the core
     /// pod has them; no owner references: see `daemon`).
     pub metadata: ObjectMeta,
     /// True when a DaemonSet owns it (a drain leaves it; provisioning ignores it unbound).

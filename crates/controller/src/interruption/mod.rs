@@ -5,7 +5,7 @@
 //! that is not an event, an instance that is not joiner's ([`targets`]), an event handled
 //! already ([`seen`]) or older than the instance's claim is deleted and counted by reason. A
 //! spot interruption, scheduled maintenance or stop/termination ends the node: the batch's
-//! nodes are replaced in one simulation ([`replace`]) — replacements written before the old
+//! nodes are replaced in one simulation ([`replace`](mod@replace)) — replacements written before the old
 //! claims are deleted and drained. A rebalance recommendation is an Event, or the same
 //! replacement when the node's Provisioner sets `spec.interruption.rebalance: Replace`.
 //! Messages whose handling failed are not deleted: they come back after the queue's
