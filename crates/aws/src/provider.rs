@@ -797,6 +797,7 @@ impl CloudProvider for AwsCloudProvider {
             .await?;
         if let Some(document) = settings {
             if let Err(e) = self.commands.apply_settings(&instance.id, &document).await {
+                // Not sent: the member goes back, and the claim is launched instead.
                 self.warm
                     .put_back(&instance.id, claim_name, previous.as_deref())
                     .await;
@@ -810,8 +811,9 @@ impl CloudProvider for AwsCloudProvider {
         &self,
         instance_id: &str,
         images: &[String],
+        within: std::time::Duration,
     ) -> Result<String, ProviderError> {
-        Ok(self.commands.pull(instance_id, images).await?)
+        Ok(self.commands.pull(instance_id, images, within).await?)
     }
 
     async fn pull_progress(

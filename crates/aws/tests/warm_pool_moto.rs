@@ -326,7 +326,11 @@ async fn a_bottlerocket_member_gets_its_cluster_settings_only_when_started_for_a
 
     // A pull goes to members only, and is asked after.
     let pull = p
-        .pull_warm(&member.instance_id, &["app:1".to_string()])
+        .pull_warm(
+            &member.instance_id,
+            &["app:1".to_string()],
+            std::time::Duration::from_secs(300),
+        )
         .await
         .expect("pull sent");
     let commands = ssm_commands(&clients).await;
@@ -335,6 +339,20 @@ async fn a_bottlerocket_member_gets_its_cluster_settings_only_when_started_for_a
         script.contains("images pull") && script.contains("joiner-pull 'app:1'"),
         "{script}"
     );
+    // The pull is given the warm-up time left, to be delivered and to run.
+    let listed = clients
+        .ssm
+        .list_commands()
+        .command_id(&pull)
+        .send()
+        .await
+        .expect("the pull");
+    let sent = &listed.commands()[0];
+    assert_eq!(
+        sent.parameters().and_then(|p| p.get("executionTimeout")),
+        Some(&vec!["300".to_string()])
+    );
+    assert_eq!(sent.timeout_seconds(), Some(300));
     assert_eq!(
         p.pull_progress(&member.instance_id, &pull)
             .await
@@ -345,7 +363,11 @@ async fn a_bottlerocket_member_gets_its_cluster_settings_only_when_started_for_a
     ordinary.warm_pool = None;
     let node = p.create(&ordinary).await.expect("launch");
     let err = p
-        .pull_warm(&node.instance_id, &["app:1".to_string()])
+        .pull_warm(
+            &node.instance_id,
+            &["app:1".to_string()],
+            std::time::Duration::from_secs(300),
+        )
         .await
         .expect_err("not a member");
     assert_eq!(err.kind(), CloudErrorKind::NotOwned, "{err}");

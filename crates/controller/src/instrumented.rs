@@ -108,8 +108,12 @@ impl<P: CloudProvider> CloudProvider for Instrumented<P> {
         &self,
         instance_id: &str,
         images: &[String],
+        within: std::time::Duration,
     ) -> impl Future<Output = Result<String, Self::Error>> + Send {
-        self.measure("pull_warm", self.inner.pull_warm(instance_id, images))
+        self.measure(
+            "pull_warm",
+            self.inner.pull_warm(instance_id, images, within),
+        )
     }
 
     fn pull_progress(
@@ -223,7 +227,12 @@ mod tests {
         async fn return_to_pool(&self, id: &str, _: &str, _: &str) -> Result<(), Missing> {
             Err(Missing(id.into()))
         }
-        async fn pull_warm(&self, id: &str, _: &[String]) -> Result<String, Missing> {
+        async fn pull_warm(
+            &self,
+            id: &str,
+            _: &[String],
+            _: std::time::Duration,
+        ) -> Result<String, Missing> {
             Err(Missing(id.into()))
         }
         async fn pull_progress(

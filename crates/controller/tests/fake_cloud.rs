@@ -222,8 +222,13 @@ impl CloudProvider for SlowLaunches {
         self.cloud.return_to_pool(id, prov, member).await
     }
 
-    async fn pull_warm(&self, id: &str, images: &[String]) -> Result<String, Self::Error> {
-        self.cloud.pull_warm(id, images).await
+    async fn pull_warm(
+        &self,
+        id: &str,
+        images: &[String],
+        within: Duration,
+    ) -> Result<String, Self::Error> {
+        self.cloud.pull_warm(id, images, within).await
     }
 
     async fn pull_progress(

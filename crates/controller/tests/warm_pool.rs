@@ -555,7 +555,7 @@ mod transitions {
         }
         let t = pulling("Bottlerocket", recorded, "running", settings());
         // The fake knows no pull-1: its own pull gives it one first.
-        joiner_core::CloudProvider::pull_warm(&*t.cloud, "i-warm1", &[])
+        joiner_core::CloudProvider::pull_warm(&*t.cloud, "i-warm1", &[], std::time::Duration::ZERO)
             .await
             .expect("a pull");
         warm_pool::reconcile(&t.ctx).await.expect("pass");

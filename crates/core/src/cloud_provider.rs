@@ -224,14 +224,16 @@ pub trait CloudProvider: Send + Sync {
 
     /// Starts pulling `images` into warm-pool member `instance_id` while it warms, for AMI
     /// families whose warm-up user data cannot pull them itself (Bottlerocket runs no user
-    /// scripts); returns the pull's handle for [`CloudProvider::pull_progress`]. Fails while
-    /// the instance cannot take the pull yet (its agent is still starting): the caller retries
-    /// until its warm-up deadline. Refuses an instance that is not a warm-pool member of this
-    /// cluster.
+    /// scripts), to be over `within` (the time left of the member's warm-up: the cloud stops
+    /// a pull still running then); returns the pull's handle for
+    /// [`CloudProvider::pull_progress`]. Fails while the instance cannot take the pull yet
+    /// (its agent is still starting): the caller retries until its warm-up deadline. Refuses
+    /// an instance that is not a warm-pool member of this cluster.
     fn pull_warm(
         &self,
         instance_id: &str,
         images: &[String],
+        within: std::time::Duration,
     ) -> impl Future<Output = Result<String, Self::Error>> + Send;
 
     /// How the pull `pull` (from [`CloudProvider::pull_warm`]) into `instance_id` is doing.

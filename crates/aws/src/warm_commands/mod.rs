@@ -8,7 +8,7 @@
 //!   command until it is over, and only then stops the member;
 //! - **settings**: when a member is started for a claim, the provider sends
 //!   [`script::settings_commands`] with the node's settings (the user data it would have
-//!   booted with) as soon as the member's agent is up, and waits for it to be applied.
+//!   booted with); SSM delivers them when the member's agent is back up.
 //!
 //! Like the other warm-pool calls, sending is guarded: the instance is described first and the
 //! command is sent only to a warm-pool member of this cluster ([`WarmMembers::member`]); the
@@ -28,19 +28,20 @@ use crate::warm_pool::{WarmError, WarmMembers};
 
 /// The SSM document the pull runs as.
 pub const DOCUMENT: &str = "AWS-RunShellScript";
-/// How long the script may run on the instance before SSM stops it: the warm-up deadline's
-/// default, after which the controller stops the member anyway.
-pub const EXECUTION_TIMEOUT: Duration = Duration::from_secs(600);
-/// SSM's shortest delivery timeout.
-pub const MIN_DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long SSM tries to deliver a pull to an agent that is not up yet.
+/// The least time a pull is given to be delivered and to run, however little of the
+/// member's warm-up is left (SSM's own minimum delivery time is 30 s).
+pub const MIN_PULL_TIME: Duration = Duration::from_secs(60);
+/// How long `apiclient apply` may run on a taken member before SSM stops it.
+pub const SETTINGS_RUN: Duration = Duration::from_secs(120);
+/// How long SSM tries to deliver a command to an agent that is not up yet.
 pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(600);
 /// The most characters of the script's output kept in a failed pull's reason.
 pub const REASON_CHARS: usize = 400;
 
-/// How long a take waits for a started member's agent to accept its settings and apply them.
-pub const SETTINGS_WAIT: Duration = Duration::from_secs(180);
-/// How often a take asks again while it waits.
+/// How long a take retries sending a member its settings while SSM does not know the
+/// member's agent yet.
+pub const SETTINGS_WAIT: Duration = Duration::from_secs(60);
+/// How often a take tries again while it waits.
 pub const SETTINGS_POLL: Duration = Duration::from_secs(3);
 
 /// SSM commands to the warm-pool members of one cluster.
@@ -56,45 +57,60 @@ impl WarmCommands {
         WarmCommands { ssm, members }
     }
 
-    /// Sends the pull of `images` to member `id`; returns the SSM command ID. Refused (nothing
+    /// Sends the pull of `images` to member `id`, to be delivered and run `within` (at least
+    /// [`MIN_PULL_TIME`]; SSM stops it then); returns the SSM command ID. Refused (nothing
     /// sent) for an instance that is not a live warm-pool member of this cluster. SSM answers
     /// `InvalidInstanceId` while the member's agent has not registered yet: the caller retries.
-    pub async fn pull(&self, id: &str, images: &[String]) -> Result<String, WarmError> {
+    pub async fn pull(
+        &self,
+        id: &str,
+        images: &[String],
+        within: Duration,
+    ) -> Result<String, WarmError> {
         self.members.member(id).await?;
+        let within = within.max(MIN_PULL_TIME);
         let command = self
             .send(
                 id,
                 script::commands(images),
                 "pre-pull of warm-pool images",
-                DELIVERY_TIMEOUT,
+                within,
+                within,
             )
             .await?;
         tracing::info!(instance_id = %id, command, images = images.len(), "pre-pull sent to a warm-pool member");
         Ok(command)
     }
 
-    /// Applies the settings `document` (TOML) to member `id`, just started for a claim: sends
-    /// them as soon as its agent accepts commands, then waits until they are applied, for at
-    /// most [`SETTINGS_WAIT`]. Refused for an instance that is not a warm-pool member of this
-    /// cluster; an error when the settings were not applied in time (the take falls back).
-    pub async fn apply_settings(&self, id: &str, document: &str) -> Result<(), WarmError> {
+    /// Sends the settings `document` (TOML) to member `id`, started (or starting) for a claim;
+    /// returns the command's ID without waiting for it to run. SSM keeps a command for a
+    /// stopped or pending instance whose agent registered during the warm-up and delivers it
+    /// when the agent is back (within [`DELIVERY_TIMEOUT`]); the kubelet joins once the
+    /// settings are applied. So a take holds the launch path for one call, not for a boot. A
+    /// send refused with `InvalidInstanceId` (the agent not registered yet) is retried for at
+    /// most [`SETTINGS_WAIT`]; any other refusal is returned at once (the take falls back).
+    /// Settings that never apply make a node that never registers, which the claim's
+    /// registration timeout replaces, as for any launch. Refused for an instance that is not
+    /// a warm-pool member of this cluster.
+    pub async fn apply_settings(&self, id: &str, document: &str) -> Result<String, WarmError> {
         self.members.member(id).await?;
         let started = std::time::Instant::now();
         let script = script::settings_commands(document);
-        let command = loop {
-            // Delivery ends when the wait does, so settings given up on never arrive later.
-            let left = SETTINGS_WAIT.saturating_sub(started.elapsed());
-            let delivery = left.max(MIN_DELIVERY_TIMEOUT);
+        loop {
             match self
                 .send(
                     id,
                     script.clone(),
                     "node settings of a taken warm-pool member",
-                    delivery,
+                    DELIVERY_TIMEOUT,
+                    SETTINGS_RUN,
                 )
                 .await
             {
-                Ok(c) => break c,
+                Ok(command) => {
+                    tracing::info!(instance_id = %id, command, "node settings sent to a taken warm-pool member");
+                    return Ok(command);
+                }
                 Err(AwsError::Api { code, .. })
                     if code == "InvalidInstanceId" && started.elapsed() < SETTINGS_WAIT =>
                 {
@@ -102,45 +118,18 @@ impl WarmCommands {
                 }
                 Err(e) => return Err(e.into()),
             }
-        };
-        loop {
-            match self.progress(id, &command).await? {
-                PullProgress::Succeeded => {
-                    tracing::info!(instance_id = %id, command, "node settings applied to a taken warm-pool member");
-                    return Ok(());
-                }
-                PullProgress::Failed(why) => {
-                    return Err(AwsError::Api {
-                        operation: "ssm:SendCommand",
-                        code: "SettingsNotApplied".to_string(),
-                        message: format!("warm-pool member {id}: apiclient apply: {why}"),
-                    }
-                    .into())
-                }
-                PullProgress::Running if started.elapsed() >= SETTINGS_WAIT => {
-                    return Err(AwsError::Api {
-                        operation: "ssm:SendCommand",
-                        code: "SettingsNotApplied".to_string(),
-                        message: format!(
-                            "warm-pool member {id}: its settings were not applied within {} s (command {command})",
-                            SETTINGS_WAIT.as_secs()
-                        ),
-                    }
-                    .into())
-                }
-                PullProgress::Running => tokio::time::sleep(SETTINGS_POLL).await,
-            }
         }
     }
 
     /// Sends `script` to `id` as an `AWS-RunShellScript` command that SSM delivers for at most
-    /// `delivery`; returns its ID.
+    /// `delivery` and runs for at most `run`; returns its ID.
     async fn send(
         &self,
         id: &str,
         script: String,
         comment: &str,
         delivery: Duration,
+        run: Duration,
     ) -> Result<String, AwsError> {
         let out = self
             .ssm
@@ -148,10 +137,7 @@ impl WarmCommands {
             .document_name(DOCUMENT)
             .instance_ids(id)
             .parameters("commands", vec![script])
-            .parameters(
-                "executionTimeout",
-                vec![EXECUTION_TIMEOUT.as_secs().to_string()],
-            )
+            .parameters("executionTimeout", vec![run.as_secs().to_string()])
             .timeout_seconds(i32::try_from(delivery.as_secs()).unwrap_or(i32::MAX))
             .comment(format!("joiner: {comment}"))
             .send()

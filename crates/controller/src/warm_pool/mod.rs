@@ -560,14 +560,15 @@ async fn pull_then_stop<P: CloudProvider>(
         .and_then(|s| condition::find(&s.conditions, condition::LAUNCHED))
         .map(|c| &c.last_transition_time);
     let deadline = ctx.settings.warm_pool_warmup;
-    let over = age(launched, now) >= deadline;
+    let left = deadline.saturating_sub(age(launched, now));
+    let over = left.is_zero();
     let id = instance.instance_id.as_str();
     let result = match status.and_then(|w| w.pull.as_deref()) {
         None if instance.state != "running" && !over => return Ok(false),
         None if instance.state != "running" => {
             "not pulled: the member was not running by the warm-up deadline".to_string()
         }
-        None => match ctx.cloud.pull_warm(id, images).await {
+        None => match ctx.cloud.pull_warm(id, images, left).await {
             Ok(pull) => {
                 record(ctx, member, json!({"pull": pull})).await?;
                 return Ok(false);

@@ -421,7 +421,12 @@ impl CloudProvider for FakeCloud {
 
     /// Starts a pull into a running member (`Running` until [`FakeCloud::set_pull_progress`]);
     /// a member not running fails as a real agent that is not up would.
-    async fn pull_warm(&self, instance_id: &str, images: &[String]) -> Result<String, FakeError> {
+    async fn pull_warm(
+        &self,
+        instance_id: &str,
+        images: &[String],
+        _within: std::time::Duration,
+    ) -> Result<String, FakeError> {
         let mut state = self.call(
             FakeMethod::PullWarm,
             FakeCall::PullWarm(instance_id.to_string(), images.to_vec()),
