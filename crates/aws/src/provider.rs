@@ -783,7 +783,21 @@ impl CloudProvider for AwsCloudProvider {
         claim_name: &str,
     ) -> Result<LaunchedNode, ProviderError> {
         let instance = self.warm.member(instance_id).await?;
-        let settings = self.claimed_user_data(&instance).await?;
+        // A take a crash interrupted after the start: the instance already runs for the claim
+        // (and may have its settings, even have joined). It is sent its settings again, but
+        // nothing that fails then undoes the take: a node that never joins is replaced by
+        // the claim's registration timeout, as any launch is.
+        let resumed = matches!(instance.state.as_str(), "pending" | "running")
+            && instance.tags.get(tags::NODECLAIM).map(String::as_str) == Some(claim_name);
+        let settings = match self.claimed_user_data(&instance).await {
+            Ok(settings) => settings,
+            Err(e) if resumed => {
+                tracing::warn!(instance_id, claim = claim_name, error = %e,
+                    "the node settings of a resumed take cannot be made; not sending them again");
+                None
+            }
+            Err(e) => return Err(e),
+        };
         // Written while stopped (EC2 allows no other time), for the record: Bottlerocket
         // reads user data on its first boot only, so the settings are applied below.
         let user_data = settings
@@ -796,12 +810,19 @@ impl CloudProvider for AwsCloudProvider {
             .start_member(instance, claim_name, user_data.as_deref())
             .await?;
         if let Some(document) = settings {
-            if let Err(e) = self.commands.apply_settings(&instance.id, &document).await {
-                // Not sent: the member goes back, and the claim is launched instead.
-                self.warm
-                    .put_back(&instance.id, claim_name, previous.as_deref())
-                    .await;
-                return Err(e.into());
+            match self.commands.apply_settings(&instance.id, &document).await {
+                Ok(_) => {}
+                Err(e) if resumed => {
+                    tracing::warn!(instance_id, claim = claim_name, error = %e,
+                        "sending the node settings of a resumed take again failed; keeping the take");
+                }
+                Err(e) => {
+                    // Not sent: the member goes back, and the claim is launched instead.
+                    self.warm
+                        .put_back(&instance.id, claim_name, previous.as_deref())
+                        .await;
+                    return Err(e.into());
+                }
             }
         }
         Ok(self.node(instance))

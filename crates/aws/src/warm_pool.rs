@@ -32,6 +32,12 @@ pub const WARM_STATE: &str = joiner_core::labels::WARM_STATE;
 /// take resumed after a crash reboots it at most once more than needed, never forgets to.
 pub const REBOOTED_FOR: &str = "joiner.sh/warm-rebooted-for";
 
+/// How long [`WarmMembers::put_back`] waits for a member still pending from its start to run,
+/// so that it can be stopped.
+pub const PUT_BACK_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+/// How often it looks again meanwhile.
+pub const PUT_BACK_POLL: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Why a warm-pool call was refused before any change was made.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -240,6 +246,16 @@ impl WarmMembers {
         if let Some(previous) = previous.filter(|p| *p != claim) {
             if let Err(e) = self.tag_claim(id, previous).await {
                 tracing::warn!(instance_id = %id, claim, error = %e, "restoring the member's claim tag after a failed take failed");
+            }
+        }
+        // EC2 refuses to stop an instance still pending from its start: wait until it runs.
+        let started = std::time::Instant::now();
+        while started.elapsed() < PUT_BACK_WAIT {
+            match self.instances.get(id).await {
+                Ok(Some(i)) if i.state == "pending" => {
+                    tokio::time::sleep(PUT_BACK_POLL).await;
+                }
+                _ => break,
             }
         }
         if let Err(e) = self.stop(id, false).await {

@@ -437,10 +437,10 @@ impl Intercept for SsmFails {
     }
 }
 
-/// A take whose settings cannot be applied fails (the launcher then launches instead), and the
+/// A take whose settings cannot be sent fails (the launcher then launches instead), and the
 /// member goes back: its claim tag restored and stopped, never left running for the claim.
 #[tokio::test]
-async fn a_bottlerocket_take_whose_settings_are_not_applied_puts_the_member_back() {
+async fn a_bottlerocket_take_whose_settings_cannot_be_sent_puts_the_member_back() {
     let moto = MotoServer::session().expect("moto server");
     let clients = AwsClients::from_config(&moto.sdk_config("us-east-1").await).expect("clients");
     let env = testing::environment(&clients, CLUSTER, PREFIX, K8S)
@@ -461,6 +461,22 @@ async fn a_bottlerocket_take_whose_settings_are_not_applied_puts_the_member_back
     assert_eq!(d.state, "stopped");
     assert_eq!(d.tags["joiner.sh/nodeclaim"], "web-warm-s");
     assert!(p.get("web-claim").await.expect("get").is_none());
+
+    // A take a crash interrupted after its start is resumed; sending the settings again
+    // failing then does not undo it (the node may have joined): it stays the claim's.
+    let working = bottlerocket_provider(&clients, &env, Arc::default(), None);
+    working
+        .start_warm(&member.instance_id, "web-claim")
+        .await
+        .expect("taken");
+    let resumed = p
+        .start_warm(&member.instance_id, "web-claim")
+        .await
+        .expect("a resumed take keeps its instance");
+    assert_eq!(resumed.instance_id, member.instance_id);
+    let d = describe(&clients, &member.instance_id).await;
+    assert_eq!(d.state, "running");
+    assert_eq!(d.tags["joiner.sh/nodeclaim"], "web-claim");
 }
 
 /// Every SSM command sent: its target instances and its `commands` script.
