@@ -244,6 +244,7 @@ impl AwsCloudProvider {
         objects: Arc<dyn ObjectLookup>,
     ) -> Self {
         let cluster = config.cluster.name.clone();
+        let warm = WarmMembers::new(clients.ec2.clone(), &cluster);
         AwsCloudProvider {
             subnets: SubnetDiscovery::new(clients.ec2.clone()),
             security_groups: SecurityGroupDiscovery::new(clients.ec2.clone()),
@@ -251,11 +252,8 @@ impl AwsCloudProvider {
             templates: LaunchTemplates::new(clients.ec2.clone(), &cluster),
             fleet: Fleet::new(&clients.ec2, unavailable.clone()),
             instances: Instances::new(clients.ec2.clone(), &cluster),
-            warm: WarmMembers::new(clients.ec2.clone(), &cluster),
-            commands: WarmCommands::new(
-                clients.ssm.clone(),
-                WarmMembers::new(clients.ec2.clone(), &cluster),
-            ),
+            warm: warm.clone(),
+            commands: WarmCommands::new(clients.ssm.clone(), warm),
             sqs: clients.sqs.clone(),
             objects,
             config,

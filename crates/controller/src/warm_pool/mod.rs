@@ -509,11 +509,7 @@ async fn stop_after_warm_up<P: CloudProvider>(
     node_template: Option<&NodeTemplate>,
     now: Timestamp,
 ) -> Result<bool, LifecycleError> {
-    let launched = member
-        .status
-        .as_ref()
-        .and_then(|s| condition::find(&s.conditions, condition::LAUNCHED))
-        .map(|c| &c.last_transition_time);
+    let launched = launched_at(member);
     let deadline = match node_template.map(NodeTemplate::ami_family) {
         Some(AmiFamily::Bottlerocket) => ctx.settings.warm_pool_warmup.min(BOTTLEROCKET_WARMUP),
         _ => ctx.settings.warm_pool_warmup,
@@ -524,6 +520,18 @@ async fn stop_after_warm_up<P: CloudProvider>(
     tracing::info!(member = member.name(), instance = %instance.instance_id,
         "warm-pool member still running after its warm-up deadline; stopping it");
     act(ctx, member, instance, Step::Stop).await
+}
+
+/// When the member's instance was launched (its `Launched` condition): its warm-up deadline
+/// counts from there.
+fn launched_at(
+    member: &NodeClaim,
+) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time> {
+    member
+        .status
+        .as_ref()
+        .and_then(|s| condition::find(&s.conditions, condition::LAUNCHED))
+        .map(|c| &c.last_transition_time)
 }
 
 /// The images the controller pulls into `prov`'s warming members itself, when it does: the
@@ -554,11 +562,7 @@ async fn pull_then_stop<P: CloudProvider>(
         // Recorded, then a crash or a failed stop: stop it now.
         return act(ctx, member, instance, Step::Stop).await;
     }
-    let launched = member
-        .status
-        .as_ref()
-        .and_then(|s| condition::find(&s.conditions, condition::LAUNCHED))
-        .map(|c| &c.last_transition_time);
+    let launched = launched_at(member);
     let deadline = ctx.settings.warm_pool_warmup;
     let left = deadline.saturating_sub(age(launched, now));
     let over = left.is_zero();
