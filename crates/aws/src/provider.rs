@@ -451,7 +451,7 @@ impl AwsCloudProvider {
     /// the warm-up variant, for its type and image, with the admin container the warm-up may
     /// have enabled for pulls set back to the user's choice ([`bottlerocket::taken_member`]);
     /// `None` for families whose first-boot script joins on the next start.
-    async fn claimed_user_data(
+    async fn taken_member_settings(
         &self,
         instance: &Instance,
     ) -> Result<Option<String>, ProviderError> {
@@ -787,7 +787,7 @@ impl CloudProvider for AwsCloudProvider {
         // the claim's registration timeout, as any launch is.
         let resumed = matches!(instance.state.as_str(), "pending" | "running")
             && instance.tags.get(tags::NODECLAIM).map(String::as_str) == Some(claim_name);
-        let settings = match self.claimed_user_data(&instance).await {
+        let settings = match self.taken_member_settings(&instance).await {
             Ok(settings) => settings,
             Err(e) if resumed => {
                 tracing::warn!(instance_id, claim = claim_name, error = %e,

@@ -238,7 +238,7 @@ impl WarmMembers {
     }
 
     /// Puts member `id` back after a take that started it for `claim` but could not finish
-    /// (its Bottlerocket settings were not applied): its claim tag goes back to `previous`
+    /// (SSM refused its Bottlerocket settings): its claim tag goes back to `previous`
     /// when that was another name, and it is stopped, so the claim's fallback launch is the
     /// claim's only instance and the member can be taken again. Failures are logged: the
     /// pool's reconciler replaces a member it finds running outside a take.

@@ -42,8 +42,8 @@ pub fn render(
     merge(&mut doc, user);
     if b.warm_pool.is_some() {
         // Warm-up: no cluster settings at all (the user's included), so the kubelet has no
-        // API server to register with; the real document replaces this one, through
-        // ModifyInstanceAttribute, before the member is started for a claim.
+        // API server to register with; the real document is applied through SSM when the
+        // member is started for a claim ([`taken_member`]).
         if let Some(settings) = doc.get_mut("settings").and_then(Value::as_table_mut) {
             settings.remove("kubernetes");
             // A take applies the node settings through SSM, whose agent runs in the control
