@@ -23,6 +23,7 @@ pub mod provisioner;
 pub mod resolution;
 pub mod selector;
 pub mod syntax;
+pub mod tag_rules;
 pub mod taint;
 mod validation;
 

@@ -44,8 +44,10 @@ pub struct NodeTemplateSpec {
     /// The user's own user data, merged with joiner's bootstrap part.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_data: Option<String>,
-    /// Tags put on instances, volumes and launch templates.
+    /// Tags put on instances, volumes and launch templates. Keys in joiner's, Karpenter's,
+    /// the cluster's and EKS's namespaces are refused: they decide who owns a node.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "crate::tag_rules::tag_map_schema")]
     pub tags: BTreeMap<String, String>,
     /// Instance metadata service settings; IMDSv2 is required unless changed here.
     #[serde(default)]

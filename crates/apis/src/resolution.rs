@@ -22,6 +22,9 @@ pub enum ResolveFailure {
     /// No image: the family's default parameters are missing or `spec.amiSelector` selects
     /// nothing.
     Ami,
+    /// The spec fails [`NodeTemplate::validate`] (an object written before the CRD's rules
+    /// refused it): nothing is resolved or launched with it.
+    Invalid,
 }
 
 /// A NodeTemplate that resolved.

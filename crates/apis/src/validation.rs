@@ -277,6 +277,13 @@ fn convert_requirements(
         let op = Operator::parse(&r.operator).map_err(|e| check.requirement(at("operator"), e))?;
         let req =
             Requirement::new(op, &r.values).map_err(|e| check.requirement(at("values"), e))?;
+        // A node is labelled with a single `In` value: one that is no label value would
+        // launch a node the API server refuses to label.
+        if matches!(op, Operator::In | Operator::NotIn) {
+            if let Some(why) = r.values.iter().find_map(|v| syntax::label_value(v)) {
+                return Err(check.invalid(at("values"), why));
+            }
+        }
         if labels::normalize(&r.key) == labels::CAPACITY_TYPE {
             if let Some(v) = r
                 .values
@@ -603,6 +610,28 @@ impl NodeTemplate {
             }
             if selector.contains_key("") {
                 return Err(check.invalid(field, "selector key is empty"));
+            }
+        }
+        if spec.tags.len() > crate::tag_rules::MAX_TAGS {
+            return Err(check.invalid(
+                "spec.tags",
+                format!(
+                    "{} tags, at most {} are allowed",
+                    spec.tags.len(),
+                    crate::tag_rules::MAX_TAGS
+                ),
+            ));
+        }
+        for (key, value) in &spec.tags {
+            let field = map_field("spec.tags", key);
+            if crate::tag_rules::reserved_tag(key).is_some() {
+                return Err(check.invalid(field, crate::tag_rules::refusal(key)));
+            }
+            if key.is_empty() || key.chars().count() > 128 {
+                return Err(check.invalid(field, "a tag key has 1–128 characters"));
+            }
+            if value.chars().count() > 256 {
+                return Err(check.invalid(field, "a tag value has at most 256 characters"));
             }
         }
         if spec.ami_selector.contains_key("") {

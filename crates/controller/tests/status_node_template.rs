@@ -197,10 +197,20 @@ async fn each_missing_part_is_its_own_ready_false_reason() {
             "NodeTemplate `default`: spec.amiFamily Bottlerocket: no default AMI: SSM parameter \
              `/joiner-test/service/bottlerocket/aws-k8s-1.31/x86_64/latest/image_id` not found",
         ),
+        (
+            // Written before the CRD refused it: another cluster's ownership tag would hand
+            // these nodes to that cluster's joiner. Not resolved, so nothing launches with it.
+            json!({"subnetSelector": {"joiner.sh/discovery": CLUSTER},
+                   "securityGroupSelector": {"joiner.sh/discovery": CLUSTER},
+                   "tags": {"kubernetes.io/cluster/other": "owned"}}),
+            "InvalidSpec",
+            "NodeTemplate \"default\": spec.tags[\"kubernetes.io/cluster/other\"]: tag \
+             kubernetes.io/cluster/other is reserved",
+        ),
     ];
     for (spec, reason, message) in cases {
         let nt = template(spec, previous.clone());
-        let resolved = NodeTemplateResolver::resolve(&p, &nt).await;
+        let resolved = node_template::resolve(&p, &nt).await;
         let (client, api) = mock_api(echo(&nt));
         node_template::reconcile_one(&client, &nt, &resolved, now())
             .await

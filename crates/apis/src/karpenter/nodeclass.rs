@@ -351,6 +351,7 @@ pub(super) fn node_class(
             out.insert(key.into(), v.clone());
         }
     }
+    drop_reserved_tags(&spec, &mut out, notes);
     if let Some(b) = block_devices(&spec, notes)? {
         out.insert("blockDeviceMappings".into(), b);
     }
@@ -378,4 +379,35 @@ pub(super) fn node_class(
         json!({"apiVersion": crate::API_VERSION, "kind": "NodeTemplate", "metadata": meta, "spec": out}),
     )?;
     Ok((template, kubelet))
+}
+
+/// Removes from the converted `out.tags` every key joiner's NodeTemplate refuses
+/// ([`crate::tag_rules`]: ownership and the autoscalers' own records), each with a note: the
+/// NodeTemplate written is one joiner runs, and nothing is dropped silently.
+pub(super) fn drop_reserved_tags(
+    spec: &Fields,
+    out: &mut Map<String, Value>,
+    notes: &mut Vec<Note>,
+) {
+    let Some(Value::Object(tags)) = out.get_mut("tags") else {
+        return;
+    };
+    let reserved: Vec<String> = tags
+        .keys()
+        .filter(|k| crate::tag_rules::reserved_tag(k).is_some())
+        .cloned()
+        .collect();
+    for key in reserved {
+        tags.remove(&key);
+        notes.push(spec.note(
+            "tags",
+            format!(
+                "{}; not converted (joiner sets its own ownership tags)",
+                crate::tag_rules::refusal(&key)
+            ),
+        ));
+    }
+    if tags.is_empty() {
+        out.remove("tags");
+    }
 }

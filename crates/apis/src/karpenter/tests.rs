@@ -577,3 +577,42 @@ spec: {providerRef: {name: linux}}
         "AWSNodeTemplate win selects Windows2022 AMIs, which joiner does not launch; skipped"
     );
 }
+
+#[test]
+fn reserved_tags_are_left_out_with_a_note() {
+    // Karpenter refuses some of these itself; joiner refuses all of its ownership namespaces,
+    // so the converted NodeTemplate must not carry them (it would not validate).
+    for (api_version, kind, selectors) in [
+        (
+            "karpenter.k8s.aws/v1alpha1",
+            "AWSNodeTemplate",
+            "subnetSelector: {a: b}\n  securityGroupSelector: {a: b}",
+        ),
+        (
+            "karpenter.k8s.aws/v1",
+            "EC2NodeClass",
+            "amiSelectorTerms: [{alias: al2023@latest}]\n  subnetSelectorTerms: [{tags: {a: b}}]\n  securityGroupSelectorTerms: [{tags: {a: b}}]",
+        ),
+    ] {
+        let c = convert(&yaml(&format!(
+            "apiVersion: {api_version}\nkind: {kind}\nmetadata: {{name: t}}\nspec:\n  {selectors}\n  tags: {{team: web, karpenter.sh/discovery: prod, kubernetes.io/cluster/other: owned}}\n"
+        )))
+        .expect("converts");
+        let t = &c.node_templates[0];
+        assert_eq!(
+            t.spec.tags.keys().collect::<Vec<_>>(),
+            ["team"],
+            "{kind}"
+        );
+        t.validate().expect("the NodeTemplate written validates");
+        for key in ["karpenter.sh/discovery", "kubernetes.io/cluster/other"] {
+            assert!(
+                c.notes
+                    .iter()
+                    .any(|n| n.field == "spec.tags" && n.message.contains(&format!("tag {key} is reserved"))),
+                "{kind} {key}: {:?}",
+                c.notes
+            );
+        }
+    }
+}

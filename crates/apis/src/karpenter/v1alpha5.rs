@@ -261,6 +261,7 @@ pub(super) fn node_template(
             "detailedMonitoring",
         ],
     );
+    super::nodeclass::drop_reserved_tags(&spec, &mut out, notes);
     if let Some(b) = super::nodeclass::block_devices(&spec, notes)? {
         out.insert("blockDeviceMappings".into(), b);
     }

@@ -296,6 +296,24 @@ fn bad_taints() {
 }
 
 #[test]
+fn requirement_values_must_be_label_values() {
+    // A node launched for `team In [a/b]` could never be labelled with it.
+    let e = err(&with_spec(
+        "  requirements:\n    - {key: team, operator: In, values: [a/b]}\n",
+    ));
+    assert_eq!(e.field(), "spec.requirements[0].values");
+    assert!(e.reason().contains("\"a/b\""), "{e}");
+    // Core's check agrees with the API's.
+    for v in ["a/b", "web", "", "-x", "x.y_z"] {
+        assert_eq!(
+            joiner_core::labels::is_valid_value(v),
+            crate::syntax::label_value(v).is_none(),
+            "{v:?}"
+        );
+    }
+}
+
+#[test]
 fn negative_ttls_and_consolidation_conflict() {
     let e = err(&with_spec("  ttlSecondsAfterEmpty: -1\n"));
     assert_eq!(e.field(), "spec.ttlSecondsAfterEmpty");
@@ -637,6 +655,40 @@ fn node_template_errors() {
         let e = with_template_spec(body).validate().unwrap_err();
         assert_eq!(e.field(), field, "{body}: {e}");
     }
+}
+
+#[test]
+fn node_template_tags_cannot_claim_ownership() {
+    // Another cluster's tag would make that cluster's joiner own (and collect) these nodes; a
+    // warm-pool tag would pass the warm-pool guards.
+    for key in [
+        "kubernetes.io/cluster/other",
+        "Kubernetes.io/Cluster/other",
+        "joiner.sh/warm-pool",
+        "joiner.sh/provisioner-name",
+        "karpenter.sh/nodepool",
+        "karpenter.k8s.aws/ec2nodeclass",
+        "eks:eks-cluster-name",
+    ] {
+        let e = with_template_spec(&format!("  tags: {{{key:?}: owned}}\n"))
+            .validate()
+            .unwrap_err();
+        assert_eq!(e.field(), format!("spec.tags[{key:?}]"), "{e}");
+        assert!(
+            e.to_string().contains(&format!("tag {key} is reserved")),
+            "{e}"
+        );
+    }
+    with_template_spec(
+        "  tags: {team: ml, Name: web, \"kubernetes.io/role/internal-elb\": \"1\"}\n",
+    )
+    .validate()
+    .unwrap();
+    let long = "v".repeat(257);
+    let e = with_template_spec(&format!("  tags: {{team: {long}}}\n"))
+        .validate()
+        .unwrap_err();
+    assert_eq!(e.field(), "spec.tags.team", "{e}");
 }
 
 #[test]

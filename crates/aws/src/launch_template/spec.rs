@@ -225,6 +225,20 @@ pub fn build(ctx: &LaunchContext<'_>) -> Result<ResolvedLaunchTemplate, LaunchTe
         instance_metadata_tags: "disabled".to_string(),
     };
 
+    // The NodeTemplate's validation and CRD refuse these; refused again here, where a tag
+    // would reach EC2, so no path makes another cluster's joiner own this node.
+    if let Some(key) = nt
+        .spec
+        .tags
+        .keys()
+        .find(|k| joiner_apis::tag_rules::reserved_tag(k).is_some())
+    {
+        return Err(LaunchTemplateError::Invalid {
+            node_template: nt.name().to_string(),
+            field: joiner_apis::map_field("spec.tags", key),
+            reason: joiner_apis::tag_rules::refusal(key),
+        });
+    }
     let mut tags = nt.spec.tags.clone();
     tags.insert(
         format!("kubernetes.io/cluster/{}", ctx.cluster.name),

@@ -250,7 +250,7 @@ async fn pass<P: CloudProvider, R: NodeTemplateResolver>(
         }
         let span = tracing::info_span!("reconcile", controller = CONTROLLER, nodetemplate = %name);
         let (settled, transient) = async {
-            let resolved = resolver.resolve(nt).await;
+            let resolved = node_template::resolve(resolver, nt).await;
             let transient = resolved.as_ref().is_err_and(|e| e.failure.is_none());
             if let Err(err) = &resolved {
                 tracing::warn!(error = %err, "NodeTemplate not resolved");

@@ -1,11 +1,13 @@
 //! A NodeTemplate's status: what its selectors resolved to in the account, and `Ready`.
 //!
 //! `Ready=False` reasons name what to fix: [`SUBNETS_NOT_FOUND`], [`SECURITY_GROUPS_NOT_FOUND`],
-//! [`AMI_NOT_FOUND`], or [`RESOLUTION_FAILED`] when an AWS call failed (not the template's
+//! [`AMI_NOT_FOUND`], [`INVALID_SPEC`] (the spec fails validation), or [`RESOLUTION_FAILED`] when an AWS call failed (not the template's
 //! fault, so the lists resolved before are kept: the simulation narrows zones by them).
 
 use joiner_apis::condition::Condition;
-use joiner_apis::{NodeTemplate, NodeTemplateStatus, ResolveError, ResolveFailure, Resolved};
+use joiner_apis::{
+    NodeTemplate, NodeTemplateResolver, NodeTemplateStatus, ResolveError, ResolveFailure, Resolved,
+};
 use k8s_openapi::jiff::Timestamp;
 
 use super::READY_REASON;
@@ -19,6 +21,9 @@ pub const SECURITY_GROUPS_NOT_FOUND: &str = "SecurityGroupsNotFound";
 pub const AMI_NOT_FOUND: &str = "AmiNotFound";
 /// Resolving failed for a reason outside the template (an AWS call, the catalog).
 pub const RESOLUTION_FAILED: &str = "ResolutionFailed";
+/// The spec fails validation (a reserved tag, a Custom family without an amiSelector, ...):
+/// written before the CRD's rules refused it, or with them off.
+pub const INVALID_SPEC: &str = "InvalidSpec";
 
 const KIND: &str = "NodeTemplate";
 
@@ -28,6 +33,7 @@ pub fn reason(err: &ResolveError) -> &'static str {
         Some(ResolveFailure::Subnets) => SUBNETS_NOT_FOUND,
         Some(ResolveFailure::SecurityGroups) => SECURITY_GROUPS_NOT_FOUND,
         Some(ResolveFailure::Ami) => AMI_NOT_FOUND,
+        Some(ResolveFailure::Invalid) => INVALID_SPEC,
         None => RESOLUTION_FAILED,
     }
 }
@@ -53,6 +59,22 @@ fn ready_message(r: &Resolved) -> String {
         ));
     }
     msg
+}
+
+/// What `nt` resolves to with `resolver`, or why not. A spec the CRD's rules would refuse
+/// today (a reserved tag, written before the rule existed) is not resolved at all: its
+/// `Ready=False` ([`INVALID_SPEC`]) keeps its Provisioners from launching.
+pub async fn resolve<R: NodeTemplateResolver>(
+    resolver: &R,
+    nt: &NodeTemplate,
+) -> Result<Resolved, ResolveError> {
+    match nt.validate() {
+        Err(invalid) => Err(ResolveError {
+            failure: Some(ResolveFailure::Invalid),
+            message: invalid.to_string(),
+        }),
+        Ok(()) => resolver.resolve(nt).await,
+    }
 }
 
 /// The status `nt` should have after `resolved`, stamped `now` where the Ready condition flips.

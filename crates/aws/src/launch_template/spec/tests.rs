@@ -91,7 +91,7 @@ fn bottlerocket_gets_an_os_and_a_data_volume() {
 #[test]
 fn template_settings_are_taken() {
     let nt = node_template(
-        "  instanceProfile: custom\n  detailedMonitoring: true\n  tags: {app: web, joiner.sh/provisioner-name: spoof}\n  metadataOptions: {httpPutResponseHopLimit: 2, httpTokens: optional}\n  blockDeviceMappings:\n  - deviceName: /dev/xvda\n    ebs: {volumeSize: 100G, volumeType: io2, iops: 3000, encrypted: false}\n",
+        "  instanceProfile: custom\n  detailedMonitoring: true\n  tags: {app: web}\n  metadataOptions: {httpPutResponseHopLimit: 2, httpTokens: optional}\n  blockDeviceMappings:\n  - deviceName: /dev/xvda\n    ebs: {volumeSize: 100G, volumeType: io2, iops: 3000, encrypted: false}\n",
     );
     let lt = resolve(
         &nt,
@@ -103,10 +103,7 @@ fn template_settings_are_taken() {
     assert_eq!(s.instance_profile.as_deref(), Some("custom"));
     assert!(s.detailed_monitoring);
     assert_eq!(s.tags["app"], "web");
-    assert_eq!(
-        s.tags["joiner.sh/provisioner-name"], "web",
-        "ownership tag wins"
-    );
+    assert_eq!(s.tags["joiner.sh/provisioner-name"], "web");
     assert_eq!(s.metadata_options.http_put_response_hop_limit, 2);
     assert_eq!(s.metadata_options.http_tokens, "optional");
     let d = &s.block_device_mappings[0];
@@ -212,4 +209,31 @@ fn labels_taints_and_kubelet_settings_reach_the_name_through_user_data() {
             "{p}"
         );
     }
+}
+
+#[test]
+fn a_reserved_tag_never_reaches_a_launch_template() {
+    // Another cluster's ownership tag would make that cluster's joiner collect this node.
+    let nt = node_template("  tags: {\"kubernetes.io/cluster/other\": owned, team: web}\n");
+    let sgs = vec!["sg-1".to_string()];
+    let err = build(&LaunchContext {
+        cluster: &cluster(),
+        node_template: &nt,
+        provisioner: &provisioner(""),
+        instance: &m5_large(),
+        image_id: "ami-123",
+        security_group_ids: &sgs,
+        default_instance_profile: None,
+        warm_pool: None,
+    })
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "NodeTemplate \"default\": spec.tags[\"kubernetes.io/cluster/other\"]: {}",
+            joiner_apis::tag_rules::refusal("kubernetes.io/cluster/other")
+        )
+    );
+    let ok = resolve(&node_template("  tags: {team: web}\n"), &provisioner(""));
+    assert_eq!(ok.spec.tags["team"], "web");
 }
