@@ -246,8 +246,10 @@ pub struct WarmPool {
     /// failed pull is skipped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pre_pull_images: Vec<String>,
-    /// A drained node that is not drifted goes back to the pool instead of being terminated,
-    /// while the pool is short (on-demand nodes of the pool's types and zones only).
+    /// Deprecated and ignored: a drained node is always terminated, never returned to the
+    /// pool. Returning it meant tagging a node that had served pods as a member, which let the
+    /// controller's role stop, rewrite and command it; the warm-pool tag is now set at launch
+    /// only. Accepted so existing manifests still apply; `joiner plan` warns.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reuse_on_scale_in: bool,
     /// How much dearer than the cheapest fitting new instance a warm one may be and still be

@@ -823,6 +823,14 @@ impl CloudProvider for AwsCloudProvider {
                 }
             }
         }
+        // Taken: the instance is the claim's node from now on, and leaves the pool's
+        // permissions (no stop, user-data change or command on a node that serves pods). A
+        // failure leaves the take to be resumed: the claim's next launch finds the instance
+        // still tagged as a member and comes back here, without starting anything twice.
+        self.warm.release(&instance.id).await?;
+        let mut instance = instance;
+        instance.tags.remove(crate::warm_pool::WARM_POOL);
+        instance.tags.remove(crate::warm_pool::WARM_STATE);
         Ok(self.node(instance))
     }
 
@@ -863,15 +871,6 @@ impl CloudProvider for AwsCloudProvider {
         (state == joiner_core::WarmState::Hibernated)
             .then(|| crate::hibernation::refusal(instance_type))
             .flatten()
-    }
-
-    async fn return_to_pool(
-        &self,
-        instance_id: &str,
-        provisioner: &str,
-        member: &str,
-    ) -> Result<(), ProviderError> {
-        Ok(self.warm.adopt(instance_id, provisioner, member).await?)
     }
 
     fn mark_unavailable(&self, instance_type: &str, zone: &str, capacity_type: CapacityType) {

@@ -6,12 +6,18 @@
 //! described first and acted on only when it carries joiner's ownership tags for this cluster
 //! *and* `joiner.sh/warm-pool`. A node that serves pods (no warm-pool tag) can never be stopped
 //! through here, whatever the controller asks; the IAM policy grants StartInstances,
-//! StopInstances and the claim re-tag on the same tags only (iam/controller-policy.json).
+//! StopInstances, ModifyInstanceAttribute, SendCommand and the claim re-tag on the same tags
+//! only (iam/controller-policy.json).
 //!
 //! Taking a member for a claim writes the claim's name into the instance's
 //! `joiner.sh/nodeclaim` tag *before* starting it: from then on the launcher's look-up by claim
 //! finds the instance, so a crash between the tag and the start is resumed (the start is
-//! repeated for that claim) and never starts a second member.
+//! repeated for that claim) and never starts a second member. Once started (and, for
+//! Bottlerocket, sent its settings) the member is released ([`WarmMembers::release`]): its
+//! `joiner.sh/warm-pool` tag is removed, and with it every permission the controller's role
+//! had to stop, modify or command it. The tag is set only at launch (a request tag of
+//! CreateFleet) and never added to a running instance, so a node that serves pods can never
+//! become commandable again, whatever the role is made to call.
 
 use aws_sdk_ec2::types::InstanceStateName;
 use base64::Engine;
@@ -37,6 +43,10 @@ pub const REBOOTED_FOR: &str = "joiner.sh/warm-rebooted-for";
 pub const PUT_BACK_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
 /// How often it looks again meanwhile.
 pub const PUT_BACK_POLL: std::time::Duration = std::time::Duration::from_secs(2);
+/// How many times [`WarmMembers::release`] sends its DeleteTags.
+pub const RELEASE_ATTEMPTS: u32 = 3;
+/// The wait before the second attempt (doubled before the third).
+pub const RELEASE_BACKOFF: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Why a warm-pool call was refused before any change was made.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -317,31 +327,37 @@ impl WarmMembers {
         Ok(())
     }
 
-    /// Makes joiner's instance `id` a member of `provisioner`'s pool recorded for the member
-    /// claim `member`: tags `joiner.sh/warm-pool` and `joiner.sh/nodeclaim`, after checking
-    /// the ownership tags (a node group's instance is never taken into a pool).
-    pub async fn adopt(&self, id: &str, provisioner: &str, member: &str) -> Result<(), WarmError> {
-        self.owned(id, "taking a node into a warm pool").await?;
-        self.ec2
-            .create_tags()
-            .resources(id)
-            .tags(
-                aws_sdk_ec2::types::Tag::builder()
-                    .key(WARM_POOL)
-                    .value(provisioner)
-                    .build(),
-            )
-            .tags(
-                aws_sdk_ec2::types::Tag::builder()
-                    .key(tags::NODECLAIM)
-                    .value(member)
-                    .build(),
-            )
-            .send()
-            .await
-            .map_err(|e| api_error("ec2:CreateTags", e))?;
-        tracing::info!(instance_id = %id, provisioner, member, "node returned to the warm pool");
-        Ok(())
+    /// Ends member `id`'s membership once it was taken for a claim: removes its
+    /// `joiner.sh/warm-pool` and `joiner.sh/warm-state` tags, so from now on no start, stop,
+    /// user-data change or SSM command is allowed on it (the IAM policy grants those only on
+    /// instances carrying the warm-pool tag, which can be set at launch only). A failure is
+    /// retried a few times; the caller decides what a lasting one means.
+    pub async fn release(&self, id: &str) -> Result<(), WarmError> {
+        self.member(id).await?;
+        let mut attempt = 0;
+        loop {
+            let sent = self
+                .ec2
+                .delete_tags()
+                .resources(id)
+                .tags(aws_sdk_ec2::types::Tag::builder().key(WARM_POOL).build())
+                .tags(aws_sdk_ec2::types::Tag::builder().key(WARM_STATE).build())
+                .send()
+                .await;
+            match sent {
+                Ok(_) => {
+                    tracing::info!(instance_id = %id, "warm-pool member taken: membership tags removed");
+                    return Ok(());
+                }
+                Err(e) if attempt + 1 < RELEASE_ATTEMPTS => {
+                    let err = api_error("ec2:DeleteTags", e);
+                    tracing::warn!(instance_id = %id, error = %err, attempt, "removing a taken member's warm-pool tag failed; retrying");
+                    attempt += 1;
+                    tokio::time::sleep(RELEASE_BACKOFF * attempt).await;
+                }
+                Err(e) => return Err(api_error("ec2:DeleteTags", e).into()),
+            }
+        }
     }
 
     /// Sets the instance's `joiner.sh/nodeclaim` tag to `claim`.

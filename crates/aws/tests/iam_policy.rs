@@ -129,6 +129,7 @@ const GUARDED: &[&str] = &[
     "ec2:RebootInstances",
     "ec2:ModifyInstanceAttribute",
     "ec2:CreateTags",
+    "ec2:DeleteTags",
     "ec2:DeleteLaunchTemplate",
     "ssm:SendCommand",
 ];
@@ -202,17 +203,32 @@ fn every_mutating_grant_requires_both_ownership_tags() {
             "aws:ResourceTag"
         };
         if actions.iter().any(|a| a == "ec2:CreateTags") && !tag_on_create {
-            // CreateTags on an existing instance: only the warm-pool, claim and reboot tags (a member
-            // handed to a claim, a drained node returned to the pool), so no grant can re-tag
-            // a node into joiner's ownership.
+            // CreateTags on an existing instance: only the claim and reboot tags of a member
+            // being handed to a claim. Never the warm-pool tag (set at launch only: adding it
+            // to a node that serves pods would open the member grants to it), never ownership.
             assert_eq!(
                 statement["Condition"]["ForAllValues:StringEquals"]["aws:TagKeys"],
-                serde_json::json!([
-                    "joiner.sh/nodeclaim",
-                    "joiner.sh/warm-pool",
-                    "joiner.sh/warm-rebooted-for"
-                ]),
+                serde_json::json!(["joiner.sh/nodeclaim", "joiner.sh/warm-rebooted-for"]),
                 "CreateTags on existing resources must be limited to the pool's tags: {statement}"
+            );
+        }
+        if actions.iter().any(|a| a == "ec2:DeleteTags") {
+            // Only a taken member's membership tags.
+            assert_eq!(
+                statement["Condition"]["ForAllValues:StringEquals"]["aws:TagKeys"],
+                serde_json::json!(["joiner.sh/warm-pool", "joiner.sh/warm-state"]),
+                "DeleteTags must be limited to the membership tags: {statement}"
+            );
+        }
+        if actions
+            .iter()
+            .any(|a| (a == "ec2:CreateTags" && !tag_on_create) || a == "ec2:DeleteTags")
+        {
+            // A request naming no keys would pass ForAllValues (and DeleteTags without keys
+            // deletes every tag): keys are required.
+            assert_eq!(
+                statement["Condition"]["Null"]["aws:TagKeys"], "false",
+                "{statement}"
             );
             assert_eq!(
                 statement["Resource"], "arn:${AWS_PARTITION}:ec2:${AWS_REGION}:*:instance/*",
@@ -220,14 +236,16 @@ fn every_mutating_grant_requires_both_ownership_tags() {
             );
         }
         if actions.iter().any(|a| {
-            a == "ec2:StopInstances"
+            (a == "ec2:CreateTags" && !tag_on_create)
+                || a == "ec2:DeleteTags"
+                || a == "ec2:StopInstances"
                 || a == "ec2:StartInstances"
                 || a == "ec2:RebootInstances"
                 || a == "ec2:ModifyInstanceAttribute"
         }) {
             assert_eq!(
                 statement["Condition"]["Null"]["aws:ResourceTag/joiner.sh/warm-pool"], "false",
-                "Start/Stop/ModifyInstanceAttribute must be limited to warm-pool members: {statement}"
+                "Start/Stop/ModifyInstanceAttribute and re-tagging must be limited to warm-pool members: {statement}"
             );
         }
         assert!(
@@ -245,6 +263,7 @@ fn every_mutating_grant_requires_both_ownership_tags() {
         "ec2:RebootInstances",
         "ec2:ModifyInstanceAttribute",
         "ec2:CreateTags",
+        "ec2:DeleteTags",
         "ec2:DeleteLaunchTemplate",
         "ssm:SendCommand",
     ] {
@@ -345,7 +364,7 @@ fn designed() -> Vec<Designed> {
         }
     };
     vec![
-        ("Discovery", vec!["ec2:DescribeSubnets", "ec2:DescribeSecurityGroups", "ec2:DescribeImages", "ec2:DescribeLaunchTemplates", "ec2:DescribeInstances", "ec2:DescribeInstanceTypes", "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeSpotPriceHistory"], vec!["*"], vec![region]),
+        ("Discovery", vec!["ec2:DescribeSubnets", "ec2:DescribeSecurityGroups", "ec2:DescribeImages", "ec2:DescribeLaunchTemplates", "ec2:DescribeInstances", "ec2:DescribeInstanceTypes", "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeSpotPriceHistory"], vec!["*"], vec![region.clone()]),
         ("InterruptionQueue", vec!["sqs:GetQueueUrl", "sqs:GetQueueAttributes", "sqs:ReceiveMessage", "sqs:DeleteMessage"], vec!["arn:${AWS_PARTITION}:sqs:${AWS_REGION}:${AWS_ACCOUNT_ID}:${INTERRUPTION_QUEUE_NAME}"], vec![]),
         ("Pricing", vec!["pricing:GetProducts"], vec!["*"], vec![]),
         ("AmiParameters", vec!["ssm:GetParameter"], vec!["arn:${AWS_PARTITION}:ssm:${AWS_REGION}::parameter/aws/service/*"], vec![]),
@@ -355,11 +374,12 @@ fn designed() -> Vec<Designed> {
         ("CreateOwnedLaunchTemplates", vec!["ec2:CreateLaunchTemplate"], vec![ec2("launch-template")], vec![rq_cluster.clone(), rq_prov.clone(), ("StringEquals", "aws:RequestTag/joiner.sh/managed-by", json!("joiner"))]),
         ("TagOnCreate", vec!["ec2:CreateTags"], ["fleet", "instance", "volume", "launch-template"].map(ec2).to_vec(), vec![rq_cluster, rq_prov, ("StringEquals", "ec2:CreateAction", json!(["CreateFleet", "RunInstances", "CreateLaunchTemplate"]))]),
         ("TerminateOwnedInstances", vec!["ec2:TerminateInstances"], vec![ec2("instance")], vec![rt_cluster.clone(), rt_prov.clone()]),
-        ("StartStopWarmPoolMembers", vec!["ec2:StartInstances", "ec2:StopInstances", "ec2:RebootInstances", "ec2:ModifyInstanceAttribute"], vec![ec2("instance")], vec![rt_cluster.clone(), rt_prov.clone(), rt_warm]),
-        ("TagOwnedInstancesForWarmPools", vec!["ec2:CreateTags"], vec![ec2("instance")], vec![rt_cluster.clone(), rt_prov.clone(), ("ForAllValues:StringEquals", "aws:TagKeys", json!(["joiner.sh/nodeclaim", "joiner.sh/warm-pool", "joiner.sh/warm-rebooted-for"]))]),
+        ("StartStopWarmPoolMembers", vec!["ec2:StartInstances", "ec2:StopInstances", "ec2:RebootInstances", "ec2:ModifyInstanceAttribute"], vec![ec2("instance")], vec![rt_cluster.clone(), rt_prov.clone(), rt_warm.clone()]),
+        ("TagWarmPoolMembers", vec!["ec2:CreateTags"], vec![ec2("instance")], vec![rt_cluster.clone(), rt_prov.clone(), rt_warm.clone(), ("Null", "aws:TagKeys", json!("false")), ("ForAllValues:StringEquals", "aws:TagKeys", json!(["joiner.sh/nodeclaim", "joiner.sh/warm-rebooted-for"]))]),
+        ("UntagTakenWarmPoolMembers", vec!["ec2:DeleteTags"], vec![ec2("instance")], vec![rt_cluster.clone(), rt_prov.clone(), rt_warm.clone(), ("Null", "aws:TagKeys", json!("false")), ("ForAllValues:StringEquals", "aws:TagKeys", json!(["joiner.sh/warm-pool", "joiner.sh/warm-state"]))]),
         ("CommandWarmPoolMembers", vec!["ssm:SendCommand"], vec![ec2("instance")], vec![("StringEquals", "ssm:resourceTag/kubernetes.io/cluster/${CLUSTER_NAME}", json!("owned")), ("Null", "ssm:resourceTag/joiner.sh/provisioner-name", json!("false")), ("Null", "ssm:resourceTag/joiner.sh/warm-pool", json!("false"))]),
         ("CommandWithRunShellScriptOnly", vec!["ssm:SendCommand"], vec![RUN_SHELL_SCRIPT], vec![]),
-        ("ReadCommandResults", vec!["ssm:GetCommandInvocation"], vec!["*"], vec![]),
+        ("ReadCommandResults", vec!["ssm:GetCommandInvocation"], vec!["*"], vec![region.clone()]),
         ("DeleteOwnedLaunchTemplates", vec!["ec2:DeleteLaunchTemplate"], vec![ec2("launch-template")], vec![rt_cluster, rt_prov, rt_managed]),
         ("PassNodeRole", vec!["iam:PassRole"], vec!["arn:${AWS_PARTITION}:iam::${AWS_ACCOUNT_ID}:role/${NODE_ROLE_NAME}"], vec![("StringEquals", "iam:PassedToService", json!("ec2.amazonaws.com"))]),
     ]

@@ -1,8 +1,9 @@
 //! Warm-pool members against moto through the real SDK: a warm launch is tagged as a member and
-//! boots the warm user data; stop and start act only on members of this cluster, and only
-//! joiner's own nodes can be taken into a pool; a start
-//! re-tags the instance for its claim first, so the launcher's look-up by claim finds it, and a
-//! repeated start for the same claim is harmless while a start for another claim is refused.
+//! boots the warm user data; stop and start act only on members of this cluster; a start
+//! re-tags the instance for its claim first, so the launcher's look-up by claim finds it, and
+//! ends by releasing the member (its warm-pool tag removed), after which nothing meant for
+//! members reaches the node; a take interrupted before its release is resumed for the same
+//! claim only.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -92,6 +93,42 @@ async fn describe(clients: &AwsClients, id: &str) -> Described {
             })
             .collect(),
         user_data,
+    }
+}
+
+/// The instance as a crash between a take's start and its release leaves it: started for its
+/// claim, still tagged a member (tags put back here with the test's own credentials).
+async fn interrupted_before_release(clients: &AwsClients, id: &str, state: &str) {
+    clients
+        .ec2
+        .create_tags()
+        .resources(id)
+        .tags(
+            aws_sdk_ec2::types::Tag::builder()
+                .key("joiner.sh/warm-pool")
+                .value("web")
+                .build(),
+        )
+        .tags(
+            aws_sdk_ec2::types::Tag::builder()
+                .key("joiner.sh/warm-state")
+                .value(state)
+                .build(),
+        )
+        .send()
+        .await
+        .expect("tags put back");
+}
+
+/// A taken member is released: no membership tag left, so nothing meant for members reaches it.
+async fn assert_released(clients: &AwsClients, id: &str) {
+    let d = describe(clients, id).await;
+    for key in ["joiner.sh/warm-pool", "joiner.sh/warm-state"] {
+        assert!(
+            !d.tags.contains_key(key),
+            "{key} left on a taken member: {:?}",
+            d.tags
+        );
     }
 }
 
@@ -185,15 +222,41 @@ async fn a_warm_member_is_tagged_stopped_and_started_for_its_claim() {
     assert_eq!(found.instance_id, member.instance_id);
     assert!(p.get("web-warm-a").await.expect("get").is_none());
 
-    // A resumed take for the same claim is harmless; another claim cannot take it.
-    p.start_warm(&member.instance_id, "web-abcde")
-        .await
-        .expect("start again for the same claim");
+    // Taken, it is released from the pool: the node it becomes is no member, so it can
+    // never be stopped, started or taken again through the pool.
+    assert!(!started.warm_pool, "{started:?}");
+    assert_released(&clients, &member.instance_id).await;
+    assert!(!found.warm_pool, "{found:?}");
+    for err in [
+        p.stop_warm(&member.instance_id)
+            .await
+            .expect_err("no member"),
+        p.start_warm(&member.instance_id, "web-other")
+            .await
+            .expect_err("no member"),
+        p.start_warm(&member.instance_id, "web-abcde")
+            .await
+            .expect_err("no member"),
+    ] {
+        assert_eq!(err.kind(), CloudErrorKind::NotOwned, "{err}");
+    }
+    assert_eq!(
+        describe(&clients, &member.instance_id).await.state,
+        "running"
+    );
+
+    // A crash between the start and the release: the take is resumed for the same claim
+    // and finishes with the release; another claim cannot take it meanwhile.
+    interrupted_before_release(&clients, &member.instance_id, "Stopped").await;
     let other = p
         .start_warm(&member.instance_id, "web-other")
         .await
         .expect_err("taken");
     assert_eq!(other.kind(), CloudErrorKind::NotOwned);
+    p.start_warm(&member.instance_id, "web-abcde")
+        .await
+        .expect("resumed for the same claim");
+    assert_released(&clients, &member.instance_id).await;
     assert_eq!(
         describe(&clients, &member.instance_id).await.tags["joiner.sh/nodeclaim"],
         "web-abcde"
@@ -318,11 +381,16 @@ async fn a_bottlerocket_member_gets_its_cluster_settings_only_when_started_for_a
         parsed["settings"]["host-containers"]["admin"]["enabled"].as_bool(),
         Some(false)
     );
-    // A take resumed after a crash (the member already runs for the claim) applies them again.
+    assert_released(&clients, &member.instance_id).await;
+    // A take resumed after a crash (the member already runs for the claim, not yet released)
+    // applies them again.
+    interrupted_before_release(&clients, &member.instance_id, "Stopped").await;
     p.start_warm(&member.instance_id, "web-claim")
         .await
         .expect("resumed take");
     assert_eq!(ssm_commands(&clients).await.len(), 2);
+    assert_released(&clients, &member.instance_id).await;
+    interrupted_before_release(&clients, &member.instance_id, "Stopped").await;
 
     // A pull goes to members only, and is asked after.
     let pull = p
@@ -469,6 +537,7 @@ async fn a_bottlerocket_take_whose_settings_cannot_be_sent_puts_the_member_back(
         .start_warm(&member.instance_id, "web-claim")
         .await
         .expect("taken");
+    interrupted_before_release(&clients, &member.instance_id, "Stopped").await;
     let resumed = p
         .start_warm(&member.instance_id, "web-claim")
         .await
@@ -783,7 +852,9 @@ async fn a_running_member_is_held_then_rebooted_for_its_claim() {
         Some(member.instance_id.clone())
     );
 
+    assert_released(&clients, &member.instance_id).await;
     // Resumed after a crash: already rebooted for this claim, so not again.
+    interrupted_before_release(&clients, &member.instance_id, "Running").await;
     p.start_warm(&member.instance_id, "web-claim")
         .await
         .expect("resumed take");

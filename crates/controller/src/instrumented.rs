@@ -132,18 +132,6 @@ impl<P: CloudProvider> CloudProvider for Instrumented<P> {
         self.inner.warm_type_refusal(instance_type, state)
     }
 
-    fn return_to_pool(
-        &self,
-        instance_id: &str,
-        provisioner: &str,
-        member: &str,
-    ) -> impl Future<Output = Result<(), Self::Error>> + Send {
-        self.measure(
-            "return_to_pool",
-            self.inner.return_to_pool(instance_id, provisioner, member),
-        )
-    }
-
     fn mark_unavailable(&self, instance_type: &str, zone: &str, capacity_type: CapacityType) {
         // No call to the cloud: nothing to time.
         self.inner
@@ -222,9 +210,6 @@ mod tests {
             Err(Missing(id.into()))
         }
         async fn hibernate_warm(&self, id: &str) -> Result<(), Missing> {
-            Err(Missing(id.into()))
-        }
-        async fn return_to_pool(&self, id: &str, _: &str, _: &str) -> Result<(), Missing> {
             Err(Missing(id.into()))
         }
         async fn pull_warm(

@@ -218,10 +218,6 @@ impl CloudProvider for SlowLaunches {
         self.cloud.warm_type_refusal(t, state)
     }
 
-    async fn return_to_pool(&self, id: &str, prov: &str, member: &str) -> Result<(), Self::Error> {
-        self.cloud.return_to_pool(id, prov, member).await
-    }
-
     async fn pull_warm(
         &self,
         id: &str,
@@ -492,5 +488,60 @@ async fn a_drain_the_api_server_never_answers_does_not_hold_back_another_claims_
             .any(|(m, p)| m == "POST" && p.ends_with("/pods/web/eviction")),
         "the eviction was sent and never answered: {:?}",
         api.calls()
+    );
+}
+
+/// A warm-pool member claim removed after its instance was handed to a claim: its status still
+/// records the instance, and a listing may still show the instance under the member's tag.
+/// Termination releases the member and never terminates the node another live claim records.
+#[tokio::test]
+async fn termination_never_terminates_an_instance_another_live_claim_records() {
+    let cloud = Arc::new(FakeCloud::new(Vec::new()));
+    let taken = cloud
+        .create(&launch_request("web-warm-a"))
+        .await
+        .expect("launch");
+    let member = claim(
+        "web-warm-a",
+        json!({"metadata": {"deletionTimestamp": "2026-01-01T01:00:00Z",
+                "labels": {"joiner.sh/warm-pool": "web"}},
+            "status": {"instanceID": taken.instance_id, "providerID": taken.provider_id}}),
+    );
+    let taker = claim(
+        "web-1",
+        json!({"status": {"instanceID": taken.instance_id, "providerID": taken.provider_id}}),
+    );
+    let stores = Stores::new(vec![], vec![], vec![member, taker]);
+    let (client, api) = mock_api(|req| {
+        if req.method == Method::PATCH {
+            Reply::ok(
+                json!({"apiVersion": "joiner.sh/v1alpha1", "kind": "NodeClaim",
+                "metadata": {"name": "x"}, "spec": {"provisionerName": "web"}}),
+            )
+        } else {
+            Reply::not_found("unexpected")
+        }
+    });
+    let ctx = Context::new(client, stores.state(), cloud.clone(), settings());
+    // The listing still shows the instance tagged for the member (the re-tag is not seen yet).
+    terminator().reconcile(&ctx).await.expect("pass");
+    assert!(
+        !cloud
+            .calls()
+            .iter()
+            .any(|c| matches!(c, FakeCall::Delete(_))),
+        "the taker's node must not be terminated: {:?}",
+        cloud.calls()
+    );
+    assert_eq!(cloud.instances()[0].state, "running");
+    let writes = api.writes();
+    assert_eq!(writes.len(), 1, "{writes:?}");
+    assert!(
+        writes[0].is(
+            Method::PATCH,
+            "/apis/joiner.sh/v1alpha1/nodeclaims/web-warm-a"
+        ),
+        "the member is released: {:?}",
+        writes[0]
     );
 }

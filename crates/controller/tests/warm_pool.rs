@@ -1084,7 +1084,7 @@ mod transitions {
     }
 
     #[tokio::test]
-    async fn members_of_another_state_are_replaced_reused_ones_are_not() {
+    async fn members_of_another_state_are_replaced() {
         // The pool went from Hibernated to Stopped: the hibernated member is replaced.
         let t = setup(
             vec![held(
@@ -1099,7 +1099,8 @@ mod transitions {
         );
         warm_pool::reconcile(&t.ctx).await.expect("pass");
         assert!(removed(&t.api, "web-warm-h"));
-        // A reused node's member waits stopped in a Running pool: kept.
+        // A member left by reuse on scale-in (no longer built) is no exception: a stopped
+        // member in a Running pool was launched for another state, and is replaced.
         let mut reused = member(
             "web-warm-u",
             "i-warm2",
@@ -1118,189 +1119,7 @@ mod transitions {
             vec![instance("i-warm2", "web-warm-u", "stopped")],
         );
         warm_pool::reconcile(&t.ctx).await.expect("pass");
-        assert!(t
-            .api
-            .claim("web-warm-u")
-            .is_some_and(|c| c.metadata.deletion_timestamp.is_none()));
-    }
-}
-
-mod reuse_on_scale_in {
-    //! A drained on-demand node of a Provisioner whose pool reuses and is short goes back to
-    //! the pool: tagged for a member claim, stopped, its claim and Node released once stopped,
-    //! never terminated; the member claim adopts the instance. A full pool, or a spot node,
-    //! is terminated as usual.
-
-    use std::sync::Arc;
-
-    use joiner_apis::NodeClaim;
-    use joiner_controller::lifecycle::termination::Terminator;
-    use joiner_controller::provisioning::{launch_pending_claims, Launch, Memory};
-    use joiner_controller::Context;
-    use joiner_core::testing::{FakeCall, FakeCloud};
-    use joiner_core::{CapacityType, LaunchedNode};
-    use serde_json::json;
-
-    use super::lifecycle_fixture::{claim, node, node_template, settings, Stores};
-    use super::support::objects_api::ObjectsApi;
-    use super::support::{mock_api, obj};
-
-    fn reusing_provisioner() -> joiner_apis::Provisioner {
-        obj(json!({
-            "apiVersion": "joiner.sh/v1alpha1", "kind": "Provisioner",
-            "metadata": {"name": "web", "resourceVersion": "1"},
-            "spec": {
-                "providerRef": {"name": "default"},
-                "warmPool": {"size": 1, "instanceTypes": ["m5.large"], "reuseOnScaleIn": true},
-            },
-        }))
-    }
-
-    fn running(id: &str, claim: &str, capacity: CapacityType) -> LaunchedNode {
-        LaunchedNode {
-            claim_name: Some(claim.into()),
-            instance_id: id.into(),
-            provider_id: format!("fake:///z-a/{id}"),
-            instance_type: "m5.large".into(),
-            zone: "z-a".into(),
-            capacity_type: capacity,
-            state: "running".into(),
-            launch_time: None,
-            image_id: None,
-            subnet_id: None,
-            security_group_ids: vec![],
-            warm_pool: false,
-        }
-    }
-
-    /// Claim `name` on instance `id`, being deleted, and its Ready, drained Node.
-    fn deleting(
-        name: &str,
-        id: &str,
-        capacity: &str,
-    ) -> (NodeClaim, k8s_openapi::api::core::v1::Node) {
-        let c = claim(
-            name,
-            json!({
-                "metadata": {"deletionTimestamp": "2026-01-01T01:00:00Z"},
-                "status": {"instanceID": id, "providerID": format!("fake:///z-a/{id}"),
-                    "nodeName": format!("node-{id}"), "instanceType": "m5.large", "zone": "z-a",
-                    "capacityType": capacity,
-                    "conditions": [{"type": "Launched", "status": "True", "reason": "InstanceLaunched",
-                        "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
-            }),
-        );
-        let n = node(
-            &format!("node-{id}"),
-            json!({"spec": {"providerID": format!("fake:///z-a/{id}"),
-                    "taints": [{"key": "joiner.sh/disrupted", "effect": "NoSchedule"}]},
-                "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
-        );
-        (c, n)
-    }
-
-    #[tokio::test]
-    async fn a_drained_node_goes_back_to_a_short_pool_and_is_never_terminated() {
-        let (old, old_node) = deleting("web-old", "i-1", "on-demand");
-        let api = ObjectsApi::new(vec![old.clone()], vec![reusing_provisioner()]);
-        let (client, _mock) = mock_api(api.handler());
-        let mut stores = Stores::new(vec![], vec![old_node], vec![old])
-            .with_objects(vec![reusing_provisioner()], vec![node_template()]);
-        let cloud = Arc::new(FakeCloud::new(joiner_core::testing::catalog::catalog()));
-        cloud.add_instance(running("i-1", "web-old", CapacityType::OnDemand));
-        let ctx = Context::new(client, stores.state(), cloud.clone(), settings());
-        let terminator = Terminator::default();
-
-        terminator.reconcile(&ctx).await.expect("pass 1");
-        let calls = cloud.calls();
-        assert!(calls.contains(&FakeCall::ReturnToPool(
-            "i-1".into(),
-            "web".into(),
-            "web-old-reused".into()
-        )));
-        assert!(calls.contains(&FakeCall::StopWarm("i-1".into())));
-        assert!(
-            !calls.iter().any(|c| matches!(c, FakeCall::Delete(_))),
-            "{calls:?}"
-        );
-        let member = api.claim("web-old-reused").expect("member claim");
-        assert_eq!(member.warm_pool(), Some("web"));
-        assert!(api.claim("web-old").is_some(), "released only once stopped");
-
-        // The member adopts the instance (no launch); the old claim is released, not the
-        // instance terminated.
-        api.sync_claims(&mut stores.claims);
-        let out = launch_pending_claims(&ctx, &mut Memory::default()).await;
-        let Some(Ok(Launch::Launched(l))) = out.first() else {
-            panic!("{out:?}")
-        };
-        assert_eq!((l.instance_id.as_str(), l.adopted), ("i-1", true));
-        // Stopped, but not takeable while the claim it came from is not released yet.
-        api.sync_claims(&mut stores.claims);
-        joiner_controller::warm_pool::reconcile(&ctx)
-            .await
-            .expect("warm pass");
-        assert_eq!(
-            api.claim("web-old-reused")
-                .and_then(|m| m.warm_phase().map(str::to_string))
-                .as_deref(),
-            Some("Warming")
-        );
-        terminator.reconcile(&ctx).await.expect("pass 2");
-        assert!(api.claim("web-old").is_none(), "old claim released");
-        let states: Vec<(String, String)> = cloud
-            .instances()
-            .into_iter()
-            .map(|i| (i.instance_id, i.state))
-            .collect();
-        assert_eq!(states, [("i-1".to_string(), "stopped".to_string())]);
-        assert!(!cloud
-            .calls()
-            .iter()
-            .any(|c| matches!(c, FakeCall::Delete(_))));
-        // Once the old claim is gone, the pool takes the member as ready.
-        api.sync_claims(&mut stores.claims);
-        joiner_controller::warm_pool::reconcile(&ctx)
-            .await
-            .expect("warm pass");
-        assert_eq!(
-            api.claim("web-old-reused")
-                .and_then(|m| m.warm_phase().map(str::to_string))
-                .as_deref(),
-            Some("Warm")
-        );
-    }
-
-    #[tokio::test]
-    async fn a_spot_node_or_a_full_pool_means_termination() {
-        for (capacity, pool_full) in [(CapacityType::Spot, false), (CapacityType::OnDemand, true)] {
-            let (old, old_node) = deleting("web-old", "i-1", capacity.as_str());
-            let mut claims = vec![old.clone()];
-            if pool_full {
-                claims.push(claim(
-                    "web-warm-x",
-                    json!({"metadata": {"labels": {"joiner.sh/warm-pool": "web"}},
-                        "status": {"warmPool": {"phase": "Warm"}}}),
-                ));
-            }
-            let api = ObjectsApi::new(claims.clone(), vec![reusing_provisioner()]);
-            let (client, _mock) = mock_api(api.handler());
-            let stores = Stores::new(vec![], vec![old_node], claims)
-                .with_objects(vec![reusing_provisioner()], vec![node_template()]);
-            let cloud = Arc::new(FakeCloud::new(joiner_core::testing::catalog::catalog()));
-            cloud.add_instance(running("i-1", "web-old", capacity));
-            let ctx = Context::new(client, stores.state(), cloud.clone(), settings());
-            Terminator::default().reconcile(&ctx).await.expect("pass");
-            let calls = cloud.calls();
-            assert!(
-                calls.contains(&FakeCall::Delete("i-1".into())),
-                "{capacity:?}: {calls:?}"
-            );
-            assert!(!calls
-                .iter()
-                .any(|c| matches!(c, FakeCall::ReturnToPool(..))));
-            assert!(api.claim("web-old-reused").is_none());
-        }
+        assert!(removed(&t.api, "web-warm-u"));
     }
 }
 

@@ -185,25 +185,17 @@ pub trait CloudProvider: Send + Sync {
 
     /// Hands warm-pool member `instance_id` to NodeClaim `claim_name` and starts it: the
     /// instance is recorded as the claim's first (so [`CloudProvider::get`] finds it from
-    /// then on and a crash never starts a second member), then started. Starting a member
-    /// that already runs for the claim is not an error. An instance that is not a warm-pool
-    /// member of this cluster is refused ([`CloudErrorKind::NotOwned`]).
+    /// then on and a crash never starts a second member), then started, then released from the
+    /// pool: the node it becomes is no longer a member ([`LaunchedNode::warm_pool`] false), so
+    /// nothing meant for members (stop, commands) can reach it. Starting a member that
+    /// already runs for the claim, not yet released, finishes the take; it is not an error.
+    /// An instance that is not a warm-pool member of this cluster is refused
+    /// ([`CloudErrorKind::NotOwned`]).
     fn start_warm(
         &self,
         instance_id: &str,
         claim_name: &str,
     ) -> impl Future<Output = Result<LaunchedNode, Self::Error>> + Send;
-
-    /// Makes joiner's running node `instance_id` a member of `provisioner`'s warm pool, recorded
-    /// for the member claim `member` (reuse on scale-in: a drained node is kept, stopped,
-    /// instead of terminated). Only tags it; [`CloudProvider::stop_warm`] stops it. Refuses an
-    /// instance that is not joiner's in this cluster.
-    fn return_to_pool(
-        &self,
-        instance_id: &str,
-        provisioner: &str,
-        member: &str,
-    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
 
     /// Stops warm-pool member `instance_id` at the end of its warm-up, so it waits in the pool
     /// costing only its volumes. Refuses an instance that is not a warm-pool member of this

@@ -375,6 +375,15 @@ fn add_provisioner(
     let settings = p
         .disruption_settings()
         .map_err(|err| FieldError::new(err.field(), err.reason()))?;
+    if p.spec
+        .warm_pool
+        .as_ref()
+        .is_some_and(|w| w.reuse_on_scale_in)
+    {
+        loaded.warnings.push(format!(
+            "{location}: {label}: spec.warmPool.reuseOnScaleIn is ignored: a node that served pods is terminated, never returned to the pool (its role could otherwise command it)"
+        ));
+    }
     loaded.disruption.insert(core.name.clone(), settings);
     loaded.snapshot.provisioners.push(core);
     loaded.provisioners.push(p);

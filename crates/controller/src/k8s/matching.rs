@@ -1,6 +1,7 @@
 //! Which Node is a NodeClaim's: the one whose `spec.providerID` is the claim's
-//! `status.providerID` (what the cloud reported at launch), or the one the claim's
-//! `status.nodeName` names (written by registration after such a match). Never a label: a
+//! `status.providerID` (what the cloud reported at launch), or, only while the claim or the
+//! Node has no provider ID, the one the claim's `status.nodeName` names (written by
+//! registration after such a match). Never a label: a
 //! kubelet may set its own labels (`--node-labels`), so a label cannot prove which instance a
 //! Node runs on. Every reconciler matches with these functions.
 
@@ -32,16 +33,23 @@ pub fn claim_provider_id(claim: &NodeClaim) -> Option<&str> {
         .filter(|p| !p.is_empty())
 }
 
-/// True when `node` is `claim`'s node.
-pub fn is_claims_node(claim: &NodeClaim, node: &Node) -> bool {
-    let by_id = claim_provider_id(claim).is_some_and(|id| node_provider_id(node) == Some(id));
-    let by_name = claim
+/// The node name `claim`'s status records (registration writes it), when set.
+fn claim_node_name(claim: &NodeClaim) -> Option<&str> {
+    claim
         .status
         .as_ref()
         .and_then(|s| s.node_name.as_deref())
         .filter(|n| !n.is_empty())
-        .is_some_and(|n| node.metadata.name.as_deref() == Some(n));
-    by_id || by_name
+}
+
+/// True when `node` is `claim`'s node: by provider ID whenever both have one (a Node named
+/// like the claim's old node but on another instance is not its node), by the name the claim
+/// recorded only when one side has no provider ID yet.
+pub fn is_claims_node(claim: &NodeClaim, node: &Node) -> bool {
+    match (claim_provider_id(claim), node_provider_id(node)) {
+        (Some(claim_id), Some(node_id)) => claim_id == node_id,
+        _ => claim_node_name(claim).is_some_and(|n| node.metadata.name.as_deref() == Some(n)),
+    }
 }
 
 /// The Node of `claim`, if it has registered.
@@ -77,18 +85,15 @@ impl<'a> NodeIndex<'a> {
         NodeIndex { by_id, by_name }
     }
 
-    /// The Node of `claim`: by provider ID first, else by the name its status records.
+    /// The Node of `claim`, by the rule of [`is_claims_node`].
     pub fn node_of(&self, claim: &NodeClaim) -> Option<&'a Arc<Node>> {
-        claim_provider_id(claim)
-            .and_then(|id| self.by_id.get(id))
-            .or_else(|| {
-                claim
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.node_name.as_deref())
-                    .filter(|n| !n.is_empty())
-                    .and_then(|n| self.by_name.get(n))
-            })
+        let claim_id = claim_provider_id(claim);
+        if let Some(found) = claim_id.and_then(|id| self.by_id.get(id)) {
+            return Some(found);
+        }
+        claim_node_name(claim)
+            .and_then(|n| self.by_name.get(n))
+            .filter(|n| claim_id.is_none() || node_provider_id(n).is_none())
             .copied()
     }
 }
@@ -128,13 +133,23 @@ mod tests {
         let c2 = claim("web-2", json!({"providerID": "aws:///z/i-2"}));
         let c3 = claim("web-3", json!({"nodeName": "c"}));
         let c4 = claim("web-4", json!({}));
+        // The name recorded, but the Node of that name runs on another instance now (a
+        // replacement took the name): not this claim's node.
+        let c5 = claim(
+            "web-5",
+            json!({"providerID": "aws:///z/i-5", "nodeName": "a"}),
+        );
+        // No provider ID on the claim yet: the recorded name decides.
+        let c6 = claim("web-6", json!({"nodeName": "a"}));
         let name = |n: Option<&Arc<Node>>| n.and_then(|n| n.metadata.name.clone());
         assert_eq!(name(node_of(&c1, &nodes)), Some("a".into()));
         assert_eq!(name(node_of(&c2, &nodes)), None);
         assert_eq!(name(node_of(&c3, &nodes)), Some("c".into()));
         assert_eq!(name(node_of(&c4, &nodes)), None);
+        assert_eq!(name(node_of(&c5, &nodes)), None);
+        assert_eq!(name(node_of(&c6, &nodes)), Some("a".into()));
         let index = NodeIndex::new(&nodes);
-        for c in [&c1, &c2, &c3, &c4] {
+        for c in [&c1, &c2, &c3, &c4, &c5, &c6] {
             assert_eq!(
                 name(index.node_of(c)),
                 name(node_of(c, &nodes)),

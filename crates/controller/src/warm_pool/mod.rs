@@ -30,7 +30,6 @@
 //! Taking a member for a claim is [`take`], on the launch path.
 
 pub mod history;
-pub mod reuse;
 pub mod sizing;
 pub mod take;
 
@@ -305,15 +304,9 @@ async fn step_member<P: CloudProvider>(
     }
 
     let state = member.warm_state();
-    let reused = member
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(reuse::REUSED_FROM));
     let wanted = pool_state(prov);
-    // Launched for another state (its user data and launch settings are that state's). A
-    // reused node waits stopped whatever the pool's state.
-    if !reused && state != wanted {
+    // Launched for another state (its user data and launch settings are that state's).
+    if state != wanted {
         tracing::info!(
             member = member.name(),
             state = state.as_str(),
@@ -351,15 +344,9 @@ async fn step_member<P: CloudProvider>(
         };
     }
 
-    // Warming (or reused, waiting for its origin to go).
-    if stopped && reused_origin_live(member, claims) {
-        return Ok(false);
-    }
+    // Warming.
     if running && held_at.is_none() {
-        // A reused node pulls nothing: it ran pods, and its admin container is off.
-        if let Some(images) =
-            pulled_by_controller(prov, node_template.as_deref()).filter(|_| !reused)
-        {
+        if let Some(images) = pulled_by_controller(prov, node_template.as_deref()) {
             return pull_then_stop(ctx, member, instance, images, now).await;
         }
         return stop_after_warm_up(ctx, member, instance, node_template.as_deref(), now).await;
@@ -613,16 +600,6 @@ async fn pull_then_stop<P: CloudProvider>(
 /// A member's `status.warmPool.pullResult` when every image was pulled.
 pub const PULL_SUCCEEDED: &str = "Succeeded";
 
-/// True while the claim a reused node's member came from still exists.
-fn reused_origin_live(member: &NodeClaim, claims: &[Arc<NodeClaim>]) -> bool {
-    member
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(reuse::REUSED_FROM))
-        .is_some_and(|origin| claims.iter().any(|c| c.name() == origin))
-}
-
 /// The largest requests of any one pod on the Provisioner's nodes, or `None` when it runs none.
 fn largest_pod<P: CloudProvider>(ctx: &Context<P>, provisioner: &str) -> Option<Resources> {
     let nodes: Vec<String> = ctx
@@ -844,8 +821,7 @@ fn member_offering(member: &NodeClaim) -> Option<(String, String)> {
 }
 
 /// A member claim `name` of `provisioner`'s pool for one offering (`instance_type` in `zone`,
-/// on-demand), with the termination finalizer: what the pool adds and what a reused node is
-/// recorded under.
+/// on-demand), with the termination finalizer: what the pool adds.
 pub fn member_claim(
     name: &str,
     provisioner: &str,

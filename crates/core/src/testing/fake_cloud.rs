@@ -82,8 +82,6 @@ pub enum FakeCall {
     HoldWarm(String),
     /// `hibernate_warm(instance id)`.
     HibernateWarm(String),
-    /// `return_to_pool(instance id, provisioner, member)`.
-    ReturnToPool(String, String, String),
     /// `pull_warm(instance id, images)`.
     PullWarm(String, Vec<String>),
     /// `pull_progress(instance id, pull)`.
@@ -111,8 +109,6 @@ pub enum FakeMethod {
     HoldWarm,
     /// `hibernate_warm`.
     HibernateWarm,
-    /// `return_to_pool`.
-    ReturnToPool,
     /// `pull_warm`.
     PullWarm,
     /// `pull_progress`.
@@ -355,33 +351,9 @@ impl CloudProvider for FakeCloud {
         let node = member(&mut state, instance_id)?;
         node.claim_name = Some(claim_name.to_string());
         node.state = "running".to_string();
+        // Taken: released from the pool, as the real provider removes the warm-pool tag.
+        node.warm_pool = false;
         Ok(node.clone())
-    }
-
-    /// Marks a live instance a member recorded for `member` (the fake has no ownership tags to
-    /// check).
-    async fn return_to_pool(
-        &self,
-        instance_id: &str,
-        provisioner: &str,
-        member: &str,
-    ) -> Result<(), FakeError> {
-        let mut state = self.call(
-            FakeMethod::ReturnToPool,
-            FakeCall::ReturnToPool(
-                instance_id.to_string(),
-                provisioner.to_string(),
-                member.to_string(),
-            ),
-        )?;
-        match state.instances.get_mut(instance_id) {
-            Some(n) if is_live(n) => {
-                n.warm_pool = true;
-                n.claim_name = Some(member.to_string());
-                Ok(())
-            }
-            _ => Err(FakeError::new(CloudErrorKind::NotFound, "NotFound")),
-        }
     }
 
     async fn stop_warm(&self, instance_id: &str) -> Result<(), FakeError> {
