@@ -231,10 +231,9 @@ fn keys(out: &mut String) {
         (l::UNREGISTERED_TAINT, "node taint", "NoSchedule startup taint every joiner node registers with, removed once its labels and taints are applied and it is Ready."),
         (l::DISRUPTED_TAINT, "node taint", "NoSchedule taint on a node joiner is draining (disruption, interruption)."),
         (l::TERMINATION_FINALIZER, "finalizer", "On NodeClaims and joiner's Nodes: held until the node is drained and its instance terminated."),
-        (joiner_controller::warm_pool::reuse::REUSED_FROM, "NodeClaim annotation", "On the warm-pool member of a node returned to the pool on scale-in: the claim it came from; the member is not taken before that claim is released."),
         (l::WARM_STATE, "instance tag, NodeClaim annotation", "The state a warm-pool member was launched to wait in (Stopped, Hibernated, Running): its user data and launch settings depend on it, so a member of another state than its pool's is replaced, and a hold boot is refused for a Stopped one."),
         (joiner_aws::warm_pool::REBOOTED_FOR, "instance tag", "On a Running warm-pool member taken by a reboot: the claim it was rebooted for, so a take resumed after a crash does not reboot it again."),
-        (l::WARM_POOL, "instance tag, NodeClaim label", "Marks a warm-pool member (value: its Provisioner): on the member's NodeClaim and, as the guard for start, stop and the claim re-tag, on its instance; the interruption consumer treats a member's state changes as joiner's own."),
+        (l::WARM_POOL, "instance tag, NodeClaim label", "Marks a warm-pool member (value: its Provisioner): on the member's NodeClaim and, as the guard for start, stop, user data, SSM commands and the claim re-tag, on its instance, where it is set at launch only and removed when the member is taken; the interruption consumer treats a member's state changes as joiner's own."),
         (joiner_apis::drift::PROVISIONER_HASH, "NodeClaim annotation", "Hash of the Provisioner's static settings at launch: a different hash now is drift."),
         (joiner_apis::drift::NODE_TEMPLATE_HASH, "NodeClaim annotation", "Hash of the NodeTemplate's static settings at launch."),
         (joiner_apis::drift::HASH_VERSION, "NodeClaim annotation", "Version of the hash scheme: claims of another version are not called drifted by hash."),
@@ -325,6 +324,7 @@ fn touch_every_family(m: &joiner_controller::Metrics) {
     };
     let _ = m.claims_created.get_or_create(&p);
     let _ = m.claims_registered.get_or_create(&p);
+    let _ = m.registrations_refused.get_or_create(&p);
     let _ = m.cost_per_hour.get_or_create(&p);
     let _ = m.warm_pool_idle_cost.get_or_create(&p);
     let _ = m.warm_pool_members.get_or_create(&PhaseLabels {

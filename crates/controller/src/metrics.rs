@@ -65,6 +65,9 @@ pub struct Metrics {
     pub claims_created: Family<ProvisionerLabels, Counter>,
     /// NodeClaims whose node registered, per Provisioner.
     pub claims_registered: Family<ProvisionerLabels, Counter>,
+    /// Registration patches the API server refused (a label value or field it never takes),
+    /// per Provisioner: each is retried only after a backoff.
+    pub registrations_refused: Family<ProvisionerLabels, Counter>,
     /// NodeClaims terminated, per Provisioner and reason.
     pub claims_terminated: Family<ReasonLabels, Counter>,
     /// Launches that failed, per error code.
@@ -102,8 +105,7 @@ pub struct Metrics {
     pub warm_pool_members: Family<PhaseLabels, Gauge>,
     /// Warm-pool takes, per Provisioner and outcome: `hit` (a member was started for a claim),
     /// `miss` (the pool had no member that fits within the premium), `fallback` (a member was
-    /// chosen but its start failed, so the claim was launched); `reused` counts drained nodes
-    /// returned to the pool on scale-in.
+    /// chosen but its start failed, so the claim was launched).
     pub warm_pool_takes: Family<OutcomeLabels, Counter>,
     /// What each Provisioner's warm pool costs per hour while idle, USD.
     pub warm_pool_idle_cost: Family<ProvisionerLabels, Gauge<f64, AtomicU64>>,
@@ -128,7 +130,7 @@ pub struct PhaseLabels {
 pub struct OutcomeLabels {
     /// The Provisioner.
     pub provisioner: String,
-    /// `hit`, `miss`, `fallback` or `reused`.
+    /// `hit`, `miss` or `fallback`.
     pub outcome: String,
 }
 
@@ -178,6 +180,7 @@ impl Default for Metrics {
             pods_scheduled: Counter::default(),
             claims_created: Family::default(),
             claims_registered: Family::default(),
+            registrations_refused: Family::default(),
             claims_terminated: Family::default(),
             launch_failures: Family::default(),
             scheduling_duration: seconds_histogram(),
@@ -224,6 +227,11 @@ impl Metrics {
             "joiner_nodeclaims_registered",
             "NodeClaims whose node registered",
             m.claims_registered.clone(),
+        );
+        registry.register(
+            "joiner_nodeclaims_registration_refused",
+            "Registration patches the API server refused, by provisioner (retried after a backoff)",
+            m.registrations_refused.clone(),
         );
         registry.register(
             "joiner_nodeclaims_terminated",
@@ -297,7 +305,7 @@ impl Metrics {
         );
         registry.register(
             "joiner_warm_pool_takes",
-            "Warm-pool takes, by provisioner and outcome (hit, miss, fallback; reused: a drained node returned to the pool)",
+            "Warm-pool takes, by provisioner and outcome (hit, miss, fallback)",
             m.warm_pool_takes.clone(),
         );
         registry.register(

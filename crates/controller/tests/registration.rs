@@ -1,7 +1,8 @@
 //! Registration through the scripted API: the one Node patch (labels, taints, finalizer, guarded
 //! by resourceVersion; joiner's startup taint removed by it), the claim's status patch,
 //! Initialized only once the scheduler could use the node (Ready, startup taints gone, extended
-//! resources reported), and a 409 or 422 left for the next pass.
+//! resources reported), a 409 or a failed `test` (422) left for the next pass, and any other
+//! refusal reported and backed off.
 
 mod lifecycle_fixture;
 mod support;
@@ -299,11 +300,7 @@ async fn a_failed_resource_version_test_answered_422_is_a_conflict_too() {
     );
     let (client, api) = mock_api(|req| {
         if req.is(Method::PATCH, NODES) {
-            Reply::error(
-                422,
-                "Invalid",
-                "the server rejected our request due to an error in our request: testing value /metadata/resourceVersion failed",
-            )
+            Reply::patch_test_failed()
         } else {
             Reply::not_found("unexpected")
         }
@@ -313,6 +310,142 @@ async fn a_failed_resource_version_test_answered_422_is_a_conflict_too() {
         .await
         .expect("a failed test is not a failure");
     assert_eq!(api.calls(), [("PATCH".to_string(), NODES.to_string())]);
+}
+
+/// The Node patch refused for its content (a 422 that is no failed `test`): an error with a
+/// Warning Event, `Registered=False`, a count, and a backoff, never a retry every pass; the
+/// same refusal is reported once.
+#[tokio::test]
+async fn a_registration_patch_refused_as_invalid_is_reported_once_and_backed_off() {
+    use joiner_controller::lifecycle::registration::Registrar;
+    use joiner_controller::lifecycle::termination::eviction::BackoffPolicy;
+
+    let cloud = cloud().await;
+    let fresh = node(
+        "n1",
+        json!({"spec": {"providerID": "aws:///us-east-1a/i-0abc"},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
+    );
+    let stores = Stores::new(
+        vec![],
+        vec![fresh],
+        vec![launched_claim(json!([cond("Launched")]))],
+    );
+    let (client, api) = mock_api(|req| {
+        if req.is(Method::PATCH, NODES) {
+            Reply::invalid(
+                "Node",
+                "n1",
+                "metadata.labels",
+                "web",
+                "refused by an admission policy",
+            )
+        } else if req.is(Method::PATCH, STATUS) || req.method == Method::POST {
+            Reply::ok(req.body.clone())
+        } else {
+            Reply::not_found("unexpected")
+        }
+    });
+    let ctx = context(client, &stores, &cloud, settings());
+    let registrar = Registrar::new(BackoffPolicy {
+        initial: std::time::Duration::ZERO,
+        max: std::time::Duration::ZERO,
+    });
+    let err = registrar
+        .reconcile(&ctx)
+        .await
+        .expect_err("a refusal is an error of the pass");
+    assert!(
+        err.to_string().contains("refused by an admission policy"),
+        "{err}"
+    );
+    let writes = api.writes();
+    let event = writes
+        .iter()
+        .find(|w| w.method == Method::POST && w.path.ends_with("/events"))
+        .expect("a Warning Event");
+    assert_eq!(event.body["type"], "Warning");
+    assert_eq!(event.body["reason"], "RegistrationRefused");
+    let status = writes
+        .iter()
+        .find(|w| w.is(Method::PATCH, STATUS))
+        .expect("the claim's condition");
+    let registered = status.body["status"]["conditions"]
+        .as_array()
+        .expect("conditions")
+        .iter()
+        .find(|c| c["type"] == "Registered")
+        .expect("Registered");
+    assert_eq!(registered["status"], "False");
+    assert_eq!(registered["reason"], "RegistrationRefused");
+    let refused = |ctx: &joiner_controller::Context<_>| {
+        ctx.metrics
+            .registrations_refused
+            .get_or_create(&ProvisionerLabels {
+                provisioner: "web".into(),
+            })
+            .get()
+    };
+    assert_eq!(refused(&ctx), 1);
+
+    // Retried (no backoff here), but the same refusal is not reported again.
+    let before = api.writes().len();
+    registrar.reconcile(&ctx).await.expect_err("still refused");
+    let again: Vec<_> = api.writes()[before..].to_vec();
+    assert_eq!(again.len(), 1, "only the Node patch again: {again:?}");
+    assert!(again[0].is(Method::PATCH, NODES));
+    assert_eq!(refused(&ctx), 2);
+
+    // With a backoff, the next pass sends nothing at all.
+    let (client, api) = mock_api(|req| {
+        if req.is(Method::PATCH, NODES) {
+            Reply::invalid("Node", "n1", "metadata.labels", "web", "refused")
+        } else {
+            Reply::ok(req.body.clone())
+        }
+    });
+    let ctx = context(client, &stores, &cloud, settings());
+    let registrar = Registrar::default();
+    registrar.reconcile(&ctx).await.expect_err("refused");
+    let sent = api.calls().len();
+    registrar.reconcile(&ctx).await.expect("backing off");
+    assert_eq!(api.calls().len(), sent, "nothing sent while backing off");
+}
+
+/// A claim carrying a label value no Node can take (written before its Provisioner's
+/// validation refused it) is refused without sending the patch.
+#[tokio::test]
+async fn a_label_value_no_node_can_carry_is_refused_without_a_patch() {
+    use joiner_controller::lifecycle::registration::Registrar;
+
+    let cloud = cloud().await;
+    let fresh = node(
+        "n1",
+        json!({"spec": {"providerID": "aws:///us-east-1a/i-0abc"},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
+    );
+    let mut claim = launched_claim(json!([cond("Launched")]));
+    for r in claim
+        .spec
+        .requirements
+        .iter_mut()
+        .filter(|r| r.key == "team")
+    {
+        r.values = vec!["a/b".into()];
+    }
+    let stores = Stores::new(vec![], vec![fresh], vec![claim]);
+    let (client, api) = mock_api(|req| Reply::ok(req.body.clone()));
+    let ctx = context(client, &stores, &cloud, settings());
+    let err = Registrar::default()
+        .reconcile(&ctx)
+        .await
+        .expect_err("refused");
+    assert!(err.to_string().contains("team=\"a/b\""), "{err}");
+    assert!(
+        !api.calls().iter().any(|(m, p)| m == "PATCH" && p == NODES),
+        "the Node is not patched: {:?}",
+        api.calls()
+    );
 }
 
 #[tokio::test]

@@ -557,50 +557,61 @@ async fn a_not_ready_node_whose_instance_is_stopped_is_released_without_a_drain(
 
 #[tokio::test]
 async fn an_eviction_failing_on_the_api_server_backs_off_like_a_refusal() {
-    let cloud = cloud().await;
-    let launched = launch(&cloud, "web-1").await;
-    let tainted = node(
-        "n1",
-        json!({"metadata": {"finalizers": ["joiner.sh/termination"]},
-            "spec": {"providerID": launched.provider_id,
-                "taints": [{"key": "joiner.sh/disrupted", "effect": "NoSchedule"}]},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
-    );
-    let stores = Stores::new(
-        vec![pod("shop", "web", "n1", json!({}))],
-        vec![tainted],
-        vec![deleting_claim(
-            "web-1",
-            &launched.instance_id,
-            &launched.provider_id,
-        )],
-    );
-    let (client, api) = mock_api(|req| {
-        if req.method == Method::POST && req.path == eviction_path("web") {
-            Reply::error(500, "InternalError", "admission webhook failed")
-        } else {
-            Reply::not_found("unexpected")
-        }
-    });
-    let ctx = context(client, &stores, &cloud, settings());
-    let terminator = Terminator::new(BackoffPolicy {
-        initial: Duration::from_secs(3600),
-        max: Duration::from_secs(3600),
-    });
-    terminator
-        .reconcile(&ctx)
-        .await
-        .expect("a 500 is retried later, not a failed pass");
-    terminator.reconcile(&ctx).await.expect("pass 2");
-    // One attempt: the second pass waits for the backoff.
-    assert_eq!(
-        api.calls(),
-        [("POST".to_string(), eviction_path("web"))],
-        "{:?}",
-        api.calls()
-    );
-    assert_eq!(
-        instance_state(&cloud, &launched.instance_id).await,
-        "running"
-    );
+    // A 500 (a webhook failing), and a 403 (the pod's namespace is being deleted: evictions are
+    // forbidden until it is gone).
+    for (code, reason, message) in [
+        (500, "InternalError", "admission webhook failed"),
+        (
+            403,
+            "Forbidden",
+            "pods \"web\" is forbidden: unable to create new content in namespace shop because it is being terminated",
+        ),
+    ] {
+        let cloud = cloud().await;
+        let launched = launch(&cloud, "web-1").await;
+        let tainted = node(
+            "n1",
+            json!({"metadata": {"finalizers": ["joiner.sh/termination"]},
+                "spec": {"providerID": launched.provider_id,
+                    "taints": [{"key": "joiner.sh/disrupted", "effect": "NoSchedule"}]},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
+        );
+        let stores = Stores::new(
+            vec![pod("shop", "web", "n1", json!({}))],
+            vec![tainted],
+            vec![deleting_claim(
+                "web-1",
+                &launched.instance_id,
+                &launched.provider_id,
+            )],
+        );
+        let (client, api) = mock_api(move |req| {
+            if req.method == Method::POST && req.path == eviction_path("web") {
+                Reply::error(code, reason, message)
+            } else {
+                Reply::not_found("unexpected")
+            }
+        });
+        let ctx = context(client, &stores, &cloud, settings());
+        let terminator = Terminator::new(BackoffPolicy {
+            initial: Duration::from_secs(3600),
+            max: Duration::from_secs(3600),
+        });
+        terminator
+            .reconcile(&ctx)
+            .await
+            .unwrap_or_else(|e| panic!("a {code} is retried later, not a failed pass: {e}"));
+        terminator.reconcile(&ctx).await.expect("pass 2");
+        // One attempt: the second pass waits for the backoff.
+        assert_eq!(
+            api.calls(),
+            [("POST".to_string(), eviction_path("web"))],
+            "{code}: {:?}",
+            api.calls()
+        );
+        assert_eq!(
+            instance_state(&cloud, &launched.instance_id).await,
+            "running"
+        );
+    }
 }

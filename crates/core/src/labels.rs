@@ -46,6 +46,22 @@ pub const WARM_POOL: &str = "joiner.sh/warm-pool";
 /// a pool whose state changes replaces its members, and a start or hold is checked against it.
 pub const WARM_STATE: &str = "joiner.sh/warm-state";
 
+/// True when `value` can be a label value: empty, or at most 63 of `[A-Za-z0-9_.-]` starting
+/// and ending with an alphanumeric. A node can never carry another, so a pod requiring one
+/// (`team In [a/b]`) can never be placed, and a node launched for it could not be labelled.
+pub fn is_valid_value(value: &str) -> bool {
+    let bytes = value.as_bytes();
+    let Some((first, last)) = bytes.first().zip(bytes.last()) else {
+        return true;
+    };
+    bytes.len() <= 63
+        && first.is_ascii_alphanumeric()
+        && last.is_ascii_alphanumeric()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
 /// Keys Kubernetes and joiner define on every node, whatever the cloud: their values come from
 /// the instance type, its offerings or the Provisioner. A pod may require them even when a
 /// Provisioner does not mention them; the chosen instance type decides. A cloud provider adds

@@ -149,6 +149,7 @@ pub(crate) fn age(created: Option<&Time>, now: Timestamp) -> Duration {
 /// failed pass is logged and counted in `reconcile_errors{controller}`; the loop goes on, since
 /// the next pass retries from the stores.
 pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>, stop: CancellationToken) {
+    let registrar = registration::Registrar::default();
     let terminator = Terminator::default();
     let collector = Collector::default();
     // One loop per reconciler: `$pass` runs every `$period` until `stop`. A pass under way is
@@ -174,7 +175,7 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>, stop: Cancell
         };
     }
     tokio::join!(
-        every!(FAST_INTERVAL, "registration", registration::reconcile(&ctx)),
+        every!(FAST_INTERVAL, "registration", registrar.reconcile(&ctx)),
         every!(FAST_INTERVAL, "liveness", liveness::reconcile(&ctx)),
         every!(FAST_INTERVAL, "termination", terminator.reconcile(&ctx)),
         every!(ctx.settings.sweep_interval, "gc", collector.sweep(&ctx)),

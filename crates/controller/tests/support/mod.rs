@@ -72,6 +72,34 @@ impl Reply {
         }
     }
 
+    /// What a real API server answers a JSON patch whose `test` operation failed: 422 with
+    /// the generic message, naming no object and giving no causes.
+    pub fn patch_test_failed() -> Reply {
+        Reply {
+            status: StatusCode::UNPROCESSABLE_ENTITY,
+            body: json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "the server rejected our request due to an error in our request",
+                "reason": "Invalid", "details": {}, "code": 422,
+            }),
+        }
+    }
+
+    /// What a real API server answers a write whose content it refuses: 422 `Invalid`
+    /// naming the object and, in its causes, the field.
+    pub fn invalid(kind: &str, name: &str, field: &str, value: &str, detail: &str) -> Reply {
+        Reply {
+            status: StatusCode::UNPROCESSABLE_ENTITY,
+            body: json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": format!("{kind} \"{name}\" is invalid: {field}: Invalid value: \"{value}\": {detail}"),
+                "reason": "Invalid", "code": 422,
+                "details": {"name": name, "kind": kind.to_lowercase() + "s", "causes": [
+                    {"reason": "FieldValueInvalid", "message": format!("Invalid value: \"{value}\": {detail}"), "field": field}]},
+            }),
+        }
+    }
+
     /// 404 NotFound.
     pub fn not_found(what: &str) -> Reply {
         Reply::error(404, "NotFound", &format!("{what} not found"))

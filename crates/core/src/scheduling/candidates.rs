@@ -362,6 +362,12 @@ impl<'a> ProvisionerView<'a> {
         if let Some((k, _)) = term.iter().find(|(_, r)| r.is_unsatisfiable()) {
             return ClassFit::Refused(Reason::Contradiction(k.clone()));
         }
+        // A value no node can carry (the API server does not check node-affinity values):
+        // requiring only such values can never be met, and a claim written for it would have a
+        // label its Node could never take.
+        if let Some(refusal) = invalid_label_values(term) {
+            return ClassFit::Refused(refusal);
+        }
         // Every node joiner launches runs Linux: a Windows pod is told so, not that no type
         // happens to match.
         if let Some(r) = term.get(labels::OS).filter(|r| !r.allows("linux")) {
@@ -401,7 +407,8 @@ impl<'a> ProvisionerView<'a> {
                 }
             }
         }
-        let merged = self.node_reqs.intersect(term);
+        let mut merged = self.node_reqs.intersect(term);
+        drop_invalid_values(&mut merged);
         let req = table.intern(merged);
         let n = self.types.len();
         let mut by_labels = Vec::new();
@@ -575,4 +582,41 @@ fn daemon_selects(pod: &Pod, node_reqs: &Requirements, t: &InstanceType) -> bool
         });
         custom_ok && t.first_label_conflict(&node_reqs.intersect(term)).is_none()
     })
+}
+
+/// The refusal for the first key of `term` whose `In` values are all not label values.
+fn invalid_label_values(term: &Requirements) -> Option<Reason> {
+    term.iter().find_map(|(k, r)| {
+        let values = r.in_values()?;
+        if values.iter().any(|v| labels::is_valid_value(v)) {
+            return None;
+        }
+        let value = values.first()?.clone();
+        Some(Reason::InvalidLabelValue {
+            requirement: format!("{k} {r}"),
+            value,
+        })
+    })
+}
+
+/// Narrows every `In` set of `reqs` to its label values: a value no node can carry is never
+/// chosen for a new node (nor written on its claim).
+fn drop_invalid_values(reqs: &mut Requirements) {
+    let narrowed: Vec<(String, Requirement)> = reqs
+        .iter()
+        .filter_map(|(k, r)| {
+            let values = r.in_values()?;
+            if values.iter().all(|v| labels::is_valid_value(v)) {
+                return None;
+            }
+            let valid: Vec<&String> = values
+                .iter()
+                .filter(|v| labels::is_valid_value(v))
+                .collect();
+            Some((k.clone(), Requirement::one_of(valid)))
+        })
+        .collect();
+    for (k, r) in narrowed {
+        reqs.add(&k, r);
+    }
 }

@@ -53,6 +53,13 @@ pub enum Reason {
     KarpenterLabel(String),
     /// The pod requires an operating system other than Linux (Windows).
     LinuxOnly(String),
+    /// The pod requires label values no node can carry (`team In [a/b]`: not a label value).
+    InvalidLabelValue {
+        /// The pod's requirement, `key op values`.
+        requirement: String,
+        /// The first value that is not a label value.
+        value: String,
+    },
     /// The provisioner's limit leaves no room.
     Limit {
         /// Resource capped.
@@ -135,6 +142,11 @@ impl fmt::Display for Reason {
             ),
             Reason::Topology(t) => write!(f, "{t}"),
             Reason::LinuxOnly(r) => write!(f, "requirement {r}: joiner launches Linux nodes only"),
+            Reason::InvalidLabelValue { requirement, value } => write!(
+                f,
+                "requirement {requirement}: {value:?} is not a valid label value, so no node can \
+                 carry it"
+            ),
             Reason::KarpenterLabel(r) => write!(
                 f,
                 "requirement {r} selects Karpenter's nodes; joiner's nodes carry {} instead",

@@ -11,9 +11,7 @@
 //!    key cannot be mistaken for a manual cordon, and is what Karpenter v1 does too);
 //! 3. evict its pods through the Eviction API ([`drain`] says which and in what order,
 //!    [`eviction`] how answers are handled) and wait until the pods store has none left;
-//! 4. terminate the instance (`CloudProvider::delete`; not-found means already gone), unless
-//!    its Provisioner's warm pool reuses it ([`crate::warm_pool::reuse`]): then it is tagged
-//!    into the pool and stopped, and released once stopped, never terminated;
+//! 4. terminate the instance (`CloudProvider::delete`; not-found means already gone);
 //! 5. once a later pass sees the instance shutting down or gone, remove the finalizer from the Node (deleting the Node when its claim is being deleted) and
 //!    from the claim (deleting the claim when only its Node was deleted).
 //!
@@ -49,7 +47,6 @@ use crate::k8s::node_patch::{is_ready, release_finalizer_patch, taint_patch};
 use crate::k8s::refs::{claim_ref, node_name, node_ref};
 use crate::metrics::ReasonLabels;
 use crate::pod_record::PodRecord;
-use crate::warm_pool::reuse;
 use eviction::{evict, pod_key, Backoff, BackoffPolicy, Evicted};
 
 /// The reason of Events saying a drain waits for a pod that must not be disrupted.
@@ -142,12 +139,14 @@ impl Terminator {
             let now = Timestamp::now();
             let pods = pods.as_slice();
             let instances = instances.as_slice();
+            let all_claims = claims.as_slice();
             // The futures are built first and then streamed: a stream over a closure that makes
             // them would keep the closure in this future, which then cannot be proven `Send`.
             let steps: Vec<_> = work
                 .into_iter()
                 .map(|(claim, node)| async move {
-                    let instance = instance_of(instances, claim, node);
+                    let instance = instance_of(instances, claim, node)
+                        .filter(|i| !recorded_by_another(all_claims, claim, i));
                     let step = self.terminate(ctx, claim, node, instance, pods, now);
                     match tokio::time::timeout(STEP_TIMEOUT, step).await {
                         Ok(result) => result,
@@ -229,33 +228,6 @@ impl Terminator {
         }
 
         if let (false, Some(i)) = (ending, instance) {
-            // Handed to a warm pool (reuse on scale-in): never terminated; released once it is
-            // stopped, so its kubelet cannot bring the Node back.
-            if reuse::handed_over(claim, i) {
-                if i.state != "stopped" {
-                    // Stopped only while it is still this claim's reuse member: an instance
-                    // started for another claim is that claim's node (the member is not
-                    // takeable before this claim is released, so this waits only on a bug).
-                    match claim {
-                        Some(c) if reuse::is_reuse_of(c, i) && i.state != "stopping" => {
-                            reuse::stop(ctx, c, i).await?;
-                        }
-                        Some(c) if !reuse::is_reuse_of(c, i) => tracing::warn!(
-                            claim = c.name(), instance = %i.instance_id, taken_by = ?i.claim_name,
-                            "instance of a claim being deleted runs for another claim; not stopping or releasing it"
-                        ),
-                        _ => {}
-                    }
-                    return Ok(());
-                }
-            } else if let Some(c) = claim.filter(|c| {
-                c.metadata.deletion_timestamp.is_some()
-                    && reuse::eligible(ctx, c, node.as_ref(), i, now)
-            }) {
-                return reuse::return_to_pool(ctx, c, i).await;
-            }
-        }
-        if let (false, Some(i)) = (ending, instance.filter(|i| !reuse::handed_over(claim, i))) {
             let object = claim.map_or_else(
                 || node.as_ref().map(node_ref).unwrap_or_default(),
                 claim_ref,
@@ -338,6 +310,10 @@ impl Terminator {
                     let delay = self.backoff.refused(&key, clock);
                     tracing::warn!(pod = %key, node = name, code, ?delay, "eviction failed on the API server; retrying later");
                 }
+                Ok(Evicted::Forbidden(message)) => {
+                    let delay = self.backoff.refused(&key, clock);
+                    tracing::warn!(pod = %key, node = name, refusal = %message, ?delay, "eviction forbidden; retrying later");
+                }
                 Err(e) => errors.push(e),
             }
         }
@@ -382,23 +358,52 @@ impl Terminator {
     }
 }
 
-/// The instance of `claim` (by the claim tag) or else of `node` (by its providerID) among
-/// the cloud's live `instances`.
+/// The instance of `claim` (the one its status records, else by the claim tag) or else of
+/// `node` (by its providerID) among the cloud's live `instances`.
 fn instance_of<'a>(
     instances: &'a [LaunchedNode],
     claim: Option<&NodeClaim>,
     node: Option<&Node>,
 ) -> Option<&'a LaunchedNode> {
     if let Some(claim) = claim {
-        if let Some(found) = instances
-            .iter()
-            .find(|i| i.claim_name.as_deref() == Some(claim.name()))
+        let recorded = claim.status.as_ref().and_then(|s| s.instance_id.as_deref());
+        if let Some(found) = recorded
+            .and_then(|id| instances.iter().find(|i| i.instance_id == id))
+            .or_else(|| {
+                instances
+                    .iter()
+                    .find(|i| i.claim_name.as_deref() == Some(claim.name()))
+            })
         {
             return Some(found);
         }
     }
     let provider_id = node.and_then(node_provider_id)?;
     instances.iter().find(|i| i.provider_id == provider_id)
+}
+
+/// True when a live claim other than `claim`, not a warm-pool member, records `instance` as
+/// its own (`status.instanceID`): a member handed to that claim, or any instance a stale list
+/// still shows under an old tag. It is that claim's node, never drained or terminated for
+/// `claim`, which is then released as one whose instance is gone.
+fn recorded_by_another(
+    claims: &[Arc<NodeClaim>],
+    claim: Option<&NodeClaim>,
+    instance: &LaunchedNode,
+) -> bool {
+    let other = claims.iter().find(|c| {
+        claim.is_none_or(|own| own.name() != c.name())
+            && c.warm_pool().is_none()
+            && c.metadata.deletion_timestamp.is_none()
+            && c.status.as_ref().and_then(|s| s.instance_id.as_deref())
+                == Some(instance.instance_id.as_str())
+    });
+    if let Some(other) = other {
+        tracing::info!(instance = %instance.instance_id, recorded_by = other.name(),
+            being_terminated = ?claim.map(|c| c.name()),
+            "the instance is another live NodeClaim's: not draining or terminating it");
+    }
+    other.is_some()
 }
 
 /// Removes joiner's finalizer from `node` (resourceVersion-guarded JSON patch) and, when `delete`

@@ -931,3 +931,49 @@ fn a_pod_that_only_reuses_an_attached_claim_joins_past_one_the_cap_refuses() {
     assert_eq!(plan.new_nodes.len(), 1);
     assert_eq!(plan.new_nodes[0].pods, ["default/web-3"]);
 }
+
+#[test]
+fn a_value_no_node_can_carry_is_refused_before_any_node_is_bought() {
+    // The API server does not check node-affinity values: `team In [a/b]` is accepted on the
+    // pod, but no Node can be labelled `team=a/b`, so a node bought for it never gets it.
+    let mut prov = Provisioner::default_provisioner();
+    prov.requirements.add("team", Requirement::any());
+    let with_team = |values: &[&str]| {
+        let mut p = pod("p", 500, 512);
+        let mut term = Requirements::new();
+        term.add("team", Requirement::one_of(values.iter().copied()));
+        p.node_terms = vec![term];
+        run(&Snapshot {
+            pods: vec![p],
+            provisioners: vec![prov.clone()],
+            ..Snapshot::default()
+        })
+    };
+    let refused = with_team(&["a/b"]);
+    assert!(refused.new_nodes.is_empty(), "{:?}", refused.new_nodes);
+    assert_eq!(
+        refused.unschedulable[0].reason,
+        "requirement team In [a/b]: \"a/b\" is not a valid label value, so no node can carry it"
+    );
+    // With one valid value beside it, the node is bought for that one only.
+    let narrowed = with_team(&["a/b", "web"]);
+    assert!(
+        narrowed.unschedulable.is_empty(),
+        "{:?}",
+        narrowed.unschedulable
+    );
+    assert_eq!(
+        narrowed.new_nodes[0].requirements.get("team"),
+        Some(&Requirement::single("web"))
+    );
+}
+
+#[test]
+fn label_values_are_checked_as_kubernetes_does() {
+    for ok in ["", "a", "web", "a.b_c-d", "A1", &"x".repeat(63)] {
+        assert!(labels::is_valid_value(ok), "{ok:?}");
+    }
+    for bad in ["a/b", "-a", "a-", "_a", "a b", "é", &"x".repeat(64)] {
+        assert!(!labels::is_valid_value(bad), "{bad:?}");
+    }
+}
