@@ -43,7 +43,8 @@ fn policy() -> Value {
         .replace("${AWS_ACCOUNT_ID}", ACCOUNT)
         .replace("${CLUSTER_NAME}", CLUSTER)
         .replace("${NODE_ROLE_NAME}", "joiner-node")
-        .replace("${INTERRUPTION_QUEUE_NAME}", "joiner-c1");
+        .replace("${INTERRUPTION_QUEUE_NAME}", "joiner-c1")
+        .replace("${SSM_PREFIX}", "/aws/service");
     serde_json::from_str(&text).expect("json")
 }
 

@@ -8,8 +8,20 @@ use std::path::{Path, PathBuf};
 
 /// Actions the policy grants that no single SDK call names: CreateFleet of type instant
 /// launches through RunInstances and tags on create through CreateTags; iam:PassRole hands
-/// the node role to EC2.
-const IMPLIED: &[&str] = &["ec2:RunInstances", "ec2:CreateTags", "iam:PassRole"];
+/// the node role to EC2; the KMS actions are EC2's on a customer key of a block device.
+const IMPLIED: &[&str] = &[
+    "ec2:RunInstances",
+    "ec2:CreateTags",
+    "iam:PassRole",
+    // A NodeTemplate's kmsKeyID: EC2 uses the key on the caller's behalf when CreateFleet
+    // launches an encrypted volume with it.
+    "kms:Decrypt",
+    "kms:DescribeKey",
+    "kms:GenerateDataKeyWithoutPlaintext",
+    "kms:ReEncryptFrom",
+    "kms:ReEncryptTo",
+    "kms:CreateGrant",
+];
 
 /// SDK operations IAM authorizes under another action's name: SQS batch operations need the
 /// permission of the single operation (SQS developer guide, "batch actions").
@@ -367,7 +379,7 @@ fn designed() -> Vec<Designed> {
         ("Discovery", vec!["ec2:DescribeSubnets", "ec2:DescribeSecurityGroups", "ec2:DescribeImages", "ec2:DescribeLaunchTemplates", "ec2:DescribeInstances", "ec2:DescribeInstanceTypes", "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeSpotPriceHistory"], vec!["*"], vec![region.clone()]),
         ("InterruptionQueue", vec!["sqs:GetQueueUrl", "sqs:GetQueueAttributes", "sqs:ReceiveMessage", "sqs:DeleteMessage"], vec!["arn:${AWS_PARTITION}:sqs:${AWS_REGION}:${AWS_ACCOUNT_ID}:${INTERRUPTION_QUEUE_NAME}"], vec![]),
         ("Pricing", vec!["pricing:GetProducts"], vec!["*"], vec![]),
-        ("AmiParameters", vec!["ssm:GetParameter"], vec!["arn:${AWS_PARTITION}:ssm:${AWS_REGION}::parameter/aws/service/*"], vec![]),
+        ("AmiParameters", vec!["ssm:GetParameter"], vec!["arn:${AWS_PARTITION}:ssm:${AWS_REGION}:*:parameter${SSM_PREFIX}/*"], vec![]),
         ("LaunchIntoNetworkAndImages", vec!["ec2:CreateFleet", "ec2:RunInstances"], ["image", "snapshot", "security-group", "subnet", "network-interface", "spot-instances-request"].map(ec2).to_vec(), vec![]),
         ("LaunchWithOwnedTemplates", vec!["ec2:CreateFleet", "ec2:RunInstances"], vec![ec2("launch-template")], vec![rt_cluster.clone(), rt_prov.clone(), rt_managed.clone()]),
         ("LaunchTaggedResources", vec!["ec2:CreateFleet", "ec2:RunInstances"], ["fleet", "instance", "volume"].map(ec2).to_vec(), vec![rq_cluster.clone(), rq_prov.clone(), ("StringLike", "aws:RequestTag/joiner.sh/nodeclaim", json!("*"))]),
@@ -382,6 +394,8 @@ fn designed() -> Vec<Designed> {
         ("ReadCommandResults", vec!["ssm:GetCommandInvocation"], vec!["*"], vec![region.clone()]),
         ("DeleteOwnedLaunchTemplates", vec!["ec2:DeleteLaunchTemplate"], vec![ec2("launch-template")], vec![rt_cluster, rt_prov, rt_managed]),
         ("PassNodeRole", vec!["iam:PassRole"], vec!["arn:${AWS_PARTITION}:iam::${AWS_ACCOUNT_ID}:role/${NODE_ROLE_NAME}"], vec![("StringEquals", "iam:PassedToService", json!("ec2.amazonaws.com"))]),
+        ("EncryptVolumesWithCustomerKeys", vec!["kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKeyWithoutPlaintext", "kms:ReEncryptFrom", "kms:ReEncryptTo"], vec!["arn:${AWS_PARTITION}:kms:${AWS_REGION}:${AWS_ACCOUNT_ID}:key/*"], vec![("StringEquals", "kms:ViaService", json!("ec2.${AWS_REGION}.amazonaws.com"))]),
+        ("GrantCustomerKeysToEbs", vec!["kms:CreateGrant"], vec!["arn:${AWS_PARTITION}:kms:${AWS_REGION}:${AWS_ACCOUNT_ID}:key/*"], vec![("StringEquals", "kms:ViaService", json!("ec2.${AWS_REGION}.amazonaws.com")), ("Bool", "kms:GrantIsForAWSResource", json!("true"))]),
     ]
 }
 

@@ -56,6 +56,7 @@ fn the_controller_policy_is_controller_policy_json() {
             "${InterruptionQueue.QueueName}",
             "${INTERRUPTION_QUEUE_NAME}",
         ),
+        ("${SsmPrefix}", "${SSM_PREFIX}"),
     ] {
         back = back.replace(cfn, placeholder);
     }
