@@ -174,6 +174,17 @@ pub enum ProviderError {
     /// Another AWS call failed.
     #[error(transparent)]
     Aws(#[from] AwsError),
+    /// A warm-pool member was started for the claim but could not be released from the pool
+    /// (its warm-pool tag is still on): the instance is the claim's, and the take is finished
+    /// by the claim's next launch, never replaced by a second instance.
+    #[error("warm-pool member {instance_id} started for the claim but not released from the pool: {source}")]
+    TakeUnfinished {
+        /// The member's instance.
+        instance_id: String,
+        /// Why the release failed.
+        #[source]
+        source: Box<ProviderError>,
+    },
 }
 
 impl From<WarmError> for ProviderError {
@@ -581,6 +592,7 @@ impl CloudError for ProviderError {
             }
             ProviderError::WarmRefused(WarmRefusal::NotFound { .. }) => CloudErrorKind::NotFound,
             ProviderError::WarmRefused(_) => CloudErrorKind::NotOwned,
+            ProviderError::TakeUnfinished { .. } => CloudErrorKind::TakeUnfinished,
             ProviderError::Aws(AwsError::Api { code, .. }) => api_kind(code),
             ProviderError::Aws(AwsError::NoRegion)
             | ProviderError::UnknownProvisioner { .. }
@@ -609,6 +621,7 @@ impl CloudError for ProviderError {
             ProviderError::WarmRefused(WarmRefusal::TakenByOther { .. }) => Some("TakenByOther"),
             ProviderError::WarmRefused(WarmRefusal::NotHeld { .. }) => Some("NotHeld"),
             ProviderError::WarmRefused(_) => Some("NotWarmPoolMember"),
+            ProviderError::TakeUnfinished { .. } => Some("TakeUnfinished"),
             _ => None,
         };
         code.filter(|c| !c.is_empty())
@@ -825,9 +838,16 @@ impl CloudProvider for AwsCloudProvider {
         }
         // Taken: the instance is the claim's node from now on, and leaves the pool's
         // permissions (no stop, user-data change or command on a node that serves pods). A
-        // failure leaves the take to be resumed: the claim's next launch finds the instance
-        // still tagged as a member and comes back here, without starting anything twice.
-        self.warm.release(&instance.id).await?;
+        // failure is `TakeUnfinished`: the launcher neither falls back to a launch nor puts the
+        // member back; the claim's next launch finds the instance, still tagged as a member,
+        // and comes back here, without starting anything twice.
+        self.warm
+            .release(&instance.id)
+            .await
+            .map_err(|e| ProviderError::TakeUnfinished {
+                instance_id: instance.id.clone(),
+                source: Box::new(e.into()),
+            })?;
         let mut instance = instance;
         instance.tags.remove(crate::warm_pool::WARM_POOL);
         instance.tags.remove(crate::warm_pool::WARM_STATE);

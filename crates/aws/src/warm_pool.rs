@@ -349,13 +349,22 @@ impl WarmMembers {
                     tracing::info!(instance_id = %id, "warm-pool member taken: membership tags removed");
                     return Ok(());
                 }
-                Err(e) if attempt + 1 < RELEASE_ATTEMPTS => {
+                Err(e) => {
                     let err = api_error("ec2:DeleteTags", e);
+                    // A reply lost after the tags went: a retry would be denied (the policy
+                    // grants DeleteTags only while the tag is on), so look first.
+                    if let Ok(Some(now)) = self.instances.get(id).await {
+                        if !now.tags.contains_key(WARM_POOL) {
+                            return Ok(());
+                        }
+                    }
+                    if attempt + 1 >= RELEASE_ATTEMPTS {
+                        return Err(err.into());
+                    }
                     tracing::warn!(instance_id = %id, error = %err, attempt, "removing a taken member's warm-pool tag failed; retrying");
                     attempt += 1;
                     tokio::time::sleep(RELEASE_BACKOFF * attempt).await;
                 }
-                Err(e) => return Err(api_error("ec2:DeleteTags", e).into()),
             }
         }
     }

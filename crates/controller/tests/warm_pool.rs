@@ -628,6 +628,64 @@ mod transitions {
         assert_eq!(takes(&t.ctx, "hit"), 0);
     }
 
+    /// A member started for the claim whose release from the pool failed is the claim's: no
+    /// second instance is launched, the member stays bound, and the claim's next launch
+    /// finishes the take on the same instance.
+    #[tokio::test]
+    async fn a_take_whose_release_failed_is_finished_never_launched_twice() {
+        let mut t = setup(
+            vec![
+                member(
+                    "web-warm-a",
+                    "i-warm1",
+                    "Warm",
+                    None,
+                    "2026-01-01T00:00:00Z",
+                ),
+                pods_claim("web-pods"),
+            ],
+            pooled_provisioner(1),
+            vec![instance("i-warm1", "web-warm-a", "stopped")],
+        );
+        t.cloud.fail_next(
+            FakeMethod::StartWarm,
+            FakeError::new(CloudErrorKind::TakeUnfinished, "TakeUnfinished"),
+        );
+        let mut memory = Memory::default();
+        let out = launch_pending_claims(&t.ctx, &mut memory).await;
+        assert!(matches!(out.first(), Some(Err(_))), "{out:?}");
+        assert!(
+            !t.cloud
+                .calls()
+                .iter()
+                .any(|c| matches!(c, FakeCall::Create(_))),
+            "no second instance: {:?}",
+            t.cloud.calls()
+        );
+        assert_eq!(
+            t.api
+                .claim("web-warm-a")
+                .and_then(|c| c.warm_phase().map(str::to_string))
+                .as_deref(),
+            Some("Claimed"),
+            "the member stays bound to the claim"
+        );
+        // The next launch (after its backoff) finds the instance under the claim, still a
+        // member, and finishes the take on it.
+        t.api.sync_claims(&mut t.stores.claims);
+        let out = launch_pending_claims(&t.ctx, &mut Memory::default()).await;
+        let Some(Ok(Launch::Launched(l))) = out.first() else {
+            panic!("{out:?}")
+        };
+        assert_eq!(l.instance_id, "i-warm1");
+        assert!(!t
+            .cloud
+            .calls()
+            .iter()
+            .any(|c| matches!(c, FakeCall::Create(_))));
+        assert!(!t.cloud.instances()[0].warm_pool, "released");
+    }
+
     #[tokio::test]
     async fn a_take_interrupted_after_the_bind_or_the_tag_is_resumed_for_the_same_claim() {
         // Crash after the bind: the member is Claimed by the claim, its instance still the
@@ -1083,6 +1141,58 @@ mod transitions {
         assert!(removed(&t.api, "web-warm-h"));
     }
 
+    /// A member whose instance was terminated behind joiner's back leaves the pool in the
+    /// pass that sees it (out of `Warm` and `ready`), and the pool is refilled in that pass;
+    /// one the listing has not shown yet is left alone while that is still eventual
+    /// consistency.
+    #[tokio::test]
+    async fn a_member_whose_instance_was_terminated_is_replaced_at_once() {
+        let t = setup(
+            vec![member(
+                "web-warm-t",
+                "i-warm1",
+                "Warm",
+                None,
+                "2026-01-01T00:00:00Z",
+            )],
+            pooled_provisioner(1),
+            vec![instance("i-warm1", "web-warm-t", "terminated")],
+        );
+        warm_pool::reconcile(&t.ctx).await.expect("pass");
+        assert!(removed(&t.api, "web-warm-t"));
+        let added: Vec<String> = super::members(&t.api)
+            .into_iter()
+            .filter(|m| m.metadata.deletion_timestamp.is_none())
+            .map(|m| m.name().to_string())
+            .collect();
+        assert_eq!(added.len(), 1, "refilled in the same pass: {added:?}");
+        let status = t
+            .api
+            .provisioners()
+            .into_iter()
+            .find_map(|p| p.status.and_then(|s| s.warm_pool))
+            .expect("pool status");
+        assert_eq!(status.ready, 0, "{status:?}");
+
+        // Launched a moment ago and not listed yet: kept.
+        let fresh = member(
+            "web-warm-f",
+            "i-warm2",
+            "Warming",
+            None,
+            &k8s_openapi::jiff::Timestamp::now().to_string(),
+        );
+        let mut fresh = fresh;
+        if let Some(c) = fresh.status.as_mut().and_then(|s| s.conditions.first_mut()) {
+            c.last_transition_time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::now(),
+            );
+        }
+        let t = setup(vec![fresh], pooled_provisioner(1), vec![]);
+        warm_pool::reconcile(&t.ctx).await.expect("pass");
+        assert!(!removed(&t.api, "web-warm-f"));
+    }
+
     #[tokio::test]
     async fn members_of_another_state_are_replaced() {
         // The pool went from Hibernated to Stopped: the hibernated member is replaced.
@@ -1099,8 +1209,8 @@ mod transitions {
         );
         warm_pool::reconcile(&t.ctx).await.expect("pass");
         assert!(removed(&t.api, "web-warm-h"));
-        // A member left by reuse on scale-in (no longer built) is no exception: a stopped
-        // member in a Running pool was launched for another state, and is replaced.
+        // A member left by an earlier version's reuse on scale-in (a node that served pods,
+        // tagged into the pool afterwards) is removed even where its state is the pool's.
         let mut reused = member(
             "web-warm-u",
             "i-warm2",
@@ -1115,7 +1225,7 @@ mod transitions {
             .insert("joiner.sh/reused-from".into(), "web-gone".into());
         let t = setup(
             vec![reused],
-            held_pool("Running"),
+            pooled_provisioner(1),
             vec![instance("i-warm2", "web-warm-u", "stopped")],
         );
         warm_pool::reconcile(&t.ctx).await.expect("pass");

@@ -138,6 +138,10 @@ pub enum CloudErrorKind {
     /// The settings (a Provisioner, its NodeTemplate) cannot launch as they are: a person
     /// must change them.
     Misconfigured,
+    /// A warm-pool member was started for the claim, but its take did not finish (it could
+    /// not be released from the pool): the instance is the claim's. The launcher must not
+    /// launch another one for the claim; its next launch resumes the take.
+    TakeUnfinished,
     /// Anything else: the cloud failed or could not be reached.
     Other,
 }

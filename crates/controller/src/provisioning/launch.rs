@@ -337,8 +337,14 @@ pub async fn launch_claim<P: CloudProvider>(
             return requeue(ctx, &name, "NoAvailableOffering".to_string()).await;
         }
         None => match take(ctx, claim, &request, catalog).await {
-            Some(taken) => (taken.node, false, taken.price, TAKEN_REASON),
-            None => match ctx.cloud.create(&request).await {
+            Ok(Some(taken)) => (taken.node, false, taken.price, TAKEN_REASON),
+            Err(message) => {
+                return Err(ProvisioningError::Cloud {
+                    claim: name.clone(),
+                    message,
+                })
+            }
+            Ok(None) => match ctx.cloud.create(&request).await {
                 Ok(node) => {
                     let price = request_price(&node);
                     (node, false, price, LAUNCHED_REASON)
@@ -430,6 +436,14 @@ impl Catalogs {
             .get(provisioner)
             .map(Vec::as_slice)
             .unwrap_or_default())
+    }
+
+    /// The catalog of `provisioner` as [`Catalogs::get`] read it; empty when it was not read.
+    pub fn cached(&self, provisioner: &str) -> &[InstanceType] {
+        self.by_provisioner
+            .get(provisioner)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
     }
 
     /// The instance types of every one of `provisioners`, each type once (in Provisioner name

@@ -55,6 +55,8 @@ use serde_json::json;
 use crate::context::Context;
 use crate::k8s::claims::{patch_claim_status, Guard};
 use crate::k8s::codes::is_conflict;
+use crate::lifecycle::gc::{self, VANISHED_AFTER};
+use crate::lifecycle::termination::ENDING_STATES;
 use crate::lifecycle::{age, delete_claim, first_error, LifecycleError};
 use crate::metrics::ProvisionerLabels;
 use crate::provisioning::claims::{random_suffix, TERMINATION_FINALIZER};
@@ -87,7 +89,15 @@ pub mod reasons {
     pub const HIBERNATION_LIMIT: &str = "warm_pool_hibernation_limit";
     /// Its Provisioner has no warm pool any more (or is gone).
     pub const NO_POOL: &str = "warm_pool_removed";
+    /// Its instance was terminated outside joiner (or vanished).
+    pub const INSTANCE_GONE: &str = "warm_pool_instance_gone";
+    /// A node returned to the pool by the reuse on scale-in of an earlier version.
+    pub const LEGACY_REUSED: &str = "warm_pool_legacy_reused";
 }
+
+/// The annotation an earlier version's reuse on scale-in put on the member claim of a node it
+/// returned to the pool.
+const LEGACY_REUSED_FROM: &str = "joiner.sh/reused-from";
 
 /// The state `prov`'s pool keeps its members in (`Stopped` without a pool).
 fn pool_state(prov: &Provisioner) -> WarmState {
@@ -255,6 +265,12 @@ async fn step_member<P: CloudProvider>(
             Some(t) if instance_id(t).is_some() && instance_id(t) == instance_id(member) => {
                 remove(ctx, member, reasons::HANDED_OVER).await
             }
+            // The taker launched another instance: the take fell back and putting the member
+            // back did not reach the API. Back to the pool (a member found running outside
+            // a take is replaced by the `Warm` rules).
+            Some(t) if instance_id(t).is_some() => {
+                set_phase(ctx, member, WARM, None).await.map(|_| false)
+            }
             // The launcher is still on it (or resumes it).
             Some(_) => Ok(false),
             None => match instance {
@@ -277,8 +293,30 @@ async fn step_member<P: CloudProvider>(
     if !member.is_launched() {
         return Ok(false);
     }
+    // Left by reuse on scale-in (no longer built): an instance that served pods, tagged into
+    // the pool after it ran. It is never handed out again.
+    if member
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(LEGACY_REUSED_FROM))
+    {
+        return remove(ctx, member, reasons::LEGACY_REUSED).await;
+    }
+    // Terminated behind joiner's back (or gone from the listing for longer than its eventual
+    // consistency explains): the member can never be taken, so it leaves the pool now —
+    // out of `Warm` and `ready`, and replaced by this pass's sizing — not at the next sweep.
+    let vanished = match instance {
+        Some(i) => ENDING_STATES.contains(&i.state.as_str()),
+        None => age(gc::launched_at(member), now) >= VANISHED_AFTER,
+    };
+    if vanished {
+        tracing::warn!(member = member.name(), instance = ?instance_id(member),
+            "warm-pool member's instance is gone; replacing it");
+        return remove(ctx, member, reasons::INSTANCE_GONE).await;
+    }
     let Some(instance) = instance else {
-        // Gone from the cloud: garbage collection deletes the claim.
+        // Not listed yet (the listing is eventually consistent).
         return Ok(false);
     };
 

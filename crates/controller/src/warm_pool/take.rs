@@ -102,20 +102,27 @@ fn member_price(member: &NodeClaim, catalog: &[InstanceType]) -> Option<f64> {
 }
 
 /// Starts a warm member for `claim` when one fits (see the module doc), or resumes a take a
-/// crash interrupted; `None` sends the launch to CreateFleet. Never fails the launch: a bind
-/// or start that fails is logged, counted as a fallback, and answered with `None`.
+/// crash interrupted; `Ok(None)` sends the launch to CreateFleet. A bind or start that fails
+/// is logged, counted as a fallback, and answered with `Ok(None)`. `Err` is a take whose
+/// member was started for the claim but not released from the pool
+/// ([`CloudErrorKind::TakeUnfinished`]): the instance is the claim's, so the launch must not
+/// fall back to a second one; the claim's next launch finishes the take.
 pub async fn take<P: CloudProvider>(
     ctx: &Context<P>,
     claim: &NodeClaim,
     request: &LaunchRequest,
     catalog: &[InstanceType],
-) -> Option<Taken> {
+) -> Result<Option<Taken>, String> {
     if claim.warm_pool().is_some() {
-        return None;
+        return Ok(None);
     }
     let provisioner = claim.spec.provisioner_name.as_str();
-    let prov = ctx.state.provisioner(provisioner)?;
-    let pool = prov.spec.warm_pool.as_ref()?;
+    let Some(prov) = ctx.state.provisioner(provisioner) else {
+        return Ok(None);
+    };
+    let Some(pool) = prov.spec.warm_pool.as_ref() else {
+        return Ok(None);
+    };
     let members: Vec<Arc<NodeClaim>> = ctx
         .state
         .claims()
@@ -144,7 +151,7 @@ pub async fn take<P: CloudProvider>(
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(claim = claim.name(), error = %e.reason, "claim requirements unreadable; not taking a warm member");
-            return None;
+            return Ok(None);
         }
     };
     let cheapest_new = request.candidates.first().map(|(_, p)| *p);
@@ -173,7 +180,7 @@ pub async fn take<P: CloudProvider>(
     });
     if eligible.is_empty() {
         count(ctx, provisioner, "miss");
-        return None;
+        return Ok(None);
     }
     for (_, member) in eligible.into_iter().take(BIND_ATTEMPTS) {
         let bind =
@@ -190,34 +197,45 @@ pub async fn take<P: CloudProvider>(
             Err(e) => {
                 tracing::warn!(claim = claim.name(), member = member.name(), error = %e, "binding a warm member failed; launching instead");
                 count(ctx, provisioner, "fallback");
-                return None;
+                return Ok(None);
             }
         }
     }
     count(ctx, provisioner, "miss");
-    None
+    Ok(None)
 }
 
 /// Step 2 for `member`, bound to `claim`: start it; on failure put it back (or remove it when
-/// its instance is gone) and answer `None`.
+/// its instance is gone) and answer `Ok(None)`, unless the member was started and only its
+/// release failed: then it stays bound, and the error is the answer.
 async fn start<P: CloudProvider>(
     ctx: &Context<P>,
     claim: &NodeClaim,
     member: &NodeClaim,
     catalog: &[InstanceType],
-) -> Option<Taken> {
+) -> Result<Option<Taken>, String> {
     let provisioner = claim.spec.provisioner_name.as_str();
-    let id = member.status.as_ref()?.instance_id.clone()?;
+    let Some(id) = member.status.as_ref().and_then(|s| s.instance_id.clone()) else {
+        return Ok(None);
+    };
     match ctx.cloud.start_warm(&id, claim.name()).await {
         Ok(node) => {
             count(ctx, provisioner, "hit");
             tracing::info!(claim = claim.name(), member = member.name(), instance = %id,
                 instance_type = %node.instance_type, zone = %node.zone, "warm-pool member started for the claim");
-            Some(Taken {
+            Ok(Some(Taken {
                 price: member_price(member, catalog),
                 node,
                 member: member.name().to_string(),
-            })
+            }))
+        }
+        Err(e) if e.kind() == CloudErrorKind::TakeUnfinished => {
+            tracing::warn!(claim = claim.name(), member = member.name(), instance = %id, error = %e,
+                "warm member started for the claim but not released from the pool; the claim's next launch finishes the take");
+            Err(format!(
+                "warm-pool member {} (instance {id}) started but its take did not finish: {e}",
+                member.name()
+            ))
         }
         Err(e) => {
             count(ctx, provisioner, "fallback");
@@ -228,7 +246,7 @@ async fn start<P: CloudProvider>(
                 if let Err(err) = delete_claim(&ctx.client, member.name()).await {
                     tracing::warn!(member = member.name(), error = %err, "removing a warm member whose instance is gone failed");
                 }
-                return None;
+                return Ok(None);
             }
             let unbind =
                 json!({"warmPool": {"phase": WARM, "claimedBy": null, "message": message}});
@@ -236,7 +254,7 @@ async fn start<P: CloudProvider>(
                 // The pool's reconciler unbinds a member whose claim did not get it.
                 tracing::warn!(member = member.name(), error = %err, "putting a warm member back failed");
             }
-            None
+            Ok(None)
         }
     }
 }

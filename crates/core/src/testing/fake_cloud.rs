@@ -344,10 +344,22 @@ impl CloudProvider for FakeCloud {
         instance_id: &str,
         claim_name: &str,
     ) -> Result<LaunchedNode, FakeError> {
-        let mut state = self.call(
+        let mut state = match self.call(
             FakeMethod::StartWarm,
             FakeCall::StartWarm(instance_id.to_string(), claim_name.to_string()),
-        )?;
+        ) {
+            Ok(state) => state,
+            // Started for the claim, not released from the pool: left as the real provider
+            // leaves it.
+            Err(e) if e.kind() == CloudErrorKind::TakeUnfinished => {
+                let mut state = self.lock();
+                let node = member(&mut state, instance_id)?;
+                node.claim_name = Some(claim_name.to_string());
+                node.state = "running".to_string();
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
         let node = member(&mut state, instance_id)?;
         node.claim_name = Some(claim_name.to_string());
         node.state = "running".to_string();
