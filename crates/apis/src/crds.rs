@@ -20,6 +20,26 @@ pub fn file_name(crd: &CustomResourceDefinition) -> String {
     format!("{}.yaml", crd.metadata.name.as_deref().unwrap_or("unnamed"))
 }
 
+/// The schema of `spec.<field>` in the CRD of `kind`, as the API server gets it: what the
+/// validation-rule tests run.
+#[cfg(test)]
+pub(crate) fn spec_field(
+    kind: &str,
+    field: &str,
+) -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps {
+    let crd = crds()
+        .into_iter()
+        .find(|c| c.spec.names.kind == kind)
+        .unwrap_or_else(|| panic!("no CRD of kind {kind}"));
+    let schema = crd.spec.versions[0]
+        .schema
+        .as_ref()
+        .and_then(|s| s.open_api_v3_schema.as_ref())
+        .expect("schema");
+    let spec = &schema.properties.as_ref().expect("properties")["spec"];
+    spec.properties.as_ref().expect("spec properties")[field].clone()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

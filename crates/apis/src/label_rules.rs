@@ -120,7 +120,6 @@ mod tests {
 
     use cel::extractors::This;
     use cel::{Context, Program};
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps;
 
     use crate::syntax::{restricted_domain, JOINER_SET_LABELS};
 
@@ -168,17 +167,7 @@ mod tests {
     }
 
     fn rules(field: &str) -> Vec<String> {
-        let crd = crate::crds::crds()
-            .into_iter()
-            .find(|c| c.spec.names.kind == "Provisioner")
-            .expect("provisioner CRD");
-        let schema: &JSONSchemaProps = crd.spec.versions[0]
-            .schema
-            .as_ref()
-            .and_then(|s| s.open_api_v3_schema.as_ref())
-            .expect("schema");
-        let spec = &schema.properties.as_ref().expect("properties")["spec"];
-        let f = &spec.properties.as_ref().expect("spec properties")[field];
+        let f = crate::crds::spec_field("Provisioner", field);
         assert_eq!(
             f.max_properties.or(f.max_items),
             Some(100),

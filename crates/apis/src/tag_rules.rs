@@ -106,9 +106,7 @@ mod tests {
 
     use cel::extractors::This;
     use cel::{Context, Program};
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-        JSONSchemaProps, ValidationRule,
-    };
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::ValidationRule;
 
     use super::reserved_tag;
 
@@ -134,19 +132,9 @@ mod tests {
     ];
 
     fn rules() -> Vec<ValidationRule> {
-        let crd = crate::crds::crds()
-            .into_iter()
-            .find(|c| c.spec.names.kind == "NodeTemplate")
-            .expect("node template CRD");
-        let schema: &JSONSchemaProps = crd.spec.versions[0]
-            .schema
-            .as_ref()
-            .and_then(|s| s.open_api_v3_schema.as_ref())
-            .expect("schema");
-        let spec = &schema.properties.as_ref().expect("properties")["spec"];
-        let tags = &spec.properties.as_ref().expect("spec properties")["tags"];
+        let tags = crate::crds::spec_field("NodeTemplate", "tags");
         assert_eq!(tags.max_properties, Some(super::MAX_TAGS as i64));
-        tags.x_kubernetes_validations.clone().expect("rules")
+        tags.x_kubernetes_validations.expect("rules")
     }
 
     fn run(expr: &str, key: &str) -> cel::Value {

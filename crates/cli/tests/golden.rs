@@ -229,7 +229,8 @@ fn the_dry_run_reads_drift_from_node_claims() {
         + "status:\n  amis: [{id: ami-new}]\n---\n\
            apiVersion: joiner.sh/v1alpha1\nkind: NodeClaim\nmetadata: {name: general-x4k2p}\n\
            spec: {provisionerName: general}\n\
-           status: {nodeName: ip-10-0-3-31.ec2.internal, imageID: ami-old}\n";
+           status: {nodeName: ip-10-0-3-31.ec2.internal, imageID: ami-old, conditions: [\n\
+             {type: Initialized, status: \"True\", reason: NodeInitialized, message: \"\", lastTransitionTime: \"2026-12-01T00:00:00Z\"}]}\n";
     std::fs::write(dir.path().join("provisioners.yaml"), resolved).expect("write");
     let out = joiner(&[
         "plan",

@@ -235,11 +235,14 @@ fn in_flight_node(
     })
 }
 
-/// Taints every new node carries until it is ready: the node lifecycle's and cloud
-/// controller's, and joiner's own startup taint (removed by registration once Ready).
+/// Taints a new node carries until it is initialized: Kubernetes' known ephemeral ones (the
+/// node lifecycle's `not-ready` and `unreachable`, the cloud controller's `uninitialized`:
+/// [`joiner_core::labels::EPHEMERAL_TAINTS`]) and joiner's own startup taint (removed by
+/// registration once Ready).
 pub const STARTING_TAINTS: &[&str] = &[
     joiner_core::labels::UNREGISTERED_TAINT,
     "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
     "node.cloudprovider.kubernetes.io/uninitialized",
 ];
 
@@ -295,6 +298,9 @@ pub fn settle_initializing(
             .chain(STARTING_TAINTS.iter().copied())
             .collect();
         node.taints.retain(|t| !startup.contains(t.key.as_str()));
+        // Its claim is not initialized: never a disruption candidate yet (empty because its
+        // pods have not arrived, not because nobody needs it).
+        node.life.initialized = false;
         // Labels the kubelet may not set itself (node-role.kubernetes.io/…) arrive with
         // registration's patch, a moment after the Node: until then the node is planned
         // with the labels its claim promises, or a pod selecting one would buy another.

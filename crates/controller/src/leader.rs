@@ -434,13 +434,16 @@ where
     H: Fn(bool),
 {
     let config = elector.config().clone();
-    // Follower: retry until acquired.
-    loop {
+    // Follower: retry until acquired. The term counts from the attempt that acquired, not
+    // from its reply: the others count the Lease's duration from the renewTime it wrote, which
+    // is no later than the reply.
+    let acquired_at = loop {
         if stop.is_cancelled() {
             return Ok(());
         }
+        let attempt = tokio::time::Instant::now();
         match elector.try_acquire_or_renew().await {
-            Ok(true) => break,
+            Ok(true) => break attempt,
             Ok(false) => {}
             Err(e) => tracing::warn!(error = %e, "leader election attempt failed"),
         }
@@ -449,7 +452,7 @@ where
             _ = stop.cancelled() => return Ok(()),
             _ = tokio::time::sleep(config.retry_interval) => {}
         }
-    }
+    };
 
     tracing::info!(lease = %config.path(), identity = %config.identity, "became leader");
     let term = stop.child_token();
@@ -460,7 +463,7 @@ where
         aborts.push(handle.abort_handle());
         running.push(async move { (i, handle.await) });
     }
-    let mut last_renew = tokio::time::Instant::now();
+    let mut last_renew = acquired_at;
     let mut ended: Option<(usize, String)> = None;
     let lost = loop {
         heartbeat(true);
@@ -489,8 +492,11 @@ where
         if remaining.is_zero() {
             break true;
         }
+        // A renewal counts from when it was sent: a slow reply must not stretch this term
+        // past the point the others count from.
+        let attempt = tokio::time::Instant::now();
         match tokio::time::timeout(remaining, elector.try_acquire_or_renew()).await {
-            Ok(Ok(true)) => last_renew = tokio::time::Instant::now(),
+            Ok(Ok(true)) => last_renew = attempt,
             Ok(Ok(false)) => break true,
             Ok(Err(e)) => tracing::warn!(error = %e, "renewing the Lease failed"),
             Err(_) => {

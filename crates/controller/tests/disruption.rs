@@ -217,11 +217,18 @@ async fn a_node_that_stays_says_why_on_the_node_and_its_claim_once() {
             ),
         ]
     );
-    // Told once: the next pass, with the same reason, adds nothing.
-    pass(&h.ctx, &mut memory, t0 + Duration::from_secs(10))
+    // Told once: the next passes, with the same reason, add nothing for an hour.
+    for later in [10, 600, 3500] {
+        pass(&h.ctx, &mut memory, t0 + Duration::from_secs(later))
+            .await
+            .expect("pass");
+        assert_eq!(events().len(), 2, "at {later}s");
+    }
+    // An hour on, once more.
+    pass(&h.ctx, &mut memory, t0 + Duration::from_secs(3601))
         .await
         .expect("pass");
-    assert_eq!(events().len(), 2);
+    assert_eq!(events().len(), 4);
 }
 
 /// NodeTemplate default, resolved to AMI `ami` (and the fake cloud's subnet and group).
@@ -421,5 +428,36 @@ async fn a_pod_whose_local_volume_only_its_node_mounts_keeps_that_node() {
         key.nodes,
         ["b"],
         "a holds the only node web-a's volume mounts on"
+    );
+}
+
+/// A Node labelled with joiner's Provisioner but without a NodeClaim (joined outside joiner,
+/// or its claim is gone) is never a candidate: an empty one would otherwise be the first
+/// decision of every pass, one no command can carry out, holding every other one back.
+#[tokio::test]
+async fn a_node_without_a_claim_never_blocks_disruption() {
+    let h = harness(
+        vec![
+            joiner_node("x", "m5.xlarge", "fake:///z-a/i-x"),
+            joiner_node("a", "m5.xlarge", "fake:///z-a/i-a"),
+            joiner_node("b", "m5.xlarge", "fake:///z-a/i-b"),
+        ],
+        vec![
+            joiner_claim("a", "m5.xlarge", "fake:///z-a/i-a"),
+            joiner_claim("b", "m5.xlarge", "fake:///z-a/i-b"),
+        ],
+        vec![running("web-a", "a", "1"), running("web-b", "b", "1")],
+    );
+    let mut memory = Memory::default();
+    let first = pass(&h.ctx, &mut memory, Instant::now())
+        .await
+        .expect("pass");
+    let Outcome::Validating(key) = first else {
+        panic!("expected a decision on a claimed node, got {first:?}");
+    };
+    assert_eq!(
+        key.nodes,
+        ["a"],
+        "the empty node without a claim is left alone"
     );
 }

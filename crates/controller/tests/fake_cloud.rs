@@ -324,6 +324,47 @@ async fn a_batch_writes_and_launches_its_claims_concurrently_and_sees_them_at_on
     assert_eq!(posts_before, posts_after);
 }
 
+/// After a failover, the claims a crash left unlaunched are launched concurrently (bounded),
+/// as a batch's are, not one CreateFleet after another.
+#[tokio::test(start_paused = true)]
+async fn claims_left_unlaunched_are_launched_concurrently() {
+    use joiner_controller::provisioning::{
+        launch_pending_claims, Launch, Memory, LAUNCH_CONCURRENCY,
+    };
+    use std::sync::atomic::Ordering;
+    let claims: Vec<_> = (0..40)
+        .map(|i| {
+            claim(
+                &format!("web-{i}"),
+                json!({"spec": {"requirements": [
+                    {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.large"]}]}}),
+            )
+        })
+        .collect();
+    let stores = Stores::new(vec![], vec![], claims);
+    let mut state = stores.state();
+    state.provisioners = support::store(vec![web_provisioner()]).as_reader();
+    let cloud = Arc::new(SlowLaunches {
+        cloud: FakeCloud::new(joiner_core::testing::catalog::catalog()),
+        running: Default::default(),
+        most: Default::default(),
+    });
+    let (client, _api) = mock_api(claim_server());
+    let ctx = Context::new(client, state, cloud.clone(), settings());
+    let results = launch_pending_claims(&ctx, &mut Memory::default()).await;
+    assert_eq!(results.len(), 40);
+    assert!(
+        results.iter().all(|r| matches!(r, Ok(Launch::Launched(_)))),
+        "{results:?}"
+    );
+    assert_eq!(cloud.cloud.instances().len(), 40);
+    let most = cloud.most.load(Ordering::SeqCst);
+    assert!(
+        most > 1 && most <= LAUNCH_CONCURRENCY,
+        "{most} launches at once"
+    );
+}
+
 /// A claim being deleted, its instance `id` launched by `cloud`.
 fn deleting(name: &str, node: &LaunchedNode) -> joiner_apis::NodeClaim {
     claim(

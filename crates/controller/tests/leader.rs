@@ -427,6 +427,51 @@ async fn a_leader_that_cannot_renew_steps_down_before_its_lease_expires() {
     );
 }
 
+/// The renew deadline counts from when a renewal was sent, not from its reply: the others
+/// count the Lease's duration from the renewTime written, so a slow reply must not stretch
+/// this leader's term.
+#[tokio::test(start_paused = true)]
+async fn the_renew_deadline_counts_from_the_request_not_the_reply() {
+    let (mut handler, _stored) = lease_server(None, 0);
+    let puts = Arc::new(AtomicUsize::new(0));
+    let p = puts.clone();
+    let (client, _api) = mock_api(move |r: &Recorded| {
+        if r.method != Method::PUT && p.load(Ordering::SeqCst) == 0 {
+            return handler(r);
+        }
+        match p.fetch_add(1, Ordering::SeqCst) {
+            // The first renewal (sent at ~2 s) succeeds, its reply arriving 3 s later.
+            0 if r.method == Method::PUT => handler(r).after(Duration::from_secs(3)),
+            // Then the API server hangs.
+            _ => Reply::never(),
+        }
+    });
+    let (clock, _) = clock();
+    let started = Arc::new(AtomicUsize::new(0));
+    let stopped = Arc::new(AtomicBool::new(false));
+    let began = tokio::time::Instant::now();
+    let run = tokio::spawn(run_elected(
+        elector(&client, "joiner-a_1", &clock),
+        CancellationToken::new(),
+        recording_task(started.clone(), stopped.clone()),
+        |_| {},
+    ));
+    let result = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("ends")
+        .expect("joins");
+    let after = began.elapsed();
+    assert!(
+        matches!(result, Err(LeaderError::Lost { .. })),
+        "{result:?}"
+    );
+    // Renewed by the request at ~2 s: the term ends at ~2 + 7 s, not ~5 + 7 s.
+    assert!(
+        after >= Duration::from_secs(8) && after < Duration::from_millis(9500),
+        "stepped down after {after:?}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn expiry_follows_the_followers_clock_not_the_leaders_timestamps() {
     // A leader whose wall clock runs an hour behind keeps renewing: its renewTime always

@@ -44,6 +44,20 @@ fn cond(type_: &str) -> Value {
         "lastTransitionTime": "2026-01-01T00:00:00Z"})
 }
 
+/// The launched claim web-1 beside its Node n1, Ready and not registered yet.
+fn launched_beside_its_ready_node() -> Stores {
+    let fresh = node(
+        "n1",
+        json!({"spec": {"providerID": "aws:///us-east-1a/i-0abc"},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
+    );
+    Stores::new(
+        vec![],
+        vec![fresh],
+        vec![launched_claim(json!([cond("Launched")]))],
+    )
+}
+
 fn condition_types(body: &Value) -> Vec<(String, String)> {
     body["status"]["conditions"]
         .as_array()
@@ -216,6 +230,21 @@ async fn a_node_is_initialized_only_once_the_scheduler_could_use_it_for_the_clai
     ))
     .await;
     assert!(writes.is_empty(), "{writes:#?}");
+    // Ready, but Kubernetes' own starting taints are still on (the node lifecycle controller
+    // lags Ready by seconds, or a busy control plane marked the node unreachable): the
+    // scheduler would not place the claim's pods yet, so not Initialized.
+    for lagging in [
+        json!({"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}),
+        json!({"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}),
+        json!({"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"}),
+    ] {
+        let writes = pass_over(registered_node(
+            json!([lagging]),
+            json!({"cpu": "2", "nvidia.com/gpu": "1"}),
+        ))
+        .await;
+        assert!(writes.is_empty(), "{lagging}: {writes:#?}");
+    }
     // Everything the scheduler needs is there: Initialized.
     let writes = pass_over(registered_node(
         json!([]),
@@ -251,16 +280,7 @@ async fn a_node_that_is_not_ready_is_not_initialized() {
 #[tokio::test]
 async fn a_conflicting_node_patch_is_left_for_the_next_pass() {
     let cloud = cloud().await;
-    let fresh = node(
-        "n1",
-        json!({"spec": {"providerID": "aws:///us-east-1a/i-0abc"},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
-    );
-    let stores = Stores::new(
-        vec![],
-        vec![fresh],
-        vec![launched_claim(json!([cond("Launched")]))],
-    );
+    let stores = launched_beside_its_ready_node();
     let (client, api) = mock_api(|req| {
         if req.is(Method::PATCH, NODES) {
             Reply::error(409, "Conflict", "the object has been modified")
@@ -288,16 +308,7 @@ async fn a_conflicting_node_patch_is_left_for_the_next_pass() {
 async fn a_failed_resource_version_test_answered_422_is_a_conflict_too() {
     // A real API server answers a JSON patch whose `test` fails with 422, not 409.
     let cloud = cloud().await;
-    let fresh = node(
-        "n1",
-        json!({"spec": {"providerID": "aws:///us-east-1a/i-0abc"},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
-    );
-    let stores = Stores::new(
-        vec![],
-        vec![fresh],
-        vec![launched_claim(json!([cond("Launched")]))],
-    );
+    let stores = launched_beside_its_ready_node();
     let (client, api) = mock_api(|req| {
         if req.is(Method::PATCH, NODES) {
             Reply::patch_test_failed()
@@ -321,16 +332,7 @@ async fn a_registration_patch_refused_as_invalid_is_reported_once_and_backed_off
     use joiner_controller::lifecycle::termination::eviction::BackoffPolicy;
 
     let cloud = cloud().await;
-    let fresh = node(
-        "n1",
-        json!({"spec": {"providerID": "aws:///us-east-1a/i-0abc"},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
-    );
-    let stores = Stores::new(
-        vec![],
-        vec![fresh],
-        vec![launched_claim(json!([cond("Launched")]))],
-    );
+    let stores = launched_beside_its_ready_node();
     let (client, api) = mock_api(|req| {
         if req.is(Method::PATCH, NODES) {
             Reply::invalid(

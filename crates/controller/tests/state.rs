@@ -569,6 +569,76 @@ fn a_registered_node_of_an_uninitialized_claim_is_planned_without_its_starting_t
     assert_eq!(old.allocatable.cpu, 2000);
 }
 
+/// The windows between a node turning Ready and Kubernetes taking its starting taints off:
+/// a node of a claim not yet initialized carrying `unreachable` (a busy control plane), and a
+/// Ready node whose claim is Initialized but whose `not-ready`/`unreachable` NoSchedule the
+/// node lifecycle controller has not removed yet. Neither refuses the pods it was bought for,
+/// and neither is a disruption candidate before its claim is initialized.
+#[test]
+fn ready_nodes_are_planned_without_the_lifecycle_controllers_lagging_taints() {
+    let mut starting = claim("default-hhhhh", json!({}));
+    starting.status = Some(obj(json!({
+        "instanceType": "m5.large", "providerID": "aws:///us-east-1a/i-8",
+        "conditions": [{"type": "Registered", "status": "True", "reason": "R", "message": "",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+    })));
+    let mut ready = claim("default-iiiii", json!({}));
+    ready.status = Some(obj(json!({
+        "instanceType": "m5.large", "providerID": "aws:///us-east-1a/i-9",
+        "conditions": [{"type": "Initialized", "status": "True", "reason": "R", "message": "",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+    })));
+    let lagging = json!([
+        {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"},
+        {"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"},
+    ]);
+    let ready_status = json!({"conditions": [{"type": "Ready", "status": "True"}],
+        "allocatable": {"cpu": "2", "memory": "7Gi", "pods": "29"}});
+    let new_node: Node = obj(json!({
+        "metadata": {"name": "ip-10-0-1-8"},
+        "spec": {"providerID": "aws:///us-east-1a/i-8", "taints": lagging},
+        "status": ready_status,
+    }));
+    let old_node: Node = obj(json!({
+        "metadata": {"name": "ip-10-0-1-9"},
+        "spec": {"providerID": "aws:///us-east-1a/i-9", "taints": lagging},
+        "status": ready_status,
+    }));
+    // A node that is not Ready keeps them: it really refuses pods.
+    let down: Node = obj(json!({
+        "metadata": {"name": "ip-10-0-1-7"},
+        "spec": {"taints": [{"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}]},
+        "status": {"conditions": [{"type": "Ready", "status": "Unknown"}],
+            "allocatable": {"cpu": "2", "memory": "7Gi", "pods": "29"}},
+    }));
+    let f = fixture_with(
+        vec![],
+        vec![new_node, old_node, down],
+        vec![starting, ready],
+    );
+    let (snap, _) = f.state.snapshot_with_catalog(&catalog());
+    let node = |name: &str| {
+        snap.nodes
+            .iter()
+            .find(|n| n.name == name)
+            .unwrap_or_else(|| panic!("{name}"))
+    };
+    let keys =
+        |name: &str| -> Vec<String> { node(name).taints.iter().map(|t| t.key.clone()).collect() };
+    assert!(keys("ip-10-0-1-8").is_empty(), "{:?}", keys("ip-10-0-1-8"));
+    assert!(
+        !node("ip-10-0-1-8").life.initialized,
+        "its claim is not initialized"
+    );
+    assert_eq!(
+        keys("ip-10-0-1-9"),
+        ["node.cloudprovider.kubernetes.io/uninitialized"],
+        "only the lifecycle controller's lag is planned around on an initialized claim's node"
+    );
+    assert_eq!(keys("ip-10-0-1-7"), ["node.kubernetes.io/unreachable"]);
+}
+
 #[test]
 fn a_registered_node_is_planned_with_the_labels_its_claim_promises_before_registration_adds_them() {
     // The kubelet may not set node-role.kubernetes.io/worker (NodeRestriction): registration

@@ -327,26 +327,36 @@ async fn a_node_whose_instance_is_gone_is_released_at_once_without_a_drain() {
             "aws:///us-east-1a/i-0gone",
         )],
     );
+    const POD: &str = "/api/v1/namespaces/shop/pods/web";
     let (client, api) = mock_api(|req| match req.method {
         Method::PATCH if req.path == NODE => Reply::ok(as_json(&node("n1", json!({})))),
         Method::DELETE if req.path == NODE => Reply::not_found("nodes \"n1\""),
+        Method::DELETE if req.path == POD => Reply::success(),
         Method::PATCH if req.path == CLAIM => Reply::ok(as_json(&claim("web-1", json!({})))),
         _ => Reply::not_found("unexpected"),
     });
     let ctx = context(client, &stores, &cloud, settings());
     no_backoff().reconcile(&ctx).await.expect("pass");
-    let calls: Vec<(String, String)> = api
-        .writes()
+    let writes = api.writes();
+    let calls: Vec<(String, String)> = writes
         .iter()
         .map(|w| (w.method.to_string(), w.path.clone()))
         .collect();
+    // The pod still bound to the dead node is deleted at once (no eviction: nothing runs it),
+    // so its controller recreates it now, not after pod garbage collection.
     assert_eq!(
         calls,
         [
+            ("DELETE".to_string(), POD.to_string()),
             ("PATCH".to_string(), NODE.to_string()),
             ("DELETE".to_string(), NODE.to_string()),
             ("PATCH".to_string(), CLAIM.to_string()),
         ]
+    );
+    assert_eq!(
+        writes[0].body["gracePeriodSeconds"], 0,
+        "{:?}",
+        writes[0].body
     );
     assert_eq!(deleted_count(&ctx), 1);
 }
@@ -544,9 +554,15 @@ async fn a_not_ready_node_whose_instance_is_stopped_is_released_without_a_drain(
         .iter()
         .map(|w| (w.method.to_string(), w.path.clone()))
         .collect();
+    // Its pod, bound to a node nothing runs any more, is deleted first (already gone here:
+    // the 404 is fine), so its controller recreates it at once.
     assert_eq!(
         calls,
         [
+            (
+                "DELETE".to_string(),
+                "/api/v1/namespaces/shop/pods/web".to_string()
+            ),
             ("PATCH".to_string(), NODE.to_string()),
             ("DELETE".to_string(), NODE.to_string()),
             ("PATCH".to_string(), CLAIM.to_string()),

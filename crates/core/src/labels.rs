@@ -39,6 +39,34 @@ pub const DISRUPTED_TAINT: &str = "joiner.sh/disrupted";
 /// Finalizer on NodeClaims and joiner's Nodes: held until the node is drained and its instance
 /// terminated, so deleting either object never leaks an instance.
 pub const TERMINATION_FINALIZER: &str = "joiner.sh/termination";
+/// Taints Kubernetes itself puts on a node while it comes up (the node lifecycle controller's
+/// `not-ready` and `unreachable`, the cloud controller's `uninitialized`), as (key, effect):
+/// Karpenter's known ephemeral taints. A node is not initialized while it carries one, and a
+/// Ready node's `not-ready`/`unreachable` NoSchedule is the lifecycle controller's lag (it
+/// removes them a few seconds after Ready), not a node that refuses pods.
+pub const EPHEMERAL_TAINTS: &[(&str, &str)] = &[
+    ("node.kubernetes.io/not-ready", "NoSchedule"),
+    ("node.kubernetes.io/unreachable", "NoSchedule"),
+    (
+        "node.cloudprovider.kubernetes.io/uninitialized",
+        "NoSchedule",
+    ),
+];
+
+/// The [`EPHEMERAL_TAINTS`] the node lifecycle controller lags on: gone a few seconds after the
+/// node turned Ready.
+pub const LIFECYCLE_LAG_TAINTS: &[&str] = &[
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+];
+
+/// True when (`key`, `effect`) is one of [`EPHEMERAL_TAINTS`].
+pub fn is_ephemeral_taint(key: &str, effect: &str) -> bool {
+    EPHEMERAL_TAINTS
+        .iter()
+        .any(|(k, e)| *k == key && *e == effect)
+}
+
 /// Instance tag marking a warm-pool member: exempt from orphan garbage collection.
 pub const WARM_POOL: &str = "joiner.sh/warm-pool";
 /// Instance tag and member-claim annotation: the state a warm-pool member was launched to wait

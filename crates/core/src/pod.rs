@@ -299,6 +299,9 @@ pub struct NodeLife {
     /// When a pod last left it (unix seconds), when someone watching saw it (the controller):
     /// arrivals are known from the pods' own creation times, departures only from here.
     pub pods_changed_at: Option<i64>,
+    /// Why the controller leaves it out of disruption whatever its state (labelled with a
+    /// Provisioner but without a NodeClaim: nothing could carry a decision on it out).
+    pub not_disruptable: Option<String>,
 }
 
 impl Node {

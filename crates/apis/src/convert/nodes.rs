@@ -22,6 +22,7 @@ pub fn node(n: &k8s::Node, name: &str) -> Result<Node, FieldError> {
         super::check_label("metadata.labels", k, v)?;
     }
     let spec = n.spec.as_ref();
+    let ready = is_ready(n);
     let mut taints = Vec::new();
     for (i, t) in spec
         .and_then(|s| s.taints.as_ref())
@@ -29,6 +30,14 @@ pub fn node(n: &k8s::Node, name: &str) -> Result<Node, FieldError> {
         .flatten()
         .enumerate()
     {
+        // Ready, yet still `not-ready`/`unreachable` NoSchedule: the node lifecycle controller
+        // removes them within seconds; planned as the node it is, or its room is bought twice.
+        if ready
+            && t.effect == "NoSchedule"
+            && joiner_core::labels::LIFECYCLE_LAG_TAINTS.contains(&t.key.as_str())
+        {
+            continue;
+        }
         taints.push(taint(
             &t.key,
             t.value.as_deref(),
@@ -58,17 +67,21 @@ pub const NODE_DO_NOT_DISRUPT_ANNOTATIONS: &[&str] =
 /// Karpenter v1alpha5's node opt-out of consolidation only.
 pub const DO_NOT_CONSOLIDATE_ANNOTATION: &str = "karpenter.sh/do-not-consolidate";
 
+/// True when the node's Ready condition is True.
+fn is_ready(n: &k8s::Node) -> bool {
+    n.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
 /// A node's age, readiness and opt-outs. Initialized: its Ready condition is True and
 /// neither joiner's unregistered taint nor a Provisioner's startup taint holds it back (the
 /// latter is not known here; the controller's claims refine it).
 fn life(n: &k8s::Node) -> NodeLife {
     let annotations = n.metadata.annotations.as_ref();
     let get = |k: &str| annotations.and_then(|a| a.get(k)).map(String::as_str);
-    let ready = n
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let ready = is_ready(n);
     let unregistered = n
         .spec
         .as_ref()
@@ -90,6 +103,7 @@ fn life(n: &k8s::Node) -> NodeLife {
             .map(|k| k.to_string()),
         do_not_consolidate: get(DO_NOT_CONSOLIDATE_ANNOTATION) == Some("true"),
         pods_changed_at: None,
+        not_disruptable: None,
     }
 }
 

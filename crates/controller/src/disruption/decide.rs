@@ -3,13 +3,13 @@
 //! record shows (`joiner_apis::drift`), and the nodes already on their way out (claims being
 //! deleted, the old nodes of the command under way).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use joiner_apis::drift::{claim_drift, restamp};
 use joiner_apis::ObjectLookup;
 use joiner_core::disruption::{plan, DisruptionPlan, DisruptionSettings, Input};
 use joiner_core::scheduling::Options;
-use joiner_core::{CloudProvider, InstanceType};
+use joiner_core::{labels, CloudProvider, InstanceType};
 use k8s_openapi::jiff::Timestamp;
 
 use super::pod_changes::PodChanges;
@@ -78,8 +78,10 @@ pub async fn planned<P: CloudProvider>(
     let mut drifted: HashMap<String, String> = HashMap::new();
     let mut restamps = Vec::new();
     let index = NodeIndex::new(&nodes);
+    let mut claimed: HashSet<String> = HashSet::new();
     for claim in ctx.state.claims() {
         let node = index.node_of(&claim);
+        claimed.extend(node.and_then(|n| n.metadata.name.clone()));
         if claim.metadata.deletion_timestamp.is_some() {
             disrupting.insert(claim.name().to_string());
             disrupting.extend(node.and_then(|n| n.metadata.name.clone()));
@@ -108,6 +110,24 @@ pub async fn planned<P: CloudProvider>(
             claim_drift(&claim, prov, node_template.as_deref(), labels),
         ) {
             drifted.insert(name, why);
+        }
+    }
+    // A Node labelled with a Provisioner but without a claim (joined outside joiner, or its
+    // claim is gone): no command could carry a decision on it out, so it is never a candidate,
+    // and never the decision that holds every other one back.
+    for node in &nodes {
+        let Some(name) = node.metadata.name.as_deref() else {
+            continue;
+        };
+        let labelled = node
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(labels::PROVISIONER_NAME));
+        if labelled && !claimed.contains(name) {
+            if let Some(n) = snapshot.nodes.iter_mut().find(|n| n.name == name) {
+                n.life.not_disruptable = Some("it has no NodeClaim".into());
+            }
         }
     }
     let settings_of = |name: &str| settings.get(name).cloned();

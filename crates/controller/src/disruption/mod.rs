@@ -37,6 +37,10 @@ pub const INTERVAL: Duration = Duration::from_secs(10);
 /// Most "why this node stays" Events one pass publishes.
 const KEPT_EVENTS_PER_PASS: usize = 50;
 
+/// How long a node's reason to stay is not told again: once an hour at most, however long a
+/// backlog keeps it (a pass runs every few seconds).
+pub const TELL_AGAIN_AFTER: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// Why a disruption step failed; each names the object at fault.
 #[derive(Debug, Error)]
 pub enum DisruptionError {
@@ -67,7 +71,8 @@ pub enum DisruptionError {
 pub struct Memory {
     pending: Option<Pending>,
     command: Option<Command>,
-    told: HashMap<String, String>,
+    /// Per node, each reason told and when: told again only after [`TELL_AGAIN_AFTER`].
+    told: HashMap<String, HashMap<String, Instant>>,
     start_at: usize,
     changes: pod_changes::PodChanges,
 }
@@ -144,7 +149,7 @@ pub async fn pass<P: CloudProvider>(
             }
         }
     }
-    tell_kept(ctx, memory, &planned.plan.kept).await;
+    tell_kept(ctx, memory, &planned.plan.kept, now).await;
     let decision = planned.plan.decisions.first();
     let (verdict, dropped) = validation::check(&mut memory.pending, decision, now);
     if let Some(key) = dropped {
@@ -185,12 +190,13 @@ pub async fn pass<P: CloudProvider>(
 }
 
 /// An Event on each of joiner's nodes that stays and on its NodeClaim, with the planner's
-/// reasons, logged too, when they changed since it was last told (at most
+/// reasons, logged too, once per reason and node per [`TELL_AGAIN_AFTER`] (at most
 /// [`KEPT_EVENTS_PER_PASS`] nodes per pass).
 async fn tell_kept<P: CloudProvider>(
     ctx: &Context<P>,
     memory: &mut Memory,
     kept: &[joiner_core::disruption::Kept],
+    now: Instant,
 ) {
     let nodes = ctx.state.nodes.state();
     let claims = ctx.state.claims();
@@ -199,9 +205,10 @@ async fn tell_kept<P: CloudProvider>(
         .iter()
         .filter_map(|n| n.metadata.name.as_deref().map(|name| (name, n)))
         .collect();
-    memory
-        .told
-        .retain(|name, _| by_name.contains_key(name.as_str()));
+    memory.told.retain(|name, reasons| {
+        reasons.retain(|_, at| now.saturating_duration_since(*at) < TELL_AGAIN_AFTER);
+        by_name.contains_key(name.as_str()) && !reasons.is_empty()
+    });
     let mut sent = 0;
     for k in kept {
         if sent == KEPT_EVENTS_PER_PASS {
@@ -209,7 +216,11 @@ async fn tell_kept<P: CloudProvider>(
         }
         let why = k.why.join("; ");
         // Nodes the one-decision plan did not get to have nothing new to say.
-        if why.starts_with("not evaluated") || memory.told.get(&k.node) == Some(&why) {
+        let told = memory
+            .told
+            .get(&k.node)
+            .is_some_and(|reasons| reasons.contains_key(&why));
+        if why.starts_with("not evaluated") || told {
             continue;
         }
         let Some(node) = by_name.get(k.node.as_str()) else {
@@ -241,7 +252,11 @@ async fn tell_kept<P: CloudProvider>(
         {
             tracing::debug!(error = %e, "disruption event not published");
         }
-        memory.told.insert(k.node.clone(), why);
+        memory
+            .told
+            .entry(k.node.clone())
+            .or_default()
+            .insert(why, now);
         sent += 1;
     }
 }

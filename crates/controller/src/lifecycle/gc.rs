@@ -23,6 +23,7 @@ use joiner_apis::NodeClaim;
 use joiner_core::{CloudError, CloudErrorKind, CloudProvider, LaunchedNode};
 
 use joiner_apis::condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use super::{age, delete_claim, first_error, LifecycleError};
@@ -34,6 +35,17 @@ use crate::metrics::{ProvisionerLabels, ReasonLabels};
 /// How long after its launch a claim's instance must be missing from the cloud's listing (and
 /// its Node not Ready) before the claim is taken as gone.
 pub const VANISHED_AFTER: Duration = Duration::from_secs(120);
+
+/// When `claim` was launched (its Launched condition's transition), else created: the age
+/// [`VANISHED_AFTER`] is measured from.
+pub(crate) fn launched_at(claim: &NodeClaim) -> Option<&Time> {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| condition::find(&s.conditions, condition::LAUNCHED))
+        .map(|c| &c.last_transition_time)
+        .or(claim.metadata.creation_timestamp.as_ref())
+}
 
 /// The `provisioner` label of orphans, whose Provisioner the claim would have named.
 pub const UNKNOWN_PROVISIONER: &str = "unknown";
@@ -53,8 +65,8 @@ impl Collector {
     pub async fn sweep<P: CloudProvider>(&self, ctx: &Context<P>) -> Result<(), LifecycleError> {
         // Claims are read before the cloud is listed: a claim launched after this read is not
         // judged, and any claim in this read that is Launched had its instance before the list.
-        // With the claims this replica wrote that the store does not show yet: a member claim
-        // of a node just returned to a warm pool must not leave its instance an orphan.
+        // With the claims this replica wrote that the store does not show yet: a claim just
+        // written must not leave its instance an orphan.
         let claims = ctx.state.claims();
         let nodes = ctx.state.nodes.state();
         let instances = ctx.cloud.list().await.map_err(|e| {
@@ -110,13 +122,7 @@ impl Collector {
             // DescribeInstances is eventually consistent: a fresh instance may be missing from
             // a listing for a while. Only a claim launched long enough ago whose Node is not
             // Ready (a Ready Node proves the instance runs) is taken as gone.
-            let launched_at = claim
-                .status
-                .as_ref()
-                .and_then(|s| condition::find(&s.conditions, condition::LAUNCHED))
-                .map(|c| &c.last_transition_time)
-                .or(claim.metadata.creation_timestamp.as_ref());
-            if age(launched_at, Timestamp::now()) < VANISHED_AFTER {
+            if age(launched_at(claim), Timestamp::now()) < VANISHED_AFTER {
                 continue;
             }
             if node_of(claim, &nodes).is_some_and(|n| is_ready(n)) {

@@ -108,7 +108,10 @@ impl Registrar {
                 continue;
             }
             match register(ctx, claim, node).await {
-                Ok(Registered::Done) => self.backoff.forget(claim.name()),
+                Ok(Registered::Done) => {
+                    self.backoff.forget(claim.name());
+                    self.lock_told().remove(claim.name());
+                }
                 Ok(Registered::Refused(message)) => {
                     errors.push(self.refused(ctx, claim, node, message, now).await);
                 }
@@ -345,12 +348,22 @@ fn launched_from_warm_pool(claim: &NodeClaim) -> bool {
 }
 
 /// True when `node` is ready for the pods `claim` was bought for: Ready, without the claim's
-/// startup taints or joiner's own, and reporting every extended resource the claim requests.
+/// startup taints, joiner's own or Kubernetes' known ephemeral ones, and reporting every
+/// extended resource the claim requests.
 pub fn is_initialized(claim: &NodeClaim, node: &Node) -> bool {
     if !is_ready(node) || has_taint(node, labels::UNREGISTERED_TAINT) {
         return false;
     }
     let taints = node_taints(node);
+    // Kubernetes' own starting taints still on (the lifecycle controller lags Ready by
+    // seconds): the scheduler would not place the claim's pods yet, so neither is the claim
+    // initialized (its node is planned without them until then).
+    if taints
+        .iter()
+        .any(|t| labels::is_ephemeral_taint(&t.key, &t.effect))
+    {
+        return false;
+    }
     let starting = claim.spec.startup_taints.iter().any(|s| {
         taints
             .iter()

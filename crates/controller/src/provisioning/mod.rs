@@ -396,21 +396,55 @@ pub async fn launch_pending_claims<P: CloudProvider>(
         .filter(|c| memory.may_launch(c.name(), now))
         .collect();
     claims.sort_by(|a, b| a.name().cmp(b.name()));
+    // The catalogs first (once per Provisioner), then the launches concurrently, as a batch's:
+    // after a failover a hundred claims left unlaunched must not wait on each other's
+    // CreateFleet.
     let mut catalogs = launch::Catalogs::default();
-    let mut results = Vec::new();
-    for claim in claims {
-        let name = claim.name().to_string();
-        let result = match catalogs.get(ctx, &claim.spec.provisioner_name).await {
-            Ok(types) => launch_claim(ctx, &claim, None, types).await,
-            Err(e) => Err(e),
-        };
-        if let Err(e) = &result {
-            tracing::warn!(claim = %name, error = %e, "launch failed");
+    // Provisioner -> why its catalog could not be read.
+    let mut unreadable: BTreeMap<String, String> = BTreeMap::new();
+    for claim in &claims {
+        let provisioner = &claim.spec.provisioner_name;
+        if unreadable.contains_key(provisioner) {
+            continue;
         }
-        record(memory, &name, &result, Instant::now());
-        results.push(result);
+        if let Err(e) = catalogs.get(ctx, provisioner).await {
+            let message = match e {
+                ProvisioningError::Catalog { message, .. } => message,
+                other => other.to_string(),
+            };
+            unreadable.insert(provisioner.clone(), message);
+        }
     }
-    results
+    let (catalogs, unreadable) = (&catalogs, &unreadable);
+    let steps: Vec<_> = claims
+        .iter()
+        .map(|claim| async move {
+            let provisioner = &claim.spec.provisioner_name;
+            let result = match unreadable.get(provisioner) {
+                Some(message) => Err(ProvisioningError::Catalog {
+                    provisioner: provisioner.clone(),
+                    message: message.clone(),
+                }),
+                None => launch_claim(ctx, claim, None, catalogs.cached(provisioner)).await,
+            };
+            (claim.name().to_string(), result)
+        })
+        .collect();
+    let launched: Vec<(String, Result<Launch, ProvisioningError>)> = futures::stream::iter(steps)
+        .buffered(LAUNCH_CONCURRENCY)
+        .collect()
+        .await;
+    let now = Instant::now();
+    launched
+        .into_iter()
+        .map(|(name, result)| {
+            if let Err(e) = &result {
+                tracing::warn!(claim = %name, error = %e, "launch failed");
+            }
+            record(memory, &name, &result, now);
+            result
+        })
+        .collect()
 }
 
 /// Waits until every store a batch reads has had its initial list. Planning earlier would miss

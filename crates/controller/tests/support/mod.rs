@@ -41,6 +41,8 @@ pub struct Reply {
     pub status: StatusCode,
     /// JSON body.
     pub body: Value,
+    /// How long the answer takes to arrive (zero: at once).
+    pub delay: std::time::Duration,
 }
 
 impl Reply {
@@ -49,6 +51,7 @@ impl Reply {
         Reply {
             status: StatusCode::OK,
             body,
+            delay: std::time::Duration::ZERO,
         }
     }
 
@@ -57,6 +60,7 @@ impl Reply {
         Reply {
             status: StatusCode::CREATED,
             body,
+            delay: std::time::Duration::ZERO,
         }
     }
 
@@ -69,6 +73,7 @@ impl Reply {
                 "kind": "Status", "apiVersion": "v1", "metadata": {},
                 "status": "Failure", "message": message, "reason": reason, "code": code,
             }),
+            delay: std::time::Duration::ZERO,
         }
     }
 
@@ -82,6 +87,7 @@ impl Reply {
                 "message": "the server rejected our request due to an error in our request",
                 "reason": "Invalid", "details": {}, "code": 422,
             }),
+            delay: std::time::Duration::ZERO,
         }
     }
 
@@ -97,7 +103,14 @@ impl Reply {
                 "details": {"name": name, "kind": kind.to_lowercase() + "s", "causes": [
                     {"reason": "FieldValueInvalid", "message": format!("Invalid value: \"{value}\": {detail}"), "field": field}]},
             }),
+            delay: std::time::Duration::ZERO,
         }
+    }
+
+    /// This answer, arriving `delay` later (a slow API server); the mock goes on answering
+    /// other requests meanwhile.
+    pub fn after(self, delay: std::time::Duration) -> Reply {
+        Reply { delay, ..self }
     }
 
     /// 404 NotFound.
@@ -111,6 +124,7 @@ impl Reply {
         Reply {
             status: never_status(),
             body: Value::Null,
+            delay: std::time::Duration::ZERO,
         }
     }
 
@@ -217,7 +231,14 @@ where
                     serde_json::to_vec(&reply.body).expect("reply serializes"),
                 ))
                 .expect("response builds");
-            send.send_response(response);
+            if reply.delay.is_zero() {
+                send.send_response(response);
+            } else {
+                tokio::spawn(async move {
+                    tokio::time::sleep(reply.delay).await;
+                    send.send_response(response);
+                });
+            }
         }
     });
     (

@@ -150,6 +150,9 @@ fn candidate<'a>(
         .ok_or_else(|| "not launched by joiner".to_string())?;
     let settings = settings(provisioner)
         .ok_or_else(|| format!("its Provisioner {provisioner} does not exist"))?;
+    if let Some(why) = &node.life.not_disruptable {
+        return Err(why.clone());
+    }
     if !node.life.initialized {
         return Err("not initialized yet".into());
     }

@@ -515,9 +515,10 @@ impl<'a> Planner<'a> {
             if empty_for < ttl {
                 self.keep(
                     &name,
+                    // No elapsed time: the reason stays the same while it holds, so it is
+                    // told once, not once a minute.
                     format!(
-                        "empty for {}, ttlSecondsAfterEmpty is {}",
-                        duration(empty_for),
+                        "empty for less than ttlSecondsAfterEmpty ({})",
                         duration(ttl)
                     ),
                 );
@@ -582,10 +583,7 @@ impl<'a> Planner<'a> {
                 };
                 self.keep(
                     &name,
-                    format!(
-                        "it was created or its pods changed {} ago; consolidateAfter is {limit}",
-                        duration(changed)
-                    ),
+                    format!("it was created or its pods changed within consolidateAfter ({limit})"),
                 );
                 continue;
             }

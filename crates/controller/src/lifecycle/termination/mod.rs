@@ -12,8 +12,10 @@
 //! 3. evict its pods through the Eviction API ([`drain`] says which and in what order,
 //!    [`eviction`] how answers are handled) and wait until the pods store has none left;
 //! 4. terminate the instance (`CloudProvider::delete`; not-found means already gone);
-//! 5. once a later pass sees the instance shutting down or gone, remove the finalizer from the Node (deleting the Node when its claim is being deleted) and
-//!    from the claim (deleting the claim when only its Node was deleted).
+//! 5. once a later pass sees the instance shutting down or gone, delete the pods still bound to
+//!    the Node (grace period 0: nothing runs them any more, and their controllers recreate them
+//!    at once), then remove the finalizer from the Node (deleting the Node when its claim is
+//!    being deleted) and from the claim (deleting the claim when only its Node was deleted).
 //!
 //! Every patch is guarded by the resourceVersion it was computed from, so a concurrent writer
 //! turns it into a 409 (or 422, a failed JSON-patch `test`) and the next pass recomputes it
@@ -145,9 +147,18 @@ impl Terminator {
             let steps: Vec<_> = work
                 .into_iter()
                 .map(|(claim, node)| async move {
-                    let instance = instance_of(instances, claim, node)
-                        .filter(|i| !recorded_by_another(all_claims, claim, i));
-                    let step = self.terminate(ctx, claim, node, instance, pods, now);
+                    let instance = instance_of(instances, claim, node);
+                    let step = async {
+                        if instance.is_some_and(|i| recorded_by_another(all_claims, claim, i)) {
+                            // Another claim's node: nothing here is drained, terminated or
+                            // deleted; the claim going away is only released.
+                            return match claim.filter(|c| c.metadata.deletion_timestamp.is_some()) {
+                                Some(c) => release_claim(ctx, c).await,
+                                None => Ok(()),
+                            };
+                        }
+                        self.terminate(ctx, claim, node, instance, pods, now).await
+                    };
                     match tokio::time::timeout(STEP_TIMEOUT, step).await {
                         Ok(result) => result,
                         Err(_) => Err(LifecycleError::Invalid {
@@ -251,6 +262,9 @@ impl Terminator {
         }
 
         let claim_deleting = claim.is_some_and(|c| c.metadata.deletion_timestamp.is_some());
+        if let (true, Some(n)) = (ending, &node) {
+            delete_stranded_pods(ctx, n, pods).await?;
+        }
         if let Some(n) = &node {
             if !release_node(ctx, n, claim_deleting).await? {
                 return Ok(());
@@ -382,10 +396,52 @@ fn instance_of<'a>(
     instances.iter().find(|i| i.provider_id == provider_id)
 }
 
+/// Deletes, at once (grace period 0: no kubelet is left to honour one), every pod a drain would
+/// move that is still bound to `node`, whose instance is already gone: their controllers
+/// recreate them now instead of after pod garbage collection notices the Node is gone (40–50 s
+/// later). DaemonSet, mirror and finished pods (nothing recreates them elsewhere), pods
+/// already being deleted, and pods gone (404) are left to pod garbage collection.
+async fn delete_stranded_pods<P: CloudProvider>(
+    ctx: &Context<P>,
+    node: &Node,
+    pods: &[Arc<PodRecord>],
+) -> Result<(), LifecycleError> {
+    let name = node_name(node);
+    for pod in pods.iter().filter(|p| {
+        p.node_name.as_deref() == Some(name)
+            && p.metadata.deletion_timestamp.is_none()
+            && !drain::is_skipped(p)
+    }) {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let Some(pod_name) = pod.metadata.name.as_deref() else {
+            continue;
+        };
+        let api: Api<k8s_openapi::api::core::v1::Pod> =
+            Api::namespaced(ctx.client.clone(), namespace);
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        };
+        match api.delete(pod_name, &params).await {
+            Ok(_) => {
+                tracing::info!(pod = %pod.key(), node = name, "pod of a node whose instance is gone deleted");
+            }
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => {
+                return Err(LifecycleError::api(
+                    &format!("Pod {}", pod.key()),
+                    "deleting a pod of a node whose instance is gone",
+                )(e))
+            }
+        }
+    }
+    Ok(())
+}
+
 /// True when a live claim other than `claim`, not a warm-pool member, records `instance` as
 /// its own (`status.instanceID`): a member handed to that claim, or any instance a stale list
-/// still shows under an old tag. It is that claim's node, never drained or terminated for
-/// `claim`, which is then released as one whose instance is gone.
+/// still shows under an old tag. It is that claim's node: never drained, terminated or
+/// deleted for `claim`, which is only released.
 fn recorded_by_another(
     claims: &[Arc<NodeClaim>],
     claim: Option<&NodeClaim>,
