@@ -293,10 +293,18 @@ impl WarmMembers {
             .send()
             .await
             .map_err(|e| api_error("ec2:RebootInstances", e))?;
-        self.tag(&id, REBOOTED_FOR, claim).await?;
-        instance
-            .tags
-            .insert(REBOOTED_FOR.to_string(), claim.to_string());
+        // Rebooted: the take happened. A record that cannot be written only means a resumed
+        // take reboots once more; failing here would send the claim to a second instance.
+        match self.tag(&id, REBOOTED_FOR, claim).await {
+            Ok(()) => {
+                instance
+                    .tags
+                    .insert(REBOOTED_FOR.to_string(), claim.to_string());
+            }
+            Err(e) => {
+                tracing::warn!(instance_id = %id, claim, error = %e, "recording the reboot of a taken member failed");
+            }
+        }
         tracing::info!(instance_id = %id, claim, "running warm-pool member rebooted to join for a NodeClaim");
         Ok(instance)
     }

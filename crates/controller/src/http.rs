@@ -22,9 +22,16 @@ use tokio_util::sync::CancellationToken;
 /// The content type of the OpenMetrics text prometheus-client encodes.
 pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+/// How long a leader's control loop may go without beginning or ending a pass before
+/// `/healthz` fails, so the kubelet restarts a controller wedged on a call that never returns
+/// (the slowest loop, garbage collection, passes every 30 s; a termination step is bounded by
+/// 30 s; a batch by its launches' timeouts).
+pub const PASS_STALL: Duration = Duration::from_secs(300);
+
 /// What the probes report, updated by the runtime.
 ///
-/// Live: the election loop has ticked within the stall limit (or has not started yet).
+/// Live: the election loop has ticked within the stall limit (or has not started yet), and,
+/// on the leader, every control loop has begun or ended a pass within [`PASS_STALL`].
 /// Ready: every reflector store finished its initial list and the election loop is running.
 #[derive(Debug)]
 pub struct Health {
@@ -32,6 +39,8 @@ pub struct Health {
     leader: AtomicBool,
     heartbeat: Mutex<Option<Instant>>,
     stall_limit: Duration,
+    /// The control loops' clock, once the runtime handed it over.
+    passes: Mutex<Option<Arc<crate::metrics::Metrics>>>,
     /// `joiner_leader`: 1 on the replica that holds the Lease, so a dashboard shows which
     /// pod acts (and an alert can fire when none or two do).
     leader_gauge: Gauge,
@@ -45,6 +54,7 @@ impl Health {
             leader: AtomicBool::new(false),
             heartbeat: Mutex::new(None),
             stall_limit,
+            passes: Mutex::new(None),
             leader_gauge: Gauge::default(),
         }
     }
@@ -65,9 +75,25 @@ impl Health {
         self.synced.store(true, Ordering::SeqCst);
     }
 
+    /// Watches the control loops' pass clock of `metrics` (`Metrics::passes`).
+    pub fn watch_passes(&self, metrics: Arc<crate::metrics::Metrics>) {
+        *self.passes.lock().unwrap_or_else(|p| p.into_inner()) = Some(metrics);
+    }
+
     /// Records a turn of the election loop, and whether this replica leads.
     pub fn beat(&self, is_leader: bool) {
-        self.leader.store(is_leader, Ordering::SeqCst);
+        let was = self.leader.swap(is_leader, Ordering::SeqCst);
+        if was && !is_leader {
+            // The loops stopped with the leadership: their clocks say nothing any more.
+            if let Some(m) = self
+                .passes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+            {
+                m.passes.clear();
+            }
+        }
         self.leader_gauge.set(i64::from(is_leader));
         *self.heartbeat.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
     }
@@ -79,9 +105,23 @@ impl Health {
 
     /// /healthz.
     pub fn is_live(&self) -> bool {
-        match *self.heartbeat.lock().unwrap_or_else(|p| p.into_inner()) {
+        let beating = match *self.heartbeat.lock().unwrap_or_else(|p| p.into_inner()) {
             None => true,
             Some(at) => at.elapsed() < self.stall_limit,
+        };
+        if !beating {
+            return false;
+        }
+        if !self.is_leader() {
+            return true;
+        }
+        let passes = self.passes.lock().unwrap_or_else(|p| p.into_inner());
+        match passes.as_ref().and_then(|m| m.passes.stalled()) {
+            Some((name, over)) => {
+                tracing::error!(controller = name, overdue = ?over, "a control loop has not completed a pass; failing liveness");
+                false
+            }
+            None => true,
         }
     }
 

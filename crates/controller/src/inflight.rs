@@ -299,8 +299,11 @@ pub fn settle_initializing(
             .collect();
         node.taints.retain(|t| !startup.contains(t.key.as_str()));
         // Its claim is not initialized: never a disruption candidate yet (empty because its
-        // pods have not arrived, not because nobody needs it).
-        node.life.initialized = false;
+        // pods have not arrived, not because nobody needs it). A claim that records neither
+        // launch nor registration (written by hand for `joiner plan`) leaves the node as it is.
+        if claim.is_launched() || claim.is_registered() {
+            node.life.initialized = false;
+        }
         // Labels the kubelet may not set itself (node-role.kubernetes.io/…) arrive with
         // registration's patch, a moment after the Node: until then the node is planned
         // with the labels its claim promises, or a pod selecting one would buy another.

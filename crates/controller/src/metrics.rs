@@ -114,6 +114,58 @@ pub struct Metrics {
     pub claim_ready_duration: Family<SourceLabels, Histogram>,
     /// The Provisioners whose warm-pool gauges are set, so a removed pool's are dropped.
     warm_pools_reported: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// When each control loop must next begin or end a pass: `/healthz` fails when one is
+    /// [`crate::http::PASS_STALL`] past its period.
+    pub passes: PassClock,
+}
+
+/// When each leader-only control loop must next begin or end a pass, for the liveness probe:
+/// a loop wedged on a call that never returns shows as a loop whose deadline passed.
+#[derive(Debug, Default)]
+pub struct PassClock(
+    std::sync::Mutex<std::collections::HashMap<&'static str, tokio::time::Instant>>,
+);
+
+impl PassClock {
+    /// Loop `name`, which waits `period` between passes, began or ended a pass now: it is
+    /// stalled if it does neither again within `period` plus `allowance`.
+    pub fn tick(
+        &self,
+        name: &'static str,
+        period: std::time::Duration,
+        allowance: std::time::Duration,
+    ) {
+        self.lock()
+            .insert(name, tokio::time::Instant::now() + period + allowance);
+    }
+
+    /// Loop `name` made progress within a pass (a launch, a step): a long pass that moves
+    /// is not a stalled one.
+    pub fn progress(&self, name: &'static str) {
+        self.tick(name, std::time::Duration::ZERO, crate::http::PASS_STALL);
+    }
+
+    /// The loop most overdue, and by how much, if any is.
+    pub fn stalled(&self) -> Option<(&'static str, std::time::Duration)> {
+        let now = tokio::time::Instant::now();
+        self.lock()
+            .iter()
+            .filter(|(_, deadline)| now > **deadline)
+            .map(|(name, deadline)| (*name, now - *deadline))
+            .max_by_key(|(_, over)| *over)
+    }
+
+    /// Forgets every loop (the leadership ended: its loops stopped).
+    pub fn clear(&self) {
+        self.lock().clear();
+    }
+
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<&'static str, tokio::time::Instant>>
+    {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// `provisioner` and `phase` labels of warm-pool members.
@@ -200,6 +252,7 @@ impl Default for Metrics {
             warm_pool_idle_cost: Family::default(),
             claim_ready_duration: Family::new_with_constructor(ready_histogram),
             warm_pools_reported: std::sync::Mutex::default(),
+            passes: PassClock::default(),
         }
     }
 }

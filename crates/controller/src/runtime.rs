@@ -322,10 +322,31 @@ where
 
 use std::future::Future as _;
 
-/// The client: in-cluster or kubeconfig (`kube::Config::infer`), built by [`client_from`].
-pub async fn kube_client(qps: f64, burst: u32) -> Result<Client, RuntimeError> {
+/// The clients: in-cluster or kubeconfig (`kube::Config::infer`), one for requests built by
+/// [`client_from`] and one for the reflectors' watches by [`watch_client_from`].
+pub async fn kube_clients(qps: f64, burst: u32) -> Result<(Client, Client), RuntimeError> {
     let config = kube::Config::infer().await?;
-    client_from(config, qps, burst)
+    Ok((
+        client_from(config.clone(), qps, burst)?,
+        watch_client_from(config, qps, burst)?,
+    ))
+}
+
+/// How long one request waits for the API server's answer before it fails (and the pass that
+/// made it is retried): no reconciler waits forever on a connection that went silent.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The client for the reflectors' watches: [`client_from`]'s, without the read timeout (a
+/// watch is quiet for minutes when nothing changes; kube's watcher has its own idle timeout
+/// on top of the server's 290 s).
+pub fn watch_client_from(
+    mut config: kube::Config,
+    qps: f64,
+    burst: u32,
+) -> Result<Client, RuntimeError> {
+    config.default_retry = false;
+    let builder = kube::client::ClientBuilder::try_from(config).map_err(RuntimeError::Client)?;
+    Ok(builder.with_layer(&RateLimitLayer::new(qps, burst)).build())
 }
 
 /// The client joiner uses for `config`: rate-limited by [`RateLimitLayer`], and without kube's
@@ -333,10 +354,11 @@ pub async fn kube_client(qps: f64, burst: u32) -> Result<Client, RuntimeError> {
 /// one call: an Eviction refused by a PodDisruptionBudget would hold its reconcile pass (and
 /// every claim behind it) for minutes, and joiner's own per-pod backoff would never run. Every
 /// joiner loop is level-triggered, so a failed call is simply retried on its next pass.
+/// Every request has [`REQUEST_TIMEOUT`] to be answered, counted from when it was sent.
 pub fn client_from(mut config: kube::Config, qps: f64, burst: u32) -> Result<Client, RuntimeError> {
-    config.default_retry = false;
-    let builder = kube::client::ClientBuilder::try_from(config).map_err(RuntimeError::Client)?;
-    Ok(builder.with_layer(&RateLimitLayer::new(qps, burst)).build())
+    config.read_timeout = Some(REQUEST_TIMEOUT);
+    config.reset_reader_on_write = true;
+    watch_client_from(config, qps, burst)
 }
 
 /// What [`serve_and_lead`] runs: the parts built by [`run`] (or by a test).
@@ -400,6 +422,7 @@ pub async fn serve_and_lead<P: CloudProvider + 'static>(
         }
         tracing::info!("every store has synced");
         health.mark_synced();
+        health.watch_passes(ctx.metrics.clone());
         let elector = LeaderElector::new(ctx.client.clone(), lease);
         let lead_ctx = ctx.clone();
         let beat = health.clone();
@@ -476,7 +499,8 @@ pub struct Started {
 pub async fn start(options: &RuntimeOptions) -> Result<Started, RuntimeError> {
     crate::crypto::install_default_provider();
     let stop = stop_on_signal()?;
-    let client = kube_client(options.kube_client_qps, options.kube_client_burst).await?;
+    let (client, watch_client) =
+        kube_clients(options.kube_client_qps, options.kube_client_burst).await?;
     tokio::select! {
         _ = stop.cancelled() => return Err(RuntimeError::Stopped),
         reached = wait_for_api(&client, API_WAIT) => reached?,
@@ -493,7 +517,7 @@ pub async fn start(options: &RuntimeOptions) -> Result<Started, RuntimeError> {
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry));
     let health = Arc::new(Health::register(&mut registry));
-    let reflectors = watch::reflectors(&client);
+    let reflectors = watch::reflectors(&watch_client);
     Ok(Started {
         client,
         state: reflectors.state,

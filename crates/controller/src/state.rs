@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use joiner_apis::convert;
 use joiner_apis::convert::csi_nodes;
@@ -96,7 +96,8 @@ impl VolumeStores {
 }
 
 /// How long a NodeClaim this replica wrote is remembered when the watch never delivers it (it
-/// was deleted at once): long past any watch delay.
+/// was deleted at once): long past any watch delay. The time counts only while the NodeClaim
+/// watch is healthy, so an outage of any length keeps every claim written meanwhile.
 const CREATED_TTL: Duration = Duration::from_secs(60);
 
 /// NodeClaims this replica created, remembered until the claims store holds them. The watch
@@ -104,29 +105,64 @@ const CREATED_TTL: Duration = Duration::from_secs(60);
 /// capacity the previous one bought and buy it again. The planner reads
 /// [`ClusterState::claims`], the store with these added.
 #[derive(Clone, Default)]
-pub struct CreatedClaims(Arc<Mutex<Vec<Created>>>);
+pub struct CreatedClaims(Arc<Mutex<Remembered>>);
 
-/// A claim this replica wrote, and when.
-type Created = (Arc<NodeClaim>, Instant);
+/// What [`CreatedClaims`] holds.
+#[derive(Default)]
+struct Remembered {
+    /// The claims this replica wrote, and when.
+    claims: Vec<(Arc<NodeClaim>, tokio::time::Instant)>,
+    /// Since when the NodeClaim watch has failed, while it does.
+    outage_since: Option<tokio::time::Instant>,
+    /// When the watch last came back from an outage.
+    back_at: Option<tokio::time::Instant>,
+}
 
 impl CreatedClaims {
     /// Remembers `claim` as the API server stored it.
     pub fn remember(&self, claim: NodeClaim) {
-        self.lock().push((Arc::new(claim), Instant::now()));
+        self.lock()
+            .claims
+            .push((Arc::new(claim), tokio::time::Instant::now()));
+    }
+
+    /// Forgets claim `name`: this replica deleted it (the watch may not say so for a while,
+    /// and a deleted claim must not count as capacity on its way).
+    pub fn forget(&self, name: &str) {
+        self.lock().claims.retain(|(c, _)| c.name() != name);
+    }
+
+    /// The NodeClaim watch failed: until it delivers again, nothing written is forgotten.
+    pub fn watch_failed(&self) {
+        let mut r = self.lock();
+        r.outage_since.get_or_insert_with(tokio::time::Instant::now);
+    }
+
+    /// The NodeClaim watch delivered an event: the forgetting clock runs again, from now for
+    /// claims written before or during an outage.
+    pub fn watch_delivered(&self) {
+        let mut r = self.lock();
+        if r.outage_since.take().is_some() {
+            r.back_at = Some(tokio::time::Instant::now());
+        }
     }
 
     /// `stored` plus the remembered claims it does not hold yet (by name); remembered claims
-    /// the store now holds, or older than the TTL, are forgotten.
+    /// the store now holds, or that the healthy watch has not delivered within the TTL, are
+    /// forgotten.
     pub fn merged(&self, mut stored: Vec<Arc<NodeClaim>>) -> Vec<Arc<NodeClaim>> {
-        let mut created = self.lock();
-        created.retain(|(c, at)| {
-            at.elapsed() < CREATED_TTL && !stored.iter().any(|s| s.name() == c.name())
+        let mut r = self.lock();
+        let (outage, back_at) = (r.outage_since.is_some(), r.back_at);
+        r.claims.retain(|(c, at)| {
+            let since = back_at.map_or(*at, |b| b.max(*at));
+            (outage || since.elapsed() < CREATED_TTL)
+                && !stored.iter().any(|s| s.name() == c.name())
         });
-        stored.extend(created.iter().map(|(c, _)| c.clone()));
+        stored.extend(r.claims.iter().map(|(c, _)| c.clone()));
         stored
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Created>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Remembered> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -392,5 +428,56 @@ impl ClusterState {
         snap.resolve_namespace_selectors();
         warnings.sort();
         (snap, warnings)
+    }
+}
+
+#[cfg(test)]
+mod created_tests {
+    use super::*;
+
+    fn claim(name: &str) -> NodeClaim {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "joiner.sh/v1alpha1", "kind": "NodeClaim",
+            "metadata": {"name": name}, "spec": {"provisionerName": "web"}}))
+        .expect("claim")
+    }
+
+    fn names(claims: &[Arc<NodeClaim>]) -> Vec<&str> {
+        claims.iter().map(|c| c.name()).collect()
+    }
+
+    /// In-flight capacity survives a NodeClaim watch outage of any length: what this replica
+    /// wrote is kept while the watch fails, and forgotten only a TTL after it delivers again.
+    #[tokio::test(start_paused = true)]
+    async fn claims_written_survive_a_watch_outage_of_any_length() {
+        let created = CreatedClaims::default();
+        created.remember(claim("web-a"));
+        tokio::time::advance(Duration::from_secs(30)).await;
+        created.watch_failed();
+        created.remember(claim("web-b"));
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        assert_eq!(names(&created.merged(vec![])), ["web-a", "web-b"]);
+        created.watch_delivered();
+        tokio::time::advance(Duration::from_secs(59)).await;
+        assert_eq!(names(&created.merged(vec![])), ["web-a", "web-b"]);
+        // The store holds one now: that one is the store's.
+        let stored = created.merged(vec![Arc::new(claim("web-a"))]);
+        assert_eq!(names(&stored), ["web-a", "web-b"]);
+        assert_eq!(names(&created.merged(vec![])), ["web-b"]);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(
+            created.merged(vec![]).is_empty(),
+            "never delivered: gone at last"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_an_outage_a_claim_never_delivered_is_forgotten_after_the_ttl() {
+        let created = CreatedClaims::default();
+        created.remember(claim("web-a"));
+        tokio::time::advance(Duration::from_secs(59)).await;
+        assert_eq!(names(&created.merged(vec![])), ["web-a"]);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(created.merged(vec![]).is_empty());
     }
 }

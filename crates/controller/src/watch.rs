@@ -29,7 +29,7 @@ use serde::de::DeserializeOwned;
 use std::fmt::Debug;
 
 use crate::pod_record::PodRecord;
-use crate::state::{ClusterState, VolumeStores};
+use crate::state::{ClusterState, CreatedClaims, VolumeStores};
 
 /// Objects per page of a watcher's initial list.
 pub const PAGE_SIZE: u32 = 500;
@@ -63,6 +63,7 @@ pub fn reflectors(client: &Client) -> Reflectors {
     let (volumes, volumes_w) = reflector::store();
     let (classes, classes_w) = reflector::store();
     let (csi_nodes, csi_nodes_w) = reflector::store();
+    let created = CreatedClaims::default();
     let drivers = vec![
         drive_pods(Api::<Pod>::all(client.clone()), pods_w),
         drive(Api::<Node>::all(client.clone()), nodes_w, strip_node),
@@ -91,10 +92,11 @@ pub fn reflectors(client: &Client) -> Reflectors {
             node_templates_w,
             strip_meta,
         ),
-        drive(
+        drive_reporting(
             Api::<NodeClaim>::all(client.clone()),
             node_claims_w,
             strip_meta,
+            watch_health(created.clone()),
         ),
         drive(
             Api::<PersistentVolumeClaim>::all(client.clone()),
@@ -123,7 +125,7 @@ pub fn reflectors(client: &Client) -> Reflectors {
             node_claims,
             pdbs,
             namespaces,
-            created: Default::default(),
+            created,
             claim_history: Default::default(),
             volumes: VolumeStores {
                 claims: volume_claims,
@@ -161,6 +163,32 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
+    drive_reporting(api, writer, strip, |_| {})
+}
+
+/// Tells the claims this replica wrote whether the NodeClaim watch delivers: while it fails,
+/// none of them is forgotten ([`CreatedClaims`]).
+fn watch_health(created: CreatedClaims) -> impl FnMut(bool) + Send + 'static {
+    move |delivered| {
+        if delivered {
+            created.watch_delivered();
+        } else {
+            created.watch_failed();
+        }
+    }
+}
+
+/// [`drive`], telling `report` after each event whether the watch delivered (true) or failed.
+fn drive_reporting<K>(
+    api: Api<K>,
+    writer: Writer<K>,
+    strip: fn(&mut K),
+    mut report: impl FnMut(bool) + Send + 'static,
+) -> BoxFuture<'static, ()>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
     let kind = K::kind(&K::DynamicType::default()).to_string();
     // The initial list comes in pages of 500, each stripped object by object as it arrives:
     // a replica never holds a whole cluster's pods unstripped (a resourceVersion=0 list is
@@ -170,9 +198,10 @@ where
     let stream = watcher(api, config).default_backoff().modify(strip);
     reflector::reflector(writer, stream)
         .for_each(move |event| {
-            if let Err(e) = event {
+            if let Err(e) = &event {
                 tracing::warn!(kind = %kind, error = %e, "watch failed; retrying");
             }
+            report(event.is_ok());
             futures::future::ready(())
         })
         .boxed()

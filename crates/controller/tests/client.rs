@@ -194,3 +194,30 @@ async fn an_eviction_refused_by_a_budget_costs_one_request_with_the_runtimes_cli
     assert_eq!(answer, Evicted::Refused);
     assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
+
+/// Every request of the runtime's client has a timeout: an API server that accepts the
+/// connection and never answers fails the call after `REQUEST_TIMEOUT`, instead of holding
+/// the pass (and every object behind it) for ever.
+#[tokio::test(start_paused = true)]
+async fn a_request_the_api_server_never_answers_times_out() {
+    use joiner_controller::runtime::{client_from, REQUEST_TIMEOUT};
+    crypto::install_default_provider();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("listener");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    // Accepts, reads, never answers.
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    let client =
+        client_from(kube::Config::new(url.parse().expect("url")), 100.0, 100).expect("client");
+    let pods: kube::Api<Pod> = kube::Api::namespaced(client, "shop");
+    let answer = tokio::time::timeout(REQUEST_TIMEOUT * 3, pods.get("web-0"))
+        .await
+        .expect("the client gives up on its own");
+    assert!(answer.is_err(), "{answer:?}");
+}

@@ -116,3 +116,41 @@ async fn healthz_fails_when_the_election_loop_stalls() {
     health.beat(false);
     assert!(health.is_live() && !health.is_leader());
 }
+
+/// On the leader, /healthz fails once a control loop has neither begun nor ended a pass for
+/// its period plus `PASS_STALL` (a reconciler wedged on a call that never returns), so the
+/// kubelet restarts the controller; a follower, whose loops do not run, is not judged by them.
+#[tokio::test(start_paused = true)]
+async fn healthz_fails_when_a_leaders_control_loop_stalls() {
+    use joiner_controller::http::PASS_STALL;
+    let metrics = std::sync::Arc::new(joiner_controller::metrics::Metrics::default());
+    let health = Health::new(Duration::from_secs(30));
+    health.watch_passes(metrics.clone());
+    health.beat(true);
+    metrics
+        .passes
+        .tick("gc", Duration::from_secs(30), PASS_STALL);
+    metrics
+        .passes
+        .tick("termination", Duration::from_secs(1), PASS_STALL);
+    // The election loop keeps beating; gc keeps passing; termination is stuck in a pass.
+    for _ in 0..10 {
+        tokio::time::advance(Duration::from_secs(25)).await;
+        health.beat(true);
+        metrics
+            .passes
+            .tick("gc", Duration::from_secs(30), PASS_STALL);
+    }
+    assert!(health.is_live(), "250 s: within 1 s + 300 s");
+    for _ in 0..3 {
+        tokio::time::advance(Duration::from_secs(25)).await;
+        health.beat(true);
+        metrics
+            .passes
+            .tick("gc", Duration::from_secs(30), PASS_STALL);
+    }
+    assert!(!health.is_live(), "325 s: termination is overdue");
+    // Stepped down: its loops stopped, so they say nothing.
+    health.beat(false);
+    assert!(health.is_live());
+}

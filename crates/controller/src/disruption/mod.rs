@@ -268,10 +268,16 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>, stop: Cancell
     let mut tick = tokio::time::interval(INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        ctx.metrics
+            .passes
+            .tick("disruption", INTERVAL, crate::http::PASS_STALL);
         tokio::select! {
             _ = stop.cancelled() => break,
             _ = tick.tick() => {}
         }
+        ctx.metrics
+            .passes
+            .tick("disruption", Duration::ZERO, crate::http::PASS_STALL);
         let result = pass(&ctx, &mut memory, Instant::now())
             .instrument(tracing::debug_span!("reconcile", controller = "disruption"))
             .await;

@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::context::Context;
+use crate::http::PASS_STALL;
 use crate::k8s::claims::delete_claim as delete_claim_object;
 use crate::k8s::node_patch::NodePatchError;
 use crate::k8s::refs::claim_ref;
@@ -124,6 +125,7 @@ pub(crate) async fn delete_claim<P: CloudProvider>(
         Ok(false) => return Ok(()),
         Err(e) => return Err(LifecycleError::api(&claim_ref(claim), action)(e)),
     }
+    ctx.state.created.forget(claim.name());
     ctx.metrics
         .claims_terminated
         .get_or_create(&ReasonLabels {
@@ -162,10 +164,14 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>, stop: Cancell
                 let mut tick = tokio::time::interval($period);
                 tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
+                    ctx.metrics.passes.tick($controller, $period, PASS_STALL);
                     tokio::select! {
                         _ = stop.cancelled() => break,
                         _ = tick.tick() => {}
                     }
+                    ctx.metrics
+                        .passes
+                        .tick($controller, Duration::ZERO, PASS_STALL);
                     let result = $pass
                         .instrument(tracing::debug_span!("reconcile", controller = $controller))
                         .await;

@@ -107,6 +107,7 @@ impl Registrar {
             {
                 continue;
             }
+            ctx.metrics.passes.progress("registration");
             match register(ctx, claim, node).await {
                 Ok(Registered::Done) => {
                     self.backoff.forget(claim.name());

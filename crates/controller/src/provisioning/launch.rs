@@ -269,6 +269,7 @@ async fn requeue<P: CloudProvider>(
             claim: claim.to_string(),
             source: Box::new(source),
         })?;
+    ctx.state.created.forget(claim);
     tracing::warn!(claim = %claim, code = %code, "no capacity for NodeClaim; deleted it so its pods are planned again");
     Ok(Launch::Requeued {
         claim: claim.to_string(),
@@ -339,7 +340,7 @@ pub async fn launch_claim<P: CloudProvider>(
         None => match take(ctx, claim, &request, catalog).await {
             Ok(Some(taken)) => (taken.node, false, taken.price, TAKEN_REASON),
             Err(message) => {
-                return Err(ProvisioningError::Cloud {
+                return Err(ProvisioningError::TakeUnfinished {
                     claim: name.clone(),
                     message,
                 })

@@ -97,6 +97,15 @@ pub enum ProvisioningError {
         /// What is wrong.
         reason: String,
     },
+    /// A warm-pool member was started for the claim, but its take did not finish: the next
+    /// launch of the claim finishes it (never a second instance).
+    #[error("NodeClaim {claim}: warm-pool take not finished: {message}")]
+    TakeUnfinished {
+        /// The claim.
+        claim: String,
+        /// What failed.
+        message: String,
+    },
     /// Asking the cloud for the claim's instance failed.
     #[error("NodeClaim {claim}: looking up its instance: {message}")]
     Cloud {
@@ -324,6 +333,7 @@ pub async fn provision_batch<P: CloudProvider>(
         .collect();
     let results: Vec<_> = futures::stream::iter(steps)
         .buffered(LAUNCH_CONCURRENCY)
+        .inspect(|_| ctx.metrics.passes.progress("provisioning"))
         .collect()
         .await;
     let now = Instant::now();
@@ -432,6 +442,7 @@ pub async fn launch_pending_claims<P: CloudProvider>(
         .collect();
     let launched: Vec<(String, Result<Launch, ProvisioningError>)> = futures::stream::iter(steps)
         .buffered(LAUNCH_CONCURRENCY)
+        .inspect(|_| ctx.metrics.passes.progress("provisioning"))
         .collect()
         .await;
     let now = Instant::now();
@@ -481,6 +492,10 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>, stop: Cancell
     }
     tracing::info!("provisioning started");
     loop {
+        // Ticked at each poll: a batch stuck on a call that never returns stops the clock.
+        ctx.metrics
+            .passes
+            .tick("provisioning", POLL, crate::http::PASS_STALL);
         tokio::select! {
             _ = stop.cancelled() => break,
             _ = tokio::time::sleep(POLL) => {}

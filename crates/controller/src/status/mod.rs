@@ -206,10 +206,16 @@ pub async fn run<P: CloudProvider, R: NodeTemplateResolver>(
     let mut tick = tokio::time::interval(POLL_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        ctx.metrics
+            .passes
+            .tick(CONTROLLER, POLL_INTERVAL, crate::http::PASS_STALL);
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
+        ctx.metrics
+            .passes
+            .tick(CONTROLLER, Duration::ZERO, crate::http::PASS_STALL);
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = pass(&ctx, resolver.as_ref(), &mut memory) => {}

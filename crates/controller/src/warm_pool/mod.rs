@@ -183,6 +183,7 @@ pub async fn reconcile<P: CloudProvider>(ctx: &Context<P>) -> Result<(), Lifecyc
     let mut errors = Vec::new();
     let mut gone: Vec<String> = Vec::new();
     for member in &members {
+        ctx.metrics.passes.progress("warm_pool");
         match step_member(ctx, member, &claims, &by_id, &mut catalogs, now).await {
             Ok(true) => gone.push(member.name().to_string()),
             Ok(false) => {}

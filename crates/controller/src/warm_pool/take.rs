@@ -243,6 +243,7 @@ async fn start<P: CloudProvider>(
             tracing::warn!(claim = claim.name(), member = member.name(), instance = %id, error = %e,
                 code = %e.code(), "starting a warm member failed; launching instead");
             if e.kind() == CloudErrorKind::NotFound {
+                ctx.state.created.forget(member.name());
                 if let Err(err) = delete_claim(&ctx.client, member.name()).await {
                     tracing::warn!(member = member.name(), error = %err, "removing a warm member whose instance is gone failed");
                 }

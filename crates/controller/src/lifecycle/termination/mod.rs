@@ -152,9 +152,16 @@ impl Terminator {
                         if instance.is_some_and(|i| recorded_by_another(all_claims, claim, i)) {
                             // Another claim's node: nothing here is drained, terminated or
                             // deleted; the claim going away is only released.
-                            return match claim.filter(|c| c.metadata.deletion_timestamp.is_some()) {
-                                Some(c) => release_claim(ctx, c).await,
-                                None => Ok(()),
+                            return match (
+                                claim.filter(|c| c.metadata.deletion_timestamp.is_some()),
+                                node,
+                            ) {
+                                (Some(c), _) => release_claim(ctx, c).await,
+                                // A Node being deleted whose instance another claim records:
+                                // its finalizer goes, nothing else (the kubelet registers
+                                // the Node again).
+                                (None, Some(n)) => release_node(ctx, n, false).await.map(|_| ()),
+                                (None, None) => Ok(()),
                             };
                         }
                         self.terminate(ctx, claim, node, instance, pods, now).await
@@ -174,6 +181,7 @@ impl Terminator {
                 .collect();
             let results: Vec<Result<(), LifecycleError>> = futures::stream::iter(steps)
                 .buffer_unordered(CONCURRENCY)
+                .inspect(|_| ctx.metrics.passes.progress("termination"))
                 .collect()
                 .await;
             errors.extend(results.into_iter().filter_map(Result::err));
@@ -262,7 +270,12 @@ impl Terminator {
         }
 
         let claim_deleting = claim.is_some_and(|c| c.metadata.deletion_timestamp.is_some());
-        if let (true, Some(n)) = (ending, &node) {
+        // Pods are force-deleted only when nothing can be running them: the cloud reports the
+        // instance ending, or does not list it and its Node is not Ready (a listing is
+        // eventually consistent; a Ready Node proves the instance runs).
+        let gone = instance.is_some_and(|i| ENDING_STATES.contains(&i.state.as_str()))
+            || (instance.is_none() && node.as_ref().is_some_and(|n| !is_ready(n)));
+        if let (true, Some(n)) = (gone, &node) {
             delete_stranded_pods(ctx, n, pods).await?;
         }
         if let Some(n) = &node {
