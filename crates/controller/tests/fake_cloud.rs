@@ -365,6 +365,18 @@ async fn claims_left_unlaunched_are_launched_concurrently() {
     );
 }
 
+/// An API server that accepts every claim patch (a finalizer released) and nothing else.
+fn claim_patches_answered(req: &support::Recorded) -> Reply {
+    if req.method == Method::PATCH {
+        Reply::ok(
+            json!({"apiVersion": "joiner.sh/v1alpha1", "kind": "NodeClaim",
+            "metadata": {"name": "x"}, "spec": {"provisionerName": "web"}}),
+        )
+    } else {
+        Reply::not_found("unexpected")
+    }
+}
+
 /// A claim being deleted, its instance `id` launched by `cloud`.
 fn deleting(name: &str, node: &LaunchedNode) -> joiner_apis::NodeClaim {
     claim(
@@ -393,16 +405,7 @@ async fn a_termination_pass_lists_the_cloud_once_and_releases_only_what_it_repor
             deleting("web-3", &launched[2]),
         ],
     );
-    let (client, api) = mock_api(|req| {
-        if req.method == Method::PATCH {
-            Reply::ok(
-                json!({"apiVersion": "joiner.sh/v1alpha1", "kind": "NodeClaim",
-                "metadata": {"name": "x"}, "spec": {"provisionerName": "web"}}),
-            )
-        } else {
-            Reply::not_found("unexpected")
-        }
-    });
+    let (client, api) = mock_api(claim_patches_answered);
     let ctx = Context::new(client, stores.state(), cloud.clone(), settings());
     let terminator = terminator();
     // EC2 refuses to terminate one of the instances this time: it keeps running.
@@ -553,16 +556,7 @@ async fn termination_never_terminates_an_instance_another_live_claim_records() {
         json!({"status": {"instanceID": taken.instance_id, "providerID": taken.provider_id}}),
     );
     let stores = Stores::new(vec![], vec![], vec![member, taker]);
-    let (client, api) = mock_api(|req| {
-        if req.method == Method::PATCH {
-            Reply::ok(
-                json!({"apiVersion": "joiner.sh/v1alpha1", "kind": "NodeClaim",
-                "metadata": {"name": "x"}, "spec": {"provisionerName": "web"}}),
-            )
-        } else {
-            Reply::not_found("unexpected")
-        }
-    });
+    let (client, api) = mock_api(claim_patches_answered);
     let ctx = Context::new(client, stores.state(), cloud.clone(), settings());
     // The listing still shows the instance tagged for the member (the re-tag is not seen yet).
     terminator().reconcile(&ctx).await.expect("pass");
