@@ -270,6 +270,21 @@ fn claim_server() -> impl FnMut(&support::Recorded) -> Reply {
     }
 }
 
+/// A context on `stores` with Provisioner web, launching on [`SlowLaunches`] and writing
+/// claims to [`claim_server`].
+fn slow_launches(stores: &Stores) -> (Context<SlowLaunches>, Arc<SlowLaunches>, support::MockApi) {
+    let mut state = stores.state();
+    state.provisioners = support::store(vec![web_provisioner()]).as_reader();
+    let cloud = Arc::new(SlowLaunches {
+        cloud: FakeCloud::new(joiner_core::testing::catalog::catalog()),
+        running: Default::default(),
+        most: Default::default(),
+    });
+    let (client, api) = mock_api(claim_server());
+    let ctx = Context::new(client, state, cloud.clone(), settings());
+    (ctx, cloud, api)
+}
+
 fn web_provisioner() -> joiner_apis::Provisioner {
     support::obj(json!({
         "apiVersion": "joiner.sh/v1alpha1", "kind": "Provisioner",
@@ -284,16 +299,7 @@ async fn a_batch_writes_and_launches_its_claims_concurrently_and_sees_them_at_on
     use joiner_controller::provisioning::{provision_batch, Memory, LAUNCH_CONCURRENCY};
     use std::sync::atomic::Ordering;
     let pods: Vec<_> = (0..40).map(|i| pending(&format!("web-{i}"))).collect();
-    let stores = Stores::new(pods, vec![], vec![]);
-    let mut state = stores.state();
-    state.provisioners = support::store(vec![web_provisioner()]).as_reader();
-    let cloud = Arc::new(SlowLaunches {
-        cloud: FakeCloud::new(joiner_core::testing::catalog::catalog()),
-        running: Default::default(),
-        most: Default::default(),
-    });
-    let (client, api) = mock_api(claim_server());
-    let ctx = Context::new(client, state, cloud.clone(), settings());
+    let (ctx, cloud, api) = slow_launches(&Stores::new(pods, vec![], vec![]));
     let mut memory = Memory::default();
 
     let outcome = provision_batch(&ctx, &mut memory).await.expect("batch");
@@ -341,16 +347,7 @@ async fn claims_left_unlaunched_are_launched_concurrently() {
             )
         })
         .collect();
-    let stores = Stores::new(vec![], vec![], claims);
-    let mut state = stores.state();
-    state.provisioners = support::store(vec![web_provisioner()]).as_reader();
-    let cloud = Arc::new(SlowLaunches {
-        cloud: FakeCloud::new(joiner_core::testing::catalog::catalog()),
-        running: Default::default(),
-        most: Default::default(),
-    });
-    let (client, _api) = mock_api(claim_server());
-    let ctx = Context::new(client, state, cloud.clone(), settings());
+    let (ctx, cloud, _api) = slow_launches(&Stores::new(vec![], vec![], claims));
     let results = launch_pending_claims(&ctx, &mut Memory::default()).await;
     assert_eq!(results.len(), 40);
     assert!(

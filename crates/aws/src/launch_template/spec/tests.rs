@@ -30,7 +30,10 @@ fn m5_large() -> InstanceFacts {
     InstanceFacts::from_eni_limits("m5.large", 2, Arch::Amd64, AmiVariant::Standard, 3, 10)
 }
 
-fn resolve(nt: &NodeTemplate, prov: &Provisioner) -> ResolvedLaunchTemplate {
+fn try_resolve(
+    nt: &NodeTemplate,
+    prov: &Provisioner,
+) -> Result<ResolvedLaunchTemplate, LaunchTemplateError> {
     let sgs = vec!["sg-2".to_string(), "sg-1".to_string()];
     build(&LaunchContext {
         cluster: &cluster(),
@@ -42,7 +45,10 @@ fn resolve(nt: &NodeTemplate, prov: &Provisioner) -> ResolvedLaunchTemplate {
         default_instance_profile: Some("joiner-node"),
         warm_pool: None,
     })
-    .unwrap()
+}
+
+fn resolve(nt: &NodeTemplate, prov: &Provisioner) -> ResolvedLaunchTemplate {
+    try_resolve(nt, prov).unwrap()
 }
 
 #[test]
@@ -215,18 +221,7 @@ fn labels_taints_and_kubelet_settings_reach_the_name_through_user_data() {
 fn a_reserved_tag_never_reaches_a_launch_template() {
     // Another cluster's ownership tag would make that cluster's joiner collect this node.
     let nt = node_template("  tags: {\"kubernetes.io/cluster/other\": owned, team: web}\n");
-    let sgs = vec!["sg-1".to_string()];
-    let err = build(&LaunchContext {
-        cluster: &cluster(),
-        node_template: &nt,
-        provisioner: &provisioner(""),
-        instance: &m5_large(),
-        image_id: "ami-123",
-        security_group_ids: &sgs,
-        default_instance_profile: None,
-        warm_pool: None,
-    })
-    .unwrap_err();
+    let err = try_resolve(&nt, &provisioner("")).unwrap_err();
     assert_eq!(
         err.to_string(),
         format!(
