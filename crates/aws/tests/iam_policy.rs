@@ -25,7 +25,13 @@ const IMPLIED: &[&str] = &[
 
 /// SDK operations IAM authorizes under another action's name: SQS batch operations need the
 /// permission of the single operation (SQS developer guide, "batch actions").
-const AUTHORIZED_AS: &[(&str, &str)] = &[("sqs:DeleteMessageBatch", "sqs:DeleteMessage")];
+const AUTHORIZED_AS: &[(&str, &str)] = &[
+    ("sqs:DeleteMessageBatch", "sqs:DeleteMessage"),
+    (
+        "sqs:ChangeMessageVisibilityBatch",
+        "sqs:ChangeMessageVisibility",
+    ),
+];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).expect("read dir") {
@@ -377,7 +383,7 @@ fn designed() -> Vec<Designed> {
     };
     vec![
         ("Discovery", vec!["ec2:DescribeSubnets", "ec2:DescribeSecurityGroups", "ec2:DescribeImages", "ec2:DescribeLaunchTemplates", "ec2:DescribeInstances", "ec2:DescribeInstanceTypes", "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeSpotPriceHistory"], vec!["*"], vec![region.clone()]),
-        ("InterruptionQueue", vec!["sqs:GetQueueUrl", "sqs:GetQueueAttributes", "sqs:ReceiveMessage", "sqs:DeleteMessage"], vec!["arn:${AWS_PARTITION}:sqs:${AWS_REGION}:${AWS_ACCOUNT_ID}:${INTERRUPTION_QUEUE_NAME}"], vec![]),
+        ("InterruptionQueue", vec!["sqs:GetQueueUrl", "sqs:GetQueueAttributes", "sqs:ReceiveMessage", "sqs:ChangeMessageVisibility", "sqs:DeleteMessage"], vec!["arn:${AWS_PARTITION}:sqs:${AWS_REGION}:${AWS_ACCOUNT_ID}:${INTERRUPTION_QUEUE_NAME}"], vec![]),
         ("Pricing", vec!["pricing:GetProducts"], vec!["*"], vec![]),
         ("AmiParameters", vec!["ssm:GetParameter"], vec!["arn:${AWS_PARTITION}:ssm:${AWS_REGION}:*:parameter${SSM_PREFIX}/*"], vec![]),
         ("LaunchIntoNetworkAndImages", vec!["ec2:CreateFleet", "ec2:RunInstances"], ["image", "snapshot", "security-group", "subnet", "network-interface", "spot-instances-request"].map(ec2).to_vec(), vec![]),

@@ -318,6 +318,14 @@ impl InterruptionQueue for ListQueue {
     async fn delete(&self, receipts: &[String]) -> Result<Vec<Option<String>>, Never> {
         Ok(vec![None; receipts.len()])
     }
+
+    fn visibility(&self) -> Duration {
+        Duration::from_secs(30)
+    }
+
+    async fn extend(&self, _receipts: &[String]) -> Result<(), Never> {
+        Ok(())
+    }
 }
 
 /// Runs the consumer on `queue` until `total` messages are deleted; returns the seconds.

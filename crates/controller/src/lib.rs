@@ -19,6 +19,7 @@ pub mod leader;
 pub mod lifecycle;
 pub mod logging;
 pub mod metrics;
+pub mod nominations;
 pub mod pod_record;
 pub mod provisioning;
 pub mod runtime;

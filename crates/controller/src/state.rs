@@ -23,6 +23,7 @@ use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::inflight;
+use crate::nominations;
 use crate::pod_record::{PodRecord, PodRole};
 
 /// Read handles on the reflector stores the controller keeps. Cloning is cheap (the stores are
@@ -105,7 +106,15 @@ const CREATED_TTL: Duration = Duration::from_secs(60);
 /// capacity the previous one bought and buy it again. The planner reads
 /// [`ClusterState::claims`], the store with these added.
 #[derive(Clone, Default)]
-pub struct CreatedClaims(Arc<Mutex<Remembered>>);
+pub struct CreatedClaims {
+    remembered: Arc<Mutex<Remembered>>,
+    planning: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// Held from the snapshot a plan is made from until the plan's claims are written and
+/// remembered (never across a launch): two plans made at once from one snapshot would both
+/// count the same free room — provisioning, an interruption's replacement, a disruption's.
+pub type PlanningGuard = tokio::sync::OwnedMutexGuard<()>;
 
 /// What [`CreatedClaims`] holds.
 #[derive(Default)]
@@ -155,15 +164,50 @@ impl CreatedClaims {
         let (outage, back_at) = (r.outage_since.is_some(), r.back_at);
         r.claims.retain(|(c, at)| {
             let since = back_at.map_or(*at, |b| b.max(*at));
-            (outage || since.elapsed() < CREATED_TTL)
-                && !stored.iter().any(|s| s.name() == c.name())
+            (outage || since.elapsed() < CREATED_TTL) && !stored.iter().any(|s| delivered(s, c))
         });
-        stored.extend(r.claims.iter().map(|(c, _)| c.clone()));
+        // In the order remembered: a claim patched after it was written is remembered twice,
+        // and the later answer wins.
+        for (c, _) in r.claims.iter() {
+            match stored.iter_mut().find(|s| s.name() == c.name()) {
+                Some(s) if s.metadata.deletion_timestamp.is_none() => *s = c.clone(),
+                Some(_) => {}
+                None => stored.push(c.clone()),
+            }
+        }
         stored
     }
 
+    /// Waits for the turn to plan: see [`PlanningGuard`].
+    pub async fn planning(&self) -> PlanningGuard {
+        self.planning.clone().lock_owned().await
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Remembered> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.remembered.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// True when the store's `stored` claim is `remembered` or newer: the same name, and the same
+/// nominations or a resource version at least as recent (a claim this replica patched is
+/// remembered again with the patch's answer, which the store may not show yet).
+fn delivered(stored: &NodeClaim, remembered: &NodeClaim) -> bool {
+    if stored.name() != remembered.name() {
+        return false;
+    }
+    if nominations::of(stored) == nominations::of(remembered) {
+        return true;
+    }
+    let version = |c: &NodeClaim| {
+        c.metadata
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    match (version(stored), version(remembered)) {
+        (Some(s), Some(r)) => s >= r,
+        // Not comparable: the store's copy is taken, as before any patch was remembered.
+        _ => true,
     }
 }
 
@@ -405,6 +449,7 @@ impl ClusterState {
             );
             snap.nodes.extend(in_flight);
             warnings.extend(claim_warnings);
+            nominations::apply(&mut snap, &claims, k8s_openapi::jiff::Timestamp::now());
         }
 
         // Store order is a hash order; sorting keeps the snapshot (and so the plan and its

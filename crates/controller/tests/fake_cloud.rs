@@ -12,10 +12,11 @@ use http::Method;
 use joiner_controller::lifecycle::gc::Collector;
 use joiner_controller::{Context, Settings};
 use joiner_core::testing::{FakeCall, FakeCloud};
-use joiner_core::{CapacityType, CloudProvider, LaunchRequest, LaunchedNode};
+use joiner_core::{CapacityType, CloudProvider, LaunchedNode};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use lifecycle_fixture::{claim, launch_request, node, Stores};
 use serde_json::json;
+use support::slow_cloud::SlowLaunches;
 use support::{mock_api, Reply};
 
 fn ago(seconds: i64) -> String {
@@ -156,90 +157,6 @@ async fn an_orphan_is_collected_and_a_claimed_instance_is_not() {
     assert!(states.contains(&("i-warm-lost".into(), "terminated".into())));
 }
 
-/// `FakeCloud` whose launches take a second of (paused) time, counting how many run at once.
-struct SlowLaunches {
-    cloud: FakeCloud,
-    running: std::sync::atomic::AtomicUsize,
-    most: std::sync::atomic::AtomicUsize,
-}
-
-impl CloudProvider for SlowLaunches {
-    type Error = joiner_core::testing::FakeError;
-
-    async fn instance_types(
-        &self,
-        provisioner: &str,
-    ) -> Result<Vec<joiner_core::InstanceType>, Self::Error> {
-        self.cloud.instance_types(provisioner).await
-    }
-
-    async fn create(&self, request: &LaunchRequest) -> Result<LaunchedNode, Self::Error> {
-        use std::sync::atomic::Ordering;
-        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
-        self.most.fetch_max(now, Ordering::SeqCst);
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        self.running.fetch_sub(1, Ordering::SeqCst);
-        self.cloud.create(request).await
-    }
-
-    async fn delete(&self, id: &str) -> Result<(), Self::Error> {
-        self.cloud.delete(id).await
-    }
-
-    async fn get(&self, claim: &str) -> Result<Option<LaunchedNode>, Self::Error> {
-        self.cloud.get(claim).await
-    }
-
-    async fn list(&self) -> Result<Vec<LaunchedNode>, Self::Error> {
-        self.cloud.list().await
-    }
-
-    async fn start_warm(&self, id: &str, claim: &str) -> Result<LaunchedNode, Self::Error> {
-        self.cloud.start_warm(id, claim).await
-    }
-
-    async fn stop_warm(&self, id: &str) -> Result<(), Self::Error> {
-        self.cloud.stop_warm(id).await
-    }
-
-    async fn hold_warm(&self, id: &str) -> Result<(), Self::Error> {
-        self.cloud.hold_warm(id).await
-    }
-
-    async fn hibernate_warm(&self, id: &str) -> Result<(), Self::Error> {
-        self.cloud.hibernate_warm(id).await
-    }
-
-    fn warm_type_refusal(
-        &self,
-        t: &joiner_core::InstanceType,
-        state: joiner_core::WarmState,
-    ) -> Option<String> {
-        self.cloud.warm_type_refusal(t, state)
-    }
-
-    async fn pull_warm(
-        &self,
-        id: &str,
-        images: &[String],
-        within: Duration,
-    ) -> Result<String, Self::Error> {
-        self.cloud.pull_warm(id, images, within).await
-    }
-
-    async fn pull_progress(
-        &self,
-        id: &str,
-        pull: &str,
-    ) -> Result<joiner_core::PullProgress, Self::Error> {
-        self.cloud.pull_progress(id, pull).await
-    }
-
-    fn mark_unavailable(&self, t: &str, zone: &str, ct: joiner_core::CapacityType) {
-        self.cloud.mark_unavailable(t, zone, ct)
-    }
-}
-
 /// A pending pod `name` asking for 1.5 cpu (one per 2-cpu node).
 fn pending(name: &str) -> k8s_openapi::api::core::v1::Pod {
     support::obj(json!({
@@ -275,11 +192,10 @@ fn claim_server() -> impl FnMut(&support::Recorded) -> Reply {
 fn slow_launches(stores: &Stores) -> (Context<SlowLaunches>, Arc<SlowLaunches>, support::MockApi) {
     let mut state = stores.state();
     state.provisioners = support::store(vec![web_provisioner()]).as_reader();
-    let cloud = Arc::new(SlowLaunches {
-        cloud: FakeCloud::new(joiner_core::testing::catalog::catalog()),
-        running: Default::default(),
-        most: Default::default(),
-    });
+    let cloud = Arc::new(SlowLaunches::new(
+        FakeCloud::new(joiner_core::testing::catalog::catalog()),
+        Duration::from_secs(1),
+    ));
     let (client, api) = mock_api(claim_server());
     let ctx = Context::new(client, state, cloud.clone(), settings());
     (ctx, cloud, api)

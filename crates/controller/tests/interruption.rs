@@ -22,7 +22,6 @@ use joiner_core::CapacityType;
 use joiner_moto::{MotoServer, MotoSession};
 use k8s_openapi::api::core::v1::Node;
 use serde_json::json;
-use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use cluster_fixture::{
@@ -200,7 +199,7 @@ async fn left(sqs: &aws_sdk_sqs::Client, q: &SqsQueue) -> u32 {
 }
 
 /// Receives and handles until the queue gives nothing.
-async fn drain_queue(h: &Harness, q: &SqsQueue, memory: &Mutex<Memory>) -> Vec<Outcome> {
+async fn drain_queue(h: &Harness, q: &SqsQueue, memory: &Memory) -> Vec<Outcome> {
     let mut out = Vec::new();
     loop {
         let report = batch(&h.ctx, q, memory).await.expect("batch");
@@ -242,7 +241,7 @@ async fn a_spot_interruption_writes_the_replacement_before_the_old_claim_is_dele
     let moto = MotoServer::session().expect("moto server");
     let h = cluster(&["a"], provisioner(None));
     let (q, sqs) = queue(&moto, "spot", &[spot_warning("a", "ev-1", NOW)]).await;
-    let memory = Mutex::new(Memory::default());
+    let memory = Memory::default();
 
     let outcomes = drain_queue(&h, &q, &memory).await;
     assert_eq!(
@@ -320,7 +319,7 @@ async fn each_event_kind_leads_to_its_action() {
         scheduled_change(&["d", "e"], "ev-de"),
     ];
     let (q, sqs) = queue(&moto, "kinds", &bodies).await;
-    let memory = Mutex::new(Memory::default());
+    let memory = Memory::default();
     let mut outcomes = drain_queue(&h, &q, &memory).await;
     outcomes.sort_by_key(|o| format!("{o:?}"));
     let acted: Vec<(EventKind, &str, Vec<String>)> = outcomes
@@ -387,7 +386,7 @@ async fn a_rebalance_recommendation_replaces_when_the_provisioner_opts_in() {
     let moto = MotoServer::session().expect("moto server");
     let h = cluster(&["a"], provisioner(Some("Replace")));
     let (q, _) = queue(&moto, "rebalance", &[rebalance("a", "ev-r")]).await;
-    let memory = Mutex::new(Memory::default());
+    let memory = Memory::default();
     let outcomes = drain_queue(&h, &q, &memory).await;
     assert_eq!(
         outcomes,
@@ -421,7 +420,7 @@ async fn malformed_foreign_duplicate_and_stale_messages_are_deleted_and_counted(
         format!("{{\"pad\": \"{}\"}}", "x".repeat(300 * 1024)),
     ];
     let (q, sqs) = queue(&moto, "junk", &bodies).await;
-    let memory = Mutex::new(Memory::default());
+    let memory = Memory::default();
     let outcomes = drain_queue(&h, &q, &memory).await;
     assert_eq!(
         outcomes.len(),
@@ -473,7 +472,7 @@ async fn a_message_whose_handling_fails_comes_back_and_is_handled_then() {
     let h = cluster(&["a"], provisioner(None));
     h.fail_deletes.store(1, std::sync::atomic::Ordering::SeqCst);
     let (q, sqs) = queue(&moto, "retry", &[state_change("a", "stopping", "ev-1")]).await;
-    let memory = Mutex::new(Memory::default());
+    let memory = Memory::default();
 
     let first_try = batch(&h.ctx, &q, &memory).await.expect("batch");
     assert_eq!(
@@ -542,4 +541,275 @@ async fn a_queue_that_does_not_exist_yet_is_retried_until_it_does() {
     )
     .await;
     assert!(none.is_none());
+}
+
+/// Sixty spot warnings at once while every CreateFleet takes 20 s (a throttled account): each
+/// node is tainted and its claim deleted (its drain started) within 10 s of the warnings, far
+/// inside the two-minute notice; the replacements launch side by side; no message is handled
+/// twice although each stays in work longer than its visibility timeout (it is extended).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_warnings_at_once_are_all_draining_within_ten_seconds_while_launches_crawl() {
+    use joiner_controller::interruption::run;
+    use joiner_controller::{Context, Settings};
+    use joiner_core::testing::catalog::catalog;
+    use joiner_core::testing::FakeCloud;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    use support::slow_cloud::SlowLaunches;
+
+    const NODES: usize = 60;
+    let moto = MotoServer::session().expect("moto server");
+    // Hex names: the node's name is its instance ID's tail.
+    let names: Vec<String> = (0..NODES).map(|i| format!("b{i:02x}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    // One c5.large per pod: each interrupted node needs a replacement of its own.
+    let only_c5: Provisioner = obj(json!({
+        "apiVersion": "joiner.sh/v1alpha1", "kind": "Provisioner",
+        "metadata": {"name": "web"},
+        "spec": {"providerRef": {"name": "default"}, "requirements": [
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]},
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.large"]},
+        ]},
+    }));
+    let h = cluster(&refs, only_c5);
+    let bodies: Vec<String> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| spot_warning(n, &format!("ev-{i}"), NOW))
+        .collect();
+    // A 4 s visibility timeout: far shorter than a launch, so only extending it keeps a
+    // message in work from coming back (and long enough for a loaded test machine).
+    let (q, sqs) = queue(&moto, "flood", &bodies).await;
+    let q = q.with_timing(0, 4);
+    let slow = Arc::new(SlowLaunches::new(
+        FakeCloud::new(catalog()),
+        Duration::from_secs(20),
+    ));
+    let ctx = Arc::new(Context::new(
+        h.ctx.client.clone(),
+        h.ctx.state.clone(),
+        slow.clone(),
+        Settings::new("c1"),
+    ));
+    let stop = CancellationToken::new();
+    let warned = std::time::Instant::now();
+    let consumer = tokio::spawn(run(
+        ctx.clone(),
+        std::sync::Arc::new(q.clone()),
+        stop.clone(),
+    ));
+
+    let tainted = |h: &Harness| {
+        h.api
+            .requests()
+            .iter()
+            .filter(|r| r.method == Method::PATCH && r.path.starts_with("/api/v1/nodes/"))
+            .filter(|r| r.body.to_string().contains("joiner.sh/disrupted"))
+            .map(|r| r.path.clone())
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+    };
+    while warned.elapsed() < Duration::from_secs(10)
+        && (tainted(&h) < NODES || h.deleted().len() < NODES)
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(tainted(&h), NODES, "every node tainted within 10 s");
+    let mut deleted = h.deleted();
+    deleted.sort();
+    deleted.dedup();
+    assert_eq!(
+        deleted.len(),
+        NODES,
+        "every claim deleted (draining) within 10 s"
+    );
+    assert!(
+        slow.cloud
+            .calls()
+            .iter()
+            .all(|c| !matches!(c, FakeCall::Create(_))),
+        "no launch had finished when the drains began: they did not wait for it"
+    );
+
+    // Then every replacement launches, side by side, and every message is deleted once.
+    while warned.elapsed() < Duration::from_secs(60)
+        && (left(&sqs, &q).await > 0 || slow.running.load(Ordering::SeqCst) > 0)
+    {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    stop.cancel();
+    consumer.await.expect("consumer");
+    let launched = slow
+        .cloud
+        .calls()
+        .iter()
+        .filter(|c| matches!(c, FakeCall::Create(_)))
+        .count();
+    let written = h
+        .api
+        .requests()
+        .iter()
+        .filter(|r| r.is(Method::POST, CLAIMS))
+        .count();
+    eprintln!(
+        "written {written} launched {launched} unplaced? calls {:?}",
+        slow.cloud
+            .calls()
+            .iter()
+            .filter(|c| !matches!(c, FakeCall::Create(_)))
+            .take(5)
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(launched, NODES, "one replacement per interrupted node");
+    assert!(
+        slow.most.load(Ordering::SeqCst) >= 10,
+        "replacements launch in parallel: at most {} at once",
+        slow.most.load(Ordering::SeqCst)
+    );
+    assert_eq!(left(&sqs, &q).await, 0);
+    assert_eq!(h.deleted().len(), NODES, "no claim deleted twice");
+    let replaced = ctx
+        .metrics
+        .interruption_actions
+        .get_or_create(&ActionLabels {
+            kind: EventKind::SpotInterruption.as_str().into(),
+            action: "replace".into(),
+        })
+        .get();
+    assert_eq!(replaced, NODES as u64, "each event acted on once");
+}
+
+/// A queue of the given messages that records each visibility extension, with a 1 s timeout.
+struct Recording {
+    messages: std::sync::Mutex<Vec<joiner_core::interruption::Message>>,
+    extended: std::sync::Mutex<Vec<(tokio::time::Instant, Vec<String>)>>,
+    deleted_at: std::sync::Mutex<Option<tokio::time::Instant>>,
+}
+
+impl joiner_core::interruption::InterruptionQueue for Recording {
+    type Error = joiner_core::testing::FakeError;
+
+    async fn receive(&self) -> Result<Vec<joiner_core::interruption::Message>, Self::Error> {
+        Ok(std::mem::take(&mut *self.messages.lock().expect("lock")))
+    }
+
+    async fn delete(&self, receipts: &[String]) -> Result<Vec<Option<String>>, Self::Error> {
+        *self.deleted_at.lock().expect("lock") = Some(tokio::time::Instant::now());
+        Ok(vec![None; receipts.len()])
+    }
+
+    fn visibility(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+
+    async fn extend(&self, receipts: &[String]) -> Result<(), Self::Error> {
+        self.extended
+            .lock()
+            .expect("lock")
+            .push((tokio::time::Instant::now(), receipts.to_vec()));
+        Ok(())
+    }
+}
+
+/// A message whose replacement launch takes 5 s is kept invisible the whole time, every half
+/// visibility timeout, and no longer once it is deleted.
+#[tokio::test(start_paused = true)]
+async fn a_message_in_work_is_kept_invisible_until_it_is_deleted() {
+    use joiner_controller::{Context, Settings};
+    use joiner_core::testing::catalog::catalog;
+    use joiner_core::testing::FakeCloud;
+    use support::slow_cloud::SlowLaunches;
+
+    let h = cluster(&["a"], provisioner(None));
+    let ctx = Context::new(
+        h.ctx.client.clone(),
+        h.ctx.state.clone(),
+        std::sync::Arc::new(SlowLaunches::new(
+            FakeCloud::new(catalog()),
+            Duration::from_secs(5),
+        )),
+        Settings::new("c1"),
+    );
+    let queue = Recording {
+        messages: std::sync::Mutex::new(vec![joiner_core::interruption::Message {
+            message_id: "m-1".into(),
+            receipt: "r-1".into(),
+            body: joiner_aws::interruption::parse(&spot_warning("a", "ev-1", NOW)),
+            sent_at_ms: None,
+        }]),
+        extended: Default::default(),
+        deleted_at: Default::default(),
+    };
+    let start = tokio::time::Instant::now();
+    let report = batch(&ctx, &queue, &Memory::default())
+        .await
+        .expect("batch");
+    assert_eq!((report.received, report.deleted), (1, 1));
+    let deleted_at = queue.deleted_at.lock().expect("lock").expect("deleted");
+    assert!(
+        deleted_at - start >= Duration::from_secs(5),
+        "deleted after the launch"
+    );
+    let extended = queue.extended.lock().expect("lock").clone();
+    // Every 0.5 s while in work: never 1 s without an extension.
+    assert!(extended.len() >= 9, "{} extensions", extended.len());
+    let mut last = start;
+    for (at, receipts) in &extended {
+        assert_eq!(receipts, &["r-1"]);
+        assert!(*at - last < Duration::from_secs(1));
+        assert!(*at <= deleted_at);
+        last = *at;
+    }
+    assert!(deleted_at - last < Duration::from_secs(1));
+}
+
+/// Two spot warnings 0.4 s apart, in two receives: the first victim's replacement is bought
+/// for its pod, so the second victim's pod does not take that room — it gets a replacement of
+/// its own at once, rather than waiting for a later batch after the first pod is evicted.
+#[tokio::test]
+async fn a_second_warning_does_not_take_the_room_bought_for_the_first() {
+    let moto = MotoServer::session().expect("moto server");
+    let only_c5: Provisioner = obj(json!({
+        "apiVersion": "joiner.sh/v1alpha1", "kind": "Provisioner",
+        "metadata": {"name": "web"},
+        "spec": {"providerRef": {"name": "default"}, "requirements": [
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]},
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.large"]},
+        ]},
+    }));
+    let h = cluster(&["a", "b"], only_c5);
+    let (q, sqs) = queue(&moto, "twice", &[spot_warning("a", "ev-a", NOW)]).await;
+    let memory = Memory::default();
+    assert_eq!(drain_queue(&h, &q, &memory).await.len(), 1);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    sqs.send_message()
+        .queue_url(q.url())
+        .message_body(spot_warning("b", "ev-b", NOW))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(drain_queue(&h, &q, &memory).await.len(), 1);
+
+    let posts: Vec<support::Recorded> = h
+        .api
+        .requests()
+        .into_iter()
+        .filter(|r| r.is(Method::POST, CLAIMS))
+        .collect();
+    let nominated: Vec<String> = posts
+        .iter()
+        .map(|p| p.body["metadata"]["annotations"]["joiner.sh/nominated-pods"].to_string())
+        .collect();
+    assert_eq!(
+        nominated,
+        [r#""[\"shop/app-a\"]""#, r#""[\"shop/app-b\"]""#],
+        "one replacement per victim, each holding its pod's room"
+    );
+    let launches = h
+        .cloud
+        .calls()
+        .iter()
+        .filter(|c| matches!(c, FakeCall::Create(_)))
+        .count();
+    assert_eq!(launches, 2);
 }

@@ -381,6 +381,14 @@ async fn pending_pods_get_claims_instances_and_events_and_a_second_batch_buys_no
         for pod in &node.pods {
             claim_of_pod.insert(pod.clone(), name.to_string());
         }
+        // The claim records the pods it was bought for: a restart keeps their room.
+        let nominated = body["metadata"]["annotations"]["joiner.sh/nominated-pods"]
+            .as_str()
+            .expect("nominations recorded");
+        assert_eq!(
+            serde_json::from_str::<Vec<String>>(nominated).expect("a JSON list"),
+            node.pods
+        );
     }
     assert_eq!(outcome.claims.len(), 2);
     assert_eq!(outcome.claims[0].metadata.uid.as_deref(), Some("uid-1"));
@@ -478,7 +486,8 @@ async fn pending_pods_get_claims_instances_and_events_and_a_second_batch_buys_no
     assert_eq!(h.ctx.metrics.pods_scheduled.get(), 2);
 
     // The claims reach the store (as the watcher would deliver them) while the pods are
-    // still pending: the second batch places the pods on them and writes nothing new.
+    // still pending: the second batch finds each pod's room held on its claim (its
+    // nomination) and writes nothing new.
     let mut claims_writer = h.claims;
     for patch in &patches {
         let name = patch
@@ -499,19 +508,17 @@ async fn pending_pods_get_claims_instances_and_events_and_a_second_batch_buys_no
         .expect("second batch runs");
     assert!(second.errors.is_empty(), "{:?}", second.errors);
     assert!(second.plan.new_nodes.is_empty(), "{:?}", second.plan);
-    let on_claims: BTreeMap<String, Vec<String>> = second
+    let unschedulable: Vec<&str> = second
         .plan
-        .existing_nodes
+        .unschedulable
         .iter()
-        .map(|u| (u.name.clone(), u.pods.clone()))
+        .map(|u| u.pod.as_str())
         .collect();
-    // Identical pods may trade identical claims; each claim holds one of them.
-    let used: Vec<&String> = on_claims.keys().collect();
-    let bought: std::collections::BTreeSet<&String> = claim_of_pod.values().collect();
-    assert_eq!(used, bought.into_iter().collect::<Vec<_>>());
-    let mut placed: Vec<String> = on_claims.values().flatten().cloned().collect();
-    placed.sort();
-    assert_eq!(placed, ["shop/a", "shop/b"]);
+    assert!(
+        second.plan.existing_nodes.is_empty() && unschedulable == ["shop/huge"],
+        "the pods are held on their claims, not planned again: {:?}",
+        second.plan
+    );
     assert_eq!(
         h.api.writes().len(),
         writes_before,
@@ -556,6 +563,12 @@ async fn a_self_affine_group_waits_on_the_claim_bought_for_it_rather_than_buying
     assert_eq!((posts.len(), patches.len()), (1, 1));
     let mut body = stored(&posts[0], "x");
     merge_status(&mut body, &patches[0].body["status"]);
+    // Without its nominations (a claim an older release wrote), the simulation itself must
+    // put the group on the claim; with them the pods are held there before it runs.
+    body["metadata"]["annotations"]
+        .as_object_mut()
+        .expect("annotations")
+        .remove("joiner.sh/nominated-pods");
     let name = body["metadata"]["name"].as_str().expect("name").to_string();
     let mut claims_writer = h.claims;
     claims_writer.apply_watcher_event(&Event::Apply(obj::<NodeClaim>(body)));
@@ -735,6 +748,47 @@ fn written_claim(name: &str, zones: &[&str]) -> NodeClaim {
             "nodeTemplateRef": {"name": "default"},
         },
     }))
+}
+
+#[tokio::test]
+async fn room_bought_for_a_pod_stays_its_own_after_a_leader_restart() {
+    // The old leader wrote web-held for shop/a (1.5 cpu) and lost its lease before launching.
+    // The new leader launches the claim, then plans shop/a and shop/b (1.6 cpu, packed first
+    // as the larger): b must not take the room bought for a; b gets a claim of its own.
+    let mut held = written_claim("web-held", &[]);
+    held.metadata.annotations = Some(
+        [(
+            "joiner.sh/nominated-pods".to_string(),
+            r#"["shop/a"]"#.to_string(),
+        )]
+        .into(),
+    );
+    let h = harness(
+        vec![pending_pod("a", "1500m"), pending_pod("b", "1600m")],
+        vec![held],
+        Script::default(),
+    )
+    .await;
+    let mut memory = Memory::default();
+    let launched = launch_pending_claims(&h.ctx, &mut memory).await;
+    assert!(
+        matches!(launched[..], [Ok(Launch::Launched(_))]),
+        "{launched:?}"
+    );
+
+    let outcome = provision_batch(&h.ctx, &mut memory)
+        .await
+        .expect("batch runs");
+    assert!(outcome.errors.is_empty(), "{:?}", outcome.errors);
+    assert!(outcome.plan.existing_nodes.is_empty(), "{:?}", outcome.plan);
+    assert_eq!(outcome.plan.new_nodes.len(), 1, "{:?}", outcome.plan);
+    assert_eq!(outcome.plan.new_nodes[0].pods, ["shop/b"]);
+    let posts = claim_posts(&h.api);
+    assert_eq!(posts.len(), 1);
+    assert_eq!(
+        posts[0].body["metadata"]["annotations"]["joiner.sh/nominated-pods"],
+        r#"["shop/b"]"#
+    );
 }
 
 #[tokio::test]

@@ -194,6 +194,15 @@ pub trait InterruptionQueue: Send + Sync {
         &self,
         receipts: &[String],
     ) -> impl Future<Output = Result<Vec<Option<String>>, Self::Error>> + Send;
+
+    /// How long a received message stays invisible to other receivers: a message still in
+    /// work when it runs out comes back and is handled twice, so the consumer extends it
+    /// before then.
+    fn visibility(&self) -> std::time::Duration;
+
+    /// Keeps the messages with `receipts` invisible for another [`Self::visibility`] from
+    /// now, while their handling goes on (a replacement launch throttled by the cloud).
+    fn extend(&self, receipts: &[String]) -> impl Future<Output = Result<(), Self::Error>> + Send;
 }
 
 #[cfg(test)]

@@ -24,6 +24,11 @@ pub const NODECLAIM: &str = "joiner.sh/nodeclaim";
 /// Karpenter's provisioner label, honored on imported nodes.
 pub const KARPENTER_PROVISIONER_NAME: &str = "karpenter.sh/provisioner-name";
 
+/// NodeClaim annotation: the pods (`namespace/name`, a JSON list) the claim's room was bought
+/// or set aside for. Written with the claim and added to when a plan places more pods on it,
+/// so every snapshot — after a restart too — keeps that room for them until they bind.
+pub const NOMINATED_PODS: &str = "joiner.sh/nominated-pods";
+
 /// Pod/node annotation that blocks voluntary disruption.
 pub const DO_NOT_DISRUPT: &str = "joiner.sh/do-not-disrupt";
 /// Karpenter's older pod annotation with the same meaning as [`DO_NOT_DISRUPT`], honored so

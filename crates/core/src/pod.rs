@@ -143,6 +143,10 @@ pub struct PodDisruption {
     /// When the pod was created (unix seconds), if known: a pod that just arrived makes its
     /// node a fresh one for `consolidateAfter`.
     pub created_at: Option<i64>,
+    /// The NodeClaim whose room is held for the pod while it is not bound there (its
+    /// nomination, [`crate::labels::NOMINATED_PODS`]): the snapshot places it on that claim's
+    /// node, and that node is not disrupted until the pod arrives or the nomination lapses.
+    pub nominated: Option<String>,
 }
 
 /// A zone constraint a pod's volume puts on it: a bound PersistentVolume's node affinity, or

@@ -172,6 +172,8 @@ pub fn pod_disruption(
             do_not_disrupt,
             deletion_cost,
             created_at: meta.creation_timestamp.as_ref().map(|t| t.0.as_second()),
+            // Nominations live on NodeClaims; the snapshot sets this from them.
+            nominated: None,
         },
         bad,
     )

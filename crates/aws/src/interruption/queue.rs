@@ -6,7 +6,10 @@
 //! [`QueueError`] of kind `Misconfigured` with the queue's name, so the controller can say so
 //! at start and retry with backoff instead of failing.
 
-use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName};
+use aws_sdk_sqs::types::{
+    ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry,
+    MessageSystemAttributeName,
+};
 use joiner_core::interruption::{InterruptionQueue, Message};
 use joiner_core::{CloudError, CloudErrorKind};
 use thiserror::Error;
@@ -33,7 +36,7 @@ pub enum QueueError {
         queue: String,
     },
     /// The role may not use the queue.
-    #[error("interruption queue {queue:?}: access denied ({message}); the controller role needs sqs:GetQueueUrl, sqs:ReceiveMessage and sqs:DeleteMessage on it")]
+    #[error("interruption queue {queue:?}: access denied ({message}); the controller role needs sqs:GetQueueUrl, sqs:ReceiveMessage, sqs:ChangeMessageVisibility and sqs:DeleteMessage on it")]
     AccessDenied {
         /// The name or URL given.
         queue: String,
@@ -253,5 +256,51 @@ impl InterruptionQueue for SqsQueue {
             }
         }
         Ok(answers)
+    }
+
+    fn visibility(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.visibility_timeout.max(0) as u64)
+    }
+
+    async fn extend(&self, receipts: &[String]) -> Result<(), QueueError> {
+        for chunk in receipts.chunks(BATCH as usize) {
+            let entries = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, receipt)| {
+                    ChangeMessageVisibilityBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .receipt_handle(receipt)
+                        .visibility_timeout(self.visibility_timeout)
+                        .build()
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| QueueError::Api {
+                    queue: self.name.clone(),
+                    source: AwsError::Api {
+                        operation: "sqs:ChangeMessageVisibilityBatch",
+                        code: "InvalidRequest".into(),
+                        message: e.to_string(),
+                    },
+                })?;
+            let out = self
+                .sqs
+                .change_message_visibility_batch()
+                .queue_url(&self.url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .map_err(|e| {
+                    classify(&self.name, api_error("sqs:ChangeMessageVisibilityBatch", e))
+                })?;
+            // A message whose extension failed (deleted meanwhile, or its receipt expired)
+            // may come back: it is then answered as a duplicate, so this is only logged.
+            for failed in out.failed {
+                tracing::debug!(queue = %self.name, code = %failed.code,
+                    detail = failed.message.as_deref().unwrap_or_default(),
+                    "interruption message visibility not extended");
+            }
+        }
+        Ok(())
     }
 }

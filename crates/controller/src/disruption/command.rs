@@ -24,6 +24,7 @@ use crate::lifecycle::delete_claim;
 use crate::lifecycle::registration::is_initialized;
 use crate::provisioning::claims::create_recorded;
 use crate::provisioning::launch_claim;
+use crate::state::PlanningGuard;
 
 /// How long replacements may take to be Initialized before the decision is given up (the
 /// old nodes stay; the replacements, empty, are disrupted in turn).
@@ -109,15 +110,17 @@ pub async fn start<P: CloudProvider>(
     decision: &Decision,
     catalog: &[InstanceType],
     now: Instant,
+    planning: PlanningGuard,
 ) -> Result<Option<Command>, DisruptionError> {
     let old = old_claims(ctx, &decision.nodes)?;
     let savings = decision.price_before - decision.price_after;
     if decision.replacements.is_empty() {
+        drop(planning);
         finish(ctx, &old, decision.reason.as_str(), &decision.detail).await?;
         return Ok(None);
     }
     let provisioners = ctx.state.provisioners.state();
-    let mut written = Vec::new();
+    let mut stored_claims = Vec::new();
     for node in &decision.replacements {
         let prov = provisioners
             .iter()
@@ -125,14 +128,23 @@ pub async fn start<P: CloudProvider>(
             .ok_or_else(|| DisruptionError::UnknownProvisioner {
                 provisioner: node.provisioner.clone(),
             })?;
-        let stored = create_recorded(ctx, prov, node).await?;
+        stored_claims.push((create_recorded(ctx, prov, node).await?, node));
+    }
+    // Written and remembered: the next plan sees them; the launches run without the lock,
+    // side by side.
+    drop(planning);
+    let launches = stored_claims.iter().map(|(stored, node)| async move {
         // A failed launch leaves the claim to the provisioning loop's retries; the command
         // waits for it like for any other.
-        if let Err(e) = launch_claim(ctx, &stored, Some(node), catalog).await {
+        if let Err(e) = launch_claim(ctx, stored, Some(node), catalog).await {
             tracing::warn!(claim = %stored.name(), error = %e, "replacement launch failed; retried by provisioning");
         }
-        written.push(stored.name().to_string());
-    }
+    });
+    futures::future::join_all(launches).await;
+    let written: Vec<String> = stored_claims
+        .iter()
+        .map(|(c, _)| c.name().to_string())
+        .collect();
     let message = format!(
         "{}; waiting for replacement {} to be initialized",
         decision.detail,

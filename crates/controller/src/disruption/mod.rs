@@ -128,6 +128,9 @@ pub async fn pass<P: CloudProvider>(
             }
         };
     }
+    // Held from the snapshot until a decision's replacements are written: a provisioning
+    // batch planned meanwhile would count their room as free.
+    let planning = ctx.state.created.planning().await;
     let planned = decide::planned(
         ctx,
         &BTreeSet::new(),
@@ -172,7 +175,7 @@ pub async fn pass<P: CloudProvider>(
         }
         return Ok(Outcome::Validating(key));
     }
-    match command::start(ctx, decision, &planned.catalog, now).await? {
+    match command::start(ctx, decision, &planned.catalog, now, planning).await? {
         Some(cmd) => {
             ctx.metrics.decision(key.reason.as_str(), "replacing");
             let replacements = cmd.replacements.clone();

@@ -10,7 +10,10 @@
 //! replacement when the node's Provisioner sets `spec.interruption.rebalance: Replace`.
 //! Messages whose handling failed are not deleted: they come back after the queue's
 //! visibility timeout and are tried again; the others are deleted in one DeleteMessageBatch per
-//! receive. [`run`] keeps [`WORKERS`] receives in flight and
+//! receive. [`run`] keeps [`WORKERS`] receives in flight, each handled on its own: no lock is
+//! held while a batch is handled (the workers share only the events seen, [`Memory`]), and
+//! while a batch is in work its messages' visibility is extended ([`InterruptionQueue::extend`])
+//! so a slow replacement launch never hands them to a second worker. [`run`]
 //! backs off when the queue fails; [`connect`] retries a queue that cannot be reached at
 //! start, while every other loop of the controller goes on.
 
@@ -18,6 +21,7 @@ pub mod replace;
 pub mod seen;
 pub mod targets;
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -26,7 +30,6 @@ use futures::future::join_all;
 use joiner_core::interruption::{Action, EventKind, InterruptionQueue, Message, Rejected};
 use joiner_core::{CloudError, CloudErrorKind, CloudProvider};
 use thiserror::Error;
-use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -66,10 +69,32 @@ pub enum InterruptionError {
     },
 }
 
-/// What the consumer remembers between batches: the events handled lately.
+/// What the consumer remembers between batches: the events handled lately. The workers
+/// share it; each takes the lock only to claim or release an event, never while handling one.
 #[derive(Debug, Default)]
 pub struct Memory {
-    seen: Seen,
+    seen: std::sync::Mutex<Seen>,
+}
+
+impl Memory {
+    /// Claims event `id` at `now` for handling: false when it was handled, or is in work,
+    /// already (a second delivery of it).
+    fn claim(&self, id: &str, now: Instant) -> bool {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.contains(id, now) {
+            return false;
+        }
+        seen.insert(id, now);
+        true
+    }
+
+    /// Gives event `id` back: its handling failed, and its message comes back to be handled.
+    fn release(&self, id: &str) {
+        self.seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
+    }
 }
 
 /// What became of one message.
@@ -136,7 +161,7 @@ async fn tell<P: CloudProvider>(
 /// messages with an `Ok` outcome are to be deleted.
 pub async fn handle<P: CloudProvider>(
     ctx: &Context<P>,
-    memory: &mut Memory,
+    memory: &Memory,
     messages: &[Message],
     now: Instant,
 ) -> Vec<Result<Outcome, InterruptionError>> {
@@ -165,7 +190,9 @@ pub async fn handle<P: CloudProvider>(
             Ok(e) => e,
         };
         ctx.metrics.interruption_message(event.kind.as_str());
-        if memory.seen.contains(&event.id, now) {
+        // Claimed before anything is done: a second delivery of the event, received by
+        // another worker meanwhile, is a duplicate.
+        if !memory.claim(&event.id, now) {
             outcomes[i] = Some(Ok(Outcome::Rejected(Rejected::Duplicate)));
             continue;
         }
@@ -271,10 +298,11 @@ pub async fn handle<P: CloudProvider>(
 
     for (i, kind, action, claims) in acting {
         if outcomes[i].is_some() {
-            continue; // failed above
-        }
-        if let Ok(event) = &messages[i].body {
-            memory.seen.insert(&event.id, now);
+            // Failed above: the message comes back and is handled then.
+            if let Ok(event) = &messages[i].body {
+                memory.release(&event.id);
+            }
+            continue;
         }
         outcomes[i] = Some(Ok(Outcome::Acted {
             kind,
@@ -305,15 +333,20 @@ pub struct BatchReport {
 pub async fn batch<P: CloudProvider, Q: InterruptionQueue>(
     ctx: &Context<P>,
     queue: &Q,
-    memory: &Mutex<Memory>,
+    memory: &Memory,
 ) -> Result<BatchReport, Q::Error> {
     let messages = queue.receive().await?;
     if messages.is_empty() {
         return Ok(BatchReport::default());
     }
+    let receipts: Vec<String> = messages.iter().map(|m| m.receipt.clone()).collect();
     let outcomes = {
-        let mut memory = memory.lock().await;
-        handle(ctx, &mut memory, &messages, Instant::now()).await
+        let work = handle(ctx, memory, &messages, Instant::now());
+        tokio::pin!(work);
+        tokio::select! {
+            outcomes = &mut work => outcomes,
+            never = keep_invisible(queue, &receipts) => match never {},
+        }
     };
     let handled: Vec<String> = messages
         .iter()
@@ -373,6 +406,21 @@ pub async fn batch<P: CloudProvider, Q: InterruptionQueue>(
     })
 }
 
+/// Extends the visibility of the messages with `receipts` every half visibility timeout, for
+/// as long as it is polled (their handling runs): a message in work never comes back to
+/// another worker. A failed extension is logged; the message may then come back, and is
+/// answered as a duplicate.
+async fn keep_invisible<Q: InterruptionQueue>(queue: &Q, receipts: &[String]) -> Infallible {
+    let period = (queue.visibility() / 2).max(Duration::from_millis(100));
+    loop {
+        tokio::time::sleep(period).await;
+        if let Err(e) = queue.extend(receipts).await {
+            tracing::warn!(error = %e, messages = receipts.len(),
+                "interruption messages in work not kept invisible; they may be received again");
+        }
+    }
+}
+
 /// The wait after `failures` failed attempts in a row.
 pub fn backoff(failures: u32) -> Duration {
     MIN_BACKOFF
@@ -430,7 +478,7 @@ where
 async fn worker<P: CloudProvider, Q: InterruptionQueue>(
     ctx: &Context<P>,
     queue: &Q,
-    memory: &Mutex<Memory>,
+    memory: &Memory,
     stop: &CancellationToken,
 ) {
     let mut failures = 0u32;
@@ -465,7 +513,7 @@ pub async fn run<P: CloudProvider, Q: InterruptionQueue>(
     queue: Arc<Q>,
     stop: CancellationToken,
 ) {
-    let memory = Mutex::new(Memory::default());
+    let memory = Memory::default();
     let workers = (0..WORKERS).map(|_| worker(&ctx, queue.as_ref(), &memory, &stop));
     join_all(workers).await;
     tracing::info!("interruption consumer stopped");

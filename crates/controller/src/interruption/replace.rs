@@ -24,7 +24,8 @@ use crate::context::Context;
 use crate::k8s::node_patch::taint_patch;
 use crate::lifecycle::delete_claim;
 use crate::lifecycle::termination::disrupted_taint;
-use crate::provisioning::claims::create_recorded;
+use crate::nominations::{added_by, release};
+use crate::provisioning::claims::{create_recorded, nominate};
 use crate::provisioning::launch::Catalogs;
 use crate::provisioning::launch_claim;
 
@@ -125,11 +126,16 @@ pub async fn replace<P: CloudProvider>(
     for (name, why) in &failed {
         tracing::warn!(provisioner = %name, error = %why, "left out of the interruption replacement");
     }
+    // From the snapshot until the replacements are written and remembered, no other plan is
+    // made: a batch of provisioning or a second interruption would count their room as free.
+    let planning = ctx.state.created.planning().await;
     let (mut snapshot, _) = ctx.state.snapshot_with_catalog(&catalog);
     let names: Vec<&str> = victims
         .iter()
         .filter_map(|v| v.target.node.as_ref()?.metadata.name.as_deref())
         .collect();
+    // Their pods' room on replacements written for them already (a retry) is theirs again.
+    release(&mut snapshot, &names);
     let removed: Vec<usize> = snapshot
         .nodes
         .iter()
@@ -141,6 +147,7 @@ pub async fn replace<P: CloudProvider>(
     let mut planned = Vec::new();
     if !removed.is_empty() {
         let (plan, new_nodes) = evacuate(&mut snapshot, &catalog, &Options::default(), &removed);
+        nominate(ctx, &added_by(&snapshot, &plan.existing_nodes)).await;
         out.unplaced = plan.unschedulable.iter().map(|u| u.pod.clone()).collect();
         for u in &plan.unschedulable {
             tracing::warn!(pod = %u.pod, reason = %u.reason, "pod of an interrupted node has no place; provisioning retries once it is pending");
@@ -154,6 +161,8 @@ pub async fn replace<P: CloudProvider>(
             planned.push((stored, node));
         }
     }
+
+    drop(planning);
 
     for v in victims {
         let reason = format!("interruption_{}", v.kind.as_str());

@@ -44,6 +44,11 @@ impl Seen {
         }
     }
 
+    /// Forgets `id`: its handling failed, and the message that comes back must be handled.
+    pub fn remove(&mut self, id: &str) {
+        self.at.remove(id);
+    }
+
     /// How many IDs are remembered.
     pub fn len(&self) -> usize {
         self.at.len()

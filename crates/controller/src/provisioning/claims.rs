@@ -71,6 +71,42 @@ pub async fn create_recorded<P: joiner_core::CloudProvider>(
     Ok(stored)
 }
 
+/// Adds the pods a plan placed on claims still coming up to those claims' nominations (see
+/// [`crate::nominations`]), each patched claim remembered so the next snapshot holds the room
+/// before the watch delivers it. A failed patch is logged: the pods are then planned again by
+/// the next batch, as before nominations existed.
+pub async fn nominate<P: joiner_core::CloudProvider>(
+    ctx: &crate::context::Context<P>,
+    added: &[(String, Vec<String>)],
+) {
+    if added.is_empty() {
+        return;
+    }
+    let claims = ctx.state.claims();
+    let patches = added.iter().map(|(name, pods)| {
+        let existing = claims
+            .iter()
+            .find(|c| c.name() == name)
+            .map(|c| crate::nominations::of(c))
+            .unwrap_or_default();
+        let annotations = std::collections::BTreeMap::from([(
+            joiner_core::labels::NOMINATED_PODS.to_string(),
+            crate::nominations::value(&existing, pods),
+        )]);
+        async move {
+            match crate::k8s::claims::patch_claim_annotations(&ctx.client, name, &annotations).await
+            {
+                Ok(stored) => ctx.state.created.remember(stored),
+                Err(e) => {
+                    tracing::warn!(claim = %name, pods = pods.len(), error = %e,
+                        "pods planned onto a claim still coming up not recorded on it")
+                }
+            }
+        }
+    });
+    futures::future::join_all(patches).await;
+}
+
 /// Writes a claim for `node`, named `<provisioner>-<random suffix>`, annotated with the hashes
 /// of its Provisioner's and NodeTemplate's settings (found in `objects`) so drift can be told
 /// later. A 409 AlreadyExists (the name was taken) is answered by trying a fresh name, a few
@@ -96,6 +132,16 @@ pub async fn create_claim(
             reason: e.reason(),
         })?;
         drift::annotate(&mut claim, prov, node_template.as_deref());
+        if !node.pods.is_empty() {
+            claim
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(
+                    joiner_core::labels::NOMINATED_PODS.to_string(),
+                    crate::nominations::value(&[], &node.pods),
+                );
+        }
         match api.create(&PostParams::default(), &claim).await {
             Ok(stored) => return Ok(stored),
             Err(e) if is_conflict(&e) => {

@@ -260,6 +260,8 @@ pub async fn provision_batch<P: CloudProvider>(
         }
     }
 
+    // Held until this batch's claims are written and remembered, not across the launches.
+    let planning = ctx.state.created.planning().await;
     let (mut snap, warnings) = ctx.state.snapshot_with_catalog(&catalog);
     outcome.warnings.extend(warnings);
     snap.provisioners
@@ -301,12 +303,13 @@ pub async fn provision_batch<P: CloudProvider>(
         .filter(|n| n.labels.get(labels::NODECLAIM) == Some(&n.name))
         .map(|n| n.name.clone())
         .collect();
-    // Every new node's claim is written and launched concurrently (bounded): a 100-node batch
-    // is not 100 CreateFleet round trips in a row. Each claim enters the cluster state as soon
-    // as it is written, so a batch planned before the watch delivers it sees its capacity.
+    // Every new node's claim is written, then launched, concurrently (bounded): a 100-node
+    // batch is not 100 CreateFleet round trips in a row. Each claim enters the cluster state
+    // as soon as it is written, so a batch planned before the watch delivers it sees its
+    // capacity; the next plan waits only for the writes, not for the launches.
     let mut claim_of_node: BTreeMap<String, String> = BTreeMap::new();
     let catalog = catalog.as_slice();
-    let steps: Vec<_> = plan
+    let writes: Vec<_> = plan
         .new_nodes
         .iter()
         .map(|node| {
@@ -320,18 +323,40 @@ pub async fn provision_batch<P: CloudProvider>(
                         provisioner: node.provisioner.clone(),
                     }));
                 };
-                let stored = match claims::create_recorded(ctx, &prov, node).await {
-                    Ok(c) => c,
-                    Err(e) => return (node, Err(e)),
-                };
-                tracing::info!(claim = %stored.name(), provisioner = %prov.name(),
-                    instance_type = %node.instance_type, pods = node.pods.len(), "NodeClaim created");
-                let launched = launch_claim(ctx, &stored, Some(node), catalog).await;
-                (node, Ok((stored, launched)))
+                let stored = claims::create_recorded(ctx, &prov, node).await;
+                if let Ok(stored) = &stored {
+                    tracing::info!(claim = %stored.name(), provisioner = %prov.name(),
+                        instance_type = %node.instance_type, pods = node.pods.len(), "NodeClaim created");
+                }
+                (node, stored)
             }
         })
         .collect();
-    let results: Vec<_> = futures::stream::iter(steps)
+    let written: Vec<_> = futures::stream::iter(writes)
+        .buffered(LAUNCH_CONCURRENCY)
+        .inspect(|_| ctx.metrics.passes.progress("provisioning"))
+        .collect()
+        .await;
+    // Pods placed on claims still coming up keep that room in the next snapshots too.
+    claims::nominate(
+        ctx,
+        &crate::nominations::added_by(&snap, &plan.existing_nodes),
+    )
+    .await;
+    drop(planning);
+    let launches: Vec<_> = written
+        .into_iter()
+        .map(|(node, stored)| async move {
+            match stored {
+                Ok(stored) => {
+                    let launched = launch_claim(ctx, &stored, Some(node), catalog).await;
+                    (node, Ok((stored, launched)))
+                }
+                Err(e) => (node, Err(e)),
+            }
+        })
+        .collect();
+    let results: Vec<_> = futures::stream::iter(launches)
         .buffered(LAUNCH_CONCURRENCY)
         .inspect(|_| ctx.metrics.passes.progress("provisioning"))
         .collect()

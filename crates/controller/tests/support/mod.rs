@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod objects_api;
+pub mod slow_cloud;
 
 use std::sync::{Arc, Mutex};
 

@@ -168,6 +168,12 @@ fn candidate<'a>(
         if let Some(a) = &pod.disruption.do_not_disrupt {
             return Err(format!("pod {} is annotated {a}", pod.key()));
         }
+        if let Some(claim) = &pod.disruption.nominated {
+            return Err(format!(
+                "pod {} is on its way to it (nominated to NodeClaim {claim})",
+                pod.key()
+            ));
+        }
         let covering = look
             .covering
             .entry((pod.namespace.as_str(), &pod.labels))
