@@ -247,6 +247,7 @@ impl Provisioner {
             limits,
             kubelet,
             node_template,
+            held: joiner_core::Resources::default(),
         })
     }
 }

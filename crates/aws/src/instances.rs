@@ -110,6 +110,38 @@ impl Instances {
         self.describe_owned(vec![live_filter()]).await
     }
 
+    /// joiner's live instances in this cluster launched for the NodeClaims `claims` or with the
+    /// IDs `ids`, each once: filtered by EC2, in batches, never the whole fleet.
+    pub async fn list_some(
+        &self,
+        claims: &[String],
+        ids: &[String],
+    ) -> Result<Vec<Instance>, AwsError> {
+        let mut out: Vec<Instance> = Vec::new();
+        // A filter takes at most 200 values.
+        for chunk in claims.chunks(200) {
+            out.extend(
+                self.describe_owned(vec![
+                    live_filter(),
+                    Filter::builder()
+                        .name(format!("tag:{}", tags::NODECLAIM))
+                        .set_values(Some(chunk.to_vec()))
+                        .build(),
+                ])
+                .await?,
+            );
+        }
+        for chunk in ids.chunks(200) {
+            out.extend(
+                self.describe_owned(vec![live_filter(), id_filter(chunk)])
+                    .await?,
+            );
+        }
+        let mut seen = HashSet::new();
+        out.retain(|i| seen.insert(i.id.clone()));
+        Ok(out)
+    }
+
     /// joiner's live instances in this cluster launched for NodeClaim `claim` (normally one).
     pub async fn find_by_claim(&self, claim: &str) -> Result<Vec<Instance>, AwsError> {
         self.describe_owned(vec![

@@ -788,6 +788,15 @@ impl CloudProvider for AwsCloudProvider {
         Ok(found.into_iter().map(|i| self.node(i)).collect())
     }
 
+    async fn list_some(
+        &self,
+        claims: &[String],
+        instance_ids: &[String],
+    ) -> Result<Vec<LaunchedNode>, ProviderError> {
+        let found = self.instances.list_some(claims, instance_ids).await?;
+        Ok(found.into_iter().map(|i| self.node(i)).collect())
+    }
+
     async fn start_warm(
         &self,
         instance_id: &str,

@@ -694,6 +694,43 @@ async fn create_fleet_launches_a_candidate_in_a_chosen_subnet_with_tags() {
     let body = fleets.bodies.lock().expect("lock")[1].clone();
     assert!(body.contains("SpotOptions.AllocationStrategy=price-capacity-optimized"));
     assert_eq!(instances.list_by_cluster().await.expect("list").len(), 2);
+    // Termination asks about its objects only: by claim, by instance ID, each once.
+    let ids = |found: Vec<joiner_aws::instances::Instance>| {
+        let mut ids: Vec<String> = found.into_iter().map(|i| i.id).collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(
+        ids(instances
+            .list_some(&["claim-1".into()], &[])
+            .await
+            .expect("by claim")),
+        vec![launched.instance_id.clone()]
+    );
+    assert_eq!(
+        ids(instances
+            .list_some(&[], std::slice::from_ref(&spot.instance_id))
+            .await
+            .expect("by id")),
+        vec![spot.instance_id.clone()]
+    );
+    let mut both = vec![launched.instance_id.clone(), spot.instance_id.clone()];
+    both.sort();
+    assert_eq!(
+        ids(instances
+            .list_some(
+                &["claim-1".into(), "claim-9".into()],
+                &[launched.instance_id.clone(), spot.instance_id.clone()]
+            )
+            .await
+            .expect("both")),
+        both
+    );
+    assert!(instances
+        .list_some(&["claim-9".into()], &[])
+        .await
+        .expect("none")
+        .is_empty());
     assert!(!f.image_id.is_empty());
 }
 

@@ -156,6 +156,13 @@ fn add_claimed_capacity(
     );
     snap.nodes.extend(in_flight);
     warnings.extend(more);
+    // As the controller's snapshot: members count against limits, nominations hold room.
+    warnings.extend(joiner_controller::inflight::hold_warm_members(
+        &claims,
+        catalog,
+        &mut snap.provisioners,
+    ));
+    joiner_controller::nominations::apply(snap, &claims, k8s_openapi::jiff::Timestamp::now());
     warnings
 }
 

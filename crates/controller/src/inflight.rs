@@ -235,6 +235,61 @@ fn in_flight_node(
     })
 }
 
+/// Adds each live warm-pool member's capacity (and one node) to its Provisioner's
+/// [`Provisioner::held`]: members hold capacity the Provisioner's limits must count, though no
+/// pod can use it until a claim takes one. A member is sized by its recorded capacity, else
+/// its type in `catalog` under its Provisioner's kubelet settings; one that cannot be sized is
+/// skipped with a warning.
+pub fn hold_warm_members(
+    claims: &[Arc<NodeClaim>],
+    catalog: &[InstanceType],
+    provisioners: &mut [Provisioner],
+) -> Vec<String> {
+    let mut warnings = Vec::new();
+    for claim in claims {
+        if claim.warm_pool().is_none() || claim.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let Some(prov) = provisioners
+            .iter_mut()
+            .find(|p| p.name == claim.spec.provisioner_name)
+        else {
+            continue;
+        };
+        let status = claim.status.clone().unwrap_or_default();
+        let mut capacity = if !status.capacity.is_empty() {
+            match resources(&status.capacity, "status.capacity") {
+                Ok(c) => c,
+                Err(e) => {
+                    warnings.push(format!("NodeClaim {}: {e}", claim.name()));
+                    continue;
+                }
+            }
+        } else {
+            let itype = status.instance_type.clone().or_else(|| {
+                claim_requirements(claim)
+                    .ok()?
+                    .get(labels::INSTANCE_TYPE)?
+                    .single_value()
+                    .map(str::to_string)
+            });
+            match itype.and_then(|t| catalog.iter().find(|c| c.name == t)) {
+                Some(t) => prov.kubelet.capacity(t),
+                None => {
+                    warnings.push(format!(
+                        "NodeClaim {}: warm-pool member of no instance type in the catalog; not counted against its Provisioner's limits",
+                        claim.name()
+                    ));
+                    continue;
+                }
+            }
+        };
+        capacity.set(joiner_core::NODES_LIMIT, 1);
+        prov.held.add(&capacity);
+    }
+    warnings
+}
+
 /// Taints a new node carries until it is initialized: Kubernetes' known ephemeral ones (the
 /// node lifecycle's `not-ready` and `unreachable`, the cloud controller's `uninitialized`:
 /// [`joiner_core::labels::EPHEMERAL_TAINTS`]) and joiner's own startup taint (removed by

@@ -81,6 +81,14 @@ impl<P: CloudProvider> CloudProvider for Instrumented<P> {
         self.measure("list", self.inner.list())
     }
 
+    fn list_some(
+        &self,
+        claims: &[String],
+        instance_ids: &[String],
+    ) -> impl Future<Output = Result<Vec<LaunchedNode>, Self::Error>> + Send {
+        self.measure("list_some", self.inner.list_some(claims, instance_ids))
+    }
+
     fn start_warm(
         &self,
         instance_id: &str,

@@ -6,19 +6,23 @@
 //! replacement, a batch gives it to other pods, and the pods it was bought for wait for
 //! another node. So the pods are written on the claim (annotation
 //! [`labels::NOMINATED_PODS`], with the claim and whenever a plan adds pods to it) — a
-//! restart keeps them — and every snapshot made with a catalog ([`apply`]) holds the room:
+//! restart keeps them — each as `namespace/name`, or `namespace/name@node` for a pod that was
+//! bound to `node` (one it leaves: an interrupted or disrupted node) when nominated. Every
+//! snapshot made with a catalog ([`apply`]) holds the room:
 //!
 //! - a nominated pod still pending is placed on the claim's node;
-//! - a nominated pod still bound elsewhere (on the node it is leaving: an interrupted or
-//!   disrupted node) gets a reservation there, a copy named `<pod>@<claim>`; a pending pod of
-//!   the same owner and requests (the replica that replaces an evicted one) takes the
-//!   reservation's place;
-//! - a pod that is gone, or bound to the claim's node, needs nothing.
+//! - a nominated pod still on the node it was nominated from gets a reservation on the
+//!   claim's node, a copy named `<pod>@<claim>`; a pending pod of the same owner and requests
+//!   (the replica that replaces an evicted one) takes the reservation's place;
+//! - a pod that is gone, or bound anywhere else (the kube-scheduler chose another node),
+//!   needs nothing.
 //!
-//! Each takes room only while it fits next to what is already there, and the nominated pods
-//! mark the node (`PodDisruption::nominated`) so disruption leaves it alone. Nominations hold
-//! until the claim has been Initialized for [`GRACE`] (the kube-scheduler binds within
-//! seconds of the node becoming schedulable) or the claim is deleted.
+//! Each takes room only while it fits next to what is already there, each pod on one claim
+//! only, and the nominated pods mark the node (`PodDisruption::nominated`) so disruption
+//! leaves it alone. Nominations hold until the claim has been Initialized for [`GRACE`] (the
+//! kube-scheduler binds within seconds of the node becoming schedulable), the claim is
+//! deleted, or it has not been Initialized within [`LAPSE`] of its creation (a node that never
+//! became usable must not hold pods for ever; liveness replaces it).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -35,8 +39,48 @@ pub const MOST: usize = 1000;
 /// How long nominations outlive the claim's Initialized condition.
 pub const GRACE: Duration = Duration::from_secs(60);
 
-/// The pods nominated to `claim`, `namespace/name`. A value that is not a JSON list of
-/// strings counts as none: the room is then planned as free, as before nominations existed.
+/// How long after its creation a claim never Initialized keeps its nominations.
+pub const LAPSE: Duration = Duration::from_secs(20 * 60);
+
+/// The nomination entries of the pods at `indices` of `snap`: `namespace/name`, with
+/// `@node` for a pod bound to a node (it moves from there).
+pub fn entries(snap: &Snapshot, indices: &[usize]) -> Vec<String> {
+    indices
+        .iter()
+        .filter_map(|&i| snap.pods.get(i))
+        .map(entry)
+        .collect()
+}
+
+/// The nomination entries of the pods `keys` (`namespace/name`) of `snap`.
+pub fn entries_of_keys(snap: &Snapshot, keys: &[String]) -> Vec<String> {
+    keys.iter()
+        .map(|k| {
+            snap.pods
+                .iter()
+                .find(|p| p.key() == *k)
+                .map_or_else(|| k.clone(), entry)
+        })
+        .collect()
+}
+
+fn entry(pod: &Pod) -> String {
+    match pod.node_name.as_deref() {
+        Some(node) => format!("{}@{node}", pod.key()),
+        None => pod.key(),
+    }
+}
+
+/// An entry's pod key and the node it was nominated from, if any.
+fn split(entry: &str) -> (&str, Option<&str>) {
+    match entry.split_once('@') {
+        Some((key, node)) => (key, Some(node)),
+        None => (entry, None),
+    }
+}
+
+/// The nomination entries recorded on `claim`. A value that is not a JSON list of strings
+/// counts as none: the room is then planned as free, as before nominations existed.
 pub fn of(claim: &NodeClaim) -> Vec<String> {
     claim
         .metadata
@@ -73,7 +117,11 @@ fn holds(claim: &NodeClaim, now: Timestamp) -> bool {
         .and_then(|s| condition::find(&s.conditions, condition::INITIALIZED))
         .filter(|c| c.status == "True");
     match initialized {
-        None => true,
+        None => claim
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .is_none_or(|t| now.as_second() - t.0.as_second() < LAPSE.as_secs() as i64),
         Some(c) => {
             let since = now.as_second() - c.last_transition_time.0.as_second();
             since < GRACE.as_secs() as i64
@@ -114,7 +162,8 @@ pub fn apply(snap: &mut Snapshot, claims: &[Arc<NodeClaim>], now: Timestamp) {
         .map(|(i, p)| (p.key(), i))
         .collect();
     let mut reservations: Vec<Pod> = Vec::new();
-    for (claim, keys) in nominated {
+    let mut reserved: std::collections::HashSet<usize> = std::collections::HashSet::new();
+    for (claim, entries) in nominated {
         let claim_name = claim.name();
         let Some(node) = snap
             .nodes
@@ -131,30 +180,37 @@ pub fn apply(snap: &mut Snapshot, claims: &[Arc<NodeClaim>], now: Timestamp) {
         {
             free.sub(&r.requests);
         }
-        for key in keys {
-            let Some(&i) = by_key.get(&key) else {
+        for e in &entries {
+            let (key, from) = split(e);
+            let Some(&i) = by_key.get(key) else {
                 continue; // gone: bound and deleted, or evicted
             };
             let pod = &snap.pods[i];
-            if pod.disruption.nominated.is_some() || !pod.requests.fits(&free) {
+            if pod.disruption.nominated.is_some()
+                || reserved.contains(&i)
+                || !pod.requests.fits(&free)
+            {
                 continue;
             }
             match pod.node_name.as_deref() {
-                Some(n) if n == target => {}
                 None => {
                     free.sub(&pod.requests);
                     let pod = &mut snap.pods[i];
                     pod.node_name = Some(target.clone());
                     pod.disruption.nominated = Some(claim_name.to_string());
                 }
-                Some(_) => {
+                // Still on the node it leaves: its room here is held until it comes.
+                Some(n) if Some(n) == from && n != target => {
                     free.sub(&pod.requests);
+                    reserved.insert(i);
                     let mut held = pod.clone();
                     held.name = format!("{}@{claim_name}", pod.name);
                     held.node_name = Some(target.clone());
                     held.disruption.nominated = Some(claim_name.to_string());
                     reservations.push(held);
                 }
+                // Bound here, or where the kube-scheduler put it instead.
+                Some(_) => {}
             }
         }
     }
@@ -181,9 +237,9 @@ pub fn apply(snap: &mut Snapshot, claims: &[Arc<NodeClaim>], now: Timestamp) {
     }
 }
 
-/// Drops the reservations held for pods on the nodes named `leaving`: a plan that moves those
-/// pods itself (an interruption's replacement tried again) must find their room free, not
-/// held twice.
+/// Drops the reservations held for pods on the nodes named `leaving`, and those held on them:
+/// a plan that moves those pods itself (an interruption's replacement tried again) must find
+/// their room free, not held twice, and must not move a reservation as if it were a pod.
 pub fn release(snap: &mut Snapshot, leaving: &[&str]) {
     let on_leaving: std::collections::HashSet<String> = snap
         .pods
@@ -197,12 +253,16 @@ pub fn release(snap: &mut Snapshot, leaving: &[&str]) {
             .nominated
             .as_ref()
             .and_then(|claim| p.name.strip_suffix(&format!("@{claim}")));
-        !origin.is_some_and(|name| on_leaving.contains(&format!("{}/{name}", p.namespace)))
+        let held_on_leaving =
+            origin.is_some() && p.node_name.as_deref().is_some_and(|n| leaving.contains(&n));
+        !held_on_leaving
+            && !origin.is_some_and(|name| on_leaving.contains(&format!("{}/{name}", p.namespace)))
     });
 }
 
 /// The pods `uses` places on nodes still coming up (in flight, or registered and not
-/// initialized), by the NodeClaim they run on: the nominations a plan adds to existing claims.
+/// initialized), by the NodeClaim they run on, as nomination entries: the nominations a plan
+/// adds to existing claims.
 pub fn added_by(snap: &Snapshot, uses: &[ExistingNodeUse]) -> Vec<(String, Vec<String>)> {
     uses.iter()
         .filter(|u| !u.pods.is_empty())
@@ -212,7 +272,7 @@ pub fn added_by(snap: &Snapshot, uses: &[ExistingNodeUse]) -> Vec<(String, Vec<S
                 return None;
             }
             let claim = node.labels.get(labels::NODECLAIM)?;
-            Some((claim.clone(), u.pods.clone()))
+            Some((claim.clone(), entries_of_keys(snap, &u.pods)))
         })
         .collect()
 }

@@ -119,8 +119,10 @@ pub type PlanningGuard = tokio::sync::OwnedMutexGuard<()>;
 /// What [`CreatedClaims`] holds.
 #[derive(Default)]
 struct Remembered {
-    /// The claims this replica wrote, and when.
-    claims: Vec<(Arc<NodeClaim>, tokio::time::Instant)>,
+    /// The claims this replica wrote, when, and whether the write was a patch of a claim
+    /// already stored (which only ever overlays the store's copy, never adds one: the claim
+    /// may have been deleted meanwhile).
+    claims: Vec<(Arc<NodeClaim>, tokio::time::Instant, bool)>,
     /// Since when the NodeClaim watch has failed, while it does.
     outage_since: Option<tokio::time::Instant>,
     /// When the watch last came back from an outage.
@@ -128,17 +130,24 @@ struct Remembered {
 }
 
 impl CreatedClaims {
-    /// Remembers `claim` as the API server stored it.
+    /// Remembers `claim` as the API server stored it when this replica created it.
     pub fn remember(&self, claim: NodeClaim) {
         self.lock()
             .claims
-            .push((Arc::new(claim), tokio::time::Instant::now()));
+            .push((Arc::new(claim), tokio::time::Instant::now(), false));
+    }
+
+    /// Remembers `claim` as the API server answered a patch of it (its nominations).
+    pub fn remember_patched(&self, claim: NodeClaim) {
+        self.lock()
+            .claims
+            .push((Arc::new(claim), tokio::time::Instant::now(), true));
     }
 
     /// Forgets claim `name`: this replica deleted it (the watch may not say so for a while,
     /// and a deleted claim must not count as capacity on its way).
     pub fn forget(&self, name: &str) {
-        self.lock().claims.retain(|(c, _)| c.name() != name);
+        self.lock().claims.retain(|(c, _, _)| c.name() != name);
     }
 
     /// The NodeClaim watch failed: until it delivers again, nothing written is forgotten.
@@ -162,17 +171,18 @@ impl CreatedClaims {
     pub fn merged(&self, mut stored: Vec<Arc<NodeClaim>>) -> Vec<Arc<NodeClaim>> {
         let mut r = self.lock();
         let (outage, back_at) = (r.outage_since.is_some(), r.back_at);
-        r.claims.retain(|(c, at)| {
+        r.claims.retain(|(c, at, _)| {
             let since = back_at.map_or(*at, |b| b.max(*at));
             (outage || since.elapsed() < CREATED_TTL) && !stored.iter().any(|s| delivered(s, c))
         });
         // In the order remembered: a claim patched after it was written is remembered twice,
         // and the later answer wins.
-        for (c, _) in r.claims.iter() {
+        for (c, _, patched) in r.claims.iter() {
             match stored.iter_mut().find(|s| s.name() == c.name()) {
                 Some(s) if s.metadata.deletion_timestamp.is_none() => *s = c.clone(),
                 Some(_) => {}
-                None => stored.push(c.clone()),
+                None if !patched => stored.push(c.clone()),
+                None => {}
             }
         }
         stored
@@ -449,6 +459,11 @@ impl ClusterState {
             );
             snap.nodes.extend(in_flight);
             warnings.extend(claim_warnings);
+            warnings.extend(inflight::hold_warm_members(
+                &claims,
+                catalog,
+                &mut snap.provisioners,
+            ));
             nominations::apply(&mut snap, &claims, k8s_openapi::jiff::Timestamp::now());
         }
 

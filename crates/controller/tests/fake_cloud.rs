@@ -386,6 +386,66 @@ async fn a_termination_pass_lists_the_cloud_once_and_releases_only_what_it_repor
     assert_eq!(released(&api).len(), 3);
 }
 
+/// A drain a do-not-disrupt pod holds: the passes (one a second) ask the cloud about the
+/// claim at most every 10 s, not every pass; once the instance is terminated the next pass
+/// asks again at once.
+#[tokio::test(start_paused = true)]
+async fn a_held_drain_lists_its_instance_at_most_every_ten_seconds() {
+    let cloud = Arc::new(FakeCloud::new(Vec::new()));
+    let held = cloud.create(&launch_request("held")).await.expect("launch");
+    let node = node(
+        "n-held",
+        json!({"metadata": {"finalizers": ["joiner.sh/termination"]},
+            "spec": {"providerID": held.provider_id,
+                "taints": [{"key": "joiner.sh/disrupted", "effect": "NoSchedule"}]}}),
+    );
+    let guarded = lifecycle_fixture::pod(
+        "shop",
+        "web",
+        "n-held",
+        json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "true"}}}),
+    );
+    let mut stores = Stores::new(
+        vec![guarded.clone()],
+        vec![node],
+        vec![deleting("held", &held)],
+    );
+    let (client, _api) = mock_api(|req| match req.method {
+        Method::POST if req.path.ends_with("/events") => {
+            Reply::created(support::stored(req, "event-uid"))
+        }
+        _ => Reply::not_found("unexpected"),
+    });
+    let ctx = Context::new(client, stores.state(), cloud.clone(), settings());
+    let terminator = terminator();
+    let lists = || {
+        cloud
+            .calls()
+            .iter()
+            .filter(|c| **c == FakeCall::List)
+            .count()
+    };
+    for _ in 0..25 {
+        terminator.reconcile(&ctx).await.expect("pass");
+        tokio::time::advance(Duration::from_secs(1)).await;
+    }
+    assert_eq!(lists(), 3, "at 0, 10 and 20 s: {:?}", cloud.calls());
+    assert!(!cloud
+        .calls()
+        .iter()
+        .any(|c| matches!(c, FakeCall::Delete(_))));
+
+    // The pod leaves: the instance is terminated, and the very next pass looks again.
+    stores.delete_pod(&guarded);
+    terminator.reconcile(&ctx).await.expect("pass");
+    assert!(cloud
+        .calls()
+        .contains(&FakeCall::Delete(held.instance_id.clone())));
+    let before = lists();
+    terminator.reconcile(&ctx).await.ok();
+    assert_eq!(lists(), before + 1);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_drain_the_api_server_never_answers_does_not_hold_back_another_claims_termination() {
     let cloud = Arc::new(FakeCloud::new(Vec::new()));

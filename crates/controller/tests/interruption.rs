@@ -802,7 +802,7 @@ async fn a_second_warning_does_not_take_the_room_bought_for_the_first() {
         .collect();
     assert_eq!(
         nominated,
-        [r#""[\"shop/app-a\"]""#, r#""[\"shop/app-b\"]""#],
+        [r#""[\"shop/app-a@a\"]""#, r#""[\"shop/app-b@b\"]""#],
         "one replacement per victim, each holding its pod's room"
     );
     let launches = h

@@ -1176,3 +1176,57 @@ fn namespace_selectors_read_the_watched_namespaces_labels() {
     );
     drop(namespaces);
 }
+
+#[test]
+fn warm_pool_members_count_against_their_provisioners_limits() {
+    let member = |name: &str, extra: Value| {
+        let mut c = claim(name, extra);
+        c.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert("joiner.sh/warm-pool".into(), "default".into());
+        c
+    };
+    let claims = vec![
+        // Sized by its type in the catalog: 4 cpu.
+        member(
+            "default-warm1",
+            json!({"status": {"instanceType": "m5.xlarge"}}),
+        ),
+        // Sized by the capacity it recorded: 2 cpu.
+        member(
+            "default-warm2",
+            json!({"status": {"instanceType": "m5.large", "capacity": {"cpu": "2", "memory": "8Gi", "pods": "29"}}}),
+        ),
+        // Being removed: no longer counted.
+        member(
+            "default-warm3",
+            json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": ["joiner.sh/termination"]},
+                   "status": {"instanceType": "m5.xlarge"}}),
+        ),
+        // Of a type the catalog does not know: reported, not counted.
+        member(
+            "default-warm4",
+            json!({"status": {"instanceType": "x9.huge"}}),
+        ),
+    ];
+    let f = fixture_with(vec![], vec![], claims);
+    let (snap, warnings) = f.state.snapshot_with_catalog(&catalog());
+    let prov = &snap.provisioners[0];
+    assert_eq!(prov.held.get("cpu"), 6000);
+    assert_eq!(prov.held.get(joiner_core::NODES_LIMIT), 2);
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("default-warm4") && w.contains("limits")),
+        "{warnings:?}"
+    );
+    // Members are no nodes: nothing is planned onto them.
+    assert!(!snap
+        .nodes
+        .iter()
+        .any(|n| n.name.starts_with("default-warm")));
+    let used = joiner_core::scheduling::pass::limits_used(&snap, prov);
+    assert_eq!(used.get("cpu"), 6000);
+    assert_eq!(used.get(joiner_core::NODES_LIMIT), 2);
+}

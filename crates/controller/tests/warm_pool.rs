@@ -902,6 +902,44 @@ mod transitions {
         FakeCloud::new(joiner_core::testing::catalog::catalog())
     }
 
+    /// A pool of 3 under a Provisioner limited to 4 cpu, holding one member of 2 cpu: one more
+    /// member fits the limit, a third would pass it and is not added; the status says why.
+    #[tokio::test]
+    async fn members_count_against_the_provisioners_limits() {
+        let mut prov = pooled_provisioner(3);
+        if let Some(w) = prov.spec.warm_pool.as_mut() {
+            w.instance_types = vec!["m5.large".into()];
+        }
+        prov.spec.limits = Some(obj(json!({"resources": {"cpu": "4"}})));
+        let held = member(
+            "web-warm-a",
+            "i-warm1",
+            "Warm",
+            None,
+            "2026-01-01T00:00:00Z",
+        );
+        let api = ObjectsApi::new(vec![held.clone()], vec![prov.clone()]);
+        let (client, _mock) = mock_api(api.handler());
+        let stores =
+            Stores::new(vec![], vec![], vec![held]).with_objects(vec![prov], vec![node_template()]);
+        let cloud = Arc::new(fake());
+        cloud.add_instance(instance("i-warm1", "web-warm-a", "stopped"));
+        let ctx = Context::new(client, stores.state(), cloud.clone(), settings());
+        warm_pool::reconcile(&ctx).await.expect("pass");
+        let added = members(&api).len() - 1;
+        assert_eq!(added, 1, "{:?}", members(&api));
+        let status = api.provisioners()[0]
+            .status
+            .clone()
+            .and_then(|s| s.warm_pool)
+            .expect("status");
+        let message = status.message.unwrap_or_default();
+        assert!(
+            message.contains("spec.limits") && message.contains("cpu"),
+            "{message}"
+        );
+    }
+
     #[tokio::test]
     async fn a_pool_joiner_cannot_keep_says_why_and_adds_no_member() {
         // EC2 does not hibernate Bottlerocket, and a running Bottlerocket member could never

@@ -187,6 +187,26 @@ pub trait CloudProvider: Send + Sync {
     /// Every live node of the cluster, for garbage collection of instances without a claim.
     fn list(&self) -> impl Future<Output = Result<Vec<LaunchedNode>, Self::Error>> + Send;
 
+    /// The live nodes launched for the NodeClaims named `claims` or with the IDs
+    /// `instance_ids`: what termination needs, without listing the whole fleet while a
+    /// drain waits (a provider lists them with a filter; this default filters [`Self::list`]).
+    fn list_some(
+        &self,
+        claims: &[String],
+        instance_ids: &[String],
+    ) -> impl Future<Output = Result<Vec<LaunchedNode>, Self::Error>> + Send {
+        async move {
+            let all = self.list().await?;
+            Ok(all
+                .into_iter()
+                .filter(|n| {
+                    n.claim_name.as_ref().is_some_and(|c| claims.contains(c))
+                        || instance_ids.contains(&n.instance_id)
+                })
+                .collect())
+        }
+    }
+
     /// Hands warm-pool member `instance_id` to NodeClaim `claim_name` and starts it: the
     /// instance is recorded as the claim's first (so [`CloudProvider::get`] finds it from
     /// then on and a crash never starts a second member), then started, then released from the

@@ -1,5 +1,6 @@
 //! The Provisioner as the simulation sees it: which nodes it may launch and how many.
 
+use crate::resources::Resources;
 use std::collections::BTreeMap;
 
 use crate::kubelet::KubeletSettings;
@@ -60,6 +61,10 @@ pub struct Provisioner {
     pub kubelet: KubeletSettings,
     /// NodeTemplate name (providerRef).
     pub node_template: Option<String>,
+    /// Capacity its NodeClaims hold outside the snapshot's nodes — its warm-pool members, each
+    /// also one against a `nodes` limit — counted against its limits as Karpenter counts every
+    /// NodeClaim of a NodePool.
+    pub held: Resources,
 }
 
 impl Provisioner {
@@ -77,6 +82,7 @@ impl Provisioner {
             limits: Limits::default(),
             kubelet: KubeletSettings::default(),
             node_template: None,
+            held: Resources::default(),
         }
     }
 

@@ -120,6 +120,7 @@ pub async fn start<P: CloudProvider>(
         return Ok(None);
     }
     let provisioners = ctx.state.provisioners.state();
+    let pods = ctx.state.pods.state();
     let mut stored_claims = Vec::new();
     for node in &decision.replacements {
         let prov = provisioners
@@ -128,7 +129,23 @@ pub async fn start<P: CloudProvider>(
             .ok_or_else(|| DisruptionError::UnknownProvisioner {
                 provisioner: node.provisioner.clone(),
             })?;
-        stored_claims.push((create_recorded(ctx, prov, node).await?, node));
+        // The moved pods are nominated from the nodes they leave.
+        let nominated: Vec<String> = node
+            .pods
+            .iter()
+            .map(|key| {
+                let on = pods
+                    .iter()
+                    .filter(|p| p.node_name.is_some())
+                    .find(|p| p.key() == *key)
+                    .and_then(|p| p.node_name.as_deref());
+                match on {
+                    Some(n) => format!("{key}@{n}"),
+                    None => key.clone(),
+                }
+            })
+            .collect();
+        stored_claims.push((create_recorded(ctx, prov, node, &nominated).await?, node));
     }
     // Written and remembered: the next plan sees them; the launches run without the lock,
     // side by side.

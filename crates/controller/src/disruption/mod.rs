@@ -128,9 +128,6 @@ pub async fn pass<P: CloudProvider>(
             }
         };
     }
-    // Held from the snapshot until a decision's replacements are written: a provisioning
-    // batch planned meanwhile would count their room as free.
-    let planning = ctx.state.created.planning().await;
     let planned = decide::planned(
         ctx,
         &BTreeSet::new(),
@@ -175,6 +172,10 @@ pub async fn pass<P: CloudProvider>(
         }
         return Ok(Outcome::Validating(key));
     }
+    // Held while the decision's replacements are written (not while planning: an
+    // interruption's two-minute notice must not wait for a disruption pass), so the next
+    // batch sees them and their nominations.
+    let planning = ctx.state.created.planning().await;
     match command::start(ctx, decision, &planned.catalog, now, planning).await? {
         Some(cmd) => {
             ctx.metrics.decision(key.reason.as_str(), "replacing");

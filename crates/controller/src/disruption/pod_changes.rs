@@ -32,7 +32,12 @@ impl PodChanges {
     /// times into the snapshot's nodes (`life.pods_changed_at`).
     pub fn observe(&mut self, snapshot: &mut Snapshot, now: i64) {
         let mut prints: HashMap<&str, Vec<PodKey<'_>>> = HashMap::new();
-        for p in snapshot.pods.iter().filter(|p| !leaves_with_node(p)) {
+        // Pods on their way (nominations) are not the node's pods yet.
+        for p in snapshot
+            .pods
+            .iter()
+            .filter(|p| !leaves_with_node(p) && p.disruption.nominated.is_none())
+        {
             if let Some(node) = p.node_name.as_deref() {
                 prints.entry(node).or_default().push((
                     p.namespace.as_str(),

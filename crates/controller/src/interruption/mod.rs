@@ -69,8 +69,9 @@ pub enum InterruptionError {
     },
 }
 
-/// What the consumer remembers between batches: the events handled lately. The workers
-/// share it; each takes the lock only to claim or release an event, never while handling one.
+/// What the consumer remembers between batches: the events handled lately, and the claims
+/// replaced lately. The workers share it; each takes the lock only to claim or release one,
+/// never while handling it.
 #[derive(Debug, Default)]
 pub struct Memory {
     seen: std::sync::Mutex<Seen>,
@@ -111,6 +112,11 @@ pub enum Outcome {
     },
     /// Deleted without action, and why.
     Rejected(Rejected),
+}
+
+/// The key under which [`Memory`] remembers a claim being replaced (apart from event IDs).
+fn claim_key(claim: &str) -> String {
+    format!("nodeclaim/{claim}")
 }
 
 /// The action's metric and log word.
@@ -219,6 +225,12 @@ pub async fn handle<P: CloudProvider>(
                 .find(|p| p.name() == target.claim.spec.provisioner_name)
                 .is_some_and(|p| p.rebalance_replaces());
             action = event.kind.action(replaces);
+            // A node another worker is replacing (a rebalance recommendation and a spot
+            // warning for one instance, received apart) is replaced once.
+            if matches!(action, Action::Replace { .. }) && !memory.claim(&claim_key(&name), now) {
+                reasons.push(Rejected::Duplicate);
+                continue;
+            }
             match action {
                 Action::Notify => {
                     let why = format!(
@@ -301,6 +313,11 @@ pub async fn handle<P: CloudProvider>(
             // Failed above: the message comes back and is handled then.
             if let Ok(event) = &messages[i].body {
                 memory.release(&event.id);
+            }
+            if matches!(action, Action::Replace { .. }) {
+                for claim in &claims {
+                    memory.release(&claim_key(claim));
+                }
             }
             continue;
         }

@@ -24,7 +24,7 @@ use crate::context::Context;
 use crate::k8s::node_patch::taint_patch;
 use crate::lifecycle::delete_claim;
 use crate::lifecycle::termination::disrupted_taint;
-use crate::nominations::{added_by, release};
+use crate::nominations::{added_by, entries, release};
 use crate::provisioning::claims::{create_recorded, nominate};
 use crate::provisioning::launch::Catalogs;
 use crate::provisioning::launch_claim;
@@ -156,7 +156,8 @@ pub async fn replace<P: CloudProvider>(
             let Some(prov) = provisioners.iter().find(|p| p.name() == node.provisioner) else {
                 continue;
             };
-            let stored = create_recorded(ctx, prov, &node).await?;
+            let stored =
+                create_recorded(ctx, prov, &node, &entries(&snapshot, &node.pod_indices)).await?;
             out.replacements.push(stored.name().to_string());
             planned.push((stored, node));
         }

@@ -42,7 +42,8 @@ fn owned(mut p: Pod, replica_set: &str) -> Pod {
     p
 }
 
-/// Claim `name` nominating `pods`, with `extra` merged into its JSON.
+/// Claim `name` nominating `pods` (`pod` or `pod@node`, in namespace shop), with `extra`
+/// merged into its JSON.
 fn claim(name: &str, pods: &[&str], extra: serde_json::Value) -> Arc<NodeClaim> {
     let keys: Vec<String> = pods.iter().map(|p| format!("shop/{p}")).collect();
     let mut v = json!({
@@ -107,13 +108,13 @@ fn nominations_take_room_only_while_it_fits() {
 
 #[test]
 fn a_pod_still_on_the_node_it_leaves_gets_a_reservation_its_successor_takes() {
-    // `a` is still bound to the interrupted node `old`: its room on the replacement is held
-    // by a copy.
+    // `a` is still bound to the interrupted node `old` it was nominated from: its room on the
+    // replacement is held by a copy.
     let mut snap = snapshot(
         vec![node("old", "old", true), node("web-1", "web-1", false)],
         vec![owned(pod("a", Some("old"), 1500), "rs-1")],
     );
-    apply(&mut snap, &[claim("web-1", &["a"], json!({}))], now());
+    apply(&mut snap, &[claim("web-1", &["a@old"], json!({}))], now());
     assert_eq!(on(&snap, "a"), Some(("old".into(), None)));
     assert_eq!(
         on(&snap, "a@web-1"),
@@ -129,7 +130,7 @@ fn a_pod_still_on_the_node_it_leaves_gets_a_reservation_its_successor_takes() {
             owned(pod("other", None, 1500), "rs-2"),
         ],
     );
-    apply(&mut snap, &[claim("web-1", &["a"], json!({}))], now());
+    apply(&mut snap, &[claim("web-1", &["a@old"], json!({}))], now());
     assert_eq!(
         on(&snap, "a-2"),
         Some(("web-1".into(), Some("web-1".into())))
@@ -254,7 +255,11 @@ fn a_plan_moving_the_pods_itself_releases_their_reservations() {
             pod("b", Some("elsewhere"), 300),
         ],
     );
-    apply(&mut snap, &[claim("web-1", &["a", "b"], json!({}))], now());
+    apply(
+        &mut snap,
+        &[claim("web-1", &["a@old", "b@elsewhere"], json!({}))],
+        now(),
+    );
     assert!(on(&snap, "a@web-1").is_some() && on(&snap, "b@web-1").is_some());
     release(&mut snap, &["old"]);
     assert_eq!(on(&snap, "a@web-1"), None, "a's room is free for a itself");
@@ -263,4 +268,71 @@ fn a_plan_moving_the_pods_itself_releases_their_reservations() {
         "b leaves no node being replaced"
     );
     assert_eq!(on(&snap, "a"), Some(("old".into(), None)));
+}
+
+#[test]
+fn a_pod_the_scheduler_put_elsewhere_holds_nothing_and_a_pod_is_held_once() {
+    // Nominated while pending, then bound to another node: its nomination is spent.
+    let mut snap = snapshot(
+        vec![node("web-1", "web-1", false), node("web-2", "web-2", true)],
+        vec![pod("a", Some("web-2"), 1500)],
+    );
+    apply(&mut snap, &[claim("web-1", &["a"], json!({}))], now());
+    assert_eq!(snap.pods.len(), 1, "no reservation");
+    // Nominated from `old` to two claims: one reservation only.
+    let mut snap = snapshot(
+        vec![
+            node("old", "old", true),
+            node("web-1", "web-1", false),
+            node("web-3", "web-3", false),
+        ],
+        vec![pod("b", Some("old"), 500)],
+    );
+    apply(
+        &mut snap,
+        &[
+            claim("web-1", &["b@old"], json!({})),
+            claim("web-3", &["b@old"], json!({})),
+        ],
+        now(),
+    );
+    assert_eq!(snap.pods.len(), 2, "{:?}", snap.pods);
+    assert!(on(&snap, "b@web-1").is_some());
+}
+
+#[test]
+fn a_claim_never_initialized_lets_its_nominations_lapse() {
+    let pods = || vec![pod("a", None, 500)];
+    let nodes = || vec![node("web-1", "web-1", false)];
+    let created = |at: &str| {
+        json!({"metadata": {"name": "web-1", "creationTimestamp": at,
+        "annotations": {labels::NOMINATED_PODS: "[\"shop/a\"]"}}})
+    };
+    let mut snap = snapshot(nodes(), pods());
+    apply(
+        &mut snap,
+        &[claim("web-1", &[], created("2026-12-07T11:50:00Z"))],
+        now(),
+    );
+    assert_eq!(on(&snap, "a").map(|(n, _)| n), Some("web-1".into()));
+    let mut snap = snapshot(nodes(), pods());
+    apply(
+        &mut snap,
+        &[claim("web-1", &[], created("2026-12-07T11:30:00Z"))],
+        now(),
+    );
+    assert_eq!(on(&snap, "a"), Some((String::new(), None)));
+}
+
+#[test]
+fn entries_name_the_node_a_pod_leaves() {
+    let snap = snapshot(
+        vec![],
+        vec![pod("a", None, 500), pod("b", Some("old"), 500)],
+    );
+    assert_eq!(entries(&snap, &[0, 1]), ["shop/a", "shop/b@old"]);
+    assert_eq!(
+        entries_of_keys(&snap, &["shop/b".into(), "shop/gone".into()]),
+        ["shop/b@old", "shop/gone"]
+    );
 }

@@ -54,13 +54,15 @@ pub fn random_suffix() -> String {
 /// [`create_claim`] as a controller pass writes a claim: the stored claim is remembered (the
 /// stores may not show it yet, and the next pass must count it as in flight) and counted in
 /// `joiner_nodeclaims_created_total`. Provisioning, disruption and interruption all write their
-/// claims through it.
+/// claims through it, with the nomination entries of the node's pods
+/// ([`crate::nominations::entries`]).
 pub async fn create_recorded<P: joiner_core::CloudProvider>(
     ctx: &crate::context::Context<P>,
     prov: &Provisioner,
     node: &NewNode,
+    nominated: &[String],
 ) -> Result<NodeClaim, ProvisioningError> {
-    let stored = create_claim(&ctx.client, &ctx.state, prov, node).await?;
+    let stored = create_claim(&ctx.client, &ctx.state, prov, node, nominated).await?;
     ctx.state.created.remember(stored.clone());
     ctx.metrics
         .claims_created
@@ -96,7 +98,7 @@ pub async fn nominate<P: joiner_core::CloudProvider>(
         async move {
             match crate::k8s::claims::patch_claim_annotations(&ctx.client, name, &annotations).await
             {
-                Ok(stored) => ctx.state.created.remember(stored),
+                Ok(stored) => ctx.state.created.remember_patched(stored),
                 Err(e) => {
                     tracing::warn!(claim = %name, pods = pods.len(), error = %e,
                         "pods planned onto a claim still coming up not recorded on it")
@@ -107,7 +109,7 @@ pub async fn nominate<P: joiner_core::CloudProvider>(
     futures::future::join_all(patches).await;
 }
 
-/// Writes a claim for `node`, named `<provisioner>-<random suffix>`, annotated with the hashes
+/// Writes a claim for `node` nominating `nominated` (entries, see [`crate::nominations`]), named `<provisioner>-<random suffix>`, annotated with the hashes
 /// of its Provisioner's and NodeTemplate's settings (found in `objects`) so drift can be told
 /// later. A 409 AlreadyExists (the name was taken) is answered by trying a fresh name, a few
 /// times; the stored claim, with the UID the API server gave it, is returned.
@@ -116,6 +118,7 @@ pub async fn create_claim(
     objects: &dyn ObjectLookup,
     prov: &Provisioner,
     node: &NewNode,
+    nominated: &[String],
 ) -> Result<NodeClaim, ProvisioningError> {
     let node_template = prov
         .spec
@@ -132,14 +135,14 @@ pub async fn create_claim(
             reason: e.reason(),
         })?;
         drift::annotate(&mut claim, prov, node_template.as_deref());
-        if !node.pods.is_empty() {
+        if !nominated.is_empty() {
             claim
                 .metadata
                 .annotations
                 .get_or_insert_with(Default::default)
                 .insert(
                     joiner_core::labels::NOMINATED_PODS.to_string(),
-                    crate::nominations::value(&[], &node.pods),
+                    crate::nominations::value(&[], nominated),
                 );
         }
         match api.create(&PostParams::default(), &claim).await {

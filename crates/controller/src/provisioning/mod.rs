@@ -317,13 +317,14 @@ pub async fn provision_batch<P: CloudProvider>(
                 .iter()
                 .find(|p| p.name() == node.provisioner)
                 .cloned();
+            let nominated = crate::nominations::entries(&snap, &node.pod_indices);
             async move {
                 let Some(prov) = prov else {
                     return (node, Err(ProvisioningError::UnknownProvisioner {
                         provisioner: node.provisioner.clone(),
                     }));
                 };
-                let stored = claims::create_recorded(ctx, &prov, node).await;
+                let stored = claims::create_recorded(ctx, &prov, node, &nominated).await;
                 if let Ok(stored) = &stored {
                     tracing::info!(claim = %stored.name(), provisioner = %prov.name(),
                         instance_type = %node.instance_type, pods = node.pods.len(), "NodeClaim created");

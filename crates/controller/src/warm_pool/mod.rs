@@ -733,6 +733,15 @@ async fn size_pool<P: CloudProvider>(
         match catalogs.get(ctx, prov.name()).await {
             Err(e) => message = Some(e.to_string()),
             Ok(catalog) => {
+                // What counts against the Provisioner's limits now: its nodes, in-flight
+                // claims and members (the snapshot's Provisioner holds the members).
+                let mut used = {
+                    let (snap, _) = ctx.state.snapshot_with_catalog(catalog);
+                    snap.provisioners
+                        .iter()
+                        .find(|p| p.name == prov.name())
+                        .map(|p| joiner_core::scheduling::pass::limits_used(&snap, p))
+                };
                 // Types that cannot wait in the pool's state (hibernation) are left out; the
                 // status names those the spec asked for.
                 let state = pool.warm_state();
@@ -774,8 +783,28 @@ async fn size_pool<P: CloudProvider>(
                                 ));
                                 break;
                             };
+                            let mut capacity = catalog
+                                .iter()
+                                .find(|c| c.name == t)
+                                .map(|c| kubelet.capacity(c))
+                                .unwrap_or_default();
+                            capacity.set(joiner_core::NODES_LIMIT, 1);
+                            if let Some(over) = used
+                                .as_ref()
+                                .and_then(|u| sizing::over_limits(&core.limits, u, &capacity))
+                            {
+                                message = Some(format!(
+                                    "spec.limits: another warm-pool member ({t}) would pass the Provisioner's limit on {over}"
+                                ));
+                                break;
+                            }
                             match add_member(ctx, prov, node_template.as_deref(), &t, &zone).await {
-                                Ok(()) => held.push((t, zone)),
+                                Ok(()) => {
+                                    if let Some(u) = used.as_mut() {
+                                        u.add(&capacity);
+                                    }
+                                    held.push((t, zone))
+                                }
                                 Err(e) => {
                                     errors.push(e);
                                     break;

@@ -11,6 +11,26 @@ use joiner_core::{labels, CapacityType, Requirements, Resources, WarmState};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
+/// The first limit of `limits` that `used` plus `more` would pass, as `name (used + more >
+/// limit)`; `None` when all hold.
+pub fn over_limits(
+    limits: &joiner_core::Limits,
+    used: &Resources,
+    more: &Resources,
+) -> Option<String> {
+    limits.all().into_iter().find_map(|(name, limit)| {
+        let total = used.get(name).saturating_add(more.get(name));
+        (total > limit).then(|| {
+            format!(
+                "{name} ({} in use + {} > {})",
+                joiner_core::resources::format_amount(name, used.get(name)),
+                joiner_core::resources::format_amount(name, more.get(name)),
+                joiner_core::resources::format_amount(name, limit)
+            )
+        })
+    })
+}
+
 /// `maxSize` when `size: auto` gives none.
 pub const DEFAULT_MAX_SIZE: i32 = 10;
 /// `maxPricePremium` when unset: a warm member may cost 25 % more than the cheapest fitting

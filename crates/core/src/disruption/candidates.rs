@@ -169,9 +169,11 @@ fn candidate<'a>(
             return Err(format!("pod {} is annotated {a}", pod.key()));
         }
         if let Some(claim) = &pod.disruption.nominated {
+            // A reservation is named `<pod>@<claim>`: the message names the pod.
+            let name = pod.name.split('@').next().unwrap_or(&pod.name);
             return Err(format!(
-                "pod {} is on its way to it (nominated to NodeClaim {claim})",
-                pod.key()
+                "pod {}/{name} is on its way to it (nominated to NodeClaim {claim})",
+                pod.namespace
             ));
         }
         let covering = look
@@ -339,6 +341,35 @@ mod tests {
         assert_eq!(
             ok.cost, 2.0,
             "one pod plus the node; the DaemonSet pod goes with it"
+        );
+    }
+
+    #[test]
+    fn a_node_a_pod_is_on_its_way_to_is_no_candidate() {
+        // A pending pod held on a node just initialized, and a reservation for a pod leaving
+        // an interrupted node: both name the pod.
+        let mut coming = pod("web", "fresh");
+        coming.disruption.nominated = Some("default-abcde".into());
+        let mut held = pod("db@default-fghij", "held");
+        held.disruption.nominated = Some("default-fghij".into());
+        let s = Snapshot {
+            nodes: vec![
+                node("fresh", Some("default"), "m5.large"),
+                node("held", Some("default"), "m5.large"),
+            ],
+            pods: vec![coming, held],
+            ..Snapshot::default()
+        };
+        let why: Vec<String> = candidates(&s, &catalog(), &settings, 3_600)
+            .into_iter()
+            .map(|r| r.err().unwrap_or_default())
+            .collect();
+        assert_eq!(
+            why,
+            [
+                "pod default/web is on its way to it (nominated to NodeClaim default-abcde)",
+                "pod default/db is on its way to it (nominated to NodeClaim default-fghij)",
+            ]
         );
     }
 

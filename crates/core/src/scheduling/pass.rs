@@ -818,17 +818,18 @@ fn view_of<'p>(
     prov: &'p Provisioner,
     table: &mut ReqTable,
 ) -> ProvisionerView<'p> {
-    let used = owned_capacity(snapshot, &prov.name);
+    let used = limits_used(snapshot, prov);
     ProvisionerView::new(prov, catalog, &snapshot.daemonsets, &used, table)
 }
 
-/// Capacity of the existing nodes a provisioner owns, and how many there are (both count
-/// against its limits).
-fn owned_capacity(snapshot: &Snapshot, prov: &str) -> Resources {
-    let mut used = Resources::default();
-    let mut count = 0;
+/// What counts against `prov`'s limits: the capacity of the existing and in-flight nodes it
+/// owns and how many there are, plus what its claims hold elsewhere ([`Provisioner::held`]:
+/// warm-pool members).
+pub fn limits_used(snapshot: &Snapshot, prov: &Provisioner) -> Resources {
+    let mut used = prov.held.clone();
+    let mut count = prov.held.get(NODES_LIMIT);
     for n in &snapshot.nodes {
-        if n.provisioner() == Some(prov) {
+        if n.provisioner() == Some(prov.name.as_str()) {
             used.add(&n.capacity);
             count += 1;
         }

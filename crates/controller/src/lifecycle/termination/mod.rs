@@ -2,8 +2,9 @@
 //! being gone, held open by the finalizer `joiner.sh/termination`.
 //!
 //! For a claim or Node with a deletionTimestamp and the finalizer:
-//! 1. find its instance in the one `CloudProvider::list` a pass makes (by the claim tag, else by
-//!    the Node's providerID); none, or one already shutting down, means there is nothing to
+//! 1. find its instance in the listing a pass reads ([`listing`]: `CloudProvider::list_some`
+//!    for the objects being terminated only, reused for up to 10 s while nothing was
+//!    terminated) (by the claim tag, else by the Node's providerID); none, or one already shutting down, means there is nothing to
 //!    drain, and a NotReady Node whose instance is stopped has nothing to drain either: those
 //!    skip to step 4;
 //! 2. taint the Node `joiner.sh/disrupted:NoSchedule` so nothing new lands on it (a taint rather
@@ -24,6 +25,7 @@
 
 pub mod drain;
 pub mod eviction;
+pub mod listing;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -73,6 +75,7 @@ pub const STOPPED_STATES: &[&str] = &["stopping", "stopped"];
 pub struct Terminator {
     backoff: Backoff,
     reported: Mutex<HashSet<String>>,
+    listings: listing::Listings,
 }
 
 /// `joiner.sh/disrupted:NoSchedule`.
@@ -91,11 +94,13 @@ impl Terminator {
         Terminator {
             backoff: Backoff::new(policy),
             reported: Mutex::default(),
+            listings: listing::Listings::default(),
         }
     }
 
     /// One termination pass over every claim and Node being deleted that still holds joiner's
-    /// finalizer. The cloud is listed once for the whole pass (not per object), and the objects
+    /// finalizer. The cloud is asked once for the whole pass (not per object), about those
+    /// objects only, at most every [`listing::LIST_EVERY`] while nothing changes; the objects
     /// are driven concurrently, each step bounded by [`STEP_TIMEOUT`], so one slow or refused
     /// drain never holds up another. Returns the first failure after every object had its turn.
     pub async fn reconcile<P: CloudProvider>(
@@ -131,16 +136,21 @@ impl Terminator {
         }
         let mut errors = Vec::new();
         if !work.is_empty() {
-            let instances = ctx.cloud.list().await.map_err(|e| {
-                LifecycleError::cloud(
-                    &format!("cluster {:?}", ctx.settings.cluster_name),
-                    "listing instances for termination".into(),
-                    e,
-                )
-            })?;
+            let wanted = listing::Wanted::of(&work);
+            let instances = self
+                .listings
+                .instances(ctx.cloud.as_ref(), &wanted)
+                .await
+                .map_err(|e| {
+                    LifecycleError::cloud(
+                        &format!("cluster {:?}", ctx.settings.cluster_name),
+                        "listing instances for termination".into(),
+                        e,
+                    )
+                })?;
             let now = Timestamp::now();
             let pods = pods.as_slice();
-            let instances = instances.as_slice();
+            let instances = instances.as_ref().as_slice();
             let all_claims = claims.as_slice();
             // The futures are built first and then streamed: a stream over a closure that makes
             // them would keep the closure in this future, which then cannot be proven `Send`.
@@ -254,7 +264,9 @@ impl Terminator {
             let id = &i.instance_id;
             match ctx.cloud.delete(id).await {
                 Ok(()) => {
-                    // Released once a later pass sees it shutting down or gone.
+                    // Released once a later pass sees it shutting down or gone: that pass
+                    // lists afresh.
+                    self.listings.invalidate();
                     tracing::info!(instance_id = %id, %object, "instance terminating");
                     return Ok(());
                 }

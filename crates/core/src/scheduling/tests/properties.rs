@@ -487,6 +487,7 @@ fn build(spec: &Spec) -> Case {
                 },
                 kubelet: crate::kubelet::KubeletSettings::default(),
                 node_template: None,
+                held: crate::Resources::default(),
             }
         })
         .collect();
