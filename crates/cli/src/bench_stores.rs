@@ -4,7 +4,12 @@
 //! managedFields and kubectl's last-applied copy, as a real cluster returns them) go page by
 //! page (500, the watchers' page size) into reflector stores the way the watchers feed them
 //! (pods become `PodRecord`s, nodes are stripped); then one snapshot is built on the embedded
-//! catalog, as a provisioning batch does. Resident memory is read from /proc at each step.
+//! catalog, as a provisioning batch does. Then what else a running controller holds: a
+//! `kube::Client` (TLS configuration, connection pool) and a live catalog (`LiveCatalog`,
+//! assembled from the embedded tables because its AWS endpoint does not answer, as a
+//! controller's is when AWS cannot be reached; the assembled catalog is the same size either
+//! way), and a planning pass over the snapshot (the scheduling simulation of its pending
+//! pods). Resident memory is read from /proc at each step.
 
 use std::fmt::Write as _;
 
@@ -187,19 +192,74 @@ pub fn run(pods: usize, nodes: usize, region: &str) -> Result<String, CliError> 
         ..ClusterState::empty()
     };
     let (snapshot, warnings) = state.snapshot_with_catalog(&catalog.instance_types);
-    let (after, peak) = rss_mib();
-    let _ = writeln!(out, "| pods | nodes | RSS before MiB | stores MiB | peak while feeding MiB | with snapshot MiB | peak MiB |");
-    let _ = writeln!(out, "|---:|---:|---:|---:|---:|---:|---:|");
+    let (after, _) = rss_mib();
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(CliError::Runtime)?;
+    let (client, live) = runtime.block_on(controller_parts(region))?;
+    let types = runtime
+        .block_on(live.instance_types())
+        .map_err(|e| CliError::Usage(format!("live catalog: {e}")))?;
+    let (with_parts, _) = rss_mib();
+    let plan = joiner_core::scheduling::simulate(
+        &snapshot,
+        &types,
+        &joiner_core::scheduling::Options::default(),
+    );
+    let (planned, peak) = rss_mib();
+    let _ = writeln!(out, "| pods | nodes | RSS before MiB | stores MiB | peak while feeding MiB | with snapshot MiB | with client and live catalog MiB | after planning MiB | peak MiB |");
+    let _ = writeln!(out, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let _ = writeln!(
         out,
-        "| {pods} | {nodes} | {start:.0} | {stored:.0} | {peak_feed:.0} | {after:.0} | {peak:.0} |"
+        "| {pods} | {nodes} | {start:.0} | {stored:.0} | {peak_feed:.0} | {after:.0} | {with_parts:.0} | {planned:.0} | {peak:.0} |"
     );
     let _ = writeln!(
         out,
-        "\nsnapshot: {} pods, {} nodes, {} warnings",
+        "\nsnapshot: {} pods, {} nodes, {} warnings; live catalog: {} types; plan: {} new nodes, {} pods unschedulable",
         snapshot.pods.len(),
         snapshot.nodes.len(),
-        warnings.len()
+        warnings.len(),
+        types.len(),
+        plan.new_nodes.len(),
+        plan.unschedulable.len()
     );
+    drop((client, live));
     Ok(out)
+}
+
+/// The API client and live catalog a controller holds: a client for an API server it never
+/// calls here, and a catalog whose AWS endpoint refuses connections (so it stands in the
+/// embedded tables after one failed attempt per source).
+async fn controller_parts(
+    region: &str,
+) -> Result<(kube::Client, joiner_aws::catalog::LiveCatalog), CliError> {
+    joiner_controller::crypto::install_default_provider();
+    let url: http::Uri = "https://127.0.0.1:6443"
+        .parse()
+        .map_err(|e| CliError::Usage(format!("API server URL: {e}")))?;
+    let client = kube::Client::try_from(kube::Config::new(url))
+        .map_err(|e| CliError::Usage(format!("kube client: {e}")))?;
+    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .endpoint_url("http://127.0.0.1:9")
+        .region(aws_config::Region::new(region.to_string()))
+        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+            "bench", "bench", None, None, "bench",
+        ))
+        .load()
+        .await;
+    let clients = joiner_aws::AwsClients::from_config(&config)
+        .map_err(|e| CliError::Usage(format!("AWS clients: {e}")))?;
+    let options = joiner_aws::catalog::CatalogOptions {
+        max_attempts: 1,
+        call_timeout: std::time::Duration::from_secs(5),
+        ..Default::default()
+    };
+    let live = joiner_aws::catalog::LiveCatalog::new(
+        &clients,
+        options,
+        &mut prometheus_client::registry::Registry::default(),
+    );
+    Ok((client, live))
 }

@@ -813,3 +813,46 @@ async fn a_second_warning_does_not_take_the_room_bought_for_the_first() {
         .count();
     assert_eq!(launches, 2);
 }
+
+/// A queue whose receive never returns (a call wedged past every timeout).
+struct Wedged;
+
+impl joiner_core::interruption::InterruptionQueue for Wedged {
+    type Error = joiner_core::testing::FakeError;
+
+    async fn receive(&self) -> Result<Vec<joiner_core::interruption::Message>, Self::Error> {
+        futures::future::pending().await
+    }
+
+    async fn delete(&self, receipts: &[String]) -> Result<Vec<Option<String>>, Self::Error> {
+        Ok(vec![None; receipts.len()])
+    }
+
+    fn visibility(&self) -> Duration {
+        Duration::from_secs(20)
+    }
+
+    async fn extend(&self, _receipts: &[String]) -> Result<(), Self::Error> {
+        Ok(())
+    }
+}
+
+/// The consumer's workers are watched like the control loops: wedged on a receive, they fail
+/// liveness once the long poll and the stall allowance are over, not before.
+#[tokio::test(start_paused = true)]
+async fn a_wedged_consumer_fails_liveness() {
+    use joiner_controller::interruption::{run, LONG_POLL};
+
+    let h = cluster(&["a"], provisioner(None));
+    let ctx = std::sync::Arc::new(h.ctx);
+    let stop = CancellationToken::new();
+    let consumer = tokio::spawn(run(ctx.clone(), std::sync::Arc::new(Wedged), stop.clone()));
+    tokio::time::sleep(LONG_POLL + joiner_controller::http::PASS_STALL - Duration::from_secs(1))
+        .await;
+    assert_eq!(ctx.metrics.passes.stalled(), None, "not yet");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (name, _) = ctx.metrics.passes.stalled().expect("stalled");
+    assert!(name.starts_with("interruption/"), "{name}");
+    stop.cancel();
+    consumer.await.expect("stops");
+}

@@ -44,6 +44,22 @@ use targets::{strongest, Owned, Target};
 /// Receives kept in flight at once: while one batch is handled and deleted, the next is read.
 pub const WORKERS: usize = 8;
 
+/// Each worker's name on the liveness watchdog (`Metrics::passes`): a worker wedged on a call
+/// that never returns fails `/healthz`, as a stalled control loop does.
+pub const WORKER_NAMES: [&str; WORKERS] = [
+    "interruption/0",
+    "interruption/1",
+    "interruption/2",
+    "interruption/3",
+    "interruption/4",
+    "interruption/5",
+    "interruption/6",
+    "interruption/7",
+];
+
+/// The longest a receive waits for messages (SQS long polling's most).
+pub const LONG_POLL: Duration = Duration::from_secs(20);
+
 /// First wait after a failed receive; doubled per failure up to [`MAX_BACKOFF`].
 pub const MIN_BACKOFF: Duration = Duration::from_secs(1);
 /// Longest wait between attempts to reach the queue.
@@ -492,14 +508,20 @@ where
 }
 
 /// One worker: receives and handles batches until `stop`, backing off while the queue fails.
+/// Each receive, and each wait after a failure, is announced to the liveness watchdog under
+/// `name`.
 async fn worker<P: CloudProvider, Q: InterruptionQueue>(
     ctx: &Context<P>,
     queue: &Q,
     memory: &Memory,
     stop: &CancellationToken,
+    name: &'static str,
 ) {
     let mut failures = 0u32;
     loop {
+        ctx.metrics
+            .passes
+            .tick(name, LONG_POLL, crate::http::PASS_STALL);
         let result = tokio::select! {
             _ = stop.cancelled() => return,
             r = batch(ctx, queue, memory)
@@ -516,6 +538,7 @@ async fn worker<P: CloudProvider, Q: InterruptionQueue>(
                     backoff(failures)
                 };
                 tracing::warn!(error = %e, retry_in = ?wait, "interruption queue receive failed");
+                ctx.metrics.passes.tick(name, wait, crate::http::PASS_STALL);
                 if !pause(wait, stop).await {
                     return;
                 }
@@ -531,7 +554,9 @@ pub async fn run<P: CloudProvider, Q: InterruptionQueue>(
     stop: CancellationToken,
 ) {
     let memory = Memory::default();
-    let workers = (0..WORKERS).map(|_| worker(&ctx, queue.as_ref(), &memory, &stop));
+    let workers = WORKER_NAMES
+        .iter()
+        .map(|name| worker(&ctx, queue.as_ref(), &memory, &stop, name));
     join_all(workers).await;
     tracing::info!("interruption consumer stopped");
 }
