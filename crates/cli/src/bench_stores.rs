@@ -3,13 +3,13 @@
 //! Full Pod and Node objects (containers with environment, mounts and probes, volumes, status,
 //! managedFields and kubectl's last-applied copy, as a real cluster returns them) go page by
 //! page (500, the watchers' page size) into reflector stores the way the watchers feed them
-//! (pods become `PodRecord`s, nodes are stripped); then one snapshot is built on the embedded
-//! catalog, as a provisioning batch does. Then what else a running controller holds: a
-//! `kube::Client` (TLS configuration, connection pool) and a live catalog (`LiveCatalog`,
-//! assembled from the embedded tables because its AWS endpoint does not answer, as a
-//! controller's is when AWS cannot be reached; the assembled catalog is the same size either
-//! way), and a planning pass over the snapshot (the scheduling simulation of its pending
-//! pods). Resident memory is read from /proc at each step.
+//! (pods become `PodRecord`s, nodes are stripped), after what a controller holds from its
+//! start: a `kube::Client` (TLS configuration, connection pool) and a live catalog
+//! (`LiveCatalog`, assembled from the embedded tables because its AWS endpoint does not
+//! answer, as a controller's is when AWS cannot be reached; the assembled catalog is the same
+//! size either way). Then one snapshot is built on that catalog and planned (the scheduling
+//! simulation of its pending pods), as a provisioning batch does. Resident memory is read from
+//! /proc at each step.
 
 use std::fmt::Write as _;
 
@@ -154,9 +154,19 @@ fn rss_mib() -> (f64, f64) {
 /// Feeds `pods` pods (a fifth pending) and `nodes` nodes through the strip functions into
 /// stores, page by page, builds one snapshot, and reports memory at each step.
 pub fn run(pods: usize, nodes: usize, region: &str) -> Result<String, CliError> {
-    let catalog = joiner_aws::embedded::cached(region)?;
     let mut out = String::new();
     let (start, _) = rss_mib();
+    // What a controller holds before its stores fill: the API client and the live catalog,
+    // loaded (the controller loads it at start, on every replica).
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(CliError::Runtime)?;
+    let (client, live) = runtime.block_on(controller_parts(region))?;
+    let types = runtime
+        .block_on(live.instance_types())
+        .map_err(|e| CliError::Usage(format!("live catalog: {e}")))?;
+    let (with_parts, _) = rss_mib();
     let mut pod_writer: Writer<PodRecord> = Writer::default();
     let mut node_writer: Writer<Node> = Writer::default();
     pod_writer.apply_watcher_event(&Event::Init);
@@ -191,29 +201,19 @@ pub fn run(pods: usize, nodes: usize, region: &str) -> Result<String, CliError> 
         nodes: node_writer.as_reader(),
         ..ClusterState::empty()
     };
-    let (snapshot, warnings) = state.snapshot_with_catalog(&catalog.instance_types);
+    let (snapshot, warnings) = state.snapshot_with_catalog(&types);
     let (after, _) = rss_mib();
-
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(CliError::Runtime)?;
-    let (client, live) = runtime.block_on(controller_parts(region))?;
-    let types = runtime
-        .block_on(live.instance_types())
-        .map_err(|e| CliError::Usage(format!("live catalog: {e}")))?;
-    let (with_parts, _) = rss_mib();
     let plan = joiner_core::scheduling::simulate(
         &snapshot,
         &types,
         &joiner_core::scheduling::Options::default(),
     );
     let (planned, peak) = rss_mib();
-    let _ = writeln!(out, "| pods | nodes | RSS before MiB | stores MiB | peak while feeding MiB | with snapshot MiB | with client and live catalog MiB | after planning MiB | peak MiB |");
+    let _ = writeln!(out, "| pods | nodes | RSS at start MiB | with client and live catalog MiB | stores MiB | peak while feeding MiB | with snapshot MiB | after planning MiB | peak MiB |");
     let _ = writeln!(out, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let _ = writeln!(
         out,
-        "| {pods} | {nodes} | {start:.0} | {stored:.0} | {peak_feed:.0} | {after:.0} | {with_parts:.0} | {planned:.0} | {peak:.0} |"
+        "| {pods} | {nodes} | {start:.0} | {with_parts:.0} | {stored:.0} | {peak_feed:.0} | {after:.0} | {planned:.0} | {peak:.0} |"
     );
     let _ = writeln!(
         out,

@@ -209,6 +209,7 @@ fn the_cluster_role_grants_the_controllers_calls_and_no_wildcards() {
         wanted.push(("", "persistentvolumes", v));
         wanted.push(("storage.k8s.io", "storageclasses", v));
         wanted.push(("storage.k8s.io", "csinodes", v));
+        wanted.push(("storage.k8s.io", "volumeattachments", v));
     }
     for v in ["create", "patch"] {
         wanted.push(("", "events", v));

@@ -34,7 +34,8 @@ fn the_memory_benchmark_measures_every_part_a_controller_holds() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{:?}: {stderr}", out.status);
     assert!(
-        stdout.contains("| with client and live catalog MiB | after planning MiB | peak MiB |"),
+        stdout.contains("| with client and live catalog MiB | stores MiB |")
+            && stdout.contains("| after planning MiB | peak MiB |"),
         "{stdout}"
     );
     let row = stdout

@@ -19,7 +19,7 @@ use joiner_core::{InstanceType, Snapshot};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::inflight;
@@ -69,6 +69,9 @@ pub struct VolumeStores {
     pub classes: Store<StorageClass>,
     /// CSINodes: how many volumes each CSI driver may attach to each node.
     pub csi_nodes: Store<CSINode>,
+    /// VolumeAttachments (name, node, volume): termination waits for a drained node's volumes
+    /// to detach before terminating its instance.
+    pub attachments: Store<VolumeAttachment>,
 }
 
 impl VolumeStores {
@@ -79,6 +82,7 @@ impl VolumeStores {
             volumes: synced_empty(),
             classes: synced_empty(),
             csi_nodes: synced_empty(),
+            attachments: synced_empty(),
         }
     }
 

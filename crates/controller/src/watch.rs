@@ -20,7 +20,9 @@ use k8s_openapi::api::core::v1::{
     PersistentVolumeClaimSpec, PersistentVolumeClaimStatus, PersistentVolumeSpec, Pod, PodSpec,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use k8s_openapi::api::storage::v1::{
+    CSINode, StorageClass, VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec,
+};
 use kube::api::ObjectMeta;
 use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -63,6 +65,7 @@ pub fn reflectors(client: &Client) -> Reflectors {
     let (volumes, volumes_w) = reflector::store();
     let (classes, classes_w) = reflector::store();
     let (csi_nodes, csi_nodes_w) = reflector::store();
+    let (attachments, attachments_w) = reflector::store();
     let created = CreatedClaims::default();
     let drivers = vec![
         drive_pods(Api::<Pod>::all(client.clone()), pods_w),
@@ -114,6 +117,11 @@ pub fn reflectors(client: &Client) -> Reflectors {
             strip_meta,
         ),
         drive(Api::<CSINode>::all(client.clone()), csi_nodes_w, strip_meta),
+        drive(
+            Api::<VolumeAttachment>::all(client.clone()),
+            attachments_w,
+            strip_volume_attachment,
+        ),
     ];
     Reflectors {
         state: ClusterState {
@@ -132,6 +140,7 @@ pub fn reflectors(client: &Client) -> Reflectors {
                 volumes,
                 classes,
                 csi_nodes,
+                attachments,
             },
         },
         drivers,
@@ -154,6 +163,7 @@ pub async fn wait_synced(state: &ClusterState) -> Result<(), reflector::store::W
     state.volumes.volumes.wait_until_ready().await?;
     state.volumes.classes.wait_until_ready().await?;
     state.volumes.csi_nodes.wait_until_ready().await?;
+    state.volumes.attachments.wait_until_ready().await?;
     Ok(())
 }
 
@@ -244,6 +254,22 @@ pub fn strip_metadata(meta: &mut ObjectMeta) {
 
 fn strip_meta<K: Resource>(obj: &mut K) {
     strip_metadata(obj.meta_mut());
+}
+
+/// Keeps of a VolumeAttachment its name, node and volume (what termination waits on).
+pub fn strip_volume_attachment(va: &mut VolumeAttachment) {
+    strip_metadata(&mut va.metadata);
+    va.metadata.annotations = None;
+    va.metadata.labels = None;
+    va.spec = VolumeAttachmentSpec {
+        attacher: std::mem::take(&mut va.spec.attacher),
+        node_name: std::mem::take(&mut va.spec.node_name),
+        source: VolumeAttachmentSource {
+            persistent_volume_name: va.spec.source.persistent_volume_name.take(),
+            ..VolumeAttachmentSource::default()
+        },
+    };
+    va.status = None;
 }
 
 /// Keeps of a Namespace its name and labels (what namespaceSelectors read).

@@ -417,6 +417,7 @@ async fn a_pod_whose_local_volume_only_its_node_mounts_keeps_that_node() {
         volumes: volumes.as_reader(),
         classes: classes.as_reader(),
         csi_nodes: joiner_controller::state::VolumeStores::empty().csi_nodes,
+        attachments: joiner_controller::state::VolumeStores::empty().attachments,
     };
     let mut memory = Memory::default();
     let t0 = Instant::now();

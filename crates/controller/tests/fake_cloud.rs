@@ -446,6 +446,93 @@ async fn a_held_drain_lists_its_instance_at_most_every_ten_seconds() {
     assert_eq!(lists(), before + 1);
 }
 
+/// A drained node whose volume is still attached keeps its instance until the attachment is
+/// gone; one whose attachment never goes is terminated after the detach timeout.
+#[tokio::test(start_paused = true)]
+async fn a_drained_node_is_terminated_once_its_volumes_detach_or_the_wait_runs_out() {
+    use joiner_controller::lifecycle::termination::VOLUME_DETACH_TIMEOUT;
+    use k8s_openapi::api::storage::v1::VolumeAttachment;
+
+    let cloud = Arc::new(FakeCloud::new(Vec::new()));
+    let detaching = cloud
+        .create(&launch_request("detaching"))
+        .await
+        .expect("launch");
+    let stuck = cloud
+        .create(&launch_request("stuck"))
+        .await
+        .expect("launch");
+    let on_node = |name: &str, launched: &LaunchedNode| {
+        node(
+            name,
+            json!({"metadata": {"finalizers": ["joiner.sh/termination"]},
+                "spec": {"providerID": launched.provider_id,
+                    "taints": [{"key": "joiner.sh/disrupted", "effect": "NoSchedule"}]}}),
+        )
+    };
+    let attachment = |name: &str, node: &str| -> VolumeAttachment {
+        support::obj(json!({
+            "metadata": {"name": name},
+            "spec": {"attacher": "ebs.csi.aws.com", "nodeName": node,
+                "source": {"persistentVolumeName": format!("pv-{name}")}},
+        }))
+    };
+    let stores = Stores::new(
+        vec![],
+        vec![
+            on_node("n-detaching", &detaching),
+            on_node("n-stuck", &stuck),
+        ],
+        vec![deleting("detaching", &detaching), deleting("stuck", &stuck)],
+    );
+    let mut attachments = support::store(vec![
+        attachment("va-1", "n-detaching"),
+        attachment("va-2", "n-stuck"),
+    ]);
+    let mut state = stores.state();
+    state.volumes.attachments = attachments.as_reader();
+    let (client, _api) = mock_api(|_| Reply::not_found("unexpected"));
+    let ctx = Context::new(client, state, cloud.clone(), settings());
+    let terminator = terminator();
+    let deleted = || {
+        cloud
+            .calls()
+            .iter()
+            .filter_map(|c| match c {
+                FakeCall::Delete(id) => Some(id.clone()),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+
+    terminator.reconcile(&ctx).await.ok();
+    assert!(deleted().is_empty(), "both still have a volume attached");
+
+    // The CSI driver detaches the first volume: its node goes on the next pass.
+    attachments.apply_watcher_event(&kube::runtime::watcher::Event::Delete(attachment(
+        "va-1",
+        "n-detaching",
+    )));
+    tokio::time::advance(Duration::from_secs(10)).await;
+    terminator.reconcile(&ctx).await.ok();
+    assert_eq!(deleted(), vec![detaching.instance_id.clone()]);
+
+    // The other never detaches: its instance goes once the wait runs out.
+    tokio::time::advance(VOLUME_DETACH_TIMEOUT - Duration::from_secs(20)).await;
+    terminator.reconcile(&ctx).await.ok();
+    assert_eq!(
+        deleted(),
+        vec![detaching.instance_id.clone()],
+        "still waiting"
+    );
+    tokio::time::advance(Duration::from_secs(15)).await;
+    terminator.reconcile(&ctx).await.ok();
+    assert_eq!(
+        deleted(),
+        [detaching.instance_id.clone(), stuck.instance_id.clone()]
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_drain_the_api_server_never_answers_does_not_hold_back_another_claims_termination() {
     let cloud = Arc::new(FakeCloud::new(Vec::new()));

@@ -621,6 +621,7 @@ async fn a_node_whose_csi_node_allows_no_more_volumes_takes_only_pods_without_on
         volumes: store(Vec::new()).as_reader(),
         classes: classes.as_reader(),
         csi_nodes: csi_nodes.as_reader(),
+        attachments: joiner_controller::state::VolumeStores::empty().attachments,
     };
     let mut memory = Memory::default();
     let batch = provision_batch(&h.ctx, &mut memory)

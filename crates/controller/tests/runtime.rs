@@ -122,6 +122,11 @@ fn cluster() -> impl FnMut(&Recorded) -> Reply + Send + 'static {
             "storage.k8s.io/v1",
         ),
         (
+            "/apis/storage.k8s.io/v1/volumeattachments",
+            "VolumeAttachmentList",
+            "storage.k8s.io/v1",
+        ),
+        (
             "/apis/policy/v1/poddisruptionbudgets",
             "PodDisruptionBudgetList",
             "policy/v1",
@@ -305,6 +310,7 @@ async fn a_replica_syncs_leads_runs_its_tasks_and_releases_the_lease_on_stop() {
         "persistentvolumes",
         "storageclasses",
         "csinodes",
+        "volumeattachments",
     ] {
         let listed_at = calls
             .iter()

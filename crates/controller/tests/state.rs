@@ -767,6 +767,7 @@ fn volume_stores(
         volumes: volumes.as_reader(),
         classes: classes.as_reader(),
         csi_nodes: joiner_controller::state::VolumeStores::empty().csi_nodes,
+        attachments: joiner_controller::state::VolumeStores::empty().attachments,
     };
     (stores, claims, volumes, classes)
 }

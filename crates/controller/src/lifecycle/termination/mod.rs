@@ -27,7 +27,7 @@ pub mod drain;
 pub mod eviction;
 pub mod listing;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -76,7 +76,13 @@ pub struct Terminator {
     backoff: Backoff,
     reported: Mutex<HashSet<String>>,
     listings: listing::Listings,
+    /// When each node's drain was first found finished while volumes were still attached.
+    drained_at: Mutex<HashMap<String, tokio::time::Instant>>,
 }
+
+/// Longest termination waits, after a node's drain, for its volumes to detach before it
+/// terminates the instance anyway (a CSI driver that never detaches must not keep a node).
+pub const VOLUME_DETACH_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 
 /// `joiner.sh/disrupted:NoSchedule`.
 pub fn disrupted_taint() -> Taint {
@@ -95,6 +101,7 @@ impl Terminator {
             backoff: Backoff::new(policy),
             reported: Mutex::default(),
             listings: listing::Listings::default(),
+            drained_at: Mutex::default(),
         }
     }
 
@@ -199,6 +206,10 @@ impl Terminator {
         let live: HashSet<String> = pods.iter().map(|p| pod_key(p)).collect();
         self.backoff.retain(&live);
         let nodes_left: HashSet<&str> = nodes.iter().map(|n| node_name(n)).collect();
+        self.drained_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|n, _| nodes_left.contains(n.as_str()));
         self.reported
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -252,6 +263,9 @@ impl Terminator {
                 }
             }
             if !self.drain(ctx, n, pods, now).await? {
+                return Ok(());
+            }
+            if self.waits_for_volumes(ctx, n, pods) {
                 return Ok(());
             }
         }
@@ -309,6 +323,77 @@ impl Terminator {
             }
         }
         Ok(())
+    }
+
+    /// True while a VolumeAttachment still ties a volume to the drained `node`, for at most
+    /// [`VOLUME_DETACH_TIMEOUT`] from the first pass that found it so: the CSI driver detaches
+    /// a volume once its pod is gone, and terminating first leaves it attached to a dying
+    /// instance, so the pod's replacement waits minutes for EC2 to force the detach (Karpenter
+    /// waits too). Volumes of pods the drain leaves on the node (DaemonSet pods, pods
+    /// tolerating the disruption taint) are not waited for.
+    fn waits_for_volumes<P: CloudProvider>(
+        &self,
+        ctx: &Context<P>,
+        node: &Node,
+        pods: &[Arc<PodRecord>],
+    ) -> bool {
+        let name = node_name(node);
+        let staying: HashSet<(String, String)> = pods
+            .iter()
+            .filter(|p| p.node_name.as_deref() == Some(name) && !p.finished)
+            .flat_map(|p| {
+                let ns = p.metadata.namespace.clone().unwrap_or_default();
+                p.claims.iter().map(move |c| (ns.clone(), c.name.clone()))
+            })
+            .collect();
+        let kept_volumes: HashSet<String> = if staying.is_empty() {
+            HashSet::new()
+        } else {
+            ctx.state
+                .volumes
+                .claims
+                .state()
+                .iter()
+                .filter(|c| {
+                    staying.contains(&(
+                        c.metadata.namespace.clone().unwrap_or_default(),
+                        c.metadata.name.clone().unwrap_or_default(),
+                    ))
+                })
+                .filter_map(|c| c.spec.as_ref()?.volume_name.clone())
+                .collect()
+        };
+        let attached: Vec<String> = ctx
+            .state
+            .volumes
+            .attachments
+            .state()
+            .iter()
+            .filter(|va| va.spec.node_name == name)
+            .filter(|va| {
+                va.spec
+                    .source
+                    .persistent_volume_name
+                    .as_ref()
+                    .is_none_or(|pv| !kept_volumes.contains(pv))
+            })
+            .map(|va| va.metadata.name.clone().unwrap_or_default())
+            .collect();
+        let mut drained_at = self.drained_at.lock().unwrap_or_else(|p| p.into_inner());
+        if attached.is_empty() {
+            drained_at.remove(name);
+            return false;
+        }
+        let since = *drained_at
+            .entry(name.to_string())
+            .or_insert_with(tokio::time::Instant::now);
+        if since.elapsed() >= VOLUME_DETACH_TIMEOUT {
+            tracing::warn!(node = %name, attachments = ?attached, waited = ?VOLUME_DETACH_TIMEOUT,
+                "volumes still attached to a drained node; terminating it anyway");
+            return false;
+        }
+        tracing::debug!(node = %name, attachments = ?attached, "drained; waiting for its volumes to detach");
+        true
     }
 
     /// One drain step on `node`: evicts what may go now. True once no pod that must leave is
