@@ -162,7 +162,7 @@ pub fn run(pods: usize, nodes: usize, region: &str) -> Result<String, CliError> 
         .enable_all()
         .build()
         .map_err(CliError::Runtime)?;
-    let (client, live) = runtime.block_on(controller_parts(region))?;
+    let (client, live, parts) = runtime.block_on(controller_parts(region))?;
     let types = runtime
         .block_on(live.instance_types())
         .map_err(|e| CliError::Usage(format!("live catalog: {e}")))?;
@@ -201,10 +201,11 @@ pub fn run(pods: usize, nodes: usize, region: &str) -> Result<String, CliError> 
         nodes: node_writer.as_reader(),
         ..ClusterState::empty()
     };
-    let (snapshot, warnings) = state.snapshot_with_catalog(&types);
+    let (mut snapshot, warnings) = state.snapshot_with_catalog(&types);
     let (after, _) = rss_mib();
-    let plan = joiner_core::scheduling::simulate(
-        &snapshot,
+    // As a provisioning batch plans: on its own snapshot, in place.
+    let plan = joiner_core::scheduling::simulate_in_place(
+        &mut snapshot,
         &types,
         &joiner_core::scheduling::Options::default(),
     );
@@ -217,7 +218,12 @@ pub fn run(pods: usize, nodes: usize, region: &str) -> Result<String, CliError> 
     );
     let _ = writeln!(
         out,
-        "\nsnapshot: {} pods, {} nodes, {} warnings; live catalog: {} types; plan: {} new nodes, {} pods unschedulable",
+        "\nRSS MiB after the kube client {:.0}, the AWS clients {:.0}, the live catalog created {:.0}, loaded {with_parts:.0}",
+        parts.0, parts.1, parts.2
+    );
+    let _ = writeln!(
+        out,
+        "snapshot: {} pods, {} nodes, {} warnings; live catalog: {} types; plan: {} new nodes, {} pods unschedulable",
         snapshot.pods.len(),
         snapshot.nodes.len(),
         warnings.len(),
@@ -231,16 +237,25 @@ pub fn run(pods: usize, nodes: usize, region: &str) -> Result<String, CliError> 
 
 /// The API client and live catalog a controller holds: a client for an API server it never
 /// calls here, and a catalog whose AWS endpoint refuses connections (so it stands in the
-/// embedded tables after one failed attempt per source).
+/// embedded tables after one failed attempt per source). Also the RSS after the kube client,
+/// the AWS clients and the catalog's creation (before it loads).
 async fn controller_parts(
     region: &str,
-) -> Result<(kube::Client, joiner_aws::catalog::LiveCatalog), CliError> {
+) -> Result<
+    (
+        kube::Client,
+        joiner_aws::catalog::LiveCatalog,
+        (f64, f64, f64),
+    ),
+    CliError,
+> {
     joiner_controller::crypto::install_default_provider();
     let url: http::Uri = "https://127.0.0.1:6443"
         .parse()
         .map_err(|e| CliError::Usage(format!("API server URL: {e}")))?;
     let client = kube::Client::try_from(kube::Config::new(url))
         .map_err(|e| CliError::Usage(format!("kube client: {e}")))?;
+    let (after_kube, _) = rss_mib();
     let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
         .endpoint_url("http://127.0.0.1:9")
         .region(aws_config::Region::new(region.to_string()))
@@ -251,6 +266,7 @@ async fn controller_parts(
         .await;
     let clients = joiner_aws::AwsClients::from_config(&config)
         .map_err(|e| CliError::Usage(format!("AWS clients: {e}")))?;
+    let (after_aws, _) = rss_mib();
     let options = joiner_aws::catalog::CatalogOptions {
         max_attempts: 1,
         call_timeout: std::time::Duration::from_secs(5),
@@ -261,5 +277,6 @@ async fn controller_parts(
         options,
         &mut prometheus_client::registry::Registry::default(),
     );
-    Ok((client, live))
+    let (after_catalog, _) = rss_mib();
+    Ok((client, live, (after_kube, after_aws, after_catalog)))
 }

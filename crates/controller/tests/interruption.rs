@@ -47,6 +47,16 @@ fn provisioner(rebalance: Option<&str>) -> Provisioner {
     }))
 }
 
+/// Provisioner `web` launching only c5.large: one 1.5-CPU pod per node, so each interrupted
+/// node needs a replacement of its own.
+fn only_c5() -> Provisioner {
+    let mut p = provisioner(None);
+    p.spec.requirements.push(obj(json!(
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.large"]}
+    )));
+    p
+}
+
 /// The instance ID of node `name` (`i-0000000a` for `a`).
 fn instance(name: &str) -> String {
     format!("i-{:0>8}", name)
@@ -562,16 +572,7 @@ async fn sixty_warnings_at_once_are_all_draining_within_ten_seconds_while_launch
     // Hex names: the node's name is its instance ID's tail.
     let names: Vec<String> = (0..NODES).map(|i| format!("b{i:02x}")).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    // One c5.large per pod: each interrupted node needs a replacement of its own.
-    let only_c5: Provisioner = obj(json!({
-        "apiVersion": "joiner.sh/v1alpha1", "kind": "Provisioner",
-        "metadata": {"name": "web"},
-        "spec": {"providerRef": {"name": "default"}, "requirements": [
-            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]},
-            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.large"]},
-        ]},
-    }));
-    let h = cluster(&refs, only_c5);
+    let h = cluster(&refs, only_c5());
     let bodies: Vec<String> = names
         .iter()
         .enumerate()
@@ -769,15 +770,7 @@ async fn a_message_in_work_is_kept_invisible_until_it_is_deleted() {
 #[tokio::test]
 async fn a_second_warning_does_not_take_the_room_bought_for_the_first() {
     let moto = MotoServer::session().expect("moto server");
-    let only_c5: Provisioner = obj(json!({
-        "apiVersion": "joiner.sh/v1alpha1", "kind": "Provisioner",
-        "metadata": {"name": "web"},
-        "spec": {"providerRef": {"name": "default"}, "requirements": [
-            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]},
-            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c5.large"]},
-        ]},
-    }));
-    let h = cluster(&["a", "b"], only_c5);
+    let h = cluster(&["a", "b"], only_c5());
     let (q, sqs) = queue(&moto, "twice", &[spot_warning("a", "ev-a", NOW)]).await;
     let memory = Memory::default();
     assert_eq!(drain_queue(&h, &q, &memory).await.len(), 1);

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use joiner_apis::{NodeClaim, Provisioner};
-use joiner_core::scheduling::{simulate, Options, Plan};
+use joiner_core::scheduling::{simulate_in_place, Options, Plan};
 use joiner_core::{labels, CloudProvider, InstanceType};
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
@@ -279,7 +279,7 @@ pub async fn provision_batch<P: CloudProvider>(
     }
 
     let start = Instant::now();
-    let plan = simulate(&snap, &catalog, &Options::default());
+    let plan = simulate_in_place(&mut snap, &catalog, &Options::default());
     ctx.metrics
         .scheduling_duration
         .observe(start.elapsed().as_secs_f64());

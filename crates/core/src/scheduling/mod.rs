@@ -61,6 +61,18 @@ pub fn simulate(snapshot: &Snapshot, catalog: &[InstanceType], opts: &Options) -
     preferences::solve(snapshot, |s| place(s, catalog, opts))
 }
 
+/// [`simulate`] on a snapshot the caller owns, changed while it runs and put back as given:
+/// the pods with preferences are hardened in place rather than every pod copied, so a
+/// controller's batch over a large cluster holds its pods once (the same plan as
+/// [`simulate`]).
+pub fn simulate_in_place(
+    snapshot: &mut Snapshot,
+    catalog: &[InstanceType],
+    opts: &Options,
+) -> Plan {
+    preferences::solve_in_place(snapshot, |s| place(s, catalog, opts))
+}
+
 /// One pass with every constraint of the snapshot's pods taken as hard; run again while the
 /// pass refused pinned pods another domain may take, placed pods beside pod-affinity partners
 /// that were refused, or over a spread's maxSkew once refusals and the new nodes' domains are

@@ -145,13 +145,35 @@ fn harden(p: &Pod, prefs: &[Preference], relaxed: usize) -> Pod {
 
 /// Runs `place` with preferences as hard rules, relaxing them pod by pod until nothing changes.
 pub fn solve(snapshot: &Snapshot, place: impl Fn(&Snapshot) -> Plan) -> Plan {
-    let soft_taints: Vec<Taint> = snapshot
+    if !has_preferences(snapshot) {
+        return place(snapshot);
+    }
+    solve_in_place(&mut snapshot.clone(), place)
+}
+
+/// True when some pod the simulation places has a preference to relax.
+fn has_preferences(snapshot: &Snapshot) -> bool {
+    let soft = soft_taints(snapshot);
+    snapshot.pods.iter().any(|p| {
+        p.node_name.is_none() && p.volume_hold.is_none() && !preferences(p, &soft).is_empty()
+    })
+}
+
+fn soft_taints(snapshot: &Snapshot) -> Vec<Taint> {
+    snapshot
         .provisioners
         .iter()
         .flat_map(|p| p.taints.iter())
         .filter(|t| t.effect == Effect::PreferNoSchedule)
         .cloned()
-        .collect();
+        .collect()
+}
+
+/// [`solve`] on a snapshot it may change while it runs, put back as given before it returns:
+/// each pass hardens the pods with preferences in place instead of copying every pod of the
+/// cluster into a hardened snapshot, so a large cluster's planning pass holds its pods once.
+pub fn solve_in_place(snapshot: &mut Snapshot, place: impl Fn(&Snapshot) -> Plan) -> Plan {
+    let soft_taints = soft_taints(snapshot);
     let prefs: Vec<Vec<Preference>> = snapshot
         .pods
         .iter()
@@ -172,26 +194,25 @@ pub fn solve(snapshot: &Snapshot, place: impl Fn(&Snapshot) -> Plan) -> Plan {
         .pods
         .iter()
         .enumerate()
+        .filter(|(i, _)| !prefs[*i].is_empty())
         .map(|(i, p)| (p.key(), i))
+        .collect();
+    // The pods with preferences as given, put back after each pass.
+    let originals: Vec<(usize, Pod)> = prefs
+        .iter()
+        .enumerate()
+        .filter(|(_, pr)| !pr.is_empty())
+        .map(|(i, _)| (i, snapshot.pods[i].clone()))
         .collect();
     let mut relaxed = vec![0usize; snapshot.pods.len()];
     loop {
-        let hardened = snapshot.with_pods(
-            snapshot
-                .pods
-                .iter()
-                .zip(&prefs)
-                .zip(&relaxed)
-                .map(|((p, pr), &r)| {
-                    if pr.is_empty() {
-                        p.clone()
-                    } else {
-                        harden(p, pr, r)
-                    }
-                })
-                .collect(),
-        );
-        let mut plan = place(&hardened);
+        for (i, original) in &originals {
+            snapshot.pods[*i] = harden(original, &prefs[*i], relaxed[*i]);
+        }
+        let mut plan = place(snapshot);
+        for (i, original) in &originals {
+            snapshot.pods[*i] = original.clone();
+        }
         let mut changed = false;
         for u in &plan.unschedulable {
             if let Some(&i) = index.get(&u.pod) {
@@ -227,6 +248,38 @@ mod tests {
     use super::*;
     use crate::pod::{PodAffinityTerm, TopologySpread};
     use crate::requirements::{Requirement, Requirements};
+
+    #[test]
+    fn in_place_plans_as_the_copy_does_and_puts_the_pods_back() {
+        // A preference no node can meet (relaxed after a pass) and a pod without one.
+        let mut nowhere = Requirements::new();
+        nowhere.add(crate::labels::ZONE, Requirement::single("z-nowhere"));
+        let mut web = Pod {
+            namespace: "default".into(),
+            name: "web".into(),
+            requests: crate::Resources::new(500, 1 << 30, 0, 1),
+            ..Pod::default()
+        };
+        web.preferred_node_terms.push((50, nowhere));
+        let db = Pod {
+            name: "db".into(),
+            preferred_node_terms: Vec::new(),
+            ..web.clone()
+        };
+        let snap = Snapshot {
+            pods: vec![web, db],
+            provisioners: vec![crate::Provisioner::default_provisioner()],
+            ..Snapshot::default()
+        };
+        let catalog = crate::testing::catalog::catalog();
+        let opts = crate::scheduling::Options::default();
+        let copied = crate::scheduling::simulate(&snap, &catalog, &opts);
+        let mut owned = snap.clone();
+        let in_place = crate::scheduling::simulate_in_place(&mut owned, &catalog, &opts);
+        assert_eq!(copied, in_place);
+        assert_eq!(copied.relaxed.len(), 1, "{copied:?}");
+        assert_eq!(owned.pods, snap.pods, "put back as given");
+    }
 
     #[test]
     fn lightest_first_and_hardened() {
