@@ -57,6 +57,15 @@ fn only_c5() -> Provisioner {
     p
 }
 
+/// How many launches `cloud` was asked for.
+fn creates(cloud: &joiner_core::testing::FakeCloud) -> usize {
+    cloud
+        .calls()
+        .iter()
+        .filter(|c| matches!(c, FakeCall::Create(_)))
+        .count()
+}
+
 /// The instance ID of node `name` (`i-0000000a` for `a`).
 fn instance(name: &str) -> String {
     format!("i-{:0>8}", name)
@@ -640,28 +649,18 @@ async fn sixty_warnings_at_once_are_all_draining_within_ten_seconds_while_launch
     }
     stop.cancel();
     consumer.await.expect("consumer");
-    let launched = slow
-        .cloud
-        .calls()
-        .iter()
-        .filter(|c| matches!(c, FakeCall::Create(_)))
-        .count();
     let written = h
         .api
         .requests()
         .iter()
         .filter(|r| r.is(Method::POST, CLAIMS))
         .count();
-    eprintln!(
-        "written {written} launched {launched} unplaced? calls {:?}",
-        slow.cloud
-            .calls()
-            .iter()
-            .filter(|c| !matches!(c, FakeCall::Create(_)))
-            .take(5)
-            .collect::<Vec<_>>()
+    assert_eq!(written, NODES, "one replacement claim per interrupted node");
+    assert_eq!(
+        creates(&slow.cloud),
+        NODES,
+        "one replacement per interrupted node"
     );
-    assert_eq!(launched, NODES, "one replacement per interrupted node");
     assert!(
         slow.most.load(Ordering::SeqCst) >= 10,
         "replacements launch in parallel: at most {} at once",
@@ -798,13 +797,7 @@ async fn a_second_warning_does_not_take_the_room_bought_for_the_first() {
         [r#""[\"shop/app-a@a\"]""#, r#""[\"shop/app-b@b\"]""#],
         "one replacement per victim, each holding its pod's room"
     );
-    let launches = h
-        .cloud
-        .calls()
-        .iter()
-        .filter(|c| matches!(c, FakeCall::Create(_)))
-        .count();
-    assert_eq!(launches, 2);
+    assert_eq!(creates(&h.cloud), 2);
 }
 
 /// A queue whose receive never returns (a call wedged past every timeout).
