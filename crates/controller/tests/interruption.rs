@@ -420,6 +420,36 @@ async fn a_rebalance_recommendation_replaces_when_the_provisioner_opts_in() {
     assert!(written < deleted);
 }
 
+/// A rebalance recommendation and a spot warning for one instance, received apart (by two
+/// workers, or before the stores show the first claim deleted): the node is replaced once.
+#[tokio::test]
+async fn two_events_for_one_node_replace_it_once() {
+    let moto = MotoServer::session().expect("moto server");
+    let h = cluster(&["a"], provisioner(Some("Replace")));
+    let (q, sqs) = queue(&moto, "twice-one", &[rebalance("a", "ev-r")]).await;
+    let memory = Memory::default();
+    assert_eq!(drain_queue(&h, &q, &memory).await.len(), 1);
+    sqs.send_message()
+        .queue_url(q.url())
+        .message_body(spot_warning("a", "ev-s", NOW))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(
+        drain_queue(&h, &q, &memory).await,
+        [Outcome::Rejected(Rejected::Duplicate)]
+    );
+    let written = h
+        .api
+        .requests()
+        .iter()
+        .filter(|r| r.is(Method::POST, CLAIMS))
+        .count();
+    assert_eq!(written, 1, "one replacement");
+    assert_eq!(creates(&h.cloud), 1);
+    assert_eq!(h.deleted(), ["web-a"], "drained once");
+}
+
 #[tokio::test]
 async fn malformed_foreign_duplicate_and_stale_messages_are_deleted_and_counted() {
     let moto = MotoServer::session().expect("moto server");
