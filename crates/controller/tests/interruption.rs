@@ -217,6 +217,25 @@ async fn left(sqs: &aws_sdk_sqs::Client, q: &SqsQueue) -> u32 {
     .sum()
 }
 
+/// Sends `body` to `q`, as EventBridge does.
+async fn send(sqs: &aws_sdk_sqs::Client, q: &SqsQueue, body: &str) {
+    sqs.send_message()
+        .queue_url(q.url())
+        .message_body(body)
+        .send()
+        .await
+        .expect("sent");
+}
+
+/// How many NodeClaims were written (replacements).
+fn claims_written(h: &Harness) -> usize {
+    h.api
+        .requests()
+        .iter()
+        .filter(|r| r.is(Method::POST, CLAIMS))
+        .count()
+}
+
 /// Receives and handles until the queue gives nothing.
 async fn drain_queue(h: &Harness, q: &SqsQueue, memory: &Memory) -> Vec<Outcome> {
     let mut out = Vec::new();
@@ -429,22 +448,12 @@ async fn two_events_for_one_node_replace_it_once() {
     let (q, sqs) = queue(&moto, "twice-one", &[rebalance("a", "ev-r")]).await;
     let memory = Memory::default();
     assert_eq!(drain_queue(&h, &q, &memory).await.len(), 1);
-    sqs.send_message()
-        .queue_url(q.url())
-        .message_body(spot_warning("a", "ev-s", NOW))
-        .send()
-        .await
-        .expect("sent");
+    send(&sqs, &q, &spot_warning("a", "ev-s", NOW)).await;
     assert_eq!(
         drain_queue(&h, &q, &memory).await,
         [Outcome::Rejected(Rejected::Duplicate)]
     );
-    let written = h
-        .api
-        .requests()
-        .iter()
-        .filter(|r| r.is(Method::POST, CLAIMS))
-        .count();
+    let written = claims_written(&h);
     assert_eq!(written, 1, "one replacement");
     assert_eq!(creates(&h.cloud), 1);
     assert_eq!(h.deleted(), ["web-a"], "drained once");
@@ -539,12 +548,7 @@ async fn a_message_whose_handling_fails_comes_back_and_is_handled_then() {
     assert_eq!(h.deleted(), ["web-a", "web-a"], "tried again, and done");
     assert_eq!(left(&sqs, &q).await, 0);
     // The replacement written on the first try serves the retry: no second one is bought.
-    let written = h
-        .api
-        .requests()
-        .iter()
-        .filter(|r| r.is(Method::POST, CLAIMS))
-        .count();
+    let written = claims_written(&h);
     assert_eq!(written, 1);
 }
 
@@ -679,12 +683,7 @@ async fn sixty_warnings_at_once_are_all_draining_within_ten_seconds_while_launch
     }
     stop.cancel();
     consumer.await.expect("consumer");
-    let written = h
-        .api
-        .requests()
-        .iter()
-        .filter(|r| r.is(Method::POST, CLAIMS))
-        .count();
+    let written = claims_written(&h);
     assert_eq!(written, NODES, "one replacement claim per interrupted node");
     assert_eq!(
         creates(&slow.cloud),
@@ -804,12 +803,7 @@ async fn a_second_warning_does_not_take_the_room_bought_for_the_first() {
     let memory = Memory::default();
     assert_eq!(drain_queue(&h, &q, &memory).await.len(), 1);
     tokio::time::sleep(Duration::from_millis(400)).await;
-    sqs.send_message()
-        .queue_url(q.url())
-        .message_body(spot_warning("b", "ev-b", NOW))
-        .send()
-        .await
-        .expect("sent");
+    send(&sqs, &q, &spot_warning("b", "ev-b", NOW)).await;
     assert_eq!(drain_queue(&h, &q, &memory).await.len(), 1);
 
     let posts: Vec<support::Recorded> = h
