@@ -819,30 +819,33 @@ impl CloudProvider for AwsCloudProvider {
             Err(e) => return Err(e),
         };
         // Written while stopped (EC2 allows no other time), for the record: Bottlerocket
-        // reads user data on its first boot only, so the settings are applied below.
+        // reads user data on its first boot only, so the settings go through SSM.
+        let stopped = matches!(instance.state.as_str(), "stopped" | "stopping");
         let user_data = settings
             .as_deref()
-            .filter(|_| matches!(instance.state.as_str(), "stopped" | "stopping"))
+            .filter(|_| stopped)
             .map(|d| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, d));
-        let previous = instance.tags.get(tags::NODECLAIM).cloned();
+        // A fresh take sends the settings before the start, in one call: SSM accepts a command
+        // for a stopped instance whose agent registered during the warm-up and delivers it
+        // when the agent is back. A refusal (an agent SSM does not know, access denied) fails
+        // the take before anything started, so nothing waits and nothing is put back; the
+        // claim is launched instead. A command left queued by a start that then failed is
+        // delivered only if the member is started again, which only a take does, with the
+        // same settings (they depend on the Provisioner, NodeTemplate, type and image, never
+        // on the claim).
+        if let Some(document) = settings.as_deref().filter(|_| stopped) {
+            self.commands.apply_settings(&instance.id, document).await?;
+        }
         let instance = self
             .warm
             .start_member(instance, claim_name, user_data.as_deref())
             .await?;
-        if let Some(document) = settings {
-            match self.commands.apply_settings(&instance.id, &document).await {
-                Ok(_) => {}
-                Err(e) if resumed => {
-                    tracing::warn!(instance_id, claim = claim_name, error = %e,
-                        "sending the node settings of a resumed take again failed; keeping the take");
-                }
-                Err(e) => {
-                    // Not sent: the member goes back, and the claim is launched instead.
-                    self.warm
-                        .put_back(&instance.id, claim_name, previous.as_deref())
-                        .await;
-                    return Err(e.into());
-                }
+        // A resumed take sends them again (once; the first send may not have happened), and
+        // keeps the take whatever SSM answers: the node may have joined already.
+        if let Some(document) = settings.as_deref().filter(|_| !stopped) {
+            if let Err(e) = self.commands.apply_settings(&instance.id, document).await {
+                tracing::warn!(instance_id, claim = claim_name, error = %e,
+                    "sending the node settings of a resumed take again failed; keeping the take");
             }
         }
         // Taken: the instance is the claim's node from now on, and leaves the pool's

@@ -38,11 +38,6 @@ pub const WARM_STATE: &str = joiner_core::labels::WARM_STATE;
 /// take resumed after a crash reboots it at most once more than needed, never forgets to.
 pub const REBOOTED_FOR: &str = "joiner.sh/warm-rebooted-for";
 
-/// How long [`WarmMembers::put_back`] waits for a member still pending from its start to run,
-/// so that it can be stopped.
-pub const PUT_BACK_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
-/// How often it looks again meanwhile.
-pub const PUT_BACK_POLL: std::time::Duration = std::time::Duration::from_secs(2);
 /// How many times [`WarmMembers::release`] sends its DeleteTags.
 pub const RELEASE_ATTEMPTS: u32 = 3;
 /// The wait before the second attempt (doubled before the third).
@@ -245,32 +240,6 @@ impl WarmMembers {
             .unwrap_or_else(|| InstanceStateName::Pending.as_str().to_string());
         tracing::info!(instance_id = %id, claim, "warm-pool member started for a NodeClaim");
         Ok(instance)
-    }
-
-    /// Puts member `id` back after a take that started it for `claim` but could not finish
-    /// (SSM refused its Bottlerocket settings): its claim tag goes back to `previous`
-    /// when that was another name, and it is stopped, so the claim's fallback launch is the
-    /// claim's only instance and the member can be taken again. Failures are logged: the
-    /// pool's reconciler replaces a member it finds running outside a take.
-    pub async fn put_back(&self, id: &str, claim: &str, previous: Option<&str>) {
-        if let Some(previous) = previous.filter(|p| *p != claim) {
-            if let Err(e) = self.tag_claim(id, previous).await {
-                tracing::warn!(instance_id = %id, claim, error = %e, "restoring the member's claim tag after a failed take failed");
-            }
-        }
-        // EC2 refuses to stop an instance still pending from its start: wait until it runs.
-        let started = std::time::Instant::now();
-        while started.elapsed() < PUT_BACK_WAIT {
-            match self.instances.get(id).await {
-                Ok(Some(i)) if i.state == "pending" => {
-                    tokio::time::sleep(PUT_BACK_POLL).await;
-                }
-                _ => break,
-            }
-        }
-        if let Err(e) = self.stop(id, false).await {
-            tracing::warn!(instance_id = %id, claim, error = %e, "stopping a member after a failed take failed");
-        }
     }
 
     /// Takes a running `Running` member for `claim`: tags it with the claim, reboots it (the

@@ -327,7 +327,7 @@ async fn a_bottlerocket_member_gets_its_cluster_settings_only_when_started_for_a
     let env = testing::environment(&clients, CLUSTER, PREFIX, K8S)
         .await
         .expect("environment");
-    let sent = Arc::new(Mutex::new(Vec::new()));
+    let sent = Recorded::default();
     let p = bottlerocket_provider(&clients, &env, sent.clone(), None);
     let member = p
         .create(&warm_request("web-warm-br"))
@@ -354,7 +354,7 @@ async fn a_bottlerocket_member_gets_its_cluster_settings_only_when_started_for_a
     );
     assert_eq!(started.tags["joiner.sh/nodeclaim"], "web-claim");
     // What AWS receives: the TOML itself, base64-encoded once on the wire by the SDK.
-    let sent = sent.lock().expect("sent").clone();
+    let sent = sent.user_data();
     assert_eq!(sent.len(), 1);
     assert!(sent[0].starts_with("[settings"), "{}", sent[0]);
     // The settings the node reads: applied with apiclient through SSM, to this instance only,
@@ -443,12 +443,13 @@ async fn a_bottlerocket_member_gets_its_cluster_settings_only_when_started_for_a
 }
 
 /// A provider whose Provisioner web launches Bottlerocket; ModifyInstanceAttribute's user data
-/// is recorded in `sent` (see [`MotoUserData`]); `ssm_faults` answers SSM calls instead of moto.
+/// and every EC2 action are recorded in `sent` (see [`MotoUserData`]); `ssm_faults` answers
+/// SSM calls instead of moto.
 fn bottlerocket_provider(
     clients: &AwsClients,
     env: &testing::Environment,
-    sent: Arc<Mutex<Vec<String>>>,
-    ssm_faults: Option<SsmFails>,
+    sent: Recorded,
+    ssm_faults: Option<SsmRefuses>,
 ) -> AwsCloudProvider {
     let nt: NodeTemplate = serde_yaml::from_str(&format!(
         "apiVersion: joiner.sh/v1alpha1\nkind: NodeTemplate\nmetadata: {{name: default}}\nspec:\n  amiFamily: Bottlerocket\n  amiSelector: {{aws-ids: {}}}\n  subnetSelector: {{joiner.sh/discovery: c1}}\n  securityGroupSelector: {{joiner.sh/discovery: c1}}\n",
@@ -481,13 +482,29 @@ fn bottlerocket_provider(
     .0
 }
 
-/// Answers every SSM call with AccessDeniedException (moto has no fault injection).
-#[derive(Debug)]
-struct SsmFails;
+/// Answers every SSM call with the error `code` (moto has no fault injection), counting them.
+#[derive(Debug, Clone)]
+struct SsmRefuses {
+    code: &'static str,
+    calls: Arc<std::sync::atomic::AtomicUsize>,
+}
 
-impl Intercept for SsmFails {
+impl SsmRefuses {
+    fn with(code: &'static str) -> Self {
+        SsmRefuses {
+            code,
+            calls: Arc::default(),
+        }
+    }
+
+    fn calls(&self) -> usize {
+        self.calls.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Intercept for SsmRefuses {
     fn name(&self) -> &'static str {
-        "SsmFails"
+        "SsmRefuses"
     }
 
     fn modify_before_deserialization(
@@ -496,43 +513,65 @@ impl Intercept for SsmFails {
         _rc: &RuntimeComponents,
         _cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let resp = ctx.response_mut();
         *resp.status_mut() = aws_smithy_runtime_api::http::StatusCode::try_from(400)?;
-        *resp.body_mut() = SdkBody::from(
-            r#"{"__type":"AccessDeniedException","message":"not authorized to perform ssm:SendCommand"}"#,
-        );
+        *resp.body_mut() = SdkBody::from(format!(
+            r#"{{"__type":"{}","message":"refused by the test"}}"#,
+            self.code
+        ));
         Ok(())
     }
 }
 
-/// A take whose settings cannot be sent fails (the launcher then launches instead), and the
-/// member goes back: its claim tag restored and stopped, never left running for the claim.
+/// A take whose settings SSM refuses fails at once, before the member starts: one SendCommand,
+/// no wait for an agent SSM does not know, no StartInstances, the member stopped and still the
+/// pool's (the launcher then launches instead).
 #[tokio::test]
-async fn a_bottlerocket_take_whose_settings_cannot_be_sent_puts_the_member_back() {
+async fn a_bottlerocket_take_whose_settings_ssm_refuses_never_starts_the_member() {
     let moto = MotoServer::session().expect("moto server");
     let clients = AwsClients::from_config(&moto.sdk_config("us-east-1").await).expect("clients");
     let env = testing::environment(&clients, CLUSTER, PREFIX, K8S)
         .await
         .expect("environment");
-    let p = bottlerocket_provider(&clients, &env, Arc::default(), Some(SsmFails));
-    let member = p
+    let member = bottlerocket_provider(&clients, &env, Recorded::default(), None)
         .create(&warm_request("web-warm-s"))
         .await
         .expect("warm launch");
-    p.stop_warm(&member.instance_id).await.expect("stop");
-    let err = p
-        .start_warm(&member.instance_id, "web-claim")
-        .await
-        .expect_err("settings refused");
-    assert_eq!(err.code(), "AccessDeniedException", "{err}");
-    let d = describe(&clients, &member.instance_id).await;
-    assert_eq!(d.state, "stopped");
-    assert_eq!(d.tags["joiner.sh/nodeclaim"], "web-warm-s");
-    assert!(p.get("web-claim").await.expect("get").is_none());
+    for code in ["InvalidInstanceId", "AccessDeniedException"] {
+        let refuses = SsmRefuses::with(code);
+        let recorded = Recorded::default();
+        let p = bottlerocket_provider(&clients, &env, recorded.clone(), Some(refuses.clone()));
+        p.stop_warm(&member.instance_id).await.expect("stop");
+        let err = p
+            .start_warm(&member.instance_id, "web-claim")
+            .await
+            .expect_err("settings refused");
+        assert_eq!(err.code(), code, "{err}");
+        assert_eq!(refuses.calls(), 1, "{code}: sent once, never retried");
+        let actions = recorded.actions();
+        assert!(
+            !actions
+                .iter()
+                .any(|a| a == "StartInstances" || a == "CreateTags"),
+            "{code}: {actions:?}"
+        );
+        let d = describe(&clients, &member.instance_id).await;
+        assert_eq!(d.state, "stopped");
+        assert_eq!(d.tags["joiner.sh/nodeclaim"], "web-warm-s");
+        assert!(d.tags.contains_key("joiner.sh/warm-pool"));
+        assert!(p.get("web-claim").await.expect("get").is_none());
+    }
 
+    let p = bottlerocket_provider(
+        &clients,
+        &env,
+        Recorded::default(),
+        Some(SsmRefuses::with("AccessDeniedException")),
+    );
     // A take a crash interrupted after its start is resumed; sending the settings again
     // failing then does not undo it (the node may have joined): it stays the claim's.
-    let working = bottlerocket_provider(&clients, &env, Arc::default(), None);
+    let working = bottlerocket_provider(&clients, &env, Recorded::default(), None);
     working
         .start_warm(&member.instance_id, "web-claim")
         .await
@@ -576,7 +615,25 @@ async fn ssm_commands(clients: &AwsClients) -> Vec<(Vec<String>, String)> {
 /// records the user data the SDK sent and adds moto's second layer, so the test runs the real
 /// call against moto and checks what EC2 would receive.
 #[derive(Debug)]
-struct MotoUserData(Arc<Mutex<Vec<String>>>);
+struct MotoUserData(Recorded);
+
+/// What [`MotoUserData`] saw: the user data of each ModifyInstanceAttribute, and the action of
+/// every EC2 call, in order.
+#[derive(Debug, Clone, Default)]
+struct Recorded {
+    user_data: Arc<Mutex<Vec<String>>>,
+    actions: Arc<Mutex<Vec<String>>>,
+}
+
+impl Recorded {
+    fn user_data(&self) -> Vec<String> {
+        self.user_data.lock().expect("user data").clone()
+    }
+
+    fn actions(&self) -> Vec<String> {
+        self.actions.lock().expect("actions").clone()
+    }
+}
 
 fn percent_decode(v: &str) -> String {
     v.replace("%2B", "+")
@@ -605,6 +662,13 @@ impl Intercept for MotoUserData {
             return Ok(());
         };
         let body = String::from_utf8_lossy(bytes).to_string();
+        if let Some(action) = body.split('&').find_map(|kv| kv.strip_prefix("Action=")) {
+            self.0
+                .actions
+                .lock()
+                .expect("actions")
+                .push(action.to_string());
+        }
         if !body
             .split('&')
             .any(|kv| kv == "Action=ModifyInstanceAttribute")
@@ -619,8 +683,9 @@ impl Intercept for MotoUserData {
                     let once = percent_decode(v);
                     let raw = engine.decode(&once)?;
                     self.0
+                        .user_data
                         .lock()
-                        .expect("sent")
+                        .expect("user data")
                         .push(String::from_utf8_lossy(&raw).into_owned());
                     out.push(format!(
                         "UserData.Value={}",

@@ -6,7 +6,7 @@
 //! SSM (`AWS-RunShellScript`, run by the agent in Bottlerocket's control container):
 //! - **pull**: while a member warms, the controller sends [`script::commands`], asks after the
 //!   command until it is over, and only then stops the member;
-//! - **settings**: when a member is started for a claim, the provider sends
+//! - **settings**: when a member is taken for a claim, the provider sends, before it starts,
 //!   [`script::settings_commands`] with the node's settings (the user data it would have
 //!   booted with); SSM delivers them when the member's agent is back up.
 //!
@@ -37,12 +37,6 @@ pub const SETTINGS_RUN: Duration = Duration::from_secs(120);
 pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(600);
 /// The most characters of the script's output kept in a failed pull's reason.
 pub const REASON_CHARS: usize = 400;
-
-/// How long a take retries sending a member its settings while SSM does not know the
-/// member's agent yet.
-pub const SETTINGS_WAIT: Duration = Duration::from_secs(60);
-/// How often a take tries again while it waits.
-pub const SETTINGS_POLL: Duration = Duration::from_secs(3);
 
 /// SSM commands to the warm-pool members of one cluster.
 #[derive(Debug, Clone)]
@@ -82,43 +76,29 @@ impl WarmCommands {
         Ok(command)
     }
 
-    /// Sends the settings `document` (TOML) to member `id`, started (or starting) for a claim;
-    /// returns the command's ID without waiting for it to run. SSM keeps a command for a
-    /// stopped or pending instance whose agent registered during the warm-up and delivers it
-    /// when the agent is back (within [`DELIVERY_TIMEOUT`]); the kubelet joins once the
-    /// settings are applied. So a take holds the launch path for one call, not for a boot. A
-    /// send refused with `InvalidInstanceId` (the agent not registered yet) is retried for at
-    /// most [`SETTINGS_WAIT`]; any other refusal is returned at once (the take falls back).
-    /// Settings that never apply make a node that never registers, which the claim's
-    /// registration timeout replaces, as for any launch. Refused for an instance that is not
-    /// a warm-pool member of this cluster.
+    /// Sends the settings `document` (TOML) to member `id`, about to be started (or
+    /// started) for a claim; returns the command's ID without waiting for it to run. One
+    /// call, never retried: a take holds the launch path for no SSM wait. SSM keeps a command
+    /// for a stopped or pending instance whose agent registered during the warm-up and
+    /// delivers it when the agent is back (within [`DELIVERY_TIMEOUT`]); the kubelet joins
+    /// once the settings are applied. A refusal (`InvalidInstanceId` for an agent SSM does
+    /// not know, access denied) is returned, and the take falls back to a launch. Settings
+    /// that never apply make a node that never registers, which the claim's registration
+    /// timeout replaces, as for any launch. Refused for an instance that is not a warm-pool
+    /// member of this cluster.
     pub async fn apply_settings(&self, id: &str, document: &str) -> Result<String, WarmError> {
         self.members.member(id).await?;
-        let started = std::time::Instant::now();
-        let script = script::settings_commands(document);
-        loop {
-            match self
-                .send(
-                    id,
-                    script.clone(),
-                    "node settings of a taken warm-pool member",
-                    DELIVERY_TIMEOUT,
-                    SETTINGS_RUN,
-                )
-                .await
-            {
-                Ok(command) => {
-                    tracing::info!(instance_id = %id, command, "node settings sent to a taken warm-pool member");
-                    return Ok(command);
-                }
-                Err(AwsError::Api { code, .. })
-                    if code == "InvalidInstanceId" && started.elapsed() < SETTINGS_WAIT =>
-                {
-                    tokio::time::sleep(SETTINGS_POLL).await;
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
+        let command = self
+            .send(
+                id,
+                script::settings_commands(document),
+                "node settings of a taken warm-pool member",
+                DELIVERY_TIMEOUT,
+                SETTINGS_RUN,
+            )
+            .await?;
+        tracing::info!(instance_id = %id, command, "node settings sent to a taken warm-pool member");
+        Ok(command)
     }
 
     /// Sends `script` to `id` as an `AWS-RunShellScript` command that SSM delivers for at most
