@@ -132,19 +132,23 @@ pub struct Consolidation {
     /// True to let joiner delete or replace underused nodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
-    /// How much disruption a move may cost for what it saves: `Aggressive` (any move that
-    /// saves the minimum price improvement), `Balanced` (the default: a move must save at least
-    /// its share of the Provisioner's disruption) or `Conservative` (twice its share).
+    /// How much disruption a move may cost for what it saves: `WhenEmptyOrUnderutilized`
+    /// (the default, Karpenter's: delete a node whose pods fit elsewhere, replace nodes by a
+    /// strictly cheaper one, no score gate), `Aggressive` (the same), `Balanced` (Karpenter's
+    /// Balanced: a move's share of the Provisioner's savings must be at least half its share
+    /// of the disruption, score ≥ 0.5) or `Conservative` (its whole share, score ≥ 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^(Aggressive|Balanced|Conservative)$"))]
+    #[schemars(regex(
+        pattern = r"^(WhenEmptyOrUnderutilized|Aggressive|Balanced|Conservative)$"
+    ))]
     pub policy: Option<String>,
     /// The score a move needs, overriding the policy's (savings share over disruption share;
-    /// 1.0 is Balanced).
+    /// 0.5 is Balanced). Opt-in: unset, only a gated policy scores moves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.0))]
     pub min_score: Option<f64>,
     /// How much cheaper a replacement must be than what it replaces, as a percentage
-    /// ("10%", the default).
+    /// ("10%"). Opt-in: unset, any strictly cheaper replacement passes, as in Karpenter.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^([0-9]|[1-9][0-9]|100)%$"))]
     pub min_price_improvement: Option<String>,

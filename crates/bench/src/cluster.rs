@@ -69,6 +69,7 @@ pub fn running(
                 name: app.to_string(),
                 selector: Some(selector),
                 disruptions_allowed: if i % 10 == 9 { 0 } else { 1 },
+                always_allow_unhealthy: false,
             }
         })
         .collect();

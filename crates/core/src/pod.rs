@@ -135,8 +135,20 @@ pub struct Pod {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PodDisruption {
     /// The annotation keeping its node from voluntary disruption (`joiner.sh/do-not-disrupt`,
-    /// `karpenter.sh/do-not-disrupt` or `karpenter.sh/do-not-evict` set to "true"), if any.
+    /// `karpenter.sh/do-not-disrupt` or `karpenter.sh/do-not-evict` set to "true", or one of
+    /// the first two set to a duration, as `key=duration`), if any.
     pub do_not_disrupt: Option<String>,
+    /// For a duration opt-out (`karpenter.sh/do-not-disrupt: "30m"`): when it ends (unix
+    /// seconds: the pod's start plus the duration). `None` with an opt-out: it holds for ever
+    /// ("true", or a duration on a pod that has not started yet).
+    pub do_not_disrupt_until: Option<i64>,
+    /// True once the pod is being deleted (`metadata.deletionTimestamp`): it is going anyway,
+    /// so it neither keeps its node nor needs room elsewhere (a StatefulSet's pod excepted:
+    /// its replacement of the same name is created only once it is gone).
+    pub terminating: bool,
+    /// True for a bound pod whose `Ready` condition is not True: a PodDisruptionBudget with
+    /// `unhealthyPodEvictionPolicy: AlwaysAllow` lets it be evicted whatever its budget.
+    pub not_ready: bool,
     /// `controller.kubernetes.io/pod-deletion-cost`: pods that cost more to delete make their
     /// node a worse candidate.
     pub deletion_cost: i32,
@@ -147,6 +159,13 @@ pub struct PodDisruption {
     /// nomination, [`crate::labels::NOMINATED_PODS`]): the snapshot places it on that claim's
     /// node, and that node is not disrupted until the pod arrives or the nomination lapses.
     pub nominated: Option<String>,
+}
+
+impl PodDisruption {
+    /// True when the pod's opt-out keeps its node at `now`: "true", or a duration not over.
+    pub fn protects(&self, now: i64) -> bool {
+        self.do_not_disrupt.is_some() && self.do_not_disrupt_until.is_none_or(|until| now < until)
+    }
 }
 
 /// A zone constraint a pod's volume puts on it: a bound PersistentVolume's node affinity, or
@@ -261,6 +280,13 @@ impl Pod {
     /// True when a DaemonSet owns the pod: the autoscaler never provisions for those.
     pub fn is_daemon(&self) -> bool {
         self.owner.as_ref().is_some_and(|o| o.kind == "DaemonSet")
+    }
+
+    /// True when the pod is being deleted and nothing takes its place on its own: a
+    /// terminating pod that no StatefulSet owns (a StatefulSet recreates the pod of the same
+    /// name only once it is gone, so its room is still needed; Karpenter counts it too).
+    pub fn is_going(&self) -> bool {
+        self.disruption.terminating && !self.owner.as_ref().is_some_and(|o| o.kind == "StatefulSet")
     }
 }
 

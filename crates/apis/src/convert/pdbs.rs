@@ -7,8 +7,9 @@ use super::selectors::label_selector;
 use super::FieldError;
 
 /// Converts a PodDisruptionBudget: its namespace (default `default`), selector (`{}` covers
-/// every pod of the namespace, a missing one none) and `status.disruptionsAllowed` (0 until
-/// the disruption controller has computed it, so a new budget protects at once).
+/// every pod of the namespace, a missing one none), `status.disruptionsAllowed` (0 until
+/// the disruption controller has computed it, so a new budget protects at once) and
+/// `spec.unhealthyPodEvictionPolicy` (`AlwaysAllow` lets pods that are not Ready go).
 pub fn pdb(p: &PodDisruptionBudget, name: &str) -> Result<Pdb, FieldError> {
     let selector = match p.spec.as_ref().and_then(|s| s.selector.as_ref()) {
         Some(sel) => Some(label_selector(
@@ -28,6 +29,11 @@ pub fn pdb(p: &PodDisruptionBudget, name: &str) -> Result<Pdb, FieldError> {
             .as_ref()
             .and_then(|s| s.disruptions_allowed)
             .unwrap_or(0),
+        always_allow_unhealthy: p
+            .spec
+            .as_ref()
+            .and_then(|s| s.unhealthy_pod_eviction_policy.as_deref())
+            == Some("AlwaysAllow"),
     })
 }
 
@@ -76,6 +82,20 @@ mod tests {
             fresh.blocks(&any),
             "{{}} covers the namespace; no status yet allows nothing"
         );
+        assert!(!fresh.always_allow_unhealthy, "IfHealthyBudget by default");
+        let lenient = pdb(
+            &parse(serde_json::json!({
+                "metadata": {"name": "all"},
+                "spec": {"maxUnavailable": 0, "selector": {},
+                         "unhealthyPodEvictionPolicy": "AlwaysAllow"}
+            })),
+            "all",
+        )
+        .expect("converts");
+        let mut sick = any.clone();
+        sick.disruption.not_ready = true;
+        assert!(lenient.blocks(&any), "a Ready pod is held");
+        assert!(!lenient.blocks(&sick), "a pod that is not Ready may go");
         let bad = pdb(
             &parse(serde_json::json!({
                 "metadata": {"name": "bad"},

@@ -141,37 +141,89 @@ pub const DO_NOT_DISRUPT_ANNOTATIONS: &[&str] = &[
 /// `controller.kubernetes.io/pod-deletion-cost`.
 pub const DELETION_COST_ANNOTATION: &str = "controller.kubernetes.io/pod-deletion-cost";
 
-/// What a pod's metadata says about disrupting its node: an opt-out set to "true", the
-/// deletion cost and the creation time. A deletion cost that is not an int32 counts as 0 and comes back as the
-/// second value, to be reported (as Karpenter logs and ignores it): one bad annotation must
-/// not keep the pod out of planning.
-pub fn pod_disruption(
-    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-) -> (PodDisruption, Option<FieldError>) {
+/// The opt-outs that may also be a duration (Karpenter's since v1.12): the node is kept for
+/// that long after the pod started.
+const DURATION_OPT_OUTS: &[&str] = &["joiner.sh/do-not-disrupt", "karpenter.sh/do-not-disrupt"];
+
+/// What a pod says about disrupting its node: an opt-out ("true", or for
+/// `karpenter.sh/do-not-disrupt` and `joiner.sh/do-not-disrupt` a Go duration counted from
+/// `status.startTime`), the deletion cost, the creation time, whether it is being deleted and
+/// whether it is Ready. A value that is neither is ignored, as Karpenter ignores it, and comes
+/// back in the list to be reported ("false" is no opt-out and not reported), as does a
+/// deletion cost that is not an int32 (counted as 0): one bad annotation must not keep the pod
+/// out of planning.
+pub fn pod_disruption(pod: &k8s::Pod) -> (PodDisruption, Vec<FieldError>) {
+    let meta = &pod.metadata;
     let annotations = meta.annotations.as_ref();
     let get = |k: &str| annotations.and_then(|a| a.get(k)).map(String::as_str);
-    let do_not_disrupt = DO_NOT_DISRUPT_ANNOTATIONS
-        .iter()
-        .find(|k| get(k) == Some("true"))
-        .map(|k| k.to_string());
-    let (deletion_cost, bad) = match get(DELETION_COST_ANNOTATION) {
-        None => (0, None),
-        Some(v) => match v.trim().parse::<i32>() {
-            Ok(c) => (c, None),
-            Err(_) => (
-                0,
-                Some(FieldError::new(
-                    format!("metadata.annotations[{DELETION_COST_ANNOTATION:?}]"),
-                    format!("{v:?} is not a 32-bit integer; counted as 0"),
-                )),
-            ),
-        },
+    let mut bad = Vec::new();
+    let started = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.start_time.as_ref())
+        .map(|t| t.0.as_second());
+    let mut do_not_disrupt = None;
+    let mut do_not_disrupt_until = None;
+    for key in DO_NOT_DISRUPT_ANNOTATIONS {
+        let Some(value) = get(key) else { continue };
+        let value = value.trim();
+        if value == "true" {
+            do_not_disrupt = Some(key.to_string());
+            do_not_disrupt_until = None;
+            break;
+        }
+        if value == "false" || value.is_empty() {
+            continue;
+        }
+        let seconds = DURATION_OPT_OUTS
+            .contains(key)
+            .then(|| crate::duration::parse_seconds(value))
+            .flatten()
+            .and_then(|s| i64::try_from(s).ok())
+            .filter(|s| *s > 0);
+        match seconds {
+            Some(s) if do_not_disrupt.is_none() => {
+                do_not_disrupt = Some(format!("{key}={value}"));
+                // Not started yet: held until it starts (Karpenter's reading).
+                do_not_disrupt_until = started.map(|t| t.saturating_add(s));
+            }
+            Some(_) => {}
+            None => bad.push(FieldError::new(
+                format!("metadata.annotations[{key:?}]"),
+                if DURATION_OPT_OUTS.contains(key) {
+                    format!("{value:?} is neither \"true\" nor a positive duration; ignored")
+                } else {
+                    format!("{value:?} is not \"true\"; ignored")
+                },
+            )),
+        }
+    }
+    let deletion_cost = match get(DELETION_COST_ANNOTATION) {
+        None => 0,
+        Some(v) => v.trim().parse::<i32>().unwrap_or_else(|_| {
+            bad.push(FieldError::new(
+                format!("metadata.annotations[{DELETION_COST_ANNOTATION:?}]"),
+                format!("{v:?} is not a 32-bit integer; counted as 0"),
+            ));
+            0
+        }),
     };
+    let not_ready = is_bound(pod)
+        && !pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
     (
         PodDisruption {
             do_not_disrupt,
+            do_not_disrupt_until,
             deletion_cost,
             created_at: meta.creation_timestamp.as_ref().map(|t| t.0.as_second()),
+            terminating: meta.deletion_timestamp.is_some(),
+            not_ready,
             // Nominations live on NodeClaims; the snapshot sets this from them.
             nominated: None,
         },
@@ -199,7 +251,7 @@ pub fn pod(p: &k8s::Pod) -> Result<Pod, FieldError> {
         owner: controller_owner(p),
     };
     let mut converted = convert(id, spec, "spec")?;
-    converted.disruption = pod_disruption(&p.metadata).0;
+    converted.disruption = pod_disruption(p).0;
     Ok(converted)
 }
 

@@ -113,18 +113,13 @@ pub(super) fn node_pool(
                     "unset: joiner waits 30s after a node's pods last changed before consolidating it (spec.consolidation.consolidateAfter)",
                 )),
             }
-            if p == "Balanced" {
-                c["policy"] = json!("Balanced");
-                notes.push(disruption.note(
-                    "consolidationPolicy",
-                    "Balanced: joiner's Balanced policy weighs savings against disruption with its own threshold, not Karpenter's consolidation score",
-                ));
+            // joiner's policies of the same names make the same moves: Karpenter's default
+            // (any saving, no score gate) and Karpenter's Balanced (score ≥ 0.5).
+            c["policy"] = json!(if p == "Balanced" {
+                "Balanced"
             } else {
-                notes.push(disruption.note(
-                    "consolidationPolicy",
-                    "joiner consolidates a node only when the savings outweigh the disruption (policy Balanced); set spec.consolidation.policy: Aggressive for Karpenter's any-saving behaviour",
-                ));
-            }
+                "WhenEmptyOrUnderutilized"
+            });
             out.insert("consolidation".into(), c);
         }
         "WhenEmpty" => match after {

@@ -75,6 +75,14 @@ fn the_seed_converts_field_for_field() {
         p.spec.consolidation.as_ref().and_then(|c| c.enabled),
         Some(true)
     );
+    // Karpenter's consolidation makes any move that saves: the same-named joiner policy.
+    assert_eq!(
+        p.spec
+            .consolidation
+            .as_ref()
+            .and_then(|c| c.policy.as_deref()),
+        Some("WhenEmptyOrUnderutilized")
+    );
     assert_eq!(
         p.spec
             .consolidation
@@ -101,7 +109,6 @@ fn the_seed_converts_field_for_field() {
             "spec.metadataOptions",
             "spec.amiFamily",
             "spec.requirements",
-            "spec.consolidation.enabled",
             "spec.ttlSecondsAfterEmpty"
         ],
         "{:?}",
@@ -266,6 +273,13 @@ spec:
             .and_then(|c| c.consolidate_after.as_deref()),
         Some("1m")
     );
+    let settings = p.disruption_settings().expect("settings");
+    assert_eq!(
+        settings.policy,
+        joiner_core::disruption::ConsolidationPolicy::WhenEmptyOrUnderutilized
+    );
+    assert_eq!(settings.score_threshold(), None, "no score gate, as Karpenter");
+    assert_eq!(settings.min_price_improvement, None, "strictly cheaper");
     assert_eq!(p.spec.ttl_seconds_until_expired, Some(720 * 3600));
     assert_eq!(
         p.spec
@@ -392,13 +406,19 @@ spec:
     assert_eq!(c2.enabled, Some(true));
     // v1's documented default consolidateAfter is 0s, written out (joiner's is 30s).
     assert_eq!(c2.consolidate_after.as_deref(), Some("0s"));
+    // Karpenter's Balanced is joiner's Balanced: the same rule (score ≥ 0.5), no note needed.
+    assert_eq!(c2.policy.as_deref(), Some("Balanced"));
+    let settings = p.disruption_settings().expect("settings");
+    assert_eq!(settings.score_threshold(), Some(0.5));
     let fields: Vec<&str> = c.notes.iter().map(|n| n.field.as_str()).collect();
-    for f in [
-        "spec.template.spec.requirements[2].values",
-        "spec.disruption.consolidationPolicy",
-    ] {
-        assert!(fields.contains(&f), "{f}: {fields:?}");
-    }
+    assert!(
+        fields.contains(&"spec.template.spec.requirements[2].values"),
+        "{fields:?}"
+    );
+    assert!(
+        !fields.contains(&"spec.disruption.consolidationPolicy"),
+        "{fields:?}"
+    );
 }
 
 #[test]

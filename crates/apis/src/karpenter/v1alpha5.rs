@@ -203,13 +203,13 @@ pub(super) fn provisioner(
     }
     let consolidation = spec.child("consolidation")?;
     if let Some(enabled) = consolidation.take("enabled") {
-        out.insert("consolidation".into(), json!({"enabled": enabled}));
+        // Karpenter's consolidation makes any move that saves: joiner's default policy,
+        // written out so the Provisioner says what it does.
+        let mut c = json!({"enabled": enabled});
         if enabled.as_bool() == Some(true) {
-            notes.push(consolidation.note(
-                "enabled",
-                "joiner consolidates a node only when the savings outweigh the disruption (policy Balanced); set spec.consolidation.policy: Aggressive for Karpenter's any-saving behaviour",
-            ));
+            c["policy"] = json!("WhenEmptyOrUnderutilized");
         }
+        out.insert("consolidation".into(), c);
     }
     consolidation.finish(notes);
     // With consolidation on, empty nodes are consolidation's; joiner (like Karpenter's own

@@ -44,7 +44,10 @@ pub(super) fn disruption(
             out.policy = ConsolidationPolicy::parse(p).ok_or_else(|| {
                 check.invalid(
                     "spec.consolidation.policy",
-                    format!("unknown policy {p:?} (expected Aggressive, Balanced or Conservative)"),
+                    format!(
+                        "unknown policy {p:?} (expected one of {})",
+                        ConsolidationPolicy::NAMES.join(", ")
+                    ),
                 )
             })?;
         }
@@ -68,7 +71,7 @@ pub(super) fn disruption(
                         format!("invalid value {p:?} (expected a percentage such as \"10%\")"),
                     )
                 })?;
-            out.min_price_improvement = f64::from(percent) / 100.0;
+            out.min_price_improvement = Some(f64::from(percent) / 100.0);
         }
         if let Some(after) = &c.consolidate_after {
             out.consolidate_after = if after == "Never" {

@@ -428,8 +428,8 @@ fn disruption_settings_are_read_for_the_planner() {
     let s = p.disruption_settings().expect("valid");
     assert!(s.consolidation);
     assert_eq!(s.policy, ConsolidationPolicy::Conservative);
-    assert_eq!(s.score_threshold(), 2.0);
-    assert_eq!(s.min_price_improvement, 0.20);
+    assert_eq!(s.score_threshold(), Some(1.0));
+    assert_eq!(s.min_price_improvement, Some(0.20));
     assert_eq!(s.consolidate_after, 300);
     assert_eq!(s.expire_after, Some(86_400));
     assert_eq!(s.budgets.len(), 2);
@@ -438,13 +438,18 @@ fn disruption_settings_are_read_for_the_planner() {
         s.budgets[0].window.as_ref().map(|(_, d)| *d),
         Some(8 * 3_600)
     );
-    // Defaults: Balanced, 10 %, 30 s; minScore overrides the policy; Never never.
-    let d = with_spec("  consolidation: {enabled: true, minScore: 0.5, consolidateAfter: Never}\n")
+    // Defaults: Karpenter's WhenEmptyOrUnderutilized (no score gate), strictly cheaper, 30 s;
+    // minScore overrides the policy; Never never.
+    let d = with_spec("  consolidation: {enabled: true, consolidateAfter: Never}\n")
         .disruption_settings()
         .expect("valid");
-    assert_eq!(d.policy, ConsolidationPolicy::Balanced);
-    assert_eq!(d.min_price_improvement, 0.10);
-    assert_eq!(d.score_threshold(), 0.5);
+    assert_eq!(d.policy, ConsolidationPolicy::WhenEmptyOrUnderutilized);
+    assert_eq!(d.min_price_improvement, None);
+    assert_eq!(d.score_threshold(), None);
+    let scored = with_spec("  consolidation: {enabled: true, minScore: 0.25, policy: Balanced}\n")
+        .disruption_settings()
+        .expect("valid");
+    assert_eq!(scored.score_threshold(), Some(0.25));
     assert_eq!(d.consolidate_after, i64::MAX);
     assert!(
         d.budgets.is_empty(),

@@ -550,12 +550,16 @@ impl LiveCatalog {
             .set(i64::try_from(slot.skipped).unwrap_or(i64::MAX));
     }
 
+    /// The embedded tables standing in for `source`, built for this assembly and dropped
+    /// after it (not the process-wide [`embedded::cached`] copy): the assembled catalog is
+    /// what the controller keeps, and a second copy of the tables for as long as the
+    /// process runs would cost it about 8 MiB.
     fn embedded_or(
         &self,
         source: Source,
         slot_error: Option<&str>,
-    ) -> Result<&'static embedded::EmbeddedCatalog, CatalogError> {
-        embedded::cached(&self.region).map_err(|_| CatalogError::NoFallback {
+    ) -> Result<embedded::EmbeddedCatalog, CatalogError> {
+        embedded::catalog(&self.region).map_err(|_| CatalogError::NoFallback {
             region: self.region.clone(),
             what: source.as_str(),
             error: slot_error.unwrap_or("not fetched").to_string(),
@@ -571,12 +575,12 @@ impl LiveCatalog {
                 let e = self.embedded_or(Source::InstanceTypes, st.types.last_error.as_deref())?;
                 embedded_types = e
                     .instance_types
-                    .iter()
+                    .into_iter()
                     .map(|t| LiveType {
                         info: InstanceType {
                             offerings: Vec::new(),
                             provider_keys: crate::labels::INSTANCE_LABEL_KEYS,
-                            ..t.clone()
+                            ..t
                         },
                         on_demand: true,
                         spot: true,

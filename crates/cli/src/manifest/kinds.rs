@@ -218,9 +218,9 @@ pub(crate) fn read(
                 owner: convert::controller_owner(&pod),
             };
             let mut converted = convert::pod_spec(id, spec, "spec").map_err(e)?;
-            let (disruption, bad) = convert::pod_disruption(&pod.metadata);
+            let (disruption, bad) = convert::pod_disruption(&pod);
             converted.disruption = disruption;
-            if let Some(bad) = bad {
+            for bad in bad {
                 loaded
                     .warnings
                     .push(format!("{}: {}: {bad}", doc.location, obj.label()));

@@ -131,9 +131,11 @@ pub struct Offered {
     pub price: f64,
 }
 
-/// True for pods that leave with their node: DaemonSet pods and mirror (static) pods.
+/// True for pods that leave with their node: DaemonSet pods, mirror (static) pods, and pods
+/// already being deleted that nothing recreates in their place ([`Pod::is_going`]). They need
+/// no room elsewhere and cost nothing to move.
 pub fn leaves_with_node(pod: &Pod) -> bool {
-    pod.is_daemon() || pod.owner.as_ref().is_some_and(|o| o.kind == "Node")
+    pod.is_daemon() || pod.owner.as_ref().is_some_and(|o| o.kind == "Node") || pod.is_going()
 }
 
 fn candidate<'a>(
@@ -159,15 +161,22 @@ fn candidate<'a>(
     if let Some(a) = &node.life.do_not_disrupt {
         return Err(format!("the node is annotated {a}"));
     }
+    // An opt-out holds on any pod that stays until the node goes, DaemonSet and mirror pods
+    // included (Karpenter's rule); a pod already being deleted no longer has a say.
+    if let Some(pod) = pods
+        .iter()
+        .map(|&i| &snapshot.pods[i])
+        .find(|p| !p.disruption.terminating && p.disruption.protects(now))
+    {
+        let a = pod.disruption.do_not_disrupt.as_deref().unwrap_or_default();
+        return Err(format!("pod {} is annotated {a}", pod.key()));
+    }
     let movable: Vec<usize> = pods
         .into_iter()
         .filter(|&i| !leaves_with_node(&snapshot.pods[i]))
         .collect();
     for &i in &movable {
         let pod = &snapshot.pods[i];
-        if let Some(a) = &pod.disruption.do_not_disrupt {
-            return Err(format!("pod {} is annotated {a}", pod.key()));
-        }
         if let Some(claim) = &pod.disruption.nominated {
             // A reservation is named `<pod>@<claim>`: the message names the pod.
             let name = pod.name.split('@').next().unwrap_or(&pod.name);
@@ -312,6 +321,7 @@ mod tests {
                 name: "db".into(),
                 selector: Some(db_sel),
                 disruptions_allowed: 0,
+                always_allow_unhealthy: false,
             }],
             ..Snapshot::default()
         };
@@ -380,6 +390,7 @@ mod tests {
             name: name.into(),
             selector: Some(Requirements::new()),
             disruptions_allowed: 5,
+            always_allow_unhealthy: false,
         };
         let s = Snapshot {
             nodes: vec![node("n", Some("default"), "m5.large")],

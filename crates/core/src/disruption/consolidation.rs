@@ -97,17 +97,19 @@ pub fn evaluate(
     let price_after = outcome.price_after;
     let cost: f64 = nodes.iter().map(|c| c.cost).sum();
     let score = score(price_before - price_after, cost, totals);
-    let threshold = settings.score_threshold();
-    if score < threshold || score <= 0.0 {
+    if price_after >= price_before {
         return Err(format!(
-            "its score {score:.2} is below the {} threshold {threshold:.2} (saves ${:.4}/h for {cost:.1} of disruption)",
-            if settings.min_score.is_some() {
-                "minScore"
-            } else {
-                settings.policy.as_str()
-            },
-            price_before - price_after
+            "it saves nothing (${price_after:.4}/h after, ${price_before:.4}/h before)"
         ));
+    }
+    if let Some(threshold) = settings.score_threshold() {
+        if score < threshold || score <= 0.0 {
+            return Err(format!(
+                "its score {score:.2} is below the {} threshold {threshold:.2} (saves ${:.4}/h for {cost:.1} of disruption)",
+                settings.threshold_name(),
+                price_before - price_after
+            ));
+        }
     }
     Ok(Move {
         action,
@@ -139,13 +141,13 @@ fn replacement(
     price_before: f64,
     settings: &DisruptionSettings,
 ) -> Result<NewNode, String> {
-    let most = price_before * (1.0 - settings.min_price_improvement);
-    if price_after > most {
+    let bound = settings.price_bound(price_before);
+    if !bound.allows(price_after) {
         return Err(format!(
-            "a replacement ({} {}, ${price_after:.4}/h) is not {:.0}% cheaper than ${price_before:.4}/h",
+            "a replacement ({} {}, ${price_after:.4}/h) is not {} than ${price_before:.4}/h",
             new.instance_type,
             new.capacity_type,
-            settings.min_price_improvement * 100.0
+            settings.improvement_words()
         ));
     }
     if nodes.len() > 1 {
@@ -163,23 +165,30 @@ fn replacement(
         }
     }
     let all_spot = nodes.iter().all(|c| c.capacity_type == CapacityType::Spot);
+    let mut allowed: Vec<(String, f64)> = new
+        .priced_options()
+        .into_iter()
+        .filter(|(_, p)| bound.allows(*p))
+        .collect();
     if all_spot && new.capacity_type == CapacityType::Spot {
-        let cheaper = new
-            .priced_options()
-            .iter()
-            .filter(|(_, p)| *p <= most)
-            .count();
-        if cheaper < MIN_SPOT_OPTIONS {
+        if allowed.len() < MIN_SPOT_OPTIONS {
             return Err(format!(
-                "a spot replacement needs {MIN_SPOT_OPTIONS} cheaper spot types to choose from; {cheaper} are allowed"
+                "a spot replacement needs {MIN_SPOT_OPTIONS} cheaper spot types to choose from; {} are allowed",
+                allowed.len()
             ));
         }
+        // The 15 cheapest only (Karpenter's rule): EC2's price-capacity-optimized choice
+        // among them can never be a type that is itself worth consolidating again.
+        allowed.truncate(MIN_SPOT_OPTIONS);
     }
+    let allowed: std::collections::HashSet<&str> =
+        allowed.iter().map(|(n, _)| n.as_str()).collect();
+    // In the packer's order, as the launcher reads them.
     let (names, prices): (Vec<String>, Vec<Option<f64>>) = new
         .instance_type_options
         .iter()
         .zip(new.option_prices.iter())
-        .filter(|(_, p)| p.is_some_and(|p| p <= most))
+        .filter(|(n, _)| allowed.contains(n.as_str()))
         .map(|(n, p)| (n.clone(), *p))
         .unzip();
     Ok(NewNode {
@@ -270,14 +279,20 @@ mod tests {
 
     #[test]
     fn a_replacement_not_cheaper_by_the_minimum_is_refused() {
-        // m5.large → c5.large saves 11.5 %: enough for 10 %, not for 20 %.
+        // m5.large → c5.large saves 11.5 %: enough by default (strictly cheaper) and for 10 %,
+        // not for 20 %.
         let s = cluster(
             vec![node("a", "m5.large", "on-demand")],
             vec![pod("web", "a", 1500)],
         );
         assert!(remove(&s, "a", &aggressive()).is_ok());
+        let ten = DisruptionSettings {
+            min_price_improvement: Some(0.10),
+            ..aggressive()
+        };
+        assert!(remove(&s, "a", &ten).is_ok());
         let strict = DisruptionSettings {
-            min_price_improvement: 0.20,
+            min_price_improvement: Some(0.20),
             ..aggressive()
         };
         let e = remove(&s, "a", &strict).expect_err("refused");
@@ -301,13 +316,49 @@ mod tests {
     }
 
     #[test]
+    fn spot_to_spot_carries_only_the_fifteen_cheapest_types() {
+        // A spot m5.24xlarge for one small pod: 17 types of the test catalog are cheaper.
+        let s = spot_cluster(
+            vec![node("a", "m5.24xlarge", "spot")],
+            vec![pod("web", "a", 500)],
+        );
+        let m = remove(&s, "a", &aggressive()).expect("taken");
+        let new = replacement_of(&m);
+        assert_eq!(new.capacity_type, CapacityType::Spot);
+        let kept = new.priced_options();
+        assert_eq!(kept.len(), MIN_SPOT_OPTIONS, "{kept:?}");
+        let dearest_kept = kept.last().map(|(_, p)| *p).expect("options");
+        // Every spot type cheaper than the node that is left out costs more than every type
+        // kept (GPU types aside: the packer never offers them for pods that ask for none).
+        let cheaper: Vec<(String, f64)> = crate::testing::catalog::catalog()
+            .iter()
+            .filter(|t| !t.labels.contains_key(crate::testing::catalog::INSTANCE_GPU_NAME))
+            .filter_map(|t| {
+                t.offerings
+                    .iter()
+                    .filter(|o| o.capacity_type == CapacityType::Spot)
+                    .map(|o| o.price)
+                    .reduce(f64::min)
+                    .map(|p| (t.name.clone(), p))
+            })
+            .filter(|(_, p)| *p < m.price_before)
+            .collect();
+        assert!(cheaper.len() > MIN_SPOT_OPTIONS, "{cheaper:?}");
+        for (name, price) in &cheaper {
+            if !kept.iter().any(|(k, _)| k == name) {
+                assert!(*price >= dearest_kept, "{name} at {price} left out: {kept:?}");
+            }
+        }
+    }
+
+    #[test]
     fn a_replacement_lists_only_options_cheap_enough() {
         let m = remove(&oversized(), "big", &aggressive()).expect("taken");
         let new = replacement_of(&m);
-        let bound = m.price_before * 0.9;
+        let bound = m.price_before;
         assert!(!new.instance_type_options.is_empty());
         for (name, price) in new.priced_options() {
-            assert!(price <= bound, "{name} at {price} over {bound}");
+            assert!(price < bound, "{name} at {price} not under {bound}");
         }
         assert!(!new.instance_type_options.iter().any(|n| n == "m5.4xlarge"));
     }
@@ -366,6 +417,6 @@ mod tests {
         };
         let e = remove(&s, "a", &balanced).expect_err("refused");
         assert!(e.starts_with("its score 0."), "{e}");
-        assert!(e.contains("below the Balanced threshold 1.00"), "{e}");
+        assert!(e.contains("below the Balanced threshold 0.50"), "{e}");
     }
 }

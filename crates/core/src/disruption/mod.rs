@@ -17,6 +17,8 @@ pub mod cron;
 pub mod drift;
 #[cfg(test)]
 mod fixtures;
+#[cfg(test)]
+mod karpenter_scenarios;
 pub mod pdb;
 pub mod planner;
 #[cfg(test)]
@@ -27,4 +29,6 @@ pub mod working;
 
 pub use pdb::Pdb;
 pub use planner::{plan, Decision, DisruptionPlan, Input, Kept};
-pub use settings::{Budget, BudgetNodes, ConsolidationPolicy, DisruptionSettings, Reason};
+pub use settings::{
+    Budget, BudgetNodes, ConsolidationPolicy, DisruptionSettings, PriceBound, Reason,
+};

@@ -15,6 +15,9 @@ pub struct Pdb {
     pub selector: Option<Requirements>,
     /// `status.disruptionsAllowed` (0 while the status is not computed yet).
     pub disruptions_allowed: i32,
+    /// `spec.unhealthyPodEvictionPolicy: AlwaysAllow`: a covered pod that is not Ready may
+    /// be evicted whatever the budget allows.
+    pub always_allow_unhealthy: bool,
 }
 
 impl Pdb {
@@ -27,9 +30,12 @@ impl Pdb {
                 .is_some_and(|s| s.matches_labels(&pod.labels))
     }
 
-    /// True when it covers `pod` and allows no eviction now.
+    /// True when it covers `pod` and allows no eviction of it now (a pod that is not Ready
+    /// under `AlwaysAllow` may always go).
     pub fn blocks(&self, pod: &Pod) -> bool {
-        self.disruptions_allowed <= 0 && self.covers(pod)
+        self.disruptions_allowed <= 0
+            && !(self.always_allow_unhealthy && pod.disruption.not_ready)
+            && self.covers(pod)
     }
 }
 
@@ -47,6 +53,7 @@ mod tests {
             name: "db".into(),
             selector: Some(sel),
             disruptions_allowed: 0,
+            always_allow_unhealthy: false,
         };
         let mut db = Pod {
             namespace: "data".into(),
@@ -55,6 +62,14 @@ mod tests {
         };
         db.labels.insert("app".into(), "db".into());
         assert!(pdb.blocks(&db));
+        // A pod that is not Ready: blocked under the default policy, free under AlwaysAllow.
+        let mut sick = db.clone();
+        sick.disruption.not_ready = true;
+        assert!(pdb.blocks(&sick));
+        pdb.always_allow_unhealthy = true;
+        assert!(!pdb.blocks(&sick), "AlwaysAllow lets a not-Ready pod go");
+        assert!(pdb.blocks(&db), "a Ready pod is still held");
+        pdb.always_allow_unhealthy = false;
         let mut elsewhere = db.clone();
         elsewhere.namespace = "web".into();
         assert!(!pdb.blocks(&elsewhere), "another namespace");

@@ -630,12 +630,13 @@ impl<'a> Planner<'a> {
             out = Some(match out {
                 None => s.clone(),
                 Some(mut o) => {
-                    o.min_price_improvement = o.min_price_improvement.max(s.min_price_improvement);
+                    o.min_price_improvement =
+                        stricter(o.min_price_improvement, s.min_price_improvement);
                     if s.policy.min_score() > o.policy.min_score() {
                         o.policy = s.policy;
                     }
                     if o.min_score.is_some() || s.min_score.is_some() {
-                        o.min_score = Some(o.score_threshold().max(s.score_threshold()));
+                        o.min_score = stricter(o.score_threshold(), s.score_threshold());
                     }
                     o
                 }
@@ -812,12 +813,14 @@ impl<'a> Planner<'a> {
     /// free plus the largest instance type cheap enough to replace it.
     fn hopeless(&self, c: &Candidate) -> Option<String> {
         let settings = self.settings.get(&c.provisioner)?;
-        let threshold = settings.score_threshold();
-        let best = score(c.price, c.cost, self.totals_of(&[c]));
-        if best < threshold {
-            return Some(format!(
-                "even deleting it would score {best:.2}, below the threshold {threshold:.2}"
-            ));
+        if let Some(threshold) = settings.score_threshold() {
+            let best = score(c.price, c.cost, self.totals_of(&[c]));
+            if best < threshold {
+                return Some(format!(
+                    "even deleting it would score {best:.2}, below the {} threshold {threshold:.2}",
+                    settings.threshold_name()
+                ));
+            }
         }
         let name = self.name(c);
         // CPU and memory only: a Provisioner's kubelet settings may give a type more pod
@@ -829,10 +832,10 @@ impl<'a> Planner<'a> {
             need[1] += r.memory;
         }
         let mut free = self.free_room(&name);
-        let bound = c.price * (1.0 - settings.min_price_improvement);
+        let bound = settings.price_bound(c.price);
         let mut largest = [0i64; 2];
         for t in self.input.catalog {
-            if t.offerings.iter().any(|o| o.available && o.price <= bound) {
+            if t.offerings.iter().any(|o| o.available && bound.allows(o.price)) {
                 largest[0] = largest[0].max(t.capacity.cpu);
                 largest[1] = largest[1].max(t.capacity.memory);
             }
@@ -842,8 +845,8 @@ impl<'a> Planner<'a> {
         }
         (0..2).any(|d| need[d] > free[d]).then(|| {
             format!(
-                "its pods need more room than the other nodes have free plus the largest type {:.0}% cheaper",
-                settings.min_price_improvement * 100.0
+                "its pods need more room than the other nodes have free plus the largest type {}",
+                settings.improvement_words()
             )
         })
     }
@@ -939,5 +942,14 @@ pub fn duration(secs: i64) -> String {
         format!("{}h", secs / 3_600)
     } else {
         format!("{}d", secs / 86_400)
+    }
+}
+
+/// The stricter of two optional bars (a score or a price improvement): the higher; `None`
+/// (no bar) only when both are.
+fn stricter(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
     }
 }

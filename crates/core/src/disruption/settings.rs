@@ -42,21 +42,44 @@ impl Reason {
 }
 
 /// How much disruption a consolidation move may cost for what it saves.
+///
+/// The default is Karpenter's default (`WhenEmptyOrUnderutilized`): every move that saves
+/// anything. `Balanced` is Karpenter's Balanced rule (a move's savings share must be at least
+/// half its disruption share); `Conservative` is joiner's stricter step (at least its whole
+/// share). `minScore` and `minPriceImprovement` are opt-in knobs on top of any of them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ConsolidationPolicy {
-    /// Any move that saves at least the minimum price improvement.
-    Aggressive,
-    /// A move must save at least its share of the Provisioner's disruption: score ≥ 1.
+    /// Karpenter's default: delete a node whose pods fit elsewhere, replace nodes by a
+    /// strictly cheaper one; no score gate.
     #[default]
+    WhenEmptyOrUnderutilized,
+    /// The same moves as `WhenEmptyOrUnderutilized` (joiner's older name for it).
+    Aggressive,
+    /// Karpenter's Balanced: score ≥ 0.5 (k = 2), the savings share at least half the
+    /// disruption share.
     Balanced,
-    /// A move must save twice its share of disruption: score ≥ 2.
+    /// A move must save at least its whole share of disruption: score ≥ 1.
     Conservative,
 }
 
+/// Karpenter's Balanced threshold: 1/k with its fixed k = 2.
+pub const BALANCED_SCORE: f64 = 0.5;
+/// Conservative's threshold: 1/k with k = 1.
+pub const CONSERVATIVE_SCORE: f64 = 1.0;
+
 impl ConsolidationPolicy {
-    /// Parses `Aggressive`, `Balanced` or `Conservative`.
+    /// Every policy's name, as the API spells it.
+    pub const NAMES: [&'static str; 4] = [
+        "WhenEmptyOrUnderutilized",
+        "Aggressive",
+        "Balanced",
+        "Conservative",
+    ];
+
+    /// Parses one of [`ConsolidationPolicy::NAMES`].
     pub fn parse(s: &str) -> Option<ConsolidationPolicy> {
         match s {
+            "WhenEmptyOrUnderutilized" => Some(ConsolidationPolicy::WhenEmptyOrUnderutilized),
             "Aggressive" => Some(ConsolidationPolicy::Aggressive),
             "Balanced" => Some(ConsolidationPolicy::Balanced),
             "Conservative" => Some(ConsolidationPolicy::Conservative),
@@ -64,18 +87,21 @@ impl ConsolidationPolicy {
         }
     }
 
-    /// The lowest score a move needs under this policy.
-    pub fn min_score(self) -> f64 {
+    /// The lowest score a move needs under this policy; `None`: no score gate (any saving).
+    pub fn min_score(self) -> Option<f64> {
         match self {
-            ConsolidationPolicy::Aggressive => 0.0,
-            ConsolidationPolicy::Balanced => 1.0,
-            ConsolidationPolicy::Conservative => 2.0,
+            ConsolidationPolicy::WhenEmptyOrUnderutilized | ConsolidationPolicy::Aggressive => {
+                None
+            }
+            ConsolidationPolicy::Balanced => Some(BALANCED_SCORE),
+            ConsolidationPolicy::Conservative => Some(CONSERVATIVE_SCORE),
         }
     }
 
     /// Its name.
     pub fn as_str(self) -> &'static str {
         match self {
+            ConsolidationPolicy::WhenEmptyOrUnderutilized => "WhenEmptyOrUnderutilized",
             ConsolidationPolicy::Aggressive => "Aggressive",
             ConsolidationPolicy::Balanced => "Balanced",
             ConsolidationPolicy::Conservative => "Conservative",
@@ -144,8 +170,8 @@ pub struct DisruptionSettings {
     /// `consolidation.minScore`: overrides the policy's threshold.
     pub min_score: Option<f64>,
     /// `consolidation.minPriceImprovement` as a fraction (0.10 = a replacement must cost at
-    /// most 90 % of what it replaces).
-    pub min_price_improvement: f64,
+    /// most 90 % of what it replaces); `None`, the default: strictly cheaper, as Karpenter.
+    pub min_price_improvement: Option<f64>,
     /// `consolidation.consolidateAfter` in seconds: a node younger than this (or whose pods
     /// changed more recently) is not yet a candidate.
     pub consolidate_after: i64,
@@ -163,7 +189,7 @@ impl Default for DisruptionSettings {
             consolidation: false,
             policy: ConsolidationPolicy::default(),
             min_score: None,
-            min_price_improvement: 0.10,
+            min_price_improvement: None,
             consolidate_after: 30,
             empty_after: None,
             expire_after: None,
@@ -173,9 +199,62 @@ impl Default for DisruptionSettings {
 }
 
 impl DisruptionSettings {
-    /// The score a consolidation move needs.
-    pub fn score_threshold(&self) -> f64 {
-        self.min_score.unwrap_or_else(|| self.policy.min_score())
+    /// The score a consolidation move needs; `None`: any move that saves.
+    pub fn score_threshold(&self) -> Option<f64> {
+        self.min_score.or(self.policy.min_score())
+    }
+
+    /// The most a replacement may cost for nodes costing `price_before` ($/h), and whether
+    /// that bound is inclusive: at most (1 − `minPriceImprovement`) of it when set, strictly
+    /// less than it otherwise.
+    pub fn price_bound(&self, price_before: f64) -> PriceBound {
+        match self.min_price_improvement {
+            Some(f) => PriceBound {
+                most: price_before * (1.0 - f),
+                inclusive: true,
+            },
+            None => PriceBound {
+                most: price_before,
+                inclusive: false,
+            },
+        }
+    }
+
+    /// The name of the threshold a refused move failed: `minScore` when set, else the policy.
+    pub fn threshold_name(&self) -> &'static str {
+        if self.min_score.is_some() {
+            "minScore"
+        } else {
+            self.policy.as_str()
+        }
+    }
+
+    /// How the improvement a replacement needs reads in a reason.
+    pub fn improvement_words(&self) -> String {
+        match self.min_price_improvement {
+            Some(f) => format!("{:.0}% cheaper", f * 100.0),
+            None => "cheaper".to_string(),
+        }
+    }
+}
+
+/// The most a replacement may cost: see [`DisruptionSettings::price_bound`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PriceBound {
+    /// $/h.
+    pub most: f64,
+    /// True: `most` itself passes; false: only prices strictly below it.
+    pub inclusive: bool,
+}
+
+impl PriceBound {
+    /// Whether `price` passes.
+    pub fn allows(self, price: f64) -> bool {
+        if self.inclusive {
+            price <= self.most
+        } else {
+            price < self.most
+        }
     }
 }
 
@@ -198,12 +277,22 @@ mod tests {
     #[test]
     fn policies_and_thresholds() {
         let mut s = DisruptionSettings::default();
-        assert_eq!(s.score_threshold(), 1.0, "Balanced by default");
+        assert_eq!(s.policy, ConsolidationPolicy::WhenEmptyOrUnderutilized);
+        assert_eq!(s.score_threshold(), None, "Karpenter's default: no score gate");
+        assert!(s.price_bound(1.0).allows(0.99) && !s.price_bound(1.0).allows(1.0));
+        s.policy = ConsolidationPolicy::parse("Balanced").expect("policy");
+        assert_eq!(s.score_threshold(), Some(0.5), "Karpenter's Balanced, k = 2");
         s.policy = ConsolidationPolicy::parse("Conservative").expect("policy");
-        assert_eq!(s.score_threshold(), 2.0);
-        s.min_score = Some(0.5);
-        assert_eq!(s.score_threshold(), 0.5, "an explicit score wins");
+        assert_eq!(s.score_threshold(), Some(1.0));
+        s.min_score = Some(0.25);
+        assert_eq!(s.score_threshold(), Some(0.25), "an explicit score wins");
+        s.min_price_improvement = Some(0.10);
+        assert!(s.price_bound(1.0).allows(0.89) && !s.price_bound(1.0).allows(0.91));
         assert_eq!(ConsolidationPolicy::parse("balanced"), None);
+        for name in ConsolidationPolicy::NAMES {
+            let p = ConsolidationPolicy::parse(name).expect("every name parses");
+            assert_eq!(p.as_str(), name);
+        }
         assert_eq!(Reason::parse_budget_reason("Expired"), None, "not budgeted");
     }
 }

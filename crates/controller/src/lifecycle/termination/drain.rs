@@ -51,15 +51,20 @@ pub fn is_skipped(pod: &PodRecord) -> bool {
     pod.daemon || pod.annotation(MIRROR_ANNOTATION).is_some() || pod.finished
 }
 
-/// True for pods annotated not to be disrupted.
-pub fn is_do_not_disrupt(pod: &PodRecord) -> bool {
-    [
-        labels::DO_NOT_DISRUPT,
-        labels::KARPENTER_DO_NOT_EVICT,
-        "karpenter.sh/do-not-disrupt",
-    ]
-    .iter()
-    .any(|k| pod.annotation(k) == Some("true"))
+/// True for pods annotated not to be disrupted at `now` (unix seconds): "true", or a duration
+/// (`karpenter.sh/do-not-disrupt: "30m"`) not yet over since the pod started.
+pub fn is_do_not_disrupt(pod: &PodRecord, now: i64) -> bool {
+    match &pod.core {
+        Ok(core) => core.disruption.protects(now),
+        // A pod joiner cannot read: its "true" opt-outs still hold.
+        Err(_) => [
+            labels::DO_NOT_DISRUPT,
+            labels::KARPENTER_DO_NOT_EVICT,
+            "karpenter.sh/do-not-disrupt",
+        ]
+        .iter()
+        .any(|k| pod.annotation(k) == Some("true")),
+    }
 }
 
 /// True for a pod Terminating more than [`STUCK_AFTER`] past its deletionTimestamp at `now`.
@@ -102,7 +107,7 @@ pub fn plan<'a>(node: &str, pods: &'a [Arc<PodRecord>], now: Timestamp) -> Drain
         if pod.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        if is_do_not_disrupt(pod) {
+        if is_do_not_disrupt(pod, now.as_second()) {
             out.blocked.push(pod);
         } else {
             out.evict.push(pod);
@@ -203,6 +208,22 @@ mod tests {
         assert_eq!(names(&p.evict), ["not-really"]);
         assert_eq!(p.remaining, 3);
         assert_eq!(plan("n3", &pods, now).remaining, 0);
+    }
+
+    #[test]
+    fn a_do_not_disrupt_duration_holds_the_drain_until_it_is_over_since_the_pod_started() {
+        let pods = vec![pod(
+            "warming",
+            "n1",
+            json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "2m"}},
+                   "status": {"startTime": "2026-01-01T00:00:00Z"}}),
+        )];
+        let during = plan("n1", &pods, at("2026-01-01T00:01:59Z"));
+        assert_eq!(names(&during.blocked), ["warming"]);
+        assert!(during.evict.is_empty());
+        let after = plan("n1", &pods, at("2026-01-01T00:02:00Z"));
+        assert!(after.blocked.is_empty());
+        assert_eq!(names(&after.evict), ["warming"]);
     }
 
     #[test]

@@ -1,0 +1,200 @@
+//! Scenarios written from Karpenter's documentation and its disruption suite's behaviour
+//! (kubernetes-sigs/karpenter, pkg/controllers/disruption): what its defaults and rules do,
+//! joiner must do at least. Prices as in [`super::scenarios`].
+
+use super::fixtures::*;
+use super::scenarios::{decisions, kept, run, MON_9AM};
+use super::{ConsolidationPolicy, DisruptionSettings};
+use crate::pod::Pod;
+use crate::snapshot::Snapshot;
+
+/// Consolidation on, nothing else said: Karpenter's `WhenEmptyOrUnderutilized`.
+fn defaults() -> DisruptionSettings {
+    DisruptionSettings {
+        consolidation: true,
+        ..DisruptionSettings::default()
+    }
+}
+
+fn with_policy(policy: ConsolidationPolicy) -> DisruptionSettings {
+    DisruptionSettings {
+        policy,
+        ..defaults()
+    }
+}
+
+/// Two m5.xlarge: `a` with three 300m pods, `b` (opted out) with one 2,500m pod. Deleting
+/// `a` saves half the Provisioner's $/h for 4/6 of its disruption cost: score 0.75.
+fn a_busy_node_whose_pods_fit_beside_another() -> Snapshot {
+    let mut b = node("b", "m5.xlarge", "on-demand");
+    b.life.do_not_disrupt = Some("karpenter.sh/do-not-disrupt".into());
+    let pods: Vec<Pod> = vec![
+        pod("web-1", "a", 300),
+        pod("web-2", "a", 300),
+        pod("web-3", "a", 300),
+        pod("db", "b", 2500),
+    ];
+    cluster(vec![node("a", "m5.xlarge", "on-demand"), b], pods)
+}
+
+#[test]
+fn by_default_a_node_whose_pods_fit_elsewhere_is_deleted_whatever_its_score() {
+    let s = a_busy_node_whose_pods_fit_beside_another();
+    let p = run(&s, &defaults(), MON_9AM);
+    assert_eq!(decisions(&p), ["Underutilized [\"a\"] -> []"]);
+    assert_eq!(p.decisions[0].score.map(|x| (x * 100.0).round()), Some(75.0));
+}
+
+#[test]
+fn balanced_passes_at_half_its_share_of_disruption_and_conservative_at_its_whole_share() {
+    let s = a_busy_node_whose_pods_fit_beside_another();
+    let balanced = run(&s, &with_policy(ConsolidationPolicy::Balanced), MON_9AM);
+    assert_eq!(decisions(&balanced), ["Underutilized [\"a\"] -> []"]);
+    let conservative = run(&s, &with_policy(ConsolidationPolicy::Conservative), MON_9AM);
+    assert!(conservative.decisions.is_empty(), "{:?}", decisions(&conservative));
+    assert_eq!(
+        kept(&conservative, "a"),
+        "even deleting it would score 0.75, below the Conservative threshold 1.00"
+    );
+    // minScore is an opt-in knob over any policy.
+    let scored = DisruptionSettings {
+        min_score: Some(0.8),
+        ..defaults()
+    };
+    assert_eq!(
+        kept(&run(&s, &scored, MON_9AM), "a"),
+        "even deleting it would score 0.75, below the minScore threshold 0.80"
+    );
+}
+
+#[test]
+fn by_default_a_replacement_need_only_be_strictly_cheaper() {
+    // One m5.large ($0.096/h) with a 1,500m pod: a c5.large ($0.085/h) holds it, 11.5 %
+    // cheaper. Taken by default; a 20 % minPriceImprovement refuses it.
+    let s = cluster(
+        vec![node("a", "m5.large", "on-demand")],
+        vec![pod("web", "a", 1500)],
+    );
+    let p = run(&s, &defaults(), MON_9AM);
+    assert_eq!(decisions(&p), ["Underutilized [\"a\"] -> [\"c5.large\"]"]);
+    let strict = DisruptionSettings {
+        min_price_improvement: Some(0.20),
+        ..defaults()
+    };
+    let p = run(&s, &strict, MON_9AM);
+    assert!(p.decisions.is_empty());
+    assert_eq!(
+        kept(&p, "a"),
+        "a replacement (c5.large on-demand, $0.0850/h) is not 20% cheaper than $0.0960/h"
+    );
+}
+
+/// Two m5.xlarge, `a` with one 500m pod (the subject of each test), `b` with one 500m pod and
+/// opted out: `a`'s pod fits on `b`.
+fn a_and_a_kept_b(subject: Pod) -> Snapshot {
+    let mut b = node("b", "m5.xlarge", "on-demand");
+    b.life.do_not_disrupt = Some("karpenter.sh/do-not-disrupt".into());
+    cluster(
+        vec![node("a", "m5.xlarge", "on-demand"), b],
+        vec![subject, pod("other", "b", 500)],
+    )
+}
+
+fn owned_by(mut p: Pod, kind: &str) -> Pod {
+    p.owner = Some(crate::pod::Owner {
+        kind: kind.into(),
+        name: "owner".into(),
+    });
+    p
+}
+
+#[test]
+fn a_do_not_disrupt_duration_keeps_the_node_until_it_is_over() {
+    let mut web = pod("web", "a", 500);
+    web.disruption.do_not_disrupt = Some("karpenter.sh/do-not-disrupt=2m".into());
+    web.disruption.do_not_disrupt_until = Some(MON_9AM + 60);
+    let s = a_and_a_kept_b(web);
+    let during = run(&s, &defaults(), MON_9AM);
+    assert!(during.decisions.is_empty());
+    assert_eq!(
+        kept(&during, "a"),
+        "pod default/web is annotated karpenter.sh/do-not-disrupt=2m"
+    );
+    let after = run(&s, &defaults(), MON_9AM + 60);
+    assert_eq!(decisions(&after), ["Underutilized [\"a\"] -> []"]);
+}
+
+#[test]
+fn do_not_disrupt_on_a_daemonset_or_mirror_pod_keeps_the_node() {
+    for kind in ["DaemonSet", "Node"] {
+        let mut agent = owned_by(pod("agent", "a", 100), kind);
+        let s = a_and_a_kept_b(agent.clone());
+        assert_eq!(
+            decisions(&run(&s, &defaults(), MON_9AM)),
+            ["Empty [\"a\"] -> []"],
+            "{kind}: only pods that leave with the node"
+        );
+        agent.disruption.do_not_disrupt = Some("karpenter.sh/do-not-disrupt".into());
+        let s = a_and_a_kept_b(agent);
+        let p = run(&s, &defaults(), MON_9AM);
+        assert!(p.decisions.is_empty(), "{kind}: {:?}", decisions(&p));
+        assert_eq!(
+            kept(&p, "a"),
+            "pod default/agent is annotated karpenter.sh/do-not-disrupt"
+        );
+    }
+}
+
+#[test]
+fn terminating_pods_neither_keep_the_node_nor_need_room_unless_a_statefulset_owns_them() {
+    let mut going = pod("going", "a", 3800);
+    going.disruption.terminating = true;
+    going.disruption.do_not_disrupt = Some("karpenter.sh/do-not-disrupt".into());
+    let s = a_and_a_kept_b(going.clone());
+    assert_eq!(
+        decisions(&run(&s, &defaults(), MON_9AM)),
+        ["Empty [\"a\"] -> []"]
+    );
+    // A StatefulSet's pod is recreated under its name only once it is gone: its room counts.
+    going.disruption.do_not_disrupt = None;
+    let s = a_and_a_kept_b(owned_by(going, "StatefulSet"));
+    let p = run(&s, &defaults(), MON_9AM);
+    assert_eq!(
+        decisions(&p),
+        ["Underutilized [\"a\"] -> [\"c5.xlarge\"]"],
+        "3,800m fits on no other node: a cheaper one holds it"
+    );
+}
+
+#[test]
+fn a_budget_that_always_allows_unhealthy_pods_lets_a_pod_that_is_not_ready_go() {
+    let mut selector = crate::requirements::Requirements::new();
+    selector.add("app", crate::requirements::Requirement::single("web"));
+    let pdb = |always: bool| super::Pdb {
+        namespace: "default".into(),
+        name: "web".into(),
+        selector: Some(selector.clone()),
+        disruptions_allowed: 0,
+        always_allow_unhealthy: always,
+    };
+    let mut web = pod("web", "a", 500);
+    web.labels.insert("app".into(), "web".into());
+    web.disruption.not_ready = true;
+    for (always, moved) in [(false, false), (true, true)] {
+        let mut s = a_and_a_kept_b(web.clone());
+        s.pdbs = vec![pdb(always)];
+        let p = run(&s, &defaults(), MON_9AM);
+        assert_eq!(!p.decisions.is_empty(), moved, "AlwaysAllow {always}");
+        if !moved {
+            assert_eq!(
+                kept(&p, "a"),
+                "PodDisruptionBudget default/web allows no eviction of pod default/web"
+            );
+        }
+    }
+    // A Ready pod is held whatever the policy.
+    web.disruption.not_ready = false;
+    let mut s = a_and_a_kept_b(web);
+    s.pdbs = vec![pdb(true)];
+    assert!(run(&s, &defaults(), MON_9AM).decisions.is_empty());
+}
