@@ -138,9 +138,7 @@ pub struct Consolidation {
     /// Balanced: a move's share of the Provisioner's savings must be at least half its share
     /// of the disruption, score ≥ 0.5) or `Conservative` (its whole share, score ≥ 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(
-        pattern = r"^(WhenEmptyOrUnderutilized|Aggressive|Balanced|Conservative)$"
-    ))]
+    #[schemars(regex(pattern = r"^(WhenEmptyOrUnderutilized|Aggressive|Balanced|Conservative)$"))]
     pub policy: Option<String>,
     /// The score a move needs, overriding the policy's (savings share over disruption share;
     /// 0.5 is Balanced). Opt-in: unset, only a gated policy scores moves.

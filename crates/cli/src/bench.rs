@@ -44,7 +44,7 @@ pub struct BenchArgs {
 
     /// Instead of the simulation, time the disruption planner on a running cluster: the
     /// workload launched, this share (percent) of its pods finished, a PodDisruptionBudget
-    /// per app, consolidation on (Balanced, the default 10 % budget).
+    /// per app, consolidation on (the default policy, the default 10 % budget).
     #[arg(long, value_name = "FINISHED_PERCENT")]
     consolidate: Option<u64>,
 

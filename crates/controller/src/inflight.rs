@@ -309,7 +309,10 @@ pub const STARTING_TAINTS: &[&str] = &[
 /// node (the pods will be able to run there once it is initialized), the claim's labels it
 /// lacks are added, a node without allocatable gets the claim's, and one without an extended
 /// resource its claim requests gets that resource of the claim's type. `snap_nodes` are the
-/// converted `kube_nodes`, matched by name. Returns a warning per claim that could not be
+/// converted `kube_nodes`, matched by name. A node whose claim is Initialized stays
+/// initialized though it is not Ready now ([`joiner_core::NodeLife::initialized`]), and every
+/// node with a claim gets the labels the claim records, which drift reads
+/// ([`joiner_core::NodeLife::recorded_labels`]). Returns a warning per claim that could not be
 /// sized.
 pub fn settle_initializing(
     snap_nodes: &mut [Node],
@@ -320,10 +323,10 @@ pub fn settle_initializing(
     provisioners: &[Provisioner],
 ) -> Vec<String> {
     let mut warnings = Vec::new();
-    let starting: Vec<&NodeClaim> = claims
+    let live: Vec<&NodeClaim> = claims
         .iter()
         .map(Arc::as_ref)
-        .filter(|c| c.metadata.deletion_timestamp.is_none() && !c.is_initialized())
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
         .collect();
     for kube_node in kube_nodes {
         let Some(name) = kube_node.metadata.name.as_deref() else {
@@ -333,7 +336,7 @@ pub fn settle_initializing(
             .spec
             .as_ref()
             .and_then(|s| s.provider_id.as_deref());
-        let Some(claim) = starting.iter().find(|c| {
+        let Some(claim) = live.iter().find(|c| {
             let status = c.status.as_ref();
             let by_id = provider_id.is_some()
                 && status.and_then(|s| s.provider_id.as_deref()) == provider_id;
@@ -345,6 +348,31 @@ pub fn settle_initializing(
         let Some(node) = snap_nodes.iter_mut().find(|n| n.name == name) else {
             continue;
         };
+        // What the claim records is what drift reads (see `NodeLife::recorded_labels`).
+        let mut recorded = crate::lifecycle::registration::claim_labels(claim);
+        if let Some(t) = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.instance_type.as_deref())
+            .and_then(|name| catalog.iter().find(|t| t.name == name))
+        {
+            for (k, v) in &t.labels {
+                recorded.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+        }
+        node.life.recorded_labels = Some(Box::new(recorded));
+        if claim.is_initialized() {
+            // Initialized is for good, as Karpenter's: a node that went NotReady since is still
+            // one of its Provisioner's initialized nodes (budgets count it, as disrupting).
+            if !node
+                .taints
+                .iter()
+                .any(|t| t.key == joiner_core::labels::UNREGISTERED_TAINT)
+            {
+                node.life.initialized = true;
+            }
+            continue;
+        }
         let startup: HashSet<&str> = claim
             .spec
             .startup_taints

@@ -28,6 +28,9 @@ pub const KARPENTER_PROVISIONER_NAME: &str = "karpenter.sh/provisioner-name";
 /// or set aside for. Written with the claim and added to when a plan places more pods on it,
 /// so every snapshot — after a restart too — keeps that room for them until they bind.
 pub const NOMINATED_PODS: &str = "joiner.sh/nominated-pods";
+/// NodeClaim annotation on the old nodes of a disruption under way: the command (its reason,
+/// nodes, replacement claims, start), so a new leader carries it on or rolls it back.
+pub const DISRUPTION_COMMAND: &str = "joiner.sh/disruption-command";
 
 /// Pod/node annotation that blocks voluntary disruption.
 pub const DO_NOT_DISRUPT: &str = "joiner.sh/do-not-disrupt";

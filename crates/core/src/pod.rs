@@ -286,7 +286,7 @@ impl Pod {
     /// terminating pod that no StatefulSet owns (a StatefulSet recreates the pod of the same
     /// name only once it is gone, so its room is still needed; Karpenter counts it too).
     pub fn is_going(&self) -> bool {
-        self.disruption.terminating && !self.owner.as_ref().is_some_and(|o| o.kind == "StatefulSet")
+        self.disruption.terminating && self.owner.as_ref().is_none_or(|o| o.kind != "StatefulSet")
     }
 }
 
@@ -319,8 +319,13 @@ pub struct Node {
 pub struct NodeLife {
     /// When it was created (unix seconds), if known.
     pub created_at: Option<i64>,
-    /// Ready, registered and past its startup taints: only such nodes are disrupted.
+    /// Registered, Ready and past its startup taints once (its NodeClaim's `Initialized`,
+    /// which stays true): only such nodes are disrupted, and only they count in budgets.
     pub initialized: bool,
+    /// Its Ready condition is not True now. An initialized node that is not Ready is
+    /// disrupting for budgets (Karpenter's count), takes no moved pods, and is a candidate
+    /// for expiration only.
+    pub not_ready: bool,
     /// The annotation keeping it from voluntary disruption (`joiner.sh/do-not-disrupt` or
     /// `karpenter.sh/do-not-disrupt` set to "true"), if any.
     pub do_not_disrupt: Option<String>,
@@ -332,6 +337,11 @@ pub struct NodeLife {
     /// Why the controller leaves it out of disruption whatever its state (labelled with a
     /// Provisioner but without a NodeClaim: nothing could carry a decision on it out).
     pub not_disruptable: Option<String>,
+    /// The labels its NodeClaim records (its single-valued requirements, its instance type's
+    /// labels, its zone and capacity type), when it has a claim: drift reads these, not the
+    /// live Node's, so a label edited by hand does not replace the node (Karpenter compares
+    /// the NodeClaim's labels too). Boxed: most snapshots made without claims have none.
+    pub recorded_labels: Option<Box<std::collections::BTreeMap<String, String>>>,
 }
 
 impl Node {

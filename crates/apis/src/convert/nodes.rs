@@ -96,7 +96,10 @@ fn life(n: &k8s::Node) -> NodeLife {
             .creation_timestamp
             .as_ref()
             .map(|t| t.0.as_second()),
+        // Without its claim (which the controller and `joiner plan` read when there is one),
+        // a node that is not Ready cannot be told from one still joining.
         initialized: ready && !unregistered,
+        not_ready: !ready,
         do_not_disrupt: NODE_DO_NOT_DISRUPT_ANNOTATIONS
             .iter()
             .find(|k| get(k) == Some("true"))
@@ -104,6 +107,8 @@ fn life(n: &k8s::Node) -> NodeLife {
         do_not_consolidate: get(DO_NOT_CONSOLIDATE_ANNOTATION) == Some("true"),
         pods_changed_at: None,
         not_disruptable: None,
+        // From the node's NodeClaim, when there is one (the controller and `joiner plan`).
+        recorded_labels: None,
     }
 }
 

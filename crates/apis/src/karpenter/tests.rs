@@ -278,7 +278,11 @@ spec:
         settings.policy,
         joiner_core::disruption::ConsolidationPolicy::WhenEmptyOrUnderutilized
     );
-    assert_eq!(settings.score_threshold(), None, "no score gate, as Karpenter");
+    assert_eq!(
+        settings.score_threshold(),
+        None,
+        "no score gate, as Karpenter"
+    );
     assert_eq!(settings.min_price_improvement, None, "strictly cheaper");
     assert_eq!(p.spec.ttl_seconds_until_expired, Some(720 * 3600));
     assert_eq!(

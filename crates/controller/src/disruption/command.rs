@@ -1,11 +1,19 @@
-//! Carrying out one decision: replacements first, then the old nodes.
+//! Carrying out one decision: the old nodes taken out of scheduling, replacements, a check,
+//! then the old nodes.
 //!
-//! A decision with replacements writes and launches their NodeClaims (as provisioning does)
-//! and waits until every one is Initialized before it deletes the old nodes' claims, so the
-//! moved pods have somewhere to go the moment the drain starts. A decision without
-//! replacements deletes the old claims at once. Deleting a claim hands the node to the
-//! termination flow (cordon, drain through the Eviction API — PodDisruptionBudgets hold there
-//! too — terminate). Each step publishes an Event on the old nodes and their claims.
+//! A decision with replacements ([`start`]) first taints its old Nodes (NoSchedule: nothing
+//! new lands there while the replacements come, and they count as disrupting), then writes
+//! the replacements' NodeClaims with the moved pods nominated (their room is held for them in
+//! every plan), records the command on the old NodeClaims ([`super::record`]) and launches the
+//! replacements side by side. A write, record or launch that fails rolls all of it back: the
+//! replacements written are deleted and the old nodes untainted and unmarked. [`advance`]
+//! waits until every replacement is Initialized, validates the decision again on the cluster
+//! as it is then (the old nodes' pods, with any that arrived, fit without them; no pod that
+//! arrived opts out or is held by its PodDisruptionBudget) and only then deletes the old
+//! nodes' claims, which the termination flow drains. A replacement that is gone, or not
+//! Initialized within [`REPLACEMENT_TIMEOUT`], fails the command: the replacements are deleted
+//! and the old nodes freed. A decision without replacements deletes the old claims at once.
+//! Each step publishes an Event on the old nodes and their claims.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,7 +22,9 @@ use joiner_apis::NodeClaim;
 use joiner_core::disruption::Decision;
 use joiner_core::{CloudProvider, InstanceType};
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::jiff::Timestamp;
 
+use super::record::{self, Record};
 use super::validation::DecisionKey;
 use super::DisruptionError;
 use crate::context::Context;
@@ -23,16 +33,19 @@ use crate::k8s::matching::{claim_of, node_of};
 use crate::lifecycle::delete_claim;
 use crate::lifecycle::registration::is_initialized;
 use crate::provisioning::claims::create_recorded;
+use crate::provisioning::launch::Launch;
 use crate::provisioning::launch_claim;
 use crate::state::PlanningGuard;
 
 /// How long replacements may take to be Initialized before the decision is given up (the
-/// old nodes stay; the replacements, empty, are disrupted in turn).
+/// old nodes stay, the replacements are deleted).
 pub const REPLACEMENT_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 
 /// A decision under way.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Command {
+    /// Which command: the id its old claims record.
+    pub id: String,
     /// The decision.
     pub key: DecisionKey,
     /// Its words.
@@ -45,6 +58,61 @@ pub struct Command {
     pub savings: f64,
     /// When the replacements were written.
     pub started: Instant,
+}
+
+impl Command {
+    /// The command `record` describes, its old claims `old_claims`, as a leader finds it at
+    /// `now` (its start moved back by the time elapsed since, on the wall clock); `None` when
+    /// the record names no known reason.
+    pub fn from_record(record: &Record, old_claims: Vec<String>, now: Instant) -> Option<Command> {
+        let reason = joiner_core::disruption::Reason::parse(&record.reason)?;
+        let elapsed = record
+            .started()
+            .and_then(|t| Duration::try_from(Timestamp::now().duration_since(t)).ok())
+            .unwrap_or_default();
+        let mut nodes = record.nodes.clone();
+        nodes.sort();
+        let mut types = record.replacement_types.clone();
+        types.sort();
+        Some(Command {
+            id: record.id.clone(),
+            key: DecisionKey {
+                reason,
+                nodes,
+                replacements: types,
+            },
+            detail: record.detail.clone(),
+            old_claims,
+            replacements: record.replacements.clone(),
+            savings: record.savings,
+            started: now.checked_sub(elapsed).unwrap_or(now),
+        })
+    }
+
+    /// The record its old claims carry, `started_at` its start on the wall clock.
+    pub fn record(&self, started_at: Timestamp) -> Record {
+        Record {
+            id: self.id.clone(),
+            reason: self.key.reason.as_str().to_string(),
+            nodes: self.key.nodes.clone(),
+            replacement_types: self.key.replacements.clone(),
+            replacements: self.replacements.clone(),
+            started_at: started_at.to_string(),
+            detail: self.detail.clone(),
+            savings: self.savings,
+        }
+    }
+}
+
+/// What [`start`] did.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Started {
+    /// Replacements launched; the command waits for them.
+    Replacing(Command),
+    /// No replacement needed: the old claims are deleted.
+    Deleted,
+    /// Given up and rolled back, and why.
+    Failed(String),
 }
 
 /// Where a command stands.
@@ -86,50 +154,171 @@ async fn tell<P: CloudProvider>(
     reason: &str,
     message: &str,
 ) {
+    tell_as(ctx, claims, EventType::Normal, reason, message).await;
+}
+
+/// The claims of the nodes named `nodes` (by the node name their status records).
+pub fn claims_of_nodes<P: CloudProvider>(ctx: &Context<P>, nodes: &[String]) -> Vec<String> {
+    ctx.state
+        .claims()
+        .iter()
+        .filter(|c| {
+            c.status
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .is_some_and(|n| nodes.iter().any(|k| k == n))
+        })
+        .map(|c| c.name().to_string())
+        .collect()
+}
+
+/// An Event `DisruptionDropped` on the claims named `claims` and their nodes: the decision
+/// was dropped before it started, and why.
+pub async fn tell_dropped<P: CloudProvider>(ctx: &Context<P>, claims: &[String], why: &str) {
+    let stored: Vec<Arc<NodeClaim>> = ctx
+        .state
+        .claims()
+        .into_iter()
+        .filter(|c| claims.iter().any(|n| n == c.name()))
+        .collect();
+    tell_as(ctx, &stored, EventType::Normal, "DisruptionDropped", why).await;
+}
+
+/// A Warning Event `DisruptionFailed` on the old claims named `claims` and their nodes: the
+/// command was given up, and why.
+pub async fn tell_failed<P: CloudProvider>(ctx: &Context<P>, claims: &[String], why: &str) {
+    let stored: Vec<Arc<NodeClaim>> = ctx
+        .state
+        .claims()
+        .into_iter()
+        .filter(|c| claims.iter().any(|n| n == c.name()))
+        .collect();
+    tell_as(ctx, &stored, EventType::Warning, "DisruptionFailed", why).await;
+}
+
+async fn tell_as<P: CloudProvider>(
+    ctx: &Context<P>,
+    claims: &[Arc<NodeClaim>],
+    kind: EventType,
+    reason: &str,
+    message: &str,
+) {
     let nodes: Vec<Arc<Node>> = ctx.state.nodes.state();
     for claim in claims {
-        if let Err(e) =
-            publish_on_claim(&ctx.client, claim, EventType::Normal, reason, message).await
-        {
+        if let Err(e) = publish_on_claim(&ctx.client, claim, kind, reason, message).await {
             tracing::debug!(error = %e, "disruption event not published");
         }
         if let Some(node) = node_of(claim, &nodes) {
-            if let Err(e) =
-                publish_on_node(&ctx.client, node, EventType::Normal, reason, message).await
-            {
+            if let Err(e) = publish_on_node(&ctx.client, node, kind, reason, message).await {
                 tracing::debug!(error = %e, "disruption event not published");
             }
         }
     }
 }
 
-/// Starts `decision`: launches its replacements and returns the command waiting for them, or
-/// deletes the old claims at once when there are none (`Ok(None)`).
+/// Starts `decision` (see the module doc): returns the command waiting for its replacements,
+/// or says the old claims are deleted (no replacement needed), or why it was given up.
 pub async fn start<P: CloudProvider>(
     ctx: &Context<P>,
     decision: &Decision,
     catalog: &[InstanceType],
     now: Instant,
     planning: PlanningGuard,
-) -> Result<Option<Command>, DisruptionError> {
+) -> Result<Started, DisruptionError> {
     let old = old_claims(ctx, &decision.nodes)?;
     let savings = decision.price_before - decision.price_after;
     if decision.replacements.is_empty() {
         drop(planning);
         finish(ctx, &old, decision.reason.as_str(), &decision.detail).await?;
-        return Ok(None);
+        return Ok(Started::Deleted);
     }
+    let wall = Timestamp::now();
+    let stored_nodes = ctx.state.nodes.state();
+    let (tainted, failed) = record::taint(&ctx.client, &stored_nodes, &decision.nodes, wall).await;
+    if let Some(why) = failed {
+        record::untaint(&ctx.client, &tainted).await;
+        return Ok(Started::Failed(why));
+    }
+    let written = match write_replacements(ctx, decision).await {
+        Ok(w) => w,
+        Err((written, e)) => {
+            // A partial write rolls back: no replacement without its command.
+            drop(planning);
+            delete_replacements(ctx, &written).await;
+            record::untaint(&ctx.client, &decision.nodes).await;
+            return Err(e);
+        }
+    };
+    let names: Vec<String> = written.iter().map(|(c, _)| c.name().to_string()).collect();
+    let key = DecisionKey::of(decision);
+    let cmd = Command {
+        id: format!("{}-{}", old[0].name(), wall.as_second()),
+        key,
+        detail: decision.detail.clone(),
+        old_claims: old.iter().map(|c| c.name().to_string()).collect(),
+        replacements: names.clone(),
+        savings,
+        started: now,
+    };
+    if let Err(why) = record::mark(&ctx.client, &old, &cmd.record(wall)).await {
+        drop(planning);
+        let stored: Vec<NodeClaim> = written.into_iter().map(|(c, _)| c).collect();
+        delete_replacements(ctx, &stored).await;
+        record::unmark(&ctx.client, &cmd.old_claims).await;
+        record::untaint(&ctx.client, &decision.nodes).await;
+        return Ok(Started::Failed(why));
+    }
+    // Written, recorded and remembered: the next plan sees them; the launches run without
+    // the lock, side by side.
+    drop(planning);
+    let launches = written.iter().map(|(stored, node)| async move {
+        launch_claim(ctx, stored, Some(node), catalog)
+            .await
+            .map_err(|e| format!("launching replacement NodeClaim {}: {e}", stored.name()))
+            .and_then(|launch| match launch {
+                Launch::Launched(_) => Ok(()),
+                Launch::Requeued { claim, code } => Err(format!(
+                    "replacement NodeClaim {claim} found no capacity ({code})"
+                )),
+                Launch::Failed { message, .. } => Err(message),
+            })
+    });
+    let results = futures::future::join_all(launches).await;
+    if let Some(why) = results.into_iter().find_map(Result::err) {
+        // A failed launch fails the command at once and frees the old nodes.
+        abandon(ctx, &cmd, true).await;
+        return Ok(Started::Failed(why));
+    }
+    let message = format!(
+        "{}; waiting for replacement {} to be initialized",
+        decision.detail,
+        names.join(", ")
+    );
+    tell(ctx, &old, "DisruptionLaunching", &message).await;
+    tracing::info!(nodes = ?decision.nodes, replacements = ?names, detail = %decision.detail, "disruption: replacements launched");
+    Ok(Started::Replacing(cmd))
+}
+
+/// Writes the replacements of `decision`, each with its moved pods nominated from the nodes
+/// they leave; on a failure, the claims written so far and the error.
+async fn write_replacements<'d, P: CloudProvider>(
+    ctx: &Context<P>,
+    decision: &'d Decision,
+) -> Result<Vec<(NodeClaim, &'d joiner_core::scheduling::NewNode)>, (Vec<NodeClaim>, DisruptionError)>
+{
     let provisioners = ctx.state.provisioners.state();
     let pods = ctx.state.pods.state();
     let mut stored_claims = Vec::new();
     for node in &decision.replacements {
-        let prov = provisioners
-            .iter()
-            .find(|p| p.name() == node.provisioner)
-            .ok_or_else(|| DisruptionError::UnknownProvisioner {
-                provisioner: node.provisioner.clone(),
-            })?;
-        // The moved pods are nominated from the nodes they leave.
+        let Some(prov) = provisioners.iter().find(|p| p.name() == node.provisioner) else {
+            let written = stored_claims.into_iter().map(|(c, _)| c).collect();
+            return Err((
+                written,
+                DisruptionError::UnknownProvisioner {
+                    provisioner: node.provisioner.clone(),
+                },
+            ));
+        };
         let nominated: Vec<String> = node
             .pods
             .iter()
@@ -145,41 +334,53 @@ pub async fn start<P: CloudProvider>(
                 }
             })
             .collect();
-        stored_claims.push((create_recorded(ctx, prov, node, &nominated).await?, node));
-    }
-    // Written and remembered: the next plan sees them; the launches run without the lock,
-    // side by side.
-    drop(planning);
-    let launches = stored_claims.iter().map(|(stored, node)| async move {
-        // A failed launch leaves the claim to the provisioning loop's retries; the command
-        // waits for it like for any other.
-        if let Err(e) = launch_claim(ctx, stored, Some(node), catalog).await {
-            tracing::warn!(claim = %stored.name(), error = %e, "replacement launch failed; retried by provisioning");
+        match create_recorded(ctx, prov, node, &nominated).await {
+            Ok(stored) => stored_claims.push((stored, node)),
+            Err(e) => {
+                let written = stored_claims.into_iter().map(|(c, _)| c).collect();
+                return Err((written, e.into()));
+            }
         }
-    });
-    futures::future::join_all(launches).await;
-    let written: Vec<String> = stored_claims
-        .iter()
-        .map(|(c, _)| c.name().to_string())
-        .collect();
-    let message = format!(
-        "{}; waiting for replacement {} to be initialized",
-        decision.detail,
-        written.join(", ")
-    );
-    tell(ctx, &old, "DisruptionLaunching", &message).await;
-    tracing::info!(nodes = ?decision.nodes, replacements = ?written, detail = %decision.detail, "disruption: replacements launched");
-    Ok(Some(Command {
-        key: DecisionKey::of(decision),
-        detail: decision.detail.clone(),
-        old_claims: old.iter().map(|c| c.name().to_string()).collect(),
-        replacements: written,
-        savings,
-        started: now,
-    }))
+    }
+    Ok(stored_claims)
 }
 
-/// One step of `cmd`: when every replacement is Initialized, the old claims are deleted.
+/// Deletes the replacement claims `claims` of a command given up; failures are logged (an
+/// empty node left behind is consolidated in turn).
+async fn delete_replacements<P: CloudProvider>(ctx: &Context<P>, claims: &[NodeClaim]) {
+    for claim in claims {
+        if let Err(e) = delete_claim(
+            ctx,
+            claim,
+            "disruption_rollback",
+            "rolling back a disruption",
+        )
+        .await
+        {
+            tracing::warn!(claim = %claim.name(), error = %e, "deleting a replacement of a disruption given up failed");
+        }
+    }
+}
+
+/// Gives `cmd` up: its replacements deleted when `remove_replacements` (never initialized, or
+/// launched for nothing), its old nodes untainted and unmarked.
+pub async fn abandon<P: CloudProvider>(ctx: &Context<P>, cmd: &Command, remove_replacements: bool) {
+    if remove_replacements {
+        let claims = ctx.state.claims();
+        let mine: Vec<NodeClaim> = claims
+            .iter()
+            .filter(|c| cmd.replacements.iter().any(|r| r == c.name()))
+            .filter(|c| c.metadata.deletion_timestamp.is_none())
+            .map(|c| c.as_ref().clone())
+            .collect();
+        delete_replacements(ctx, &mine).await;
+    }
+    record::untaint(&ctx.client, &cmd.key.nodes).await;
+    record::unmark(&ctx.client, &cmd.old_claims).await;
+}
+
+/// One step of `cmd`: when every replacement is Initialized and the decision still holds on
+/// the cluster as it is, the old claims are deleted; a replacement gone or late fails it.
 pub async fn advance<P: CloudProvider>(
     ctx: &Context<P>,
     cmd: &Command,
@@ -189,12 +390,15 @@ pub async fn advance<P: CloudProvider>(
     let nodes = ctx.state.nodes.state();
     let mut ready = true;
     for name in &cmd.replacements {
+        // (The claims this replica wrote are in `claims` before the watch delivers them.)
         let Some(claim) = claims.iter().find(|c| c.name() == name) else {
+            abandon(ctx, cmd, true).await;
             return Ok(Progress::Failed(format!(
                 "replacement NodeClaim {name} is gone"
             )));
         };
         if claim.metadata.deletion_timestamp.is_some() {
+            abandon(ctx, cmd, true).await;
             return Ok(Progress::Failed(format!(
                 "replacement NodeClaim {name} is being deleted"
             )));
@@ -203,6 +407,8 @@ pub async fn advance<P: CloudProvider>(
     }
     if !ready {
         if now.duration_since(cmd.started) >= REPLACEMENT_TIMEOUT {
+            // A replacement that never initializes is removed, and the old nodes freed.
+            abandon(ctx, cmd, true).await;
             return Ok(Progress::Failed(format!(
                 "replacements {} not initialized after {} minutes",
                 cmd.replacements.join(", "),
@@ -210,6 +416,11 @@ pub async fn advance<P: CloudProvider>(
             )));
         }
         return Ok(Progress::Waiting);
+    }
+    if let Err(why) = super::decide::still_holds(ctx, &cmd.key.nodes).await {
+        // The replacements stay (initialized, empty or not: disrupted in turn as any node).
+        abandon(ctx, cmd, false).await;
+        return Ok(Progress::Failed(why));
     }
     let old: Vec<Arc<NodeClaim>> = claims
         .iter()
@@ -221,7 +432,7 @@ pub async fn advance<P: CloudProvider>(
 }
 
 /// Deletes the old claims (the termination flow drains and terminates their nodes).
-async fn finish<P: CloudProvider>(
+pub(super) async fn finish<P: CloudProvider>(
     ctx: &Context<P>,
     old: &[Arc<NodeClaim>],
     reason: &str,

@@ -3,14 +3,19 @@
 //!
 //! Every [`INTERVAL`] the leader plans on the stores ([`decide`]) for at most one decision.
 //! A decision is carried out only when a plan made [`validation::VALIDATION_DELAY`] later
-//! makes it again ([`validation`]); then [`command`] launches its replacements, waits until
-//! they are Initialized, and deletes the old nodes' claims, which the termination flow drains.
-//! While a command is under way no other decision is made, and its old nodes count against
-//! budgets. Nodes that stay get an Event with the planner's words when their reason changes.
+//! makes it again ([`validation`]); then [`command`] taints its old nodes, writes, records and
+//! launches its replacements, waits until they are Initialized, checks the decision again and
+//! deletes the old nodes' claims, which the termination flow drains; a failure rolls it back.
+//! The command is recorded on the old claims ([`record`]), so a new leader carries it on
+//! ([`recover`]). While a command is under way no other decision is made, and its old nodes
+//! count against budgets. Nodes that stay get an Event with the planner's words when their
+//! reason changes; a command given up gets a Warning Event on its nodes.
 
 pub mod command;
 pub mod decide;
 pub mod pod_changes;
+pub mod record;
+pub mod recover;
 pub mod validation;
 
 use std::collections::{BTreeSet, HashMap};
@@ -28,7 +33,7 @@ use crate::k8s::events::{publish_on_claim, publish_on_node, EventType};
 use crate::k8s::matching::claim_of;
 use crate::lifecycle::LifecycleError;
 use crate::provisioning::ProvisioningError;
-use command::{Command, Progress};
+use command::{Command, Progress, Started};
 use validation::{DecisionKey, Pending, Verdict};
 
 /// How often the disruption pass runs.
@@ -69,6 +74,8 @@ pub enum DisruptionError {
 /// single-node consolidations, and when each node's pods last changed.
 #[derive(Debug, Default)]
 pub struct Memory {
+    /// True once the commands a previous leader recorded were looked for ([`recover`]).
+    recovered: bool,
     pending: Option<Pending>,
     command: Option<Command>,
     /// Per node, each reason told and when: told again only after [`TELL_AGAIN_AFTER`].
@@ -108,6 +115,10 @@ pub async fn pass<P: CloudProvider>(
     memory: &mut Memory,
     now: Instant,
 ) -> Result<Outcome, DisruptionError> {
+    if !memory.recovered {
+        memory.recovered = true;
+        memory.command = recover::recover(ctx, now).await;
+    }
     if let Some(cmd) = memory.command.take() {
         let reason = cmd.key.reason.as_str();
         return match command::advance(ctx, &cmd, now).await? {
@@ -124,10 +135,12 @@ pub async fn pass<P: CloudProvider>(
             Progress::Failed(why) => {
                 tracing::warn!(nodes = ?cmd.key.nodes, why = %why, "disruption given up");
                 ctx.metrics.decision(reason, "failed");
+                command::tell_failed(ctx, &cmd.old_claims, &why).await;
                 Ok(Outcome::Dropped(cmd.key, why))
             }
         };
     }
+    recover::sweep(ctx).await;
     let planned = decide::planned(
         ctx,
         &BTreeSet::new(),
@@ -156,6 +169,16 @@ pub async fn pass<P: CloudProvider>(
         // A new decision of this pass, if any, starts its own delay (it is pending now).
         tracing::info!(nodes = ?key.nodes, reason = key.reason.as_str(), "disruption decision dropped: the cluster changed");
         ctx.metrics.decision(key.reason.as_str(), "dropped");
+        let claims = command::claims_of_nodes(ctx, &key.nodes);
+        command::tell_dropped(
+            ctx,
+            &claims,
+            &format!(
+                "{} decision dropped: the cluster changed during its validation delay",
+                key.reason.as_str()
+            ),
+        )
+        .await;
         return Ok(Outcome::Dropped(key, "the cluster changed".into()));
     }
     let (Some(verdict), Some(decision)) = (verdict, decision) else {
@@ -164,32 +187,71 @@ pub async fn pass<P: CloudProvider>(
         memory.start_at = memory.start_at.wrapping_add(decide::EVALUATIONS_PER_PASS);
         return Ok(Outcome::Idle);
     };
-    let key = DecisionKey::of(decision);
-    if verdict == Verdict::Wait {
-        if memory.pending.as_ref().is_some_and(|p| p.since == now) {
-            tracing::info!(nodes = ?key.nodes, detail = %decision.detail, "disruption decision made; validating");
-            ctx.metrics.decision(key.reason.as_str(), "validating");
+    let nodes = match verdict {
+        Verdict::Wait => {
+            let key = DecisionKey::of(decision);
+            if memory.pending.as_ref().is_some_and(|p| p.since == now) {
+                tracing::info!(nodes = ?key.nodes, detail = %decision.detail, "disruption decision made; validating");
+                ctx.metrics.decision(key.reason.as_str(), "validating");
+            }
+            return Ok(Outcome::Validating(key));
         }
-        return Ok(Outcome::Validating(key));
-    }
+        Verdict::Confirmed(nodes) => nodes,
+    };
+    // A delete carried out on the nodes it held since it appeared (see `validation`).
+    let trimmed;
+    let decision = if nodes.len() < decision.nodes.len() {
+        trimmed = trim(decision, &nodes);
+        &trimmed
+    } else {
+        decision
+    };
+    let key = DecisionKey::of(decision);
     // Held while the decision's replacements are written (not while planning: an
     // interruption's two-minute notice must not wait for a disruption pass), so the next
     // batch sees them and their nominations.
     let planning = ctx.state.created.planning().await;
     match command::start(ctx, decision, &planned.catalog, now, planning).await? {
-        Some(cmd) => {
+        Started::Replacing(cmd) => {
             ctx.metrics.decision(key.reason.as_str(), "replacing");
             let replacements = cmd.replacements.clone();
             memory.command = Some(cmd);
             Ok(Outcome::Replacing(key, replacements))
         }
-        None => {
+        Started::Failed(why) => {
+            tracing::warn!(nodes = ?key.nodes, why = %why, "disruption given up before its replacements ran");
+            ctx.metrics.decision(key.reason.as_str(), "failed");
+            let old = command::claims_of_nodes(ctx, &key.nodes);
+            command::tell_failed(ctx, &old, &why).await;
+            Ok(Outcome::Dropped(key, why))
+        }
+        Started::Deleted => {
             ctx.metrics.decision(key.reason.as_str(), "deleted");
             ctx.metrics
                 .disruption_savings
                 .inc_by((decision.price_before - decision.price_after).max(0.0));
             Ok(Outcome::Deleted(key))
         }
+    }
+}
+
+/// `decision`, a delete, on `nodes` only: its price before counts the nodes it keeps, in
+/// proportion (a delete's nodes are not priced one by one in the decision).
+fn trim(
+    decision: &joiner_core::disruption::Decision,
+    nodes: &[String],
+) -> joiner_core::disruption::Decision {
+    let share = nodes.len() as f64 / decision.nodes.len().max(1) as f64;
+    joiner_core::disruption::Decision {
+        nodes: nodes.to_vec(),
+        price_before: decision.price_before * share,
+        detail: format!(
+            "{} ({} of its {} nodes still qualify)",
+            decision.detail,
+            nodes.len(),
+            decision.nodes.len()
+        ),
+        ..decision.clone()
     }
 }
 
@@ -265,30 +327,70 @@ async fn tell_kept<P: CloudProvider>(
     }
 }
 
+/// When the pass after one that started at `started` runs: after [`INTERVAL`], or, while a
+/// decision waits, when its validation delay is over (the pass that carries it out is the
+/// second, not the third).
+pub fn next_pass(memory: &Memory, started: Instant) -> Instant {
+    match &memory.pending {
+        Some(p) => (p.since + validation::VALIDATION_DELAY).max(started),
+        None => started + INTERVAL,
+    }
+}
+
 /// Runs the pass every [`INTERVAL`] until `stop` is cancelled; a failed pass is logged and
 /// counted, and the next one starts again from the stores.
 pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>, stop: CancellationToken) {
     let mut memory = Memory::default();
-    let mut tick = tokio::time::interval(INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut next = Instant::now();
     loop {
         ctx.metrics
             .passes
             .tick("disruption", INTERVAL, crate::http::PASS_STALL);
         tokio::select! {
             _ = stop.cancelled() => break,
-            _ = tick.tick() => {}
+            _ = tokio::time::sleep_until(tokio::time::Instant::from_std(next)) => {}
         }
+        // The next pass in an interval, or as soon as the pending decision's delay is over:
+        // a decision is carried out on the second pass, not the third.
+        let started = Instant::now();
         ctx.metrics
             .passes
             .tick("disruption", Duration::ZERO, crate::http::PASS_STALL);
-        let result = pass(&ctx, &mut memory, Instant::now())
+        let result = pass(&ctx, &mut memory, started)
             .instrument(tracing::debug_span!("reconcile", controller = "disruption"))
             .await;
+        next = next_pass(&memory, started);
         if let Err(e) = result {
             tracing::warn!(error = %e, "disruption pass failed; retrying next pass");
             ctx.metrics.reconcile_failed("disruption");
         }
     }
     tracing::info!("disruption loop stopped");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pending_decision_is_confirmed_on_the_pass_its_delay_ends() {
+        let t0 = Instant::now();
+        let mut memory = Memory::default();
+        assert_eq!(next_pass(&memory, t0), t0 + INTERVAL);
+        memory.pending = Some(Pending {
+            key: DecisionKey {
+                reason: joiner_core::disruption::Reason::Empty,
+                nodes: vec!["a".into()],
+                replacements: Vec::new(),
+            },
+            since: t0,
+        });
+        // Decided at t0: the next pass at t0 + 15 s confirms it (a second pass, not a third
+        // at t0 + 20 s).
+        assert_eq!(next_pass(&memory, t0), t0 + validation::VALIDATION_DELAY);
+        let late = t0 + Duration::from_secs(12);
+        assert_eq!(next_pass(&memory, late), t0 + validation::VALIDATION_DELAY);
+        let overdue = t0 + Duration::from_secs(40);
+        assert_eq!(next_pass(&memory, overdue), overdue, "at once when overdue");
+    }
 }

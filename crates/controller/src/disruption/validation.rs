@@ -1,7 +1,10 @@
 //! The validation delay: a decision is carried out only when a plan made at least
 //! [`VALIDATION_DELAY`] after it first appeared still makes it (same reason, same nodes, same
 //! kind of replacement), so a pod that arrives, a node that joins or a budget that closes in
-//! between drops it.
+//! between drops it. A decision that only deletes (empty nodes, together) keeps the nodes
+//! later plans still delete with it (Karpenter's emptiness validation keeps the candidates
+//! still valid): one that took a pod meanwhile leaves the decision, one that emptied since
+//! waits for the next.
 
 use std::time::{Duration, Instant};
 
@@ -54,8 +57,9 @@ pub struct Pending {
 pub enum Verdict {
     /// Seen for the first time, or not long enough ago: wait.
     Wait,
-    /// Made again after the delay: carry it out.
-    Confirmed,
+    /// Made again after the delay: carry it out, on these nodes (all of the plan's decision,
+    /// or for a delete the ones it held since it first appeared).
+    Confirmed(Vec<String>),
 }
 
 /// Weighs `decision` (`None`: the plan made none) against the pending one, updating it, and
@@ -66,8 +70,31 @@ pub fn check(
     now: Instant,
 ) -> (Option<Verdict>, Option<DecisionKey>) {
     let key = decision.map(DecisionKey::of);
+    // A delete still deleting some of the pending one's nodes: those stay pending.
+    if let (Some(p), Some(k)) = (pending.as_mut(), key.as_ref()) {
+        let deletes = p.key.replacements.is_empty() && k.replacements.is_empty();
+        if deletes && p.key.reason == k.reason && p.key != *k {
+            let kept: Vec<String> = p
+                .key
+                .nodes
+                .iter()
+                .filter(|n| k.nodes.contains(n))
+                .cloned()
+                .collect();
+            if !kept.is_empty() {
+                p.key.nodes = kept;
+            }
+        }
+    }
+    let same = |p: &Pending, k: &DecisionKey| {
+        &p.key == k
+            || (p.key.replacements.is_empty()
+                && k.replacements.is_empty()
+                && p.key.reason == k.reason
+                && p.key.nodes.iter().all(|n| k.nodes.contains(n)))
+    };
     let dropped = match (pending.as_ref(), key.as_ref()) {
-        (Some(p), Some(k)) if &p.key == k => None,
+        (Some(p), Some(k)) if same(p, k) => None,
         (Some(p), _) => Some(p.key.clone()),
         (None, _) => None,
     };
@@ -79,8 +106,9 @@ pub fn check(
     };
     match pending {
         Some(p) if now.duration_since(p.since) >= VALIDATION_DELAY => {
+            let nodes = std::mem::take(&mut p.key.nodes);
             *pending = None;
-            (Some(Verdict::Confirmed), dropped)
+            (Some(Verdict::Confirmed(nodes)), dropped)
         }
         Some(_) => (Some(Verdict::Wait), dropped),
         None => {
@@ -125,7 +153,10 @@ mod tests {
         let after = t0 + VALIDATION_DELAY;
         assert_eq!(
             check(&mut pending, Some(&same), after),
-            (Some(Verdict::Confirmed), None)
+            (
+                Some(Verdict::Confirmed(vec!["a".to_string(), "b".to_string()])),
+                None
+            )
         );
         assert_eq!(pending, None);
     }
@@ -147,5 +178,35 @@ mod tests {
         assert_eq!(verdict, None);
         assert_eq!(dropped.map(|k| k.nodes), Some(vec!["b".to_string()]));
         assert_eq!(pending, None);
+    }
+
+    #[test]
+    fn a_delete_keeps_the_nodes_later_plans_still_delete() {
+        let t0 = Instant::now();
+        let mut pending = None;
+        let empty = |nodes: &[&str]| Decision {
+            reason: Reason::Empty,
+            ..decision(nodes)
+        };
+        check(&mut pending, Some(&empty(&["a", "b", "c"])), t0);
+        // b took a pod, d emptied: a and c still wait, since t0.
+        let mid = t0 + Duration::from_secs(10);
+        assert_eq!(
+            check(&mut pending, Some(&empty(&["a", "c", "d"])), mid),
+            (Some(Verdict::Wait), None)
+        );
+        let after = t0 + VALIDATION_DELAY;
+        assert_eq!(
+            check(&mut pending, Some(&empty(&["a", "c", "d"])), after),
+            (
+                Some(Verdict::Confirmed(vec!["a".to_string(), "c".to_string()])),
+                None
+            )
+        );
+        // Another reason is another decision.
+        let mut pending = None;
+        check(&mut pending, Some(&decision(&["a", "b"])), t0);
+        let (_, dropped) = check(&mut pending, Some(&empty(&["a"])), after);
+        assert!(dropped.is_some(), "another decision");
     }
 }

@@ -115,6 +115,7 @@ pub fn api_server(
         })
         .collect();
     let mut created = 0;
+    let mut node_taints: HashMap<String, Value> = HashMap::new();
     move |req: &Recorded| {
         let item = req
             .path
@@ -159,14 +160,35 @@ pub fn api_server(
             }
             (&Method::PATCH, _) if req.path.starts_with("/api/v1/nodes/") => {
                 let name = req.path.trim_start_matches("/api/v1/nodes/");
-                Reply::ok(
-                    serde_json::to_value(joiner_node(name, "c5.large", "fake:///z-a/i-x"))
-                        .expect("node"),
-                )
+                // A JSON patch that sets the taint list: remembered, and read back by a GET.
+                if let Some(taints) = req.body.as_array().and_then(|ops| {
+                    ops.iter()
+                        .find(|op| op["path"] == "/spec/taints")
+                        .map(|op| op["value"].clone())
+                }) {
+                    node_taints.insert(name.to_string(), taints);
+                }
+                Reply::ok(node_answer(name, &node_taints))
+            }
+            (&Method::GET, _) if req.path.starts_with("/api/v1/nodes/") => {
+                let name = req.path.trim_start_matches("/api/v1/nodes/");
+                Reply::ok(node_answer(name, &node_taints))
             }
             _ => Reply::not_found(&req.path),
         }
     }
+}
+
+/// Node `name` as the API server answers it: a Ready c5.large with the taints the patches so
+/// far set, and a resourceVersion.
+fn node_answer(name: &str, taints: &HashMap<String, Value>) -> Value {
+    let mut v =
+        serde_json::to_value(joiner_node(name, "c5.large", "fake:///z-a/i-x")).expect("node");
+    v["metadata"]["resourceVersion"] = json!("2");
+    if let Some(t) = taints.get(name) {
+        v["spec"]["taints"] = t.clone();
+    }
+    v
 }
 
 pub struct Harness {

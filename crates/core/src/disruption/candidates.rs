@@ -36,6 +36,9 @@ pub struct Candidate {
     pub pods: Vec<usize>,
     /// What moving them costs ([`node_cost`]).
     pub cost: f64,
+    /// False for an initialized node that is not Ready now: only expiration acts on it (it
+    /// takes no moved pods, and its pods may be lost already; Karpenter expires it too).
+    pub ready: bool,
 }
 
 /// Every node, in the snapshot's order, as a candidate or with the reason it stays.
@@ -158,6 +161,11 @@ fn candidate<'a>(
     if !node.life.initialized {
         return Err("not initialized yet".into());
     }
+    // Someone else is taking it out (a cordon, a drain, a deletion): its pods are leaving,
+    // and no decision of joiner's should count on it or race them.
+    if node.unschedulable {
+        return Err("cordoned or being deleted".into());
+    }
     if let Some(a) = &node.life.do_not_disrupt {
         return Err(format!("the node is annotated {a}"));
     }
@@ -242,6 +250,7 @@ fn candidate<'a>(
         price,
         pods: movable,
         cost,
+        ready: !node.life.not_ready,
     })
 }
 

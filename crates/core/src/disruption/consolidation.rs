@@ -1,16 +1,20 @@
 //! Consolidation of a set of candidate nodes: simulate their pods on the rest of the cluster
 //! and decide whether the move is taken — deleted (the pods fit on other nodes) or replaced
-//! by one cheaper node — or why not.
+//! by cheaper nodes — or why not.
 //!
-//! A move is taken when every moved pod has a place, at most one new node is needed, a
-//! replacement saves at least `minPriceImprovement`, a spot node is replaced by spot only with
-//! at least [`MIN_SPOT_OPTIONS`] cheaper spot types to choose from (fewer would race to the
-//! cheapest pool, Karpenter's rule), and the move's score passes the Provisioner's threshold.
+//! A move is taken when every moved pod has a place; its replacements are the cheapest way to
+//! hold the pods that need one (one node when one node holds them, several only when that is
+//! cheaper: [`trial::run_together`]); together they are strictly cheaper than what they
+//! replace (or by `minPriceImprovement`, when set); a spot node is replaced by spot only with
+//! at least [`MIN_SPOT_OPTIONS`] cheaper spot types to choose from, and then only the 15
+//! cheapest are offered (fewer would race to the cheapest pool, Karpenter's rule); and, under
+//! a policy with a score gate (Balanced, Conservative, `minScore`), the move's score passes it.
 //!
 //! The score weighs what a move saves against what it disrupts, each as a share of the
 //! Provisioner's whole: (savings ÷ the Provisioner's $/h) ÷ (the move's disruption cost ÷ the
 //! Provisioner's). A score of 1 saves exactly its share of the disruption it causes; deleting
-//! an empty node scores high, churning many pods for cents scores low.
+//! an empty node scores high, churning many pods for cents scores low. Karpenter's Balanced
+//! takes a move at 0.5.
 
 use crate::instance_type::{CapacityType, InstanceType};
 use crate::scheduling::{NewNode, Options, Plan};
@@ -18,7 +22,7 @@ use crate::snapshot::Snapshot;
 
 use super::candidates::Candidate;
 use super::trial;
-use super::DisruptionSettings;
+use super::{DisruptionSettings, PriceBound};
 
 /// Fewest cheaper spot types a spot-to-spot replacement needs.
 pub const MIN_SPOT_OPTIONS: usize = 15;
@@ -28,8 +32,9 @@ pub const MIN_SPOT_OPTIONS: usize = 15;
 pub enum Action {
     /// The pods fit on the other nodes.
     Delete,
-    /// The pods need one new node, cheaper than what it replaces.
-    Replace(Box<NewNode>),
+    /// The pods need new nodes, together cheaper than what they replace: one when one holds
+    /// them, several only when that is cheaper.
+    Replace(Vec<NewNode>),
 }
 
 /// A move that passes every check.
@@ -76,23 +81,26 @@ pub fn evaluate(
         ));
     }
     let removed: Vec<usize> = nodes.iter().map(|c| c.node).collect();
-    let outcome = trial::run(snapshot, catalog, opts, &removed)?;
+    let mut outcome = trial::run(snapshot, catalog, opts, &removed)?;
+    if outcome.replacements.len() > 1 {
+        // The packer split them; one node of the same family often holds them for the same
+        // price. The cheaper wins, one node on a tie.
+        if let Ok(one) = trial::run_together(snapshot, catalog, opts, &removed, &outcome) {
+            if one.price_after <= outcome.price_after + 1e-9 {
+                outcome = one;
+            }
+        }
+    }
     let price_before: f64 = nodes.iter().map(|c| c.price).sum();
     let action = match outcome.replacements.as_slice() {
         [] => Action::Delete,
-        [one] => Action::Replace(Box::new(replacement(
-            one,
+        new => Action::Replace(replacements(
+            new,
             outcome.price_after,
             nodes,
             price_before,
             settings,
-        )?)),
-        more => {
-            return Err(format!(
-                "its pods would need {} new nodes (consolidation replaces with one)",
-                more.len()
-            ))
-        }
+        )?),
     };
     let price_after = outcome.price_after;
     let cost: f64 = nodes.iter().map(|c| c.cost).sum();
@@ -132,24 +140,49 @@ pub fn score(savings: f64, cost: f64, totals: Totals) -> f64 {
     saved / (cost / totals.cost)
 }
 
-/// The replacement with only the options cheap enough to launch (a dearer option the cloud
-/// might pick would undo the saving), or why there is none.
-fn replacement(
-    new: &NewNode,
+/// The replacements with only the options cheap enough to launch (a dearer option the cloud
+/// might pick would undo the saving), or why there are none: together they must pass the
+/// price bound, and each option of one node must keep the total within it.
+fn replacements(
+    new: &[NewNode],
     price_after: f64,
     nodes: &[&Candidate],
     price_before: f64,
     settings: &DisruptionSettings,
-) -> Result<NewNode, String> {
+) -> Result<Vec<NewNode>, String> {
     let bound = settings.price_bound(price_before);
     if !bound.allows(price_after) {
+        let types: Vec<String> = new
+            .iter()
+            .map(|n| format!("{} {}", n.instance_type, n.capacity_type))
+            .collect();
         return Err(format!(
-            "a replacement ({} {}, ${price_after:.4}/h) is not {} than ${price_before:.4}/h",
-            new.instance_type,
-            new.capacity_type,
+            "{} ({}, ${price_after:.4}/h) {} not {} than ${price_before:.4}/h",
+            if new.len() == 1 {
+                "a replacement"
+            } else {
+                "the replacements"
+            },
+            types.join(", "),
+            if new.len() == 1 { "is" } else { "are" },
             settings.improvement_words()
         ));
     }
+    new.iter()
+        .map(|n| {
+            // What this node may cost with the others at their chosen prices.
+            let others = price_after - n.price_per_hour;
+            let own = PriceBound {
+                most: bound.most - others,
+                ..bound
+            };
+            replacement(n, own, nodes)
+        })
+        .collect()
+}
+
+/// One replacement with only the options `bound` allows.
+fn replacement(new: &NewNode, bound: PriceBound, nodes: &[&Candidate]) -> Result<NewNode, String> {
     if nodes.len() > 1 {
         // Replacing several nodes by one of a type some of them already run, no cheaper,
         // only moves that node's pods for nothing: removing the others is the better move
@@ -261,11 +294,11 @@ mod tests {
         )
     }
 
-    /// The replacement of a move that must be one.
+    /// The replacement of a move that must be one, by one node.
     fn replacement_of(m: &Move) -> &NewNode {
         match &m.action {
-            Action::Replace(new) => new,
-            Action::Delete => panic!("a delete, not a replacement: {m:?}"),
+            Action::Replace(new) if new.len() == 1 => &new[0],
+            other => panic!("not a replacement by one node: {other:?}"),
         }
     }
 
@@ -332,7 +365,10 @@ mod tests {
         // kept (GPU types aside: the packer never offers them for pods that ask for none).
         let cheaper: Vec<(String, f64)> = crate::testing::catalog::catalog()
             .iter()
-            .filter(|t| !t.labels.contains_key(crate::testing::catalog::INSTANCE_GPU_NAME))
+            .filter(|t| {
+                !t.labels
+                    .contains_key(crate::testing::catalog::INSTANCE_GPU_NAME)
+            })
             .filter_map(|t| {
                 t.offerings
                     .iter()
@@ -346,7 +382,10 @@ mod tests {
         assert!(cheaper.len() > MIN_SPOT_OPTIONS, "{cheaper:?}");
         for (name, price) in &cheaper {
             if !kept.iter().any(|(k, _)| k == name) {
-                assert!(*price >= dearest_kept, "{name} at {price} left out: {kept:?}");
+                assert!(
+                    *price >= dearest_kept,
+                    "{name} at {price} left out: {kept:?}"
+                );
             }
         }
     }

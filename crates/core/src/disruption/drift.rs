@@ -9,17 +9,17 @@
 use crate::pod::Node;
 use crate::provisioner::Provisioner;
 
-/// Why `node` no longer matches `provisioner`, or `None` when it still does.
+/// Why `node` no longer matches `provisioner`, or `None` when it still does. A node whose
+/// NodeClaim recorded its labels ([`crate::NodeLife::recorded_labels`]) is judged by
+/// [`requirement_drift`] on those alone: its Provisioner's labels and taints are in the
+/// claim's hash, which the caller compares, and the live Node's may have been edited by hand
+/// or by an agent (a replacement would not undo that, and would loop).
 pub fn visible_drift(node: &Node, provisioner: &Provisioner) -> Option<String> {
-    for (key, req) in provisioner.requirements.iter() {
-        if let Some(v) = node.labels.get(key) {
-            if !req.allows(v) {
-                return Some(format!(
-                    "its label {key}={v} is no longer allowed by Provisioner {}",
-                    provisioner.name
-                ));
-            }
-        }
+    if let Some(recorded) = &node.life.recorded_labels {
+        return requirement_drift(recorded, provisioner);
+    }
+    if let Some(why) = requirement_drift(&node.labels, provisioner) {
+        return Some(why);
     }
     for (key, want) in &provisioner.labels {
         match node.labels.get(key) {
@@ -43,6 +43,25 @@ pub fn visible_drift(node: &Node, provisioner: &Provisioner) -> Option<String> {
         .iter()
         .find(|t| !node.taints.contains(t))
         .map(|t| format!("it lacks taint {t} of Provisioner {}", provisioner.name))
+}
+
+/// Why `labels` no longer satisfy `provisioner`'s requirements (a label a narrowed
+/// requirement no longer allows; widening never drifts), or `None`.
+pub fn requirement_drift(
+    labels: &std::collections::BTreeMap<String, String>,
+    provisioner: &Provisioner,
+) -> Option<String> {
+    for (key, req) in provisioner.requirements.iter() {
+        if let Some(v) = labels.get(key) {
+            if !req.allows(v) {
+                return Some(format!(
+                    "its label {key}={v} is no longer allowed by Provisioner {}",
+                    provisioner.name
+                ));
+            }
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -103,5 +122,36 @@ mod tests {
         let mut tainted = node();
         tainted.taints = p.taints.clone();
         assert_eq!(visible_drift(&tainted, &p), None);
+    }
+
+    #[test]
+    fn a_node_with_recorded_labels_drifts_on_those_alone() {
+        // The taint stripped and a label edited by hand on the live node: the claim's record
+        // says what was launched, and that still matches.
+        let mut p = Provisioner::default_provisioner();
+        p.taints.push(Taint {
+            key: "gpu".into(),
+            value: "true".into(),
+            effect: Effect::NoSchedule,
+        });
+        let mut n = node();
+        n.labels
+            .insert(labels::INSTANCE_TYPE.into(), "c5.large".into());
+        n.life.recorded_labels = Some(Box::new(BTreeMap::from([(
+            labels::INSTANCE_TYPE.to_string(),
+            "m5.large".to_string(),
+        )])));
+        p.requirements
+            .add(labels::INSTANCE_TYPE, Requirement::one_of(["m5.large"]));
+        assert_eq!(visible_drift(&n, &p), None, "hand edits are not drift");
+        // A requirement narrowed past what was launched is.
+        let mut narrowed = Provisioner::default_provisioner();
+        narrowed
+            .requirements
+            .add(labels::INSTANCE_TYPE, Requirement::one_of(["c5.large"]));
+        assert_eq!(
+            visible_drift(&n, &narrowed).as_deref(),
+            Some("its label node.kubernetes.io/instance-type=m5.large is no longer allowed by Provisioner default")
+        );
     }
 }

@@ -42,7 +42,10 @@ fn by_default_a_node_whose_pods_fit_elsewhere_is_deleted_whatever_its_score() {
     let s = a_busy_node_whose_pods_fit_beside_another();
     let p = run(&s, &defaults(), MON_9AM);
     assert_eq!(decisions(&p), ["Underutilized [\"a\"] -> []"]);
-    assert_eq!(p.decisions[0].score.map(|x| (x * 100.0).round()), Some(75.0));
+    assert_eq!(
+        p.decisions[0].score.map(|x| (x * 100.0).round()),
+        Some(75.0)
+    );
 }
 
 #[test]
@@ -51,7 +54,11 @@ fn balanced_passes_at_half_its_share_of_disruption_and_conservative_at_its_whole
     let balanced = run(&s, &with_policy(ConsolidationPolicy::Balanced), MON_9AM);
     assert_eq!(decisions(&balanced), ["Underutilized [\"a\"] -> []"]);
     let conservative = run(&s, &with_policy(ConsolidationPolicy::Conservative), MON_9AM);
-    assert!(conservative.decisions.is_empty(), "{:?}", decisions(&conservative));
+    assert!(
+        conservative.decisions.is_empty(),
+        "{:?}",
+        decisions(&conservative)
+    );
     assert_eq!(
         kept(&conservative, "a"),
         "even deleting it would score 0.75, below the Conservative threshold 1.00"
@@ -197,4 +204,235 @@ fn a_budget_that_always_allows_unhealthy_pods_lets_a_pod_that_is_not_ready_go() 
     let mut s = a_and_a_kept_b(web);
     s.pdbs = vec![pdb(true)];
     assert!(run(&s, &defaults(), MON_9AM).decisions.is_empty());
+}
+
+#[test]
+fn budgets_count_initialized_nodes_that_are_not_ready_as_disrupting() {
+    // Four quiet m5.xlarge, each pod fits beside another: a budget of one node lets one go.
+    let one = DisruptionSettings {
+        budgets: vec![super::scenarios::budget("1")],
+        ..defaults()
+    };
+    let s = super::scenarios::four_quiet_nodes();
+    assert_eq!(run(&s, &one, MON_9AM).decisions.len(), 1);
+    // One of them went NotReady (still initialized): it uses the budget up.
+    let mut s = s;
+    s.nodes[3].life.not_ready = true;
+    let p = run(&s, &one, MON_9AM);
+    assert!(p.decisions.is_empty(), "{:?}", decisions(&p));
+    assert!(
+        kept(&p, "a").contains(
+            "the Underutilized budget of Provisioner default allows no more disruptions now"
+        ),
+        "{}",
+        kept(&p, "a")
+    );
+    assert_eq!(
+        kept(&p, "d"),
+        "not Ready: only expiration acts on a node that is not Ready"
+    );
+}
+
+#[test]
+fn an_expired_node_expires_though_it_is_not_ready() {
+    let mut s = cluster(
+        vec![
+            node("old", "m5.xlarge", "on-demand"),
+            node("b", "m5.xlarge", "on-demand"),
+        ],
+        vec![pod("web", "old", 1000), pod("api", "b", 1000)],
+    );
+    s.nodes[0].life.not_ready = true;
+    s.nodes[1].life.created_at = Some(1_500);
+    let expiring = DisruptionSettings {
+        expire_after: Some(1_000),
+        ..DisruptionSettings::default()
+    };
+    let p = run(&s, &expiring, 2_000);
+    assert_eq!(decisions(&p), ["Expired [\"old\"] -> []"]);
+}
+
+#[test]
+fn a_cordoned_node_is_no_candidate_and_its_pods_need_room() {
+    // a's 1,000m pod fits beside b's (3,430m free) unless c, cordoned, sends its 3,000m pod
+    // there too.
+    let nodes = || {
+        vec![
+            node("a", "m5.xlarge", "on-demand"),
+            node("b", "m5.xlarge", "on-demand"),
+            node("c", "m5.xlarge", "on-demand"),
+        ]
+    };
+    let pods = vec![
+        pod("web", "a", 1000),
+        pod("api", "b", 500),
+        pod("batch", "c", 3000),
+    ];
+    let mut s = cluster(nodes(), pods.clone());
+    s.nodes[1].life.do_not_disrupt = Some("karpenter.sh/do-not-disrupt".into());
+    s.nodes[2].life.do_not_disrupt = Some("karpenter.sh/do-not-disrupt".into());
+    assert_eq!(
+        decisions(&run(&s, &defaults(), MON_9AM)),
+        ["Underutilized [\"a\"] -> []"]
+    );
+    s.nodes[2].unschedulable = true;
+    s.nodes[2].life.do_not_disrupt = None;
+    let p = run(&s, &defaults(), MON_9AM);
+    assert!(
+        !decisions(&p).contains(&"Underutilized [\"a\"] -> []".to_string()),
+        "a's pod cannot count on room c's pod needs: {:?}",
+        decisions(&p)
+    );
+    assert_eq!(kept(&p, "c"), "cordoned or being deleted");
+}
+
+#[test]
+fn empty_drifted_nodes_go_first() {
+    // Two drifted nodes, one allowed at a time: the younger, empty one goes before the older
+    // one with a pod.
+    let mut young = node("young", "m5.xlarge", "on-demand");
+    young.life.created_at = Some(500);
+    let s = cluster(
+        vec![node("old", "m5.xlarge", "on-demand"), young],
+        vec![pod("web", "old", 1000)],
+    );
+    let one = DisruptionSettings {
+        budgets: vec![super::scenarios::budget("1")],
+        ..DisruptionSettings::default()
+    };
+    let drifted = |_: &crate::pod::Node| Some("its AMI is no longer selected".to_string());
+    let p = super::scenarios::run_with(&s, &one, MON_9AM, &drifted);
+    assert_eq!(decisions(&p), ["Drifted [\"young\"] -> []"]);
+}
+
+#[test]
+fn a_replacement_is_one_node_when_one_node_holds_the_pods_for_no_more() {
+    // Two m5.xlarge ($0.384/h together) with a 1,000m pod each. The packer alone would split
+    // the pods over two c5.large ($0.085/h each); one c5.xlarge holds both for the same
+    // $0.17/h: one node, as Karpenter replaces.
+    let s = cluster(
+        vec![
+            node("a", "m5.xlarge", "on-demand"),
+            node("b", "m5.xlarge", "on-demand"),
+        ],
+        vec![pod("web-a", "a", 1000), pod("web-b", "b", 1000)],
+    );
+    let all = DisruptionSettings {
+        budgets: vec![super::scenarios::budget("100%")],
+        ..defaults()
+    };
+    let p = run(&s, &all, MON_9AM);
+    assert_eq!(
+        decisions(&p),
+        ["Underutilized [\"a\", \"b\"] -> [\"c5.xlarge\"]"]
+    );
+    assert!((p.decisions[0].price_after - 0.17).abs() < 1e-9);
+    assert_eq!(p.decisions[0].replacements[0].pods.len(), 2);
+}
+
+#[test]
+fn several_replacements_are_taken_when_no_one_node_holds_the_pods() {
+    // Two m5.4xlarge ($0.768/h each) whose pods must be apart (hostname anti-affinity): no
+    // one node holds them, so two cheaper nodes replace both.
+    let apart = |name: &str, on: &str| {
+        let mut p = pod(name, on, 1000);
+        p.labels.insert("app".into(), "db".into());
+        let mut term = hostname_affinity_to("db");
+        term.anti = true;
+        p.affinity = vec![term];
+        p
+    };
+    let s = cluster(
+        vec![
+            node("a", "m5.4xlarge", "on-demand"),
+            node("b", "m5.4xlarge", "on-demand"),
+        ],
+        vec![apart("db-0", "a"), apart("db-1", "b")],
+    );
+    let all = DisruptionSettings {
+        budgets: vec![super::scenarios::budget("100%")],
+        ..defaults()
+    };
+    let p = run(&s, &all, MON_9AM);
+    assert_eq!(
+        decisions(&p),
+        ["Underutilized [\"a\", \"b\"] -> [\"c5.large\", \"c5.large\"]"]
+    );
+    let homes: std::collections::BTreeSet<&str> = p.decisions[0]
+        .moves
+        .iter()
+        .map(|(_, to)| to.as_str())
+        .collect();
+    assert_eq!(homes.len(), 2, "still apart: {:?}", p.decisions[0].moves);
+}
+
+#[test]
+fn every_empty_node_a_budget_allows_goes_in_one_decision() {
+    // Two hundred empty m5.large beside one busy node.
+    let mut nodes: Vec<crate::pod::Node> = (0..200)
+        .map(|i| node(&format!("e{i:03}"), "m5.large", "on-demand"))
+        .collect();
+    let mut busy = node("busy", "m5.xlarge", "on-demand");
+    busy.life.do_not_disrupt = Some("karpenter.sh/do-not-disrupt".into());
+    nodes.push(busy);
+    let s = cluster(nodes, vec![pod("web", "busy", 3000)]);
+    let all = DisruptionSettings {
+        budgets: vec![super::scenarios::budget("100%")],
+        ..defaults()
+    };
+    let p = run(&s, &all, MON_9AM);
+    assert_eq!(p.decisions.len(), 1, "{:?}", decisions(&p));
+    let d = &p.decisions[0];
+    assert_eq!(d.reason, super::Reason::Empty);
+    assert_eq!(d.nodes.len(), 200);
+    assert_eq!(d.detail, "empty: consolidation deletes them: 200 nodes");
+    assert!((d.price_before - 200.0 * 0.096).abs() < 1e-6);
+    // The default budget (10 % of 201, rounded up: 21) takes 21 of them at once.
+    let p = run(&s, &defaults(), MON_9AM);
+    assert_eq!(p.decisions[0].nodes.len(), 21);
+    assert!(kept(&p, "e199")
+        .contains("the Empty budget of Provisioner default allows no more disruptions now"));
+    // Nodes empty past ttlSecondsAfterEmpty go together too.
+    let ttl = DisruptionSettings {
+        empty_after: Some(30),
+        budgets: vec![super::scenarios::budget("100%")],
+        ..DisruptionSettings::default()
+    };
+    let p = run(&s, &ttl, MON_9AM);
+    assert_eq!(decisions(&p).len(), 1);
+    assert_eq!(p.decisions[0].nodes.len(), 200);
+}
+
+#[test]
+fn empty_drifted_and_expired_nodes_go_together() {
+    let mut nodes: Vec<crate::pod::Node> = (0..5)
+        .map(|i| node(&format!("e{i}"), "m5.large", "on-demand"))
+        .collect();
+    nodes.push(node("busy", "m5.xlarge", "on-demand"));
+    let s = cluster(nodes, vec![pod("web", "busy", 1000)]);
+    let all = DisruptionSettings {
+        budgets: vec![super::scenarios::budget("100%")],
+        ..DisruptionSettings::default()
+    };
+    let drifted = |_: &crate::pod::Node| Some("its AMI is no longer selected".to_string());
+    let p = super::scenarios::run_with(&s, &all, MON_9AM, &drifted);
+    assert_eq!(
+        decisions(&p),
+        [
+            "Drifted [\"e0\", \"e1\", \"e2\", \"e3\", \"e4\"] -> []",
+            "Drifted [\"busy\"] -> [\"c5.large\"]"
+        ]
+    );
+    let expiring = DisruptionSettings {
+        expire_after: Some(1_000),
+        ..all
+    };
+    let p = run(&s, &expiring, 2_000);
+    assert_eq!(
+        decisions(&p),
+        [
+            "Expired [\"e0\", \"e1\", \"e2\", \"e3\", \"e4\"] -> []",
+            "Expired [\"busy\"] -> [\"c5.large\"]"
+        ]
+    );
 }

@@ -28,7 +28,7 @@ use super::candidates::{candidates, leaves_with_node, Candidate, Prices};
 use super::consolidation::{evaluate, score, Action, Totals};
 use super::cost::node_cost;
 use super::drift::visible_drift;
-use super::trial::{self, placeable_pending};
+use super::trial;
 use super::working::apply;
 use super::{DisruptionSettings, Reason};
 
@@ -112,21 +112,9 @@ pub struct DisruptionPlan {
 /// Plans disruption for `input`.
 pub fn plan(input: &Input) -> DisruptionPlan {
     let mut p = Planner::new(input);
-    // Expiration is forceful: it does not wait for provisioning.
+    // Pending pods do not halt disruption: every trial simulates them with the moved pods,
+    // as Karpenter's does (they take the room they would take; see `trial`).
     p.expire();
-    let pending = placeable_pending(input.snapshot, input.catalog, input.opts);
-    if let Some(first) = pending.first() {
-        let wait = format!(
-            "disruption waits: {} pending pod(s) can be placed now ({first}{}), provisioning goes first",
-            pending.len(),
-            if pending.len() > 1 { ", ..." } else { "" }
-        );
-        for c in p.open() {
-            let name = p.name(&c);
-            p.keep(&name, wait.clone());
-        }
-        return p.finish();
-    }
     p.drift();
     p.empty();
     p.consolidate();
@@ -138,6 +126,11 @@ struct Planner<'a> {
     work: Snapshot,
     /// Candidates by node name (their `node` indexes the input snapshot).
     candidates: BTreeMap<String, Candidate>,
+    /// Initialized nodes that are not Ready now, as candidates: expiration only.
+    unready: BTreeMap<String, Candidate>,
+    /// The pending pods (keys) the cluster as it is places on nodes that exist: their room is
+    /// theirs, whatever a consolidation would like.
+    pending_placed: HashSet<String>,
     settings: HashMap<String, DisruptionSettings>,
     totals: HashMap<String, Totals>,
     /// Initialized nodes of each Provisioner in the snapshot (what budget percentages are
@@ -165,6 +158,7 @@ impl<'a> Planner<'a> {
         let s = input.snapshot;
         let mut why: HashMap<String, Vec<String>> = HashMap::new();
         let mut found = BTreeMap::new();
+        let mut unready = BTreeMap::new();
         for (node, c) in s
             .nodes
             .iter()
@@ -176,8 +170,11 @@ impl<'a> Planner<'a> {
                 c
             };
             match c {
-                Ok(c) => {
+                Ok(c) if c.ready => {
                     found.insert(node.name.clone(), c);
+                }
+                Ok(c) => {
+                    unready.insert(node.name.clone(), c);
                 }
                 Err(e) => why.entry(node.name.clone()).or_default().push(e),
             }
@@ -193,15 +190,28 @@ impl<'a> Planner<'a> {
             if n.life.initialized {
                 *node_count.entry(p.to_string()).or_default() += 1;
             }
-            if n.unschedulable || input.disrupting.contains(&n.name) {
+            // Karpenter's count: cordoned or being deleted, already being disrupted, or
+            // initialized and not Ready now.
+            let not_ready = n.life.initialized && n.life.not_ready;
+            if n.unschedulable || not_ready || input.disrupting.contains(&n.name) {
                 *disrupting.entry(p.to_string()).or_default() += 1;
             }
         }
         let totals = provisioner_totals(s, input.catalog, &settings, input.now);
+        // Nodes already being disrupted take no moved pods, and their pods need room (the
+        // trials place them too: `trial::run`).
+        let mut work = s.clone();
+        for n in &mut work.nodes {
+            if input.disrupting.contains(&n.name) {
+                n.unschedulable = true;
+            }
+        }
         let mut planner = Planner {
+            pending_placed: pending_placed(s, input.catalog, input.opts),
             input,
-            work: s.clone(),
+            work,
             candidates: found,
+            unready,
             settings,
             totals,
             node_count,
@@ -237,7 +247,7 @@ impl<'a> Planner<'a> {
         self.free.clear();
         self.free_total = [0; 2];
         for n in &self.work.nodes {
-            if n.unschedulable || !n.life.initialized {
+            if n.unschedulable || !n.life.initialized || n.life.not_ready {
                 continue;
             }
             let u = used.get(n.name.as_str()).copied().unwrap_or_default();
@@ -351,7 +361,8 @@ impl<'a> Planner<'a> {
             }
         }
         for r in &decision.replacements {
-            for k in &r.pods {
+            // Pending pods it also holds are not moves.
+            for k in r.pods.iter().filter(|k| moved_pods.contains_key(*k)) {
                 decision.moves.push((k.clone(), r.name.clone()));
             }
         }
@@ -414,9 +425,12 @@ impl<'a> Planner<'a> {
 
     fn expire(&mut self) {
         let now = self.input.now;
+        // A node that is not Ready expires too (Karpenter's expiration is forceful).
+        let unready: Vec<Candidate> = self.unready.values().cloned().collect();
         let mut due: Vec<(i64, i64, Candidate)> = self
             .open()
             .into_iter()
+            .chain(unready)
             .filter_map(|c| {
                 let ttl = self.settings.get(&c.provisioner)?.expire_after?;
                 let created = self.node(&c).life.created_at?;
@@ -424,15 +438,26 @@ impl<'a> Planner<'a> {
             })
             .collect();
         due.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.2.node.cmp(&b.2.node)));
+        // Expiration has no budget: the empty ones go together, in one decision.
+        let mut batch = Deletes::default();
+        let mut rest = Vec::new();
         for (created, ttl, c) in due {
-            if self.full() {
-                return;
-            }
             let detail = format!(
                 "expired: {} old, ttlSecondsUntilExpired {}",
                 duration(now - created),
                 duration(ttl)
             );
+            if c.pods.is_empty() {
+                batch.push(c, detail);
+            } else {
+                rest.push((detail, c));
+            }
+        }
+        self.take_deletes(Reason::Expired, batch, "expired and empty");
+        for (detail, c) in rest {
+            if self.full() {
+                return;
+            }
             self.replace(&c, Reason::Expired, detail);
         }
     }
@@ -450,12 +475,33 @@ impl<'a> Planner<'a> {
                 Some((node.life.created_at.unwrap_or(i64::MAX), why, c))
             })
             .collect();
-        drifted.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.2.node.cmp(&b.2.node)));
+        // Empty drifted nodes first (they go without moving a pod), then the oldest.
+        drifted.sort_by(|a, b| {
+            (!a.2.pods.is_empty(), a.0, a.2.node).cmp(&(!b.2.pods.is_empty(), b.0, b.2.node))
+        });
+        // The empty ones go together, in one decision, as far as the budget allows.
+        let mut batch = Deletes::default();
+        let mut rest = Vec::new();
         for (_, why, c) in drifted {
+            let detail = format!("drifted: {why}");
+            if !c.pods.is_empty() {
+                rest.push((detail, c));
+            } else if batch.admits(self, &c, Reason::Drifted) {
+                batch.push(c, detail);
+            } else {
+                let name = self.name(&c);
+                let refusal = Self::budget_refusal(&c.provisioner, Reason::Drifted);
+                self.keep(&name, format!("{detail}, but {refusal}"));
+            }
+        }
+        if self.full() {
+            return;
+        }
+        self.take_deletes(Reason::Drifted, batch, "drifted and empty");
+        for (detail, c) in rest {
             if self.full() {
                 return;
             }
-            let detail = format!("drifted: {why}");
             if self.allowed(&c.provisioner, Reason::Drifted) == 0 {
                 let name = self.name(&c);
                 let refusal = Self::budget_refusal(&c.provisioner, Reason::Drifted);
@@ -491,6 +537,7 @@ impl<'a> Planner<'a> {
 
     fn empty(&mut self) {
         let now = self.input.now;
+        let mut batch = Deletes::default();
         for c in self.open() {
             if self.full() {
                 return;
@@ -524,22 +571,32 @@ impl<'a> Planner<'a> {
                 );
                 continue;
             }
-            if self.allowed(&c.provisioner, Reason::Empty) == 0 {
+            if !batch.admits(self, &c, Reason::Empty) {
                 let refusal = Self::budget_refusal(&c.provisioner, Reason::Empty);
                 self.keep(&name, format!("empty, but {refusal}"));
                 continue;
             }
-            self.delete_empty(&c, format!("empty for {}", duration(empty_for)));
+            batch.push(c, format!("empty for {}", duration(empty_for)));
         }
+        self.take_deletes(Reason::Empty, batch, "empty past ttlSecondsAfterEmpty");
     }
 
-    fn delete_empty(&mut self, c: &Candidate, detail: String) {
+    /// Deletes the nodes of `batch` (none of which moves a pod) in one decision for `reason`:
+    /// a budget's worth of empty nodes goes at once, not one a pass. `summary` words a
+    /// decision of several nodes; one node keeps its own words.
+    fn take_deletes(&mut self, reason: Reason, batch: Deletes, summary: &str) {
+        let Deletes { nodes, .. } = batch;
+        let detail = match nodes.as_slice() {
+            [] => return,
+            [(_, one)] => one.clone(),
+            more => format!("{summary}: {} nodes", more.len()),
+        };
         let decision = Decision {
-            reason: Reason::Empty,
-            nodes: vec![self.name(c)],
+            reason,
+            nodes: nodes.iter().map(|(c, _)| self.name(c)).collect(),
             replacements: Vec::new(),
             moves: Vec::new(),
-            price_before: c.price,
+            price_before: nodes.iter().map(|(c, _)| c.price).sum(),
             price_after: 0.0,
             score: None,
             detail,
@@ -597,6 +654,7 @@ impl<'a> Planner<'a> {
         let ready = self.consolidatable();
         let (empty, busy): (Vec<Candidate>, Vec<Candidate>) =
             ready.into_iter().partition(|c| c.pods.is_empty());
+        let mut batch = Deletes::default();
         for c in empty {
             if self.full() {
                 return;
@@ -609,13 +667,17 @@ impl<'a> Planner<'a> {
                 );
                 continue;
             }
-            if self.allowed(&c.provisioner, Reason::Empty) == 0 {
+            if !batch.admits(self, &c, Reason::Empty) {
                 let name = self.name(&c);
                 let refusal = Self::budget_refusal(&c.provisioner, Reason::Empty);
                 self.keep(&name, format!("empty, but {refusal}"));
                 continue;
             }
-            self.delete_empty(&c, "empty: consolidation deletes it".into());
+            batch.push(c, "empty: consolidation deletes it".into());
+        }
+        self.take_deletes(Reason::Empty, batch, "empty: consolidation deletes them");
+        if self.full() {
+            return;
         }
         let mut busy = busy;
         while self.multi_node(&mut busy) {}
@@ -668,14 +730,30 @@ impl<'a> Planner<'a> {
             .strictest(&refs)
             .ok_or_else(|| "its Provisioner does not exist".to_string())?;
         let totals = self.totals_of(&refs);
-        evaluate(
+        let m = evaluate(
             &mut self.work,
             self.input.catalog,
             self.input.opts,
             &refs,
             &settings,
             totals,
-        )
+        )?;
+        // A pending pod the cluster places now on a node that stays must keep that room: a
+        // move that sends it to a new node (or nowhere) only trades one node for another
+        // bought for that pod.
+        let displaced = m
+            .plan
+            .new_nodes
+            .iter()
+            .flat_map(|n| n.pods.iter())
+            .chain(m.plan.unschedulable.iter().map(|u| &u.pod))
+            .find(|k| self.pending_placed.contains(*k));
+        if let Some(k) = displaced {
+            return Err(format!(
+                "pending pod {k} would lose the room it has now on the other nodes"
+            ));
+        }
+        Ok(m)
     }
 
     /// Takes the longest prefix of `busy` (within budgets, at most [`MAX_MULTI_NODE`]) of two
@@ -727,7 +805,8 @@ impl<'a> Planner<'a> {
             n,
             match &m.action {
                 Action::Delete => "whose pods fit on the other nodes".to_string(),
-                Action::Replace(r) => format!("replaced by one {}", r.instance_type),
+                Action::Replace(r) if r.len() == 1 => format!("replaced by one {}", kinds_of(r)),
+                Action::Replace(r) => format!("replaced by {}", kinds_of(r)),
             }
         );
         self.take_move(names, m, detail);
@@ -738,7 +817,7 @@ impl<'a> Planner<'a> {
     fn take_move(&mut self, names: Vec<String>, m: super::consolidation::Move, detail: String) {
         let replacements = match m.action {
             Action::Delete => Vec::new(),
-            Action::Replace(r) => vec![*r],
+            Action::Replace(r) => r,
         };
         let decision = Decision {
             reason: Reason::Underutilized,
@@ -796,10 +875,9 @@ impl<'a> Planner<'a> {
                 Ok(m) => {
                     let detail = match &m.action {
                         Action::Delete => "underutilized: its pods fit on the other nodes".into(),
-                        Action::Replace(r) => format!(
-                            "underutilized: replaced by a cheaper {} {}",
-                            r.instance_type, r.capacity_type
-                        ),
+                        Action::Replace(r) => {
+                            format!("underutilized: replaced by a cheaper {}", kinds_of(r))
+                        }
                     };
                     self.take_move(vec![name], m, detail);
                 }
@@ -835,7 +913,10 @@ impl<'a> Planner<'a> {
         let bound = settings.price_bound(c.price);
         let mut largest = [0i64; 2];
         for t in self.input.catalog {
-            if t.offerings.iter().any(|o| o.available && bound.allows(o.price)) {
+            if t.offerings
+                .iter()
+                .any(|o| o.available && bound.allows(o.price))
+            {
                 largest[0] = largest[0].max(t.capacity.cpu);
                 largest[1] = largest[1].max(t.capacity.memory);
             }
@@ -873,6 +954,11 @@ impl<'a> Planner<'a> {
         let added: f64 = self.decisions.iter().map(|d| d.price_after).sum();
         let full = self.full();
         let mut why = self.why;
+        for name in self.unready.keys().filter(|n| !self.decided.contains(*n)) {
+            why.entry(name.clone())
+                .or_default()
+                .push("not Ready: only expiration acts on a node that is not Ready".into());
+        }
         let kept = s
             .nodes
             .iter()
@@ -952,4 +1038,65 @@ fn stricter(a: Option<f64>, b: Option<f64>) -> Option<f64> {
         (Some(a), Some(b)) => Some(a.max(b)),
         (a, b) => a.or(b),
     }
+}
+
+/// New nodes as a decision's detail names them: "c5.xlarge on-demand", or "2 nodes
+/// (c5.large on-demand, c5.large on-demand)".
+fn kinds_of(new: &[crate::scheduling::NewNode]) -> String {
+    match new {
+        [one] => format!("{} {}", one.instance_type, one.capacity_type),
+        more => {
+            let kinds: Vec<String> = more
+                .iter()
+                .map(|n| format!("{} {}", n.instance_type, n.capacity_type))
+                .collect();
+            format!("{} nodes ({})", more.len(), kinds.join(", "))
+        }
+    }
+}
+
+/// Nodes to delete together in one decision, each with its words, and how many of each
+/// Provisioner's budget they use.
+#[derive(Default)]
+struct Deletes {
+    nodes: Vec<(Candidate, String)>,
+    used: HashMap<String, u32>,
+}
+
+impl Deletes {
+    /// True when the budget of `c`'s Provisioner for `reason` allows one more node beyond
+    /// those already in the batch.
+    fn admits(&self, planner: &Planner<'_>, c: &Candidate, reason: Reason) -> bool {
+        let used = self.used.get(&c.provisioner).copied().unwrap_or(0);
+        planner.allowed(&c.provisioner, reason) > used
+    }
+
+    fn push(&mut self, c: Candidate, detail: String) {
+        *self.used.entry(c.provisioner.clone()).or_default() += 1;
+        self.nodes.push((c, detail));
+    }
+}
+
+/// The pending pods of `snapshot` a simulation places on nodes that exist now (their keys):
+/// one simulation per plan.
+fn pending_placed(
+    snapshot: &Snapshot,
+    catalog: &[InstanceType],
+    opts: &Options,
+) -> HashSet<String> {
+    if snapshot.pods.iter().all(|p| p.node_name.is_some()) {
+        return HashSet::new();
+    }
+    let pending: HashSet<String> = snapshot
+        .pods
+        .iter()
+        .filter(|p| p.node_name.is_none())
+        .map(crate::pod::Pod::key)
+        .collect();
+    let plan = crate::scheduling::simulate(snapshot, catalog, opts);
+    plan.existing_nodes
+        .into_iter()
+        .flat_map(|u| u.pods)
+        .filter(|k| pending.contains(k))
+        .collect()
 }

@@ -86,7 +86,7 @@ pub(super) fn budget(nodes: &str) -> Budget {
 }
 
 /// Four m5.xlarge nodes (3,930m free each), one 1,000m pod on each.
-fn four_quiet_nodes() -> Snapshot {
+pub(super) fn four_quiet_nodes() -> Snapshot {
     let names = ["a", "b", "c", "d"];
     cluster(
         names
@@ -453,8 +453,13 @@ fn a_cron_budget_window_holds_consolidation_while_open() {
         kept(&p, "a"),
         "the Underutilized budget of Provisioner default allows no more disruptions now"
     );
+    // Outside the window: both m5.xlarge ($0.384/h) become one c5.xlarge ($0.17/h), which
+    // saves more than deleting one of them ($0.192/h).
     let p = run(&s, &business_hours, MON_9AM + 9 * 3_600);
-    assert_eq!(decisions(&p), ["Underutilized [\"a\"] -> []"]);
+    assert_eq!(
+        decisions(&p),
+        ["Underutilized [\"a\", \"b\"] -> [\"c5.xlarge\"]"]
+    );
 }
 
 #[test]
@@ -475,9 +480,10 @@ fn pods_never_move_onto_a_node_that_is_not_initialized() {
 }
 
 #[test]
-fn disruption_waits_while_pending_pods_can_be_placed() {
-    // The pending 3,000m job fits on a (3,430m free): provisioning places it first; a plan
-    // made now could give its room away.
+fn pending_pods_keep_the_room_they_have_and_do_not_halt_disruption() {
+    // The pending 3,000m job fits on a (3,530m free) and nowhere else: deleting a would only
+    // trade it for a node bought for the job, so a stays (for that reason, not because
+    // disruption waits).
     let mut s = cluster(
         vec![
             node("a", "m5.xlarge", "on-demand"),
@@ -492,10 +498,15 @@ fn disruption_waits_while_pending_pods_can_be_placed() {
     assert!(p.decisions.is_empty(), "{:?}", decisions(&p));
     assert_eq!(
         kept(&p, "a"),
-        "disruption waits: 1 pending pod(s) can be placed now (default/job), provisioning goes first"
+        "pending pod default/job would lose the room it has now on the other nodes"
     );
-    // A pod nothing can place does not hold disruption back.
+    // A pod nothing can place takes no room: a goes, its pod beside b's.
     s.pods.last_mut().expect("job").requests.cpu = 500_000;
+    let p = run(&s, &aggressive(), 100);
+    assert_eq!(decisions(&p), ["Underutilized [\"a\"] -> []"]);
+    // A small pending pod that fits beside the others does not hold a back either: the
+    // simulation places it with a's pod.
+    s.pods.last_mut().expect("job").requests.cpu = 20;
     let p = run(&s, &aggressive(), 100);
     assert_eq!(decisions(&p), ["Underutilized [\"a\"] -> []"]);
 }

@@ -30,6 +30,14 @@ impl Reason {
         }
     }
 
+    /// Parses any reason's name ([`Reason::as_str`]).
+    pub fn parse(s: &str) -> Option<Reason> {
+        match s {
+            "Expired" => Some(Reason::Expired),
+            other => Reason::parse_budget_reason(other),
+        }
+    }
+
     /// Parses a budget reason (`Empty`, `Drifted`, `Underutilized`).
     pub fn parse_budget_reason(s: &str) -> Option<Reason> {
         match s {
@@ -90,9 +98,7 @@ impl ConsolidationPolicy {
     /// The lowest score a move needs under this policy; `None`: no score gate (any saving).
     pub fn min_score(self) -> Option<f64> {
         match self {
-            ConsolidationPolicy::WhenEmptyOrUnderutilized | ConsolidationPolicy::Aggressive => {
-                None
-            }
+            ConsolidationPolicy::WhenEmptyOrUnderutilized | ConsolidationPolicy::Aggressive => None,
             ConsolidationPolicy::Balanced => Some(BALANCED_SCORE),
             ConsolidationPolicy::Conservative => Some(CONSERVATIVE_SCORE),
         }
@@ -278,10 +284,18 @@ mod tests {
     fn policies_and_thresholds() {
         let mut s = DisruptionSettings::default();
         assert_eq!(s.policy, ConsolidationPolicy::WhenEmptyOrUnderutilized);
-        assert_eq!(s.score_threshold(), None, "Karpenter's default: no score gate");
+        assert_eq!(
+            s.score_threshold(),
+            None,
+            "Karpenter's default: no score gate"
+        );
         assert!(s.price_bound(1.0).allows(0.99) && !s.price_bound(1.0).allows(1.0));
         s.policy = ConsolidationPolicy::parse("Balanced").expect("policy");
-        assert_eq!(s.score_threshold(), Some(0.5), "Karpenter's Balanced, k = 2");
+        assert_eq!(
+            s.score_threshold(),
+            Some(0.5),
+            "Karpenter's Balanced, k = 2"
+        );
         s.policy = ConsolidationPolicy::parse("Conservative").expect("policy");
         assert_eq!(s.score_threshold(), Some(1.0));
         s.min_score = Some(0.25);

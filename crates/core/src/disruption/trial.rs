@@ -1,12 +1,13 @@
 //! A trial removal: the cluster without some nodes, simulated, and what it says about the
 //! pods those nodes held.
 //!
-//! Disruption waits while pending pods can be placed (provisioning acts on them first:
-//! [`placeable_pending`]), so a trial leaves the pending pods out: they are the ones the
-//! cluster cannot place, and a moved pod must never count on one of them arriving beside it.
-//! A removal is refused when a moved pod has no place, or when it would land on a node that is
-//! not initialized yet (it may never become Ready, and the pod would be stranded: Karpenter's
-//! rule).
+//! The pending pods are simulated with the moved ones, as Karpenter's consolidation does:
+//! they take the room they would take, so a move never counts on room a pending pod is about
+//! to take; one that finds no place is no reason to refuse a move, and a new node only pending
+//! pods need is provisioning's to buy, not a replacement. A removal is refused when a moved
+//! pod has no place, or when it would land on a node that is not initialized or not Ready
+//! (it may never become Ready, and the pod would be stranded: Karpenter's rule) while no
+//! initialized node holds it.
 
 use std::collections::HashSet;
 
@@ -15,26 +16,6 @@ use crate::scheduling::{simulate, NewNode, Options, Plan};
 use crate::snapshot::Snapshot;
 
 use super::candidates::leaves_with_node;
-
-/// The pending pods of `snapshot` the simulation places now (their keys, in snapshot order).
-pub fn placeable_pending(
-    snapshot: &Snapshot,
-    catalog: &[InstanceType],
-    opts: &Options,
-) -> Vec<String> {
-    if snapshot.pods.iter().all(|p| p.node_name.is_some()) {
-        return Vec::new();
-    }
-    let plan = simulate(snapshot, catalog, opts);
-    let refused: HashSet<&str> = plan.unschedulable.iter().map(|u| u.pod.as_str()).collect();
-    snapshot
-        .pods
-        .iter()
-        .filter(|p| p.node_name.is_none())
-        .map(|p| p.key())
-        .filter(|k| !refused.contains(k.as_str()))
-        .collect()
-}
 
 /// A removal the simulation accepts: where the moved pods go.
 #[derive(Clone, Debug, PartialEq)]
@@ -83,6 +64,114 @@ pub fn run_forced(
     outcome(snapshot, catalog, opts, removed, VolumeHosts::Release)
 }
 
+/// The label, and value, [`run_together`] gives the pods it keeps on one node for its trial.
+const TOGETHER_LABEL: &str = "joiner.sh/consolidation-trial";
+
+/// [`run`] again after `first` put the moved pods on several new nodes: the pods it put on
+/// new nodes must now share one (a required hostname pod affinity among them, for this trial
+/// only), those it put on existing nodes stay there. Karpenter's consolidation replaces with
+/// one node; AWS prices are linear within a family, so the packer may have split pods that
+/// one node of twice the size holds for the same price. `Err` when one node cannot hold them.
+pub fn run_together(
+    snapshot: &mut Snapshot,
+    catalog: &[InstanceType],
+    opts: &Options,
+    removed: &[usize],
+    first: &Outcome,
+) -> Result<Outcome, String> {
+    let on_new: HashSet<&str> = first
+        .replacements
+        .iter()
+        .flat_map(|r| r.pods.iter().map(String::as_str))
+        .collect();
+    let on_existing: std::collections::HashMap<&str, &str> = first
+        .plan
+        .existing_nodes
+        .iter()
+        .flat_map(|u| u.pods.iter().map(move |k| (k.as_str(), u.name.as_str())))
+        .collect();
+    let hostname_of = |name: &str| {
+        snapshot.nodes.iter().find(|n| n.name == name).map(|n| {
+            n.labels
+                .get(crate::labels::HOSTNAME)
+                .cloned()
+                .unwrap_or_else(|| n.name.clone())
+        })
+    };
+    let pins: std::collections::HashMap<&str, String> = on_existing
+        .iter()
+        .filter_map(|(k, n)| hostname_of(n).map(|h| (*k, h)))
+        .collect();
+    let mut namespaces: Vec<String> = snapshot
+        .pods
+        .iter()
+        .filter(|p| on_new.contains(p.key().as_str()))
+        .map(|p| p.namespace.clone())
+        .collect();
+    namespaces.sort();
+    namespaces.dedup();
+    let mut selector = crate::requirements::Requirements::new();
+    selector.add(
+        TOGETHER_LABEL,
+        crate::requirements::Requirement::single("true"),
+    );
+    let together = crate::pod::PodAffinityTerm {
+        topology_key: crate::labels::HOSTNAME.to_string(),
+        selector,
+        namespaces,
+        namespace_selector: None,
+        anti: false,
+        weight: None,
+    };
+    // Changed for the trial, and put back as they were.
+    let mut saved = Vec::new();
+    for (i, p) in snapshot.pods.iter_mut().enumerate() {
+        let key = p.key();
+        if on_new.contains(key.as_str()) {
+            saved.push((
+                i,
+                p.labels.clone(),
+                p.affinity.clone(),
+                p.node_terms.clone(),
+            ));
+            p.labels
+                .insert(TOGETHER_LABEL.to_string(), "true".to_string());
+            p.affinity.push(together.clone());
+        } else if let Some(host) = pins.get(key.as_str()) {
+            saved.push((
+                i,
+                p.labels.clone(),
+                p.affinity.clone(),
+                p.node_terms.clone(),
+            ));
+            if p.node_terms.is_empty() {
+                p.node_terms.push(crate::requirements::Requirements::new());
+            }
+            for term in &mut p.node_terms {
+                term.add(
+                    crate::labels::HOSTNAME,
+                    crate::requirements::Requirement::single(host),
+                );
+            }
+        }
+    }
+    let result = outcome(snapshot, catalog, opts, removed, VolumeHosts::Keep);
+    for (i, labels, affinity, node_terms) in saved {
+        let p = &mut snapshot.pods[i];
+        p.labels = labels;
+        p.affinity = affinity;
+        p.node_terms = node_terms;
+    }
+    let one = result?;
+    if one.replacements.len() != 1 {
+        return Err(format!(
+            "one new node cannot hold them ({} needed)",
+            one.replacements.len()
+        ));
+    }
+    Ok(one)
+}
+
 /// What a trial does with the hostname pins of moved pods' volumes.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum VolumeHosts {
@@ -99,31 +188,91 @@ fn outcome(
     removed: &[usize],
     hosts: VolumeHosts,
 ) -> Result<Outcome, String> {
-    let (plan, replacements, stranded) = without(snapshot, catalog, opts, removed, hosts);
-    if let Some(u) = plan.unschedulable.first() {
+    // Nodes someone else is taking out (cordoned, being deleted, already being disrupted;
+    // not the planner's own replacements, which are not initialized): their pods are leaving
+    // too, so they need room as much as the moved pods do.
+    let leaving: Vec<usize> = (0..snapshot.nodes.len())
+        .filter(|i| {
+            let n = &snapshot.nodes[*i];
+            n.unschedulable && n.life.initialized && !removed.contains(i)
+        })
+        .collect();
+    // Moved pods go to initialized, Ready nodes first: a node still joining may never become
+    // Ready, and one that is not Ready now may be gone. So the trial first holds such nodes
+    // back; when the moved pods then all fit on the other existing nodes, that is the move.
+    // Otherwise the trial runs again with them, as Karpenter's simulation does (existing
+    // nodes before new ones): a move that needs one of them is refused.
+    let joining: Vec<usize> = (0..snapshot.nodes.len())
+        .filter(|i| {
+            let n = &snapshot.nodes[*i];
+            !n.unschedulable && (!n.life.initialized || n.life.not_ready)
+        })
+        .collect();
+    let mut result = None;
+    if !joining.is_empty() {
+        for &i in &joining {
+            snapshot.nodes[i].unschedulable = true;
+        }
+        let held = without(
+            snapshot,
+            catalog,
+            opts,
+            removed,
+            &leaving,
+            hosts,
+            Pending::Simulated,
+        );
+        for &i in &joining {
+            snapshot.nodes[i].unschedulable = false;
+        }
+        if held.unplaced().is_none() && held.replacements().is_empty() {
+            result = Some(held);
+        }
+    }
+    let trial = match result {
+        Some(held) => held,
+        None => without(
+            snapshot,
+            catalog,
+            opts,
+            removed,
+            &leaving,
+            hosts,
+            Pending::Simulated,
+        ),
+    };
+    if let Some(u) = trial.unplaced() {
         return Err(format!(
             "pod {} would not fit elsewhere: {}",
             u.pod, u.reason
         ));
     }
-    for used in &plan.existing_nodes {
-        let joining = snapshot
-            .nodes
-            .iter()
-            .any(|n| n.name == used.name && !n.life.initialized);
-        if let (true, Some(p)) = (joining, used.pods.first()) {
+    for used in &trial.plan.existing_nodes {
+        let Some(p) = used.pods.iter().find(|k| trial.moved.contains(*k)) else {
+            continue;
+        };
+        let Some(n) = snapshot.nodes.iter().find(|n| n.name == used.name) else {
+            continue;
+        };
+        if !n.life.initialized || n.life.not_ready {
             return Err(format!(
-                "pod {p} would move to node {}, which is not initialized yet",
-                used.name
+                "pod {p} would move to node {}, which is {}",
+                used.name,
+                if n.life.initialized {
+                    "not Ready"
+                } else {
+                    "not initialized yet"
+                }
             ));
         }
     }
-    let price_after = plan.new_price_per_hour();
+    let replacements = trial.replacements();
+    let price_after = replacements.iter().map(|n| n.price_per_hour).sum::<f64>() + 0.0;
     Ok(Outcome {
-        plan,
+        plan: trial.plan,
         replacements,
         price_after,
-        stranded,
+        stranded: trial.stranded,
     })
 }
 
@@ -131,27 +280,83 @@ fn outcome(
 /// every one has a place: the interruption path, which cannot refuse (the cloud takes the
 /// nodes anyway). Returns the plan (its `unschedulable` lists the moved pods with no place)
 /// and the new nodes the moved pods need, `pod_indices` into `snapshot`. In-flight and
-/// not-yet-initialized nodes are fair places here: the pods wait for them either way.
+/// not-yet-initialized nodes are fair places here: the pods wait for them either way. The
+/// pending pods are left out: provisioning plans for them.
 pub fn evacuate(
     snapshot: &mut Snapshot,
     catalog: &[InstanceType],
     opts: &Options,
     removed: &[usize],
 ) -> (Plan, Vec<NewNode>) {
-    let (plan, replacements, _) = without(snapshot, catalog, opts, removed, VolumeHosts::Keep);
-    (plan, replacements)
+    let trial = without(
+        snapshot,
+        catalog,
+        opts,
+        removed,
+        &[],
+        VolumeHosts::Keep,
+        Pending::SetAside,
+    );
+    (trial.plan, trial.new_nodes)
+}
+
+/// What a trial does with the pods still pending.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pending {
+    /// Left out: provisioning plans for them (the interruption path).
+    SetAside,
+    /// Simulated with the moved pods, as Karpenter's consolidation does: they take the room
+    /// they would take, and those without a place are no reason to refuse a move.
+    Simulated,
+}
+
+/// One simulation of a removal: the plan, its new nodes (`pod_indices` into the caller's
+/// pods), the pods stranded with the removed nodes, and the keys of the pods it moved.
+struct Trial {
+    plan: Plan,
+    new_nodes: Vec<NewNode>,
+    stranded: Vec<String>,
+    moved: HashSet<String>,
+}
+
+impl Trial {
+    /// The first moved pod the plan found no place for.
+    fn unplaced(&self) -> Option<&crate::scheduling::Unschedulable> {
+        self.plan
+            .unschedulable
+            .iter()
+            .find(|u| self.moved.contains(&u.pod))
+    }
+
+    /// The new nodes that hold a moved pod (a node only pending pods need is provisioning's
+    /// to buy, no replacement; one holding both counts in full).
+    fn replacements(&self) -> Vec<NewNode> {
+        self.new_nodes
+            .iter()
+            .filter(|n| n.pods.iter().any(|k| self.moved.contains(k)))
+            .cloned()
+            .collect()
+    }
 }
 
 /// The simulation of `snapshot` without the nodes at `removed` (see [`run`]), undone before
-/// returning; the replacements' `pod_indices` are mapped back to the caller's pod order. Also
-/// returns the pods stranded with the removed nodes (see [`Outcome::stranded`]).
+/// returning; the new nodes' `pod_indices` are mapped back to the caller's pod order. The
+/// pods of the nodes at `leaving` (which stay, taking no pods) are placed too, those whose
+/// volumes can follow them, and the pending pods as `pending` says.
 fn without(
     snapshot: &mut Snapshot,
     catalog: &[InstanceType],
     opts: &Options,
     removed: &[usize],
+    leaving: &[usize],
     hosts: VolumeHosts,
-) -> (Plan, Vec<NewNode>, Vec<String>) {
+    pending: Pending,
+) -> Trial {
+    let elsewhere: HashSet<String> = leaving
+        .iter()
+        .filter_map(|&i| snapshot.nodes.get(i))
+        .map(|n| n.name.clone())
+        .collect();
     let mut removed: Vec<usize> = removed.to_vec();
     removed.sort_unstable();
     removed.dedup();
@@ -163,13 +368,32 @@ fn without(
     }
     let gone: HashSet<String> = nodes_out.iter().map(|(_, n)| n.name.clone()).collect();
 
-    let (swaps, mut aside) = set_aside_pending(&mut snapshot.pods);
+    let (swaps, mut aside) = match pending {
+        Pending::SetAside => set_aside_pending(&mut snapshot.pods),
+        Pending::Simulated => (Vec::new(), Vec::new()),
+    };
     let mut moved: Vec<(usize, String)> = Vec::new();
     let mut leaving_pods = Vec::new();
     let mut stranded = Vec::new();
     for (i, p) in snapshot.pods.iter().enumerate() {
+        if leaves_with_node(p) {
+            continue;
+        }
+        if p.node_name
+            .as_ref()
+            .is_some_and(|on| elsewhere.contains(on))
+        {
+            let others = snapshot
+                .nodes
+                .iter()
+                .filter(|n| !elsewhere.contains(&n.name));
+            if volume_can_follow(p, others) {
+                leaving_pods.push(i);
+            }
+            continue;
+        }
         let leaving = p.node_name.as_ref().is_some_and(|on| gone.contains(on));
-        if !leaving || leaves_with_node(p) {
+        if !leaving {
             continue;
         }
         if hosts == VolumeHosts::Release && !volume_can_follow(p, &snapshot.nodes) {
@@ -190,8 +414,10 @@ fn without(
     }
     let mut stranded_keys: Vec<String> = stranded.iter().map(|&i| snapshot.pods[i].key()).collect();
     stranded_keys.sort();
+    let mut moved_keys = HashSet::with_capacity(leaving_pods.len());
     for i in leaving_pods {
         if let Some(on) = snapshot.pods[i].node_name.take() {
+            moved_keys.insert(snapshot.pods[i].key());
             moved.push((i, on));
         }
     }
@@ -215,7 +441,7 @@ fn without(
     // A trial position that a swap filled holds the pod of its partner.
     let partner: std::collections::HashMap<usize, usize> = swaps.iter().copied().collect();
     let origin = |i: usize| partner.get(&i).copied().unwrap_or(i);
-    let replacements: Vec<NewNode> = plan
+    let new_nodes: Vec<NewNode> = plan
         .new_nodes
         .iter()
         .map(|n| NewNode {
@@ -223,7 +449,12 @@ fn without(
             ..n.clone()
         })
         .collect();
-    (plan, replacements, stranded_keys)
+    Trial {
+        plan,
+        new_nodes,
+        stranded: stranded_keys,
+        moved: moved_keys,
+    }
 }
 
 /// True when one of `p`'s required hostname pod-affinity terms selects a pod at `stranded`
@@ -250,11 +481,14 @@ fn needs_stranded_partner(
 /// whose local volume is on a removed node can run nowhere else, so a trial that must remove
 /// the node ([`run_forced`]) lets it go with the node rather than buy it a node it could
 /// never use.
-fn volume_can_follow(p: &crate::pod::Pod, nodes: &[crate::pod::Node]) -> bool {
+fn volume_can_follow<'n>(
+    p: &crate::pod::Pod,
+    nodes: impl IntoIterator<Item = &'n crate::pod::Node>,
+) -> bool {
     let Some(pins) = p.volume_hosts.as_deref() else {
         return true;
     };
-    nodes.iter().any(|n| {
+    nodes.into_iter().any(|n| {
         let host = n
             .labels
             .get(crate::labels::HOSTNAME)
@@ -322,25 +556,50 @@ mod tests {
         let before = format!("{s:?}");
         let out = run(&mut s, &catalog(), &Options::default(), &[2, 0]).expect("fits on b");
         assert_eq!(format!("{s:?}"), before);
-        // Both moved pods go to b; the DaemonSet pod leaves with a, the pending pod is not
-        // planned for.
+        // Both moved pods go to b; the DaemonSet pod leaves with a; the pending pod is
+        // simulated with them, finds no place, and that refuses nothing.
         assert!(out.replacements.is_empty());
         assert_eq!(out.plan.existing_nodes.len(), 1);
         assert_eq!(out.plan.existing_nodes[0].name, "b");
         let mut moved = out.plan.existing_nodes[0].pods.clone();
         moved.sort();
         assert_eq!(moved, ["default/web-a", "default/web-c"]);
-        assert!(out.plan.unschedulable.is_empty());
+        let unplaced: Vec<&str> = out
+            .plan
+            .unschedulable
+            .iter()
+            .map(|u| u.pod.as_str())
+            .collect();
+        assert_eq!(unplaced, ["default/huge"]);
 
-        // Refused the same way: b is not initialized.
+        // b is not initialized: a's pod goes to c, initialized, rather than refusing the move.
         s.nodes[1].life.initialized = false;
         let before = format!("{s:?}");
-        let e = run(&mut s, &catalog(), &Options::default(), &[0]).expect_err("joining");
-        assert_eq!(
-            e,
-            "pod default/web-a would move to node b, which is not initialized yet"
+        let out = run(&mut s, &catalog(), &Options::default(), &[0]).expect("fits on c");
+        assert_eq!(format!("{s:?}"), before);
+        let places: Vec<&str> = out
+            .plan
+            .existing_nodes
+            .iter()
+            .map(|u| u.name.as_str())
+            .collect();
+        assert_eq!(places, ["c"]);
+        // With c gone too only b could take the pods (new nodes come after existing ones, as
+        // in Karpenter's simulation): refused, the trial undone as well.
+        let e = run(&mut s, &catalog(), &Options::default(), &[0, 2]).expect_err("joining");
+        assert!(
+            e.ends_with("would move to node b, which is not initialized yet"),
+            "{e}"
         );
         assert_eq!(format!("{s:?}"), before);
+        // Not Ready now, though initialized: the same.
+        s.nodes[1].life.initialized = true;
+        s.nodes[1].life.not_ready = true;
+        let e = run(&mut s, &catalog(), &Options::default(), &[0, 2]).expect_err("not Ready");
+        assert!(
+            e.ends_with("would move to node b, which is not Ready"),
+            "{e}"
+        );
     }
 
     #[test]

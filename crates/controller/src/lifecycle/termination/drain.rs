@@ -216,6 +216,7 @@ mod tests {
             "warming",
             "n1",
             json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "2m"}},
+                   "spec": {"containers": [{"name": "app", "image": "app:1"}]},
                    "status": {"startTime": "2026-01-01T00:00:00Z"}}),
         )];
         let during = plan("n1", &pods, at("2026-01-01T00:01:59Z"));

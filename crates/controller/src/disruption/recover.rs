@@ -1,0 +1,99 @@
+//! A new leader (or a restarted one) carries on the disruption its predecessor left, from the
+//! records on the old NodeClaims ([`super::record`]): a command whose replacements all exist
+//! goes on waiting for them; one whose old claims are being deleted already is finished; any
+//! other (a replacement gone, a second command, a record that does not parse) is rolled back:
+//! its replacements deleted, its old nodes untainted and unmarked. Every pass without a
+//! command under way also removes the disrupted taints such commands left ([`sweep`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use joiner_apis::NodeClaim;
+use joiner_core::CloudProvider;
+
+use super::command::{self, Command};
+use super::record::{self, Record};
+use crate::context::Context;
+use crate::k8s::matching::NodeIndex;
+
+/// The command to carry on, if any, after rolling back or finishing the others.
+pub async fn recover<P: CloudProvider>(ctx: &Context<P>, now: Instant) -> Option<Command> {
+    let claims = ctx.state.claims();
+    let nodes = ctx.state.nodes.state();
+    let index = NodeIndex::new(&nodes);
+    let mut commands: BTreeMap<String, (Record, Vec<Arc<NodeClaim>>)> = BTreeMap::new();
+    for claim in &claims {
+        match Record::of(claim) {
+            None => {}
+            Some(Err(why)) => {
+                tracing::warn!(error = %why, "a disruption record that does not parse; freeing its node");
+                record::unmark(&ctx.client, &[claim.name().to_string()]).await;
+                let node: Vec<String> = index
+                    .node_of(claim)
+                    .and_then(|n| n.metadata.name.clone())
+                    .into_iter()
+                    .collect();
+                record::untaint(&ctx.client, &node).await;
+            }
+            Some(Ok(r)) => commands
+                .entry(r.id.clone())
+                .or_insert_with(|| (r, Vec::new()))
+                .1
+                .push(claim.clone()),
+        }
+    }
+    let mut resumed = None;
+    for (_, (r, old)) in commands {
+        let names: Vec<String> = old.iter().map(|c| c.name().to_string()).collect();
+        let Some(cmd) = Command::from_record(&r, names.clone(), now) else {
+            tracing::warn!(command = %r.id, reason = %r.reason, "a disruption record with an unknown reason; rolling it back");
+            record::untaint(&ctx.client, &r.nodes).await;
+            record::unmark(&ctx.client, &names).await;
+            continue;
+        };
+        if old.iter().any(|c| c.metadata.deletion_timestamp.is_some()) {
+            // It had passed its check and was deleting its old claims: finish.
+            tracing::info!(command = %cmd.id, "finishing a disruption the previous leader was deleting");
+            if let Err(e) = command::finish(ctx, &old, cmd.key.reason.as_str(), &cmd.detail).await {
+                tracing::warn!(command = %cmd.id, error = %e, "finishing a recovered disruption failed; the next pass tries again");
+            }
+            continue;
+        }
+        let live = cmd.replacements.iter().all(|name| {
+            claims
+                .iter()
+                .any(|c| c.name() == name && c.metadata.deletion_timestamp.is_none())
+        });
+        if live && resumed.is_none() {
+            tracing::info!(command = %cmd.id, nodes = ?cmd.key.nodes, replacements = ?cmd.replacements, "carrying on the disruption the previous leader started");
+            resumed = Some(cmd);
+        } else {
+            let why = if live {
+                "another disruption is carried on".to_string()
+            } else {
+                "a replacement is gone".to_string()
+            };
+            tracing::warn!(command = %cmd.id, why = %why, "rolling back a disruption the previous leader started");
+            command::tell_failed(
+                ctx,
+                &cmd.old_claims,
+                &format!("given up after a leader change: {why}"),
+            )
+            .await;
+            command::abandon(ctx, &cmd, true).await;
+        }
+    }
+    resumed
+}
+
+/// Removes the disrupted taints commands left on nodes whose claims record no command (a
+/// rollback whose untaint failed, a leader gone between the taint and the record).
+pub async fn sweep<P: CloudProvider>(ctx: &Context<P>) {
+    let nodes = ctx.state.nodes.state();
+    let stale = record::stale_taints(&nodes, &ctx.state.claims());
+    if !stale.is_empty() {
+        tracing::info!(nodes = ?stale, "removing disrupted taints no command holds");
+        record::untaint(&ctx.client, &stale).await;
+    }
+}
