@@ -37,6 +37,8 @@ pub struct Request<'a> {
     pub catalog: &'a [InstanceType],
     /// `--at`, RFC 3339; now when absent.
     pub at: Option<&'a str>,
+    /// `--steps`: the most decisions to plan; all when absent.
+    pub steps: Option<usize>,
     /// Notes gathered on the way.
     pub warnings: &'a [String],
     /// Output format.
@@ -55,6 +57,7 @@ pub fn run(req: &Request<'_>) -> Result<String, CliError> {
     };
     let settings_of = |name: &str| req.settings.get(name).cloned();
     let drifted = claim_drift_by_node(req);
+    let started = std::time::Instant::now();
     let out = plan(&Input {
         snapshot: req.snapshot,
         catalog: req.catalog,
@@ -63,10 +66,11 @@ pub fn run(req: &Request<'_>) -> Result<String, CliError> {
         cloud_drift: &|node| drifted.get(&node.name).cloned(),
         disrupting: &BTreeSet::new(),
         now: at.as_second(),
-        max_decisions: None,
+        max_decisions: req.steps,
         max_evaluations: None,
         start_at: 0,
     });
+    let planned_in_ms = (started.elapsed().as_secs_f64() * 10_000.0).round() / 10.0;
     let mut warnings = req.warnings.to_vec();
     if req.node_claims.is_empty() {
         warnings.push(
@@ -77,8 +81,8 @@ pub fn run(req: &Request<'_>) -> Result<String, CliError> {
         );
     }
     Ok(match req.format {
-        Format::Table => table(req.region, &at, &out, &warnings),
-        Format::Json => json(req.region, &at, &out, &warnings) + "\n",
+        Format::Table => table(req.region, &at, &out, &warnings, planned_in_ms),
+        Format::Json => json(req.region, &at, &out, &warnings, planned_in_ms) + "\n",
     })
 }
 
@@ -125,7 +129,13 @@ fn claim_drift_by_node(req: &Request<'_>) -> HashMap<String, String> {
     out
 }
 
-fn table(region: &str, at: &Timestamp, p: &DisruptionPlan, warnings: &[String]) -> String {
+fn table(
+    region: &str,
+    at: &Timestamp,
+    p: &DisruptionPlan,
+    warnings: &[String],
+    planned_in_ms: f64,
+) -> String {
     let mut out = String::new();
     if p.decisions.is_empty() {
         out.push_str("No node would be disrupted.\n");
@@ -145,7 +155,12 @@ fn table(region: &str, at: &Timestamp, p: &DisruptionPlan, warnings: &[String]) 
             } else {
                 d.replacements
                     .iter()
-                    .map(|r| format!("{} {} {}", r.instance_type, r.capacity_type, r.zone))
+                    .map(|r| {
+                        format!(
+                            "{} {} {} {}",
+                            r.name, r.instance_type, r.capacity_type, r.zone
+                        )
+                    })
                     .collect::<Vec<_>>()
                     .join(", ")
             };
@@ -169,8 +184,19 @@ fn table(region: &str, at: &Timestamp, p: &DisruptionPlan, warnings: &[String]) 
         }
         out.push_str(&columns(&rows));
     }
+    if !p.refused_moves.is_empty() {
+        out.push('\n');
+        let mut rows = vec![vec![
+            "MULTI-NODE MOVE REFUSED".to_string(),
+            "BECAUSE".into(),
+        ]];
+        for r in &p.refused_moves {
+            rows.push(vec![r.nodes.join(","), r.why.clone()]);
+        }
+        out.push_str(&columns(&rows));
+    }
     out.push_str(&format!(
-        "\nTotal: {} decision(s), {} node(s) removed, {} new; joiner's nodes ${:.4}/h -> ${:.4}/h in {region} at {at}\n",
+        "\nTotal: {} decision(s), {} node(s) removed, {} new; joiner's nodes ${:.4}/h -> ${:.4}/h in {region} at {at}; planned in {planned_in_ms} ms\n",
         p.decisions.len(),
         p.decisions.iter().map(|d| d.nodes.len()).sum::<usize>(),
         p.decisions.iter().map(|d| d.replacements.len()).sum::<usize>(),
@@ -191,7 +217,15 @@ struct JsonPlan<'a> {
     kept: Vec<JsonKept<'a>>,
     price_per_hour_before: f64,
     price_per_hour_after: f64,
+    refused_moves: Vec<JsonRefused<'a>>,
+    planned_in_ms: f64,
     warnings: &'a [String],
+}
+
+#[derive(Serialize)]
+struct JsonRefused<'a> {
+    nodes: &'a [String],
+    why: &'a str,
 }
 
 #[derive(Serialize)]
@@ -208,6 +242,8 @@ struct JsonDecision<'a> {
 
 #[derive(Serialize)]
 struct JsonReplacement<'a> {
+    /// The name the moves use (`replacement-N`).
+    name: &'a str,
     provisioner: &'a str,
     instance_type: &'a str,
     zone: &'a str,
@@ -229,7 +265,13 @@ struct JsonKept<'a> {
     why: &'a [String],
 }
 
-fn json(region: &str, at: &Timestamp, p: &DisruptionPlan, warnings: &[String]) -> String {
+fn json(
+    region: &str,
+    at: &Timestamp,
+    p: &DisruptionPlan,
+    warnings: &[String],
+    planned_in_ms: f64,
+) -> String {
     let doc = JsonPlan {
         region,
         at: at.to_string(),
@@ -243,6 +285,7 @@ fn json(region: &str, at: &Timestamp, p: &DisruptionPlan, warnings: &[String]) -
                     .replacements
                     .iter()
                     .map(|r| JsonReplacement {
+                        name: &r.name,
                         provisioner: &r.provisioner,
                         instance_type: &r.instance_type,
                         zone: &r.zone,
@@ -274,6 +317,15 @@ fn json(region: &str, at: &Timestamp, p: &DisruptionPlan, warnings: &[String]) -
             .collect(),
         price_per_hour_before: round_price(p.price_before),
         price_per_hour_after: round_price(p.price_after),
+        refused_moves: p
+            .refused_moves
+            .iter()
+            .map(|r| JsonRefused {
+                nodes: &r.nodes,
+                why: &r.why,
+            })
+            .collect(),
+        planned_in_ms,
         warnings,
     };
     // Serializing plain structs of strings and numbers cannot fail; keep a readable fallback.

@@ -137,6 +137,7 @@ fn args(file: PathBuf, explain: Vec<String>, consolidate: bool) -> PlanArgs {
         catalog: CatalogKind::Embedded,
         consolidate,
         at: consolidate.then(|| "2026-12-07T09:00:00Z".to_string()),
+        steps: None,
     }
 }
 

@@ -217,6 +217,7 @@ pub fn run(args: &PlanArgs) -> Result<String, CliError> {
             node_claims: &loaded.node_claims,
             catalog: &catalog.types,
             at: args.at.as_deref(),
+            steps: args.steps,
             warnings: &warnings,
             format: args.output,
         });

@@ -88,6 +88,17 @@ pub struct Metrics {
     /// $/h saved by disruption decisions carried out (what the removed nodes cost less what
     /// replaced them), USD.
     pub disruption_savings: Counter<f64, AtomicU64>,
+    /// Nodes each disruption method could act on at the last pass, per reason (Karpenter's
+    /// `voluntary_disruption_eligible_nodes`).
+    pub disruption_eligible: Family<ReasonOnlyLabels, Gauge>,
+    /// Nodes each Provisioner's budgets let go now, per reason, after those already
+    /// disrupting (Karpenter's `nodepools_allowed_disruptions`, which counts before them).
+    pub disruption_allowed: Family<BudgetLabels, Gauge>,
+    /// Duration of one disruption plan (Karpenter's `decision_evaluation_duration_seconds`).
+    pub disruption_evaluation: Histogram,
+    /// Disruption commands given up (a failed launch or write, a replacement gone or never
+    /// initialized, a decision that no longer held before the drain), per reason.
+    pub disruption_failed: Family<ReasonOnlyLabels, Counter>,
     /// Interruption queue messages received, per kind: the event kind
     /// (`spot_interruption`, ...) or, for a body that is not an event, why (`not_json`, ...).
     pub interruption_messages: Family<KindLabels, Counter>,
@@ -216,6 +227,22 @@ pub struct ActionLabels {
     pub action: String,
 }
 
+/// The `reason` label of a disruption metric.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonOnlyLabels {
+    /// `Empty`, `Expired`, `Drifted` or `Underutilized`.
+    pub reason: String,
+}
+
+/// `provisioner` and `reason` labels of a disruption budget.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BudgetLabels {
+    /// The Provisioner.
+    pub provisioner: String,
+    /// `Empty`, `Drifted` or `Underutilized`.
+    pub reason: String,
+}
+
 /// `reason` and `outcome` labels of a disruption decision.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DecisionLabels {
@@ -242,6 +269,10 @@ impl Default for Metrics {
             reconcile_errors: Family::default(),
             disruption_decisions: Family::default(),
             disruption_savings: Counter::default(),
+            disruption_eligible: Family::default(),
+            disruption_allowed: Family::default(),
+            disruption_evaluation: seconds_histogram(),
+            disruption_failed: Family::default(),
             interruption_messages: Family::default(),
             interruption_rejected: Family::default(),
             interruption_actions: Family::default(),
@@ -325,6 +356,26 @@ impl Metrics {
             "joiner_disruption_savings_per_hour",
             "Hourly price saved by the disruption decisions carried out (USD)",
             m.disruption_savings.clone(),
+        );
+        registry.register(
+            "joiner_disruption_eligible_nodes",
+            "Nodes each disruption method could act on at the last pass, by reason",
+            m.disruption_eligible.clone(),
+        );
+        registry.register(
+            "joiner_disruption_allowed_disruptions",
+            "Nodes each Provisioner's budgets let go now, by reason (after those already disrupting)",
+            m.disruption_allowed.clone(),
+        );
+        registry.register(
+            "joiner_disruption_evaluation_duration_seconds",
+            "Duration of one disruption plan",
+            m.disruption_evaluation.clone(),
+        );
+        registry.register(
+            "joiner_disruption_commands_failed",
+            "Disruption commands given up, by reason",
+            m.disruption_failed.clone(),
         );
         registry.register(
             "joiner_interruption_messages",

@@ -49,6 +49,30 @@ async fn a_delete_waits_for_the_validation_delay() {
         panic!("expected a decision to validate, got {first:?}");
     };
     assert_eq!(key.nodes, ["a"]);
+    // What Karpenter users look for: the nodes each method could take, what the budgets
+    // allow (10 % of two nodes, rounded up), how long the plan took.
+    let m = &h.ctx.metrics;
+    let eligible = |reason: &str| {
+        m.disruption_eligible
+            .get_or_create(&joiner_controller::metrics::ReasonOnlyLabels {
+                reason: reason.into(),
+            })
+            .get()
+    };
+    assert_eq!((eligible("Underutilized"), eligible("Empty")), (2, 0));
+    let allowed = m
+        .disruption_allowed
+        .get_or_create(&joiner_controller::metrics::BudgetLabels {
+            provisioner: "web".into(),
+            reason: "Underutilized".into(),
+        })
+        .get();
+    assert_eq!(allowed, 1);
+    let mut registry = prometheus_client::registry::Registry::default();
+    registry.register("evaluation", "plans", m.disruption_evaluation.clone());
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+    assert!(text.contains("evaluation_count 1"), "{text}");
     let early = pass(&h.ctx, &mut memory, t0 + Duration::from_secs(5))
         .await
         .expect("pass");

@@ -156,6 +156,15 @@ async fn a_failed_launch_fails_the_command_at_once_and_frees_the_old_node() {
         memory.command().is_none(),
         "nothing waits for a failed launch"
     );
+    let failed = h
+        .ctx
+        .metrics
+        .disruption_failed
+        .get_or_create(&joiner_controller::metrics::ReasonOnlyLabels {
+            reason: "Underutilized".into(),
+        })
+        .get();
+    assert_eq!(failed, 1);
     // The replacement's claim is deleted, the old node untainted and its claim unmarked.
     let deleted = h.deleted();
     assert_eq!(deleted.len(), 1, "{deleted:?}");

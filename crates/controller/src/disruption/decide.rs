@@ -80,6 +80,11 @@ pub async fn planned<P: CloudProvider>(
     let mut restamps = Vec::new();
     let index = NodeIndex::new(&nodes);
     let mut claimed: HashSet<String> = HashSet::new();
+    let recorded_of: HashMap<&str, &BTreeMap<String, String>> = snapshot
+        .nodes
+        .iter()
+        .filter_map(|n| Some((n.name.as_str(), n.life.recorded_labels.as_deref()?)))
+        .collect();
     for claim in ctx.state.claims() {
         let node = index.node_of(&claim);
         claimed.extend(node.and_then(|n| n.metadata.name.clone()));
@@ -101,8 +106,16 @@ pub async fn planned<P: CloudProvider>(
             .provider_ref
             .as_ref()
             .and_then(|r| ctx.state.node_template(&r.name));
+        // The labels the claim recorded (its type's, its requirements'), not the live Node's:
+        // a label edited by hand must not make an AMI look drifted.
         let no_labels = BTreeMap::new();
-        let labels = node.metadata.labels.as_ref().unwrap_or(&no_labels);
+        let recorded = node
+            .metadata
+            .name
+            .as_deref()
+            .and_then(|name| recorded_of.get(name).copied());
+        let labels =
+            recorded.unwrap_or_else(|| node.metadata.labels.as_ref().unwrap_or(&no_labels));
         if let Some(annotations) = restamp(&claim, prov, node_template.as_deref()) {
             restamps.push((claim.name().to_string(), annotations));
         }

@@ -135,12 +135,14 @@ pub async fn pass<P: CloudProvider>(
             Progress::Failed(why) => {
                 tracing::warn!(nodes = ?cmd.key.nodes, why = %why, "disruption given up");
                 ctx.metrics.decision(reason, "failed");
+                count_failed(ctx, reason);
                 command::tell_failed(ctx, &cmd.old_claims, &why).await;
                 Ok(Outcome::Dropped(cmd.key, why))
             }
         };
     }
     recover::sweep(ctx).await;
+    let began = Instant::now();
     let planned = decide::planned(
         ctx,
         &BTreeSet::new(),
@@ -149,6 +151,7 @@ pub async fn pass<P: CloudProvider>(
         &mut memory.changes,
     )
     .await;
+    report(ctx, &planned.plan, began.elapsed());
     for w in &planned.warnings {
         tracing::debug!(warning = %w, "left out of the disruption plan");
     }
@@ -221,6 +224,7 @@ pub async fn pass<P: CloudProvider>(
         Started::Failed(why) => {
             tracing::warn!(nodes = ?key.nodes, why = %why, "disruption given up before its replacements ran");
             ctx.metrics.decision(key.reason.as_str(), "failed");
+            count_failed(ctx, key.reason.as_str());
             let old = command::claims_of_nodes(ctx, &key.nodes);
             command::tell_failed(ctx, &old, &why).await;
             Ok(Outcome::Dropped(key, why))
@@ -233,6 +237,47 @@ pub async fn pass<P: CloudProvider>(
             Ok(Outcome::Deleted(key))
         }
     }
+}
+
+/// Sets the disruption gauges from `plan`, made in `took`.
+fn report<P: CloudProvider>(
+    ctx: &Context<P>,
+    plan: &joiner_core::disruption::DisruptionPlan,
+    took: Duration,
+) {
+    let m = &ctx.metrics;
+    m.disruption_evaluation.observe(took.as_secs_f64());
+    for reason in ["Empty", "Expired", "Drifted", "Underutilized"] {
+        let n = plan
+            .eligible
+            .iter()
+            .find(|(r, _)| r.as_str() == reason)
+            .map_or(0, |(_, n)| *n);
+        m.disruption_eligible
+            .get_or_create(&crate::metrics::ReasonOnlyLabels {
+                reason: reason.to_string(),
+            })
+            .set(i64::from(n));
+    }
+    m.disruption_allowed.clear();
+    for (provisioner, reason, n) in &plan.allowed {
+        m.disruption_allowed
+            .get_or_create(&crate::metrics::BudgetLabels {
+                provisioner: provisioner.clone(),
+                reason: reason.as_str().to_string(),
+            })
+            .set(i64::from(*n).min(i64::from(i32::MAX)));
+    }
+}
+
+/// Counts a command of `reason` given up.
+fn count_failed<P: CloudProvider>(ctx: &Context<P>, reason: &str) {
+    ctx.metrics
+        .disruption_failed
+        .get_or_create(&crate::metrics::ReasonOnlyLabels {
+            reason: reason.to_string(),
+        })
+        .inc();
 }
 
 /// `decision`, a delete, on `nodes` only: its price before counts the nodes it keeps, in

@@ -94,7 +94,14 @@ impl Schedule {
     pub fn ticks_at(&self, unix: i64) -> bool {
         let minute_of_day = unix.rem_euclid(86_400) / 60;
         let (minute, hour) = (minute_of_day % 60, minute_of_day / 60);
-        let days_since_epoch = unix.div_euclid(86_400);
+        self.minutes & (1 << minute) != 0
+            && self.hours & (1 << hour) != 0
+            && self.day_matches(unix.div_euclid(86_400))
+    }
+
+    /// True when the schedule's month, day-of-month and day-of-week fields allow the day
+    /// `days_since_epoch`.
+    fn day_matches(&self, days_since_epoch: i64) -> bool {
         let (_, month, day) = civil(days_since_epoch);
         // 1970-01-01 was a Thursday (4).
         let weekday = (days_since_epoch + 4).rem_euclid(7);
@@ -105,24 +112,50 @@ impl Schedule {
         } else {
             day_ok && weekday_ok
         };
-        self.minutes & (1 << minute) != 0
-            && self.hours & (1 << hour) != 0
-            && self.months & (1 << (month - 1)) != 0
-            && days_ok
+        self.months & (1 << (month - 1)) != 0 && days_ok
+    }
+
+    /// The latest tick at or before `unix` (seconds, UTC), looking back at most `days` days:
+    /// day by day, and within a day the latest hour and minute the bit sets allow, so a
+    /// year's look-back costs a few hundred steps, not half a million minutes.
+    pub fn last_tick(&self, unix: i64, days: i64) -> Option<i64> {
+        let floor = unix - unix.rem_euclid(60);
+        let today = floor.div_euclid(86_400);
+        let minute_of_day = floor.rem_euclid(86_400) / 60;
+        for back in 0..=days.max(0) {
+            let day = today - back;
+            if !self.day_matches(day) {
+                continue;
+            }
+            let (last_hour, last_minute) = if back == 0 {
+                (minute_of_day / 60, minute_of_day % 60)
+            } else {
+                (23, 59)
+            };
+            for hour in (0..=last_hour).rev() {
+                if self.hours & (1 << hour) == 0 {
+                    continue;
+                }
+                let up_to = if hour == last_hour { last_minute } else { 59 };
+                let allowed = self.minutes & ((1u64 << (up_to + 1)) - 1);
+                if allowed != 0 {
+                    let minute = 63 - i64::from(allowed.leading_zeros());
+                    return Some(day * 86_400 + hour * 3_600 + minute * 60);
+                }
+            }
+        }
+        None
     }
 
     /// True when a window of `duration` seconds opened by this schedule holds `now`: some tick
     /// fell in `(now - duration, now]`. Looks back at most a year.
     pub fn window_open(&self, now: i64, duration: i64) -> bool {
         let look_back = duration.clamp(0, 366 * 86_400);
-        let mut t = now - now.rem_euclid(60);
-        while t > now - look_back {
-            if self.ticks_at(t) {
-                return true;
-            }
-            t -= 60;
+        if look_back == 0 {
+            return false;
         }
-        false
+        self.last_tick(now, look_back / 86_400 + 1)
+            .is_some_and(|t| t > now - look_back)
     }
 }
 
@@ -210,6 +243,55 @@ mod tests {
         assert_eq!(civil(-1), (1969, 12, 31));
         // 2024-02-29.
         assert_eq!(civil(19_782), (2024, 2, 29));
+    }
+
+    /// The minute-by-minute reading of [`Schedule::window_open`], which the day-by-day one
+    /// must equal.
+    fn window_open_by_scan(s: &Schedule, now: i64, duration: i64) -> bool {
+        let look_back = duration.clamp(0, 366 * 86_400);
+        let mut t = now - now.rem_euclid(60);
+        while t > now - look_back {
+            if s.ticks_at(t) {
+                return true;
+            }
+            t -= 60;
+        }
+        false
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        #[test]
+        fn the_window_is_read_as_the_minute_scan_reads_it(
+            which in 0usize..8,
+            offset in 0i64..(400 * 86_400),
+            duration in 0i64..(40 * 86_400),
+        ) {
+            let schedules = [
+                "0 9 * * mon-fri", "*/15 * * * *", "30 2 29 2 *", "@daily", "0 0 1 * *",
+                "5 4 * * sun", "0 22 13 * fri", "59 23 31 12 *",
+            ];
+            let s = Schedule::parse(schedules[which]).expect("parses");
+            let now = MON_9AM - 200 * 86_400 + offset;
+            proptest::prop_assert_eq!(
+                s.window_open(now, duration),
+                window_open_by_scan(&s, now, duration),
+                "{} at {} for {}", schedules[which], now, duration
+            );
+        }
+    }
+
+    #[test]
+    fn a_closed_window_of_a_year_is_read_without_scanning_minutes() {
+        // Feb 29 only: the last tick before 2026-12-07 was 2024-02-29, more than a year back.
+        let s = Schedule::parse("30 2 29 2 *").expect("parses");
+        assert!(!s.window_open(MON_9AM, 8_000 * 3_600));
+        assert_eq!(s.last_tick(MON_9AM, 366), None);
+        assert_eq!(
+            s.last_tick(MON_9AM, 1_100)
+                .map(|t| civil(t.div_euclid(86_400))),
+            Some((2024, 2, 29))
+        );
     }
 
     #[test]

@@ -28,7 +28,7 @@ pub mod trial;
 pub mod working;
 
 pub use pdb::Pdb;
-pub use planner::{plan, Decision, DisruptionPlan, Input, Kept};
+pub use planner::{plan, Decision, DisruptionPlan, Input, Kept, RefusedMove};
 pub use settings::{
     Budget, BudgetNodes, ConsolidationPolicy, DisruptionSettings, PriceBound, Reason,
 };

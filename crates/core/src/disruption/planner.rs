@@ -107,18 +107,43 @@ pub struct DisruptionPlan {
     pub price_before: f64,
     /// The same after the decisions.
     pub price_after: f64,
+    /// Why the multi-node consolidations tried were not larger: for each search, the
+    /// smallest set of candidates refused and the reason.
+    pub refused_moves: Vec<RefusedMove>,
+    /// How many nodes each method could act on (expired, drifted, empty, consolidatable).
+    pub eligible: BTreeMap<Reason, u32>,
+    /// What each Provisioner's budgets allowed when the plan began, per budgeted reason,
+    /// after the nodes already disrupting.
+    pub allowed: Vec<(String, Reason, u32)>,
 }
+
+/// A consolidation of several nodes the planner weighed and refused.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RefusedMove {
+    /// The nodes.
+    pub nodes: Vec<String>,
+    /// Why not.
+    pub why: String,
+}
+
+/// The words a node gets when the pass's bound on simulations kept it from being weighed.
+const NOT_SIMULATED: &str =
+    "not evaluated: the pass's bound on simulations was reached (later passes go on from here)";
 
 /// Plans disruption for `input`.
 pub fn plan(input: &Input) -> DisruptionPlan {
     let mut p = Planner::new(input);
+    let allowed = p.budgets_now();
     // Pending pods do not halt disruption: every trial simulates them with the moved pods,
     // as Karpenter's does (they take the room they would take; see `trial`).
     p.expire();
     p.drift();
     p.empty();
     p.consolidate();
-    p.finish()
+    DisruptionPlan {
+        allowed,
+        ..p.finish()
+    }
 }
 
 struct Planner<'a> {
@@ -131,6 +156,12 @@ struct Planner<'a> {
     /// The pending pods (keys) the cluster as it is places on nodes that exist: their room is
     /// theirs, whatever a consolidation would like.
     pending_placed: HashSet<String>,
+    /// Simulations run so far, against `max_evaluations` (every kind of trial counts).
+    simulated: usize,
+    /// See [`DisruptionPlan::refused_moves`].
+    refused_moves: Vec<RefusedMove>,
+    /// See [`DisruptionPlan::eligible`].
+    eligible: BTreeMap<Reason, u32>,
     settings: HashMap<String, DisruptionSettings>,
     totals: HashMap<String, Totals>,
     /// Initialized nodes of each Provisioner in the snapshot (what budget percentages are
@@ -208,6 +239,9 @@ impl<'a> Planner<'a> {
         }
         let mut planner = Planner {
             pending_placed: pending_placed(s, input.catalog, input.opts),
+            simulated: 0,
+            refused_moves: Vec::new(),
+            eligible: BTreeMap::new(),
             input,
             work,
             candidates: found,
@@ -266,6 +300,36 @@ impl<'a> Planner<'a> {
         self.input
             .max_decisions
             .is_some_and(|m| self.decisions.len() >= m)
+    }
+
+    fn count_eligible(&mut self, reason: Reason, n: usize) {
+        *self.eligible.entry(reason).or_default() += u32::try_from(n).unwrap_or(u32::MAX);
+    }
+
+    /// What each Provisioner's budgets allow now, per budgeted reason.
+    fn budgets_now(&self) -> Vec<(String, Reason, u32)> {
+        let mut out = Vec::new();
+        let mut names: Vec<&String> = self.settings.keys().collect();
+        names.sort();
+        for name in names {
+            for reason in [Reason::Empty, Reason::Drifted, Reason::Underutilized] {
+                out.push((name.clone(), reason, self.allowed(name, reason)));
+            }
+        }
+        out
+    }
+
+    /// Takes one simulation from the pass's bound; false when none is left.
+    fn simulation(&mut self) -> bool {
+        if self
+            .input
+            .max_evaluations
+            .is_some_and(|m| self.simulated >= m)
+        {
+            return false;
+        }
+        self.simulated += 1;
+        true
     }
 
     fn keep(&mut self, node: &str, why: String) {
@@ -391,6 +455,10 @@ impl<'a> Planner<'a> {
         let Some(at) = self.at_work(c) else {
             return;
         };
+        if !self.simulation() {
+            self.keep(&name, format!("{detail}, but {NOT_SIMULATED}"));
+            return;
+        }
         match trial::run_forced(
             &mut self.work,
             self.input.catalog,
@@ -438,6 +506,7 @@ impl<'a> Planner<'a> {
             })
             .collect();
         due.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.2.node.cmp(&b.2.node)));
+        self.count_eligible(Reason::Expired, due.len());
         // Expiration has no budget: the empty ones go together, in one decision.
         let mut batch = Deletes::default();
         let mut rest = Vec::new();
@@ -475,6 +544,7 @@ impl<'a> Planner<'a> {
                 Some((node.life.created_at.unwrap_or(i64::MAX), why, c))
             })
             .collect();
+        self.count_eligible(Reason::Drifted, drifted.len());
         // Empty drifted nodes first (they go without moving a pod), then the oldest.
         drifted.sort_by(|a, b| {
             (!a.2.pods.is_empty(), a.0, a.2.node).cmp(&(!b.2.pods.is_empty(), b.0, b.2.node))
@@ -571,6 +641,7 @@ impl<'a> Planner<'a> {
                 );
                 continue;
             }
+            self.count_eligible(Reason::Empty, 1);
             if !batch.admits(self, &c, Reason::Empty) {
                 let refusal = Self::budget_refusal(&c.provisioner, Reason::Empty);
                 self.keep(&name, format!("empty, but {refusal}"));
@@ -654,6 +725,8 @@ impl<'a> Planner<'a> {
         let ready = self.consolidatable();
         let (empty, busy): (Vec<Candidate>, Vec<Candidate>) =
             ready.into_iter().partition(|c| c.pods.is_empty());
+        self.count_eligible(Reason::Empty, empty.len());
+        self.count_eligible(Reason::Underutilized, busy.len());
         let mut batch = Deletes::default();
         for c in empty {
             if self.full() {
@@ -785,15 +858,28 @@ impl<'a> Planner<'a> {
         }
         let (mut lo, mut hi) = (2usize, set.len());
         let mut best = None;
+        let mut refused: Option<(usize, String)> = None;
         while lo <= hi {
+            if !self.simulation() {
+                break;
+            }
             let mid = (lo + hi) / 2;
             match self.evaluate(&set[..mid]) {
                 Ok(m) => {
                     best = Some((mid, m));
                     lo = mid + 1;
                 }
-                Err(_) => hi = mid - 1,
+                Err(why) => {
+                    if refused.as_ref().is_none_or(|(n, _)| mid < *n) {
+                        refused = Some((mid, why));
+                    }
+                    hi = mid - 1;
+                }
             }
+        }
+        if let Some((n, why)) = refused {
+            let nodes = set[..n].iter().map(|c| self.name(c)).collect();
+            self.refused_moves.push(RefusedMove { nodes, why });
         }
         let Some((n, m)) = best else {
             return false;
@@ -837,7 +923,6 @@ impl<'a> Planner<'a> {
             let k = self.input.start_at % busy.len();
             busy.rotate_left(k);
         }
-        let mut evaluated = 0;
         for c in busy {
             if self.full() {
                 return;
@@ -863,14 +948,10 @@ impl<'a> Planner<'a> {
                 self.keep(&name, why);
                 continue;
             }
-            if self.input.max_evaluations.is_some_and(|m| evaluated >= m) {
-                self.keep(
-                    &name,
-                    "not evaluated: the pass's bound on simulations was reached (later passes go on from here)".into(),
-                );
+            if !self.simulation() {
+                self.keep(&name, NOT_SIMULATED.into());
                 continue;
             }
-            evaluated += 1;
             match self.evaluate(std::slice::from_ref(&c)) {
                 Ok(m) => {
                     let detail = match &m.action {
@@ -977,6 +1058,9 @@ impl<'a> Planner<'a> {
         DisruptionPlan {
             decisions: self.decisions,
             kept,
+            refused_moves: self.refused_moves,
+            eligible: self.eligible,
+            allowed: Vec::new(),
             price_before,
             price_after: (price_before - removed + added).max(0.0) + 0.0,
         }
