@@ -113,6 +113,23 @@ const CREATED_TTL: Duration = Duration::from_secs(60);
 pub struct CreatedClaims {
     remembered: Arc<Mutex<Remembered>>,
     planning: Arc<tokio::sync::Mutex<()>>,
+    /// The claims a task of this replica is launching now ([`CreatedClaims::begin_launch`]).
+    launching: Arc<Mutex<std::collections::HashSet<String>>>,
+}
+
+/// Held while a claim is being launched; the claim is free to launch again once dropped.
+pub struct LaunchGuard {
+    launching: Arc<Mutex<std::collections::HashSet<String>>>,
+    name: String,
+}
+
+impl Drop for LaunchGuard {
+    fn drop(&mut self) {
+        self.launching
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.name);
+    }
 }
 
 /// Held from the snapshot a plan is made from until the plan's claims are written and
@@ -190,6 +207,28 @@ impl CreatedClaims {
             }
         }
         stored
+    }
+
+    /// Claims the launch of claim `name` for the caller until the guard drops; `None` when
+    /// another task launches it now (the one that wrote it, and the loop that launches what
+    /// was left unlaunched, must not both call the cloud).
+    pub fn begin_launch(&self, name: &str) -> Option<LaunchGuard> {
+        let mut set = self
+            .launching
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        set.insert(name.to_string()).then(|| LaunchGuard {
+            launching: self.launching.clone(),
+            name: name.to_string(),
+        })
+    }
+
+    /// True while a task launches claim `name`.
+    pub fn is_launching(&self, name: &str) -> bool {
+        self.launching
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(name)
     }
 
     /// Waits for the turn to plan: see [`PlanningGuard`].
@@ -498,6 +537,21 @@ impl ClusterState {
 #[cfg(test)]
 mod created_tests {
     use super::*;
+
+    #[test]
+    fn a_claim_is_launched_by_one_task_at_a_time() {
+        let created = CreatedClaims::default();
+        let first = created.begin_launch("web-a").expect("free");
+        assert!(created.is_launching("web-a"));
+        assert!(
+            created.begin_launch("web-a").is_none(),
+            "the loop must not launch what a batch is launching"
+        );
+        assert!(created.begin_launch("web-b").is_some(), "another claim");
+        drop(first);
+        assert!(!created.is_launching("web-a"));
+        assert!(created.begin_launch("web-a").is_some(), "free again");
+    }
 
     fn claim(name: &str) -> NodeClaim {
         serde_json::from_value(serde_json::json!({

@@ -322,6 +322,9 @@ pub struct NodeLife {
     /// Registered, Ready and past its startup taints once (its NodeClaim's `Initialized`,
     /// which stays true): only such nodes are disrupted, and only they count in budgets.
     pub initialized: bool,
+    /// Its Node is being deleted, or the caller knows it is already being disrupted (its
+    /// NodeClaim deleted): its pods are leaving, and it takes none.
+    pub deleting: bool,
     /// Its Ready condition is not True now. An initialized node that is not Ready is
     /// disrupting for budgets (Karpenter's count), takes no moved pods, and is a candidate
     /// for expiration only.

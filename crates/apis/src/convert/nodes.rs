@@ -100,6 +100,7 @@ fn life(n: &k8s::Node) -> NodeLife {
         // a node that is not Ready cannot be told from one still joining.
         initialized: ready && !unregistered,
         not_ready: !ready,
+        deleting: n.metadata.deletion_timestamp.is_some(),
         do_not_disrupt: NODE_DO_NOT_DISRUPT_ANNOTATIONS
             .iter()
             .find(|k| get(k) == Some("true"))

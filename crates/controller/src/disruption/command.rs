@@ -375,8 +375,10 @@ pub async fn abandon<P: CloudProvider>(ctx: &Context<P>, cmd: &Command, remove_r
             .collect();
         delete_replacements(ctx, &mine).await;
     }
-    record::untaint(&ctx.client, &cmd.key.nodes).await;
+    // Unmarked first: a record without its taint would let a later leader carry on a
+    // command given up; a taint without its record is swept (`recover::sweep`).
     record::unmark(&ctx.client, &cmd.old_claims).await;
+    record::untaint(&ctx.client, &cmd.key.nodes).await;
 }
 
 /// One step of `cmd`: when every replacement is Initialized and the decision still holds on
@@ -388,7 +390,7 @@ pub async fn advance<P: CloudProvider>(
 ) -> Result<Progress, DisruptionError> {
     let claims = ctx.state.claims();
     let nodes = ctx.state.nodes.state();
-    let mut ready = true;
+    let mut late = Vec::new();
     for name in &cmd.replacements {
         // (The claims this replica wrote are in `claims` before the watch delivers them.)
         let Some(claim) = claims.iter().find(|c| c.name() == name) else {
@@ -403,21 +405,23 @@ pub async fn advance<P: CloudProvider>(
                 "replacement NodeClaim {name} is being deleted"
             )));
         }
-        ready &= node_of(claim, &nodes).is_some_and(|n| is_initialized(claim, n));
+        if !node_of(claim, &nodes).is_some_and(|n| is_initialized(claim, n)) {
+            late.push(name.as_str());
+        }
     }
-    if !ready {
+    if !late.is_empty() {
         if now.duration_since(cmd.started) >= REPLACEMENT_TIMEOUT {
             // A replacement that never initializes is removed, and the old nodes freed.
             abandon(ctx, cmd, true).await;
             return Ok(Progress::Failed(format!(
-                "replacements {} not initialized after {} minutes",
-                cmd.replacements.join(", "),
+                "replacement {} not initialized after {} minutes",
+                late.join(", "),
                 REPLACEMENT_TIMEOUT.as_secs() / 60
             )));
         }
         return Ok(Progress::Waiting);
     }
-    if let Err(why) = super::decide::still_holds(ctx, &cmd.key.nodes).await {
+    if let Err(why) = super::decide::still_holds(ctx, &cmd.key.nodes, cmd.key.reason).await {
         // The replacements stay (initialized, empty or not: disrupted in turn as any node).
         abandon(ctx, cmd, false).await;
         return Ok(Progress::Failed(why));

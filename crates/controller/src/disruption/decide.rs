@@ -7,7 +7,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use joiner_apis::drift::{claim_drift, restamp};
 use joiner_apis::ObjectLookup;
-use joiner_core::disruption::candidates::candidates;
 use joiner_core::disruption::{plan, trial, DisruptionPlan, DisruptionSettings, Input};
 use joiner_core::scheduling::Options;
 use joiner_core::{labels, CloudProvider, InstanceType};
@@ -165,44 +164,65 @@ pub async fn planned<P: CloudProvider>(
     }
 }
 
-/// Whether removing the nodes named `nodes` still holds on the cluster as it is now, checked
-/// before a command's old nodes are drained (its replacements Initialized): every pod on
-/// them, those that arrived since the decision included, has a place on the nodes that stay,
-/// the replacements among them, with no more new nodes (the room
-/// held for the moved pods is theirs: their reservations are released first), and none of
-/// them now opts out or is held by a PodDisruptionBudget. `Err` says why not. Nodes that are
-/// gone need nothing.
+/// Whether removing the nodes named `nodes` for `reason` still holds on the cluster as it is
+/// now, checked before a command's old nodes are drained (its replacements Initialized): no
+/// pod on them, one that arrived since included, opts out now (`do-not-disrupt`), and every
+/// pod on them has a place on the nodes that stay, the replacements among them, with no more
+/// new nodes (the room held for the moved pods is theirs: their reservations are released
+/// first; pending pods wait aside). PodDisruptionBudgets are the drain's to honour, as in
+/// Karpenter, not a reason to give the command up. Expiration and drift read volumes as they
+/// were planned (a pod only its node mounts leaves with it). Nodes that are gone or being
+/// deleted need nothing. `Err` says why not.
 pub async fn still_holds<P: CloudProvider>(
     ctx: &Context<P>,
     nodes: &[String],
+    reason: joiner_core::disruption::Reason,
 ) -> Result<(), String> {
     let provisioners = ctx.state.provisioners.state();
-    let mut settings: BTreeMap<String, DisruptionSettings> = BTreeMap::new();
-    for prov in provisioners.iter().filter(|p| p.not_planned().is_none()) {
-        if let Ok(s) = prov.disruption_settings() {
-            settings.insert(prov.name().to_string(), s);
-        }
-    }
-    let usable: Vec<&str> = settings.keys().map(String::as_str).collect();
+    let usable: Vec<&str> = provisioners
+        .iter()
+        .filter(|p| p.not_planned().is_none())
+        .map(|p| p.name())
+        .collect();
     let (catalog, _) = Catalogs::default().union(ctx, &usable).await;
     let (mut snapshot, _) = ctx.state.snapshot_with_catalog(&catalog);
     let leaving: Vec<&str> = nodes.iter().map(String::as_str).collect();
     crate::nominations::release(&mut snapshot, &leaving);
     let now = Timestamp::now().as_second();
-    let settings_of = |name: &str| settings.get(name).cloned();
-    let found = candidates(&snapshot, &catalog, &settings_of, now);
     let mut removed = Vec::new();
     for name in nodes {
         let Some(i) = snapshot.nodes.iter().position(|n| &n.name == name) else {
             continue;
         };
-        if let Err(why) = &found[i] {
-            return Err(format!("node {name} no longer qualifies: {why}"));
+        if snapshot.nodes[i].life.deleting {
+            continue;
+        }
+        let opted_out = snapshot.pods.iter().find(|p| {
+            p.node_name.as_deref() == Some(name.as_str())
+                && !p.disruption.terminating
+                && p.disruption.protects(now)
+        });
+        if let Some(p) = opted_out {
+            return Err(format!(
+                "node {name} no longer qualifies: pod {} is annotated {}",
+                p.key(),
+                p.disruption.do_not_disrupt.as_deref().unwrap_or_default()
+            ));
         }
         removed.push(i);
     }
-    let outcome = trial::run(&mut snapshot, &catalog, &Options::default(), &removed)
-        .map_err(|why| format!("the decision no longer holds: {why}"))?;
+    let forced = matches!(
+        reason,
+        joiner_core::disruption::Reason::Expired | joiner_core::disruption::Reason::Drifted
+    );
+    let outcome = trial::check(
+        &mut snapshot,
+        &catalog,
+        &Options::default(),
+        &removed,
+        forced,
+    )
+    .map_err(|why| format!("the decision no longer holds: {why}"))?;
     match outcome.replacements.len() {
         0 => Ok(()),
         n => Err(format!(

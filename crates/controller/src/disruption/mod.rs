@@ -121,7 +121,16 @@ pub async fn pass<P: CloudProvider>(
     }
     if let Some(cmd) = memory.command.take() {
         let reason = cmd.key.reason.as_str();
-        return match command::advance(ctx, &cmd, now).await? {
+        let progress = match command::advance(ctx, &cmd, now).await {
+            Ok(p) => p,
+            Err(e) => {
+                // A delete the API refused: the command stays and the next pass goes on
+                // (deleting a claim twice is harmless).
+                memory.command = Some(cmd);
+                return Err(e);
+            }
+        };
+        return match progress {
             Progress::Waiting => {
                 let key = cmd.key.clone();
                 memory.command = Some(cmd);

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::k8s::claims::patch_claim_annotations;
-use crate::k8s::node_patch::{node_taints, taint_patch, untaint_patch};
+use crate::k8s::node_patch::{guarded, node_taints, taint_patch, taints_op};
 use crate::lifecycle::termination::disrupted_taint;
 
 /// A disruption command as its old NodeClaims record it.
@@ -133,29 +133,37 @@ pub async fn taint(
         })
         .await
         {
-            Ok(()) => done.push(name.clone()),
+            // A node another flow tainted already is not the command's to untaint.
+            Ok(true) => done.push(name.clone()),
+            Ok(false) => {}
             Err(e) => return (done, Some(format!("Node {name}: tainting it: {e}"))),
         }
     }
     (done, None)
 }
 
-/// Removes joiner's disrupted taint from the Nodes named `nodes`, read afresh (the store may
-/// not show a taint put a moment ago); failures are logged (a taint left behind is removed by
-/// a later pass: [`stale_taints`]).
+/// Removes the taint disruption put ([`command_taint`], stamped) from the Nodes named
+/// `nodes`, read afresh (the store may not show a taint put a moment ago); the drain's and
+/// interruption's taints stay, and so does any taint on a Node being deleted. Failures are
+/// logged (a taint left behind is removed by a later pass: [`stale_taints`]).
 pub async fn untaint(client: &kube::Client, nodes: &[String]) {
     for name in nodes {
         let result = patch_node(client, &[], name, |n| {
-            if node_taints(n)
-                .iter()
-                .any(|t| t.key == labels::DISRUPTED_TAINT)
-            {
-                untaint_patch(n, labels::DISRUPTED_TAINT)
-                    .map(Some)
-                    .map_err(|e| e.to_string())
-            } else {
-                Ok(None)
+            if n.metadata.deletion_timestamp.is_some() {
+                return Ok(None);
             }
+            let taints = node_taints(n);
+            let kept: Vec<Taint> = taints
+                .iter()
+                .filter(|t| !(t.key == labels::DISRUPTED_TAINT && t.time_added.is_some()))
+                .cloned()
+                .collect();
+            if kept.len() == taints.len() {
+                return Ok(None);
+            }
+            guarded(n, vec![taints_op(n, &kept)])
+                .map(Some)
+                .map_err(|e| e.to_string())
         })
         .await;
         if let Err(e) = result {
@@ -188,13 +196,13 @@ pub fn stale_taints(nodes: &[Arc<Node>], claims: &[Arc<NodeClaim>]) -> Vec<Strin
 
 /// Applies the patch `build` makes of Node `name` (nothing when it makes none): from the
 /// store first, and once more from a fresh read when the store's copy was outdated. A Node
-/// that is gone needs nothing.
+/// that is gone needs nothing. True when a patch was applied.
 async fn patch_node(
     client: &kube::Client,
     stored: &[Arc<Node>],
     name: &str,
     build: impl Fn(&Node) -> Result<Option<json_patch::Patch>, String>,
-) -> Result<(), String> {
+) -> Result<bool, String> {
     let api: Api<Node> = Api::all(client.clone());
     let mut node: Option<Node> = stored
         .iter()
@@ -205,18 +213,18 @@ async fn patch_node(
             Some(n) => n,
             None => match api.get_opt(name).await.map_err(|e| e.to_string())? {
                 Some(n) => n,
-                None => return Ok(()),
+                None => return Ok(false),
             },
         };
         let Some(patch) = build(&current)? else {
-            return Ok(());
+            return Ok(false);
         };
         match api
             .patch(name, &PatchParams::default(), &Patch::Json::<()>(patch))
             .await
         {
-            Ok(_) => return Ok(()),
-            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
+            Ok(_) => return Ok(true),
+            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(false),
             // The stored copy was outdated (the resourceVersion test failed): read it again.
             Err(kube::Error::Api(e)) if attempt == 0 && (e.code == 409 || e.code == 422) => {}
             Err(e) => return Err(e.to_string()),

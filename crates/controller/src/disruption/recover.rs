@@ -1,7 +1,8 @@
 //! A new leader (or a restarted one) carries on the disruption its predecessor left, from the
 //! records on the old NodeClaims ([`super::record`]): a command whose replacements all exist
-//! goes on waiting for them; one whose old claims are being deleted already is finished; any
-//! other (a replacement gone, a second command, a record that does not parse) is rolled back:
+//! goes on waiting for them (and for its check: old claims already being deleted, by the
+//! previous leader's `finish` or by an interruption, are skipped); any other (a replacement
+//! gone, a second command, a record that does not parse) is rolled back:
 //! its replacements deleted, its old nodes untainted and unmarked. Every pass without a
 //! command under way also removes the disrupted taints such commands left ([`sweep`]).
 
@@ -52,14 +53,9 @@ pub async fn recover<P: CloudProvider>(ctx: &Context<P>, now: Instant) -> Option
             record::unmark(&ctx.client, &names).await;
             continue;
         };
-        if old.iter().any(|c| c.metadata.deletion_timestamp.is_some()) {
-            // It had passed its check and was deleting its old claims: finish.
-            tracing::info!(command = %cmd.id, "finishing a disruption the previous leader was deleting");
-            if let Err(e) = command::finish(ctx, &old, cmd.key.reason.as_str(), &cmd.detail).await {
-                tracing::warn!(command = %cmd.id, error = %e, "finishing a recovered disruption failed; the next pass tries again");
-            }
-            continue;
-        }
+        // Old claims being deleted (the previous leader was finishing, or an interruption
+        // took one) change nothing: the command goes on as it would have, its check skips
+        // nodes on their way out, and `finish` deletes only the others.
         let live = cmd.replacements.iter().all(|name| {
             claims
                 .iter()

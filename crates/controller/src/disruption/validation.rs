@@ -62,6 +62,16 @@ pub enum Verdict {
     Confirmed(Vec<String>),
 }
 
+/// True for a decision that deletes a batch of empty nodes (empty, or empty and drifted or
+/// expired): each node stands on its own, so the ones still empty may go without the others.
+fn batch(key: &DecisionKey) -> bool {
+    key.replacements.is_empty()
+        && matches!(
+            key.reason,
+            Reason::Empty | Reason::Drifted | Reason::Expired
+        )
+}
+
 /// Weighs `decision` (`None`: the plan made none) against the pending one, updating it, and
 /// returns what to do with it and the pending decision the cluster's change dropped, if any.
 pub fn check(
@@ -70,9 +80,10 @@ pub fn check(
     now: Instant,
 ) -> (Option<Verdict>, Option<DecisionKey>) {
     let key = decision.map(DecisionKey::of);
-    // A delete still deleting some of the pending one's nodes: those stay pending.
+    // A batch of empty nodes still deleting some of the pending one's nodes: those stay
+    // pending (a consolidation's delete was simulated as a whole and must recur as it was).
     if let (Some(p), Some(k)) = (pending.as_mut(), key.as_ref()) {
-        let deletes = p.key.replacements.is_empty() && k.replacements.is_empty();
+        let deletes = batch(&p.key) && batch(k);
         if deletes && p.key.reason == k.reason && p.key != *k {
             let kept: Vec<String> = p
                 .key
@@ -88,8 +99,8 @@ pub fn check(
     }
     let same = |p: &Pending, k: &DecisionKey| {
         &p.key == k
-            || (p.key.replacements.is_empty()
-                && k.replacements.is_empty()
+            || (batch(&p.key)
+                && batch(k)
                 && p.key.reason == k.reason
                 && p.key.nodes.iter().all(|n| k.nodes.contains(n)))
     };
@@ -203,10 +214,17 @@ mod tests {
                 None
             )
         );
-        // Another reason is another decision.
+        // Another reason is another decision, and a consolidation's delete must recur whole.
         let mut pending = None;
         check(&mut pending, Some(&decision(&["a", "b"])), t0);
         let (_, dropped) = check(&mut pending, Some(&empty(&["a"])), after);
         assert!(dropped.is_some(), "another decision");
+        let mut pending = None;
+        check(&mut pending, Some(&decision(&["a", "b"])), t0);
+        let (_, dropped) = check(&mut pending, Some(&decision(&["a"])), after);
+        assert!(
+            dropped.is_some(),
+            "an Underutilized delete is simulated as a whole"
+        );
     }
 }

@@ -288,6 +288,9 @@ pub async fn launch_claim<P: CloudProvider>(
     catalog: &[InstanceType],
 ) -> Result<Launch, ProvisioningError> {
     let name = claim.name().to_string();
+    let Some(_launching) = ctx.state.created.begin_launch(&name) else {
+        return Err(ProvisioningError::AlreadyLaunching { claim: name });
+    };
     let request = match planned {
         Some(node) => planned_request(claim, node)?,
         None => launch_request(claim, catalog)?,

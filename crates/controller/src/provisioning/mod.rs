@@ -106,6 +106,14 @@ pub enum ProvisioningError {
         /// What failed.
         message: String,
     },
+    /// Another task of this replica is launching the claim right now (a batch, an
+    /// interruption or a disruption launching what it wrote, or the loop that launches what
+    /// was left unlaunched): one launch at a time, never two instances.
+    #[error("NodeClaim {claim}: already being launched")]
+    AlreadyLaunching {
+        /// The claim.
+        claim: String,
+    },
     /// Asking the cloud for the claim's instance failed.
     #[error("NodeClaim {claim}: looking up its instance: {message}")]
     Cloud {
@@ -430,6 +438,7 @@ pub async fn launch_pending_claims<P: CloudProvider>(
         .into_iter()
         .filter(|c| c.metadata.deletion_timestamp.is_none() && !c.is_launched())
         .filter(|c| memory.may_launch(c.name(), now))
+        .filter(|c| !ctx.state.created.is_launching(c.name()))
         .collect();
     claims.sort_by(|a, b| a.name().cmp(b.name()));
     // The catalogs first (once per Provisioner), then the launches concurrently, as a batch's:

@@ -13,7 +13,7 @@ use crate::pod::{Node, Pod};
 use crate::pod_labels::PodLabels;
 use crate::snapshot::Snapshot;
 
-use super::cost::node_cost;
+use super::cost::{node_cost, reschedule_cost};
 use super::DisruptionSettings;
 
 /// A node disruption may act on.
@@ -34,8 +34,12 @@ pub struct Candidate {
     /// The pods a disruption would move (indices into the snapshot's pods): not DaemonSet
     /// or mirror pods, which go with the node.
     pub pods: Vec<usize>,
-    /// What moving them costs ([`node_cost`]).
+    /// What moving them costs, weighed by the lifetime left ([`node_cost`]): the order
+    /// candidates are tried in.
     pub cost: f64,
+    /// What moving them costs ([`reschedule_cost`]): what a move's score divides by, as
+    /// Karpenter's Balanced does.
+    pub disruption: f64,
     /// False for an initialized node that is not Ready now: only expiration acts on it (it
     /// takes no moved pods, and its pods may be lost already; Karpenter expires it too).
     pub ready: bool,
@@ -241,6 +245,7 @@ fn candidate<'a>(
         settings.expire_after,
         now,
     );
+    let disruption = reschedule_cost(movable.iter().map(|&i| &snapshot.pods[i]));
     Ok(Candidate {
         node: index,
         provisioner: provisioner.to_string(),
@@ -250,6 +255,7 @@ fn candidate<'a>(
         price,
         pods: movable,
         cost,
+        disruption,
         ready: !node.life.not_ready,
     })
 }

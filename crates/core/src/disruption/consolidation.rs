@@ -103,7 +103,7 @@ pub fn evaluate(
         )?),
     };
     let price_after = outcome.price_after;
-    let cost: f64 = nodes.iter().map(|c| c.cost).sum();
+    let cost: f64 = nodes.iter().map(|c| c.disruption).sum();
     let score = score(price_before - price_after, cost, totals);
     if price_after >= price_before {
         return Err(format!(
@@ -142,7 +142,7 @@ pub fn score(savings: f64, cost: f64, totals: Totals) -> f64 {
 
 /// The replacements with only the options cheap enough to launch (a dearer option the cloud
 /// might pick would undo the saving), or why there are none: together they must pass the
-/// price bound, and each option of one node must keep the total within it.
+/// price bound, and so must the dearest options kept on each.
 fn replacements(
     new: &[NewNode],
     price_after: f64,
@@ -168,12 +168,20 @@ fn replacements(
             settings.improvement_words()
         ));
     }
+    // The slack under the bound is shared in proportion to each node's chosen price, so
+    // the dearest options kept on every node still sum within the bound (EC2 may launch
+    // any option listed, not the cheapest).
+    let slack = (bound.most - price_after).max(0.0);
+    let count = new.len() as f64;
     new.iter()
         .map(|n| {
-            // What this node may cost with the others at their chosen prices.
-            let others = price_after - n.price_per_hour;
+            let share = if price_after > 0.0 {
+                n.price_per_hour / price_after
+            } else {
+                1.0 / count
+            };
             let own = PriceBound {
-                most: bound.most - others,
+                most: n.price_per_hour + slack * share,
                 ..bound
             };
             replacement(n, own, nodes)
@@ -252,7 +260,7 @@ mod tests {
             .collect();
         let totals = Totals {
             price: all.iter().map(|c| c.price).sum(),
-            cost: all.iter().map(|c| c.cost).sum(),
+            cost: all.iter().map(|c| c.disruption).sum(),
         };
         let this = all
             .iter()

@@ -16,17 +16,28 @@ pub fn eviction_cost(pod: &Pod) -> f64 {
     cost.clamp(-10.0, 10.0)
 }
 
+/// What rescheduling `pods` costs, their node's share included: 1 + Σ max(0, eviction cost)
+/// (Karpenter's `RescheduleDisruptionCost`, what its Balanced score divides by). A pod never
+/// makes its node cheaper to disrupt than an empty one (Karpenter floors it too), so a
+/// negative priority cannot give a move an infinite score.
+pub fn reschedule_cost<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> f64 {
+    1.0 + pods
+        .into_iter()
+        .map(|p| eviction_cost(p).max(0.0))
+        .sum::<f64>()
+}
+
 /// The cost of disrupting a node holding `pods`, created at `created_at`, that expires
-/// `expire_after` seconds after it was created (if it does), at `now`.
+/// `expire_after` seconds after it was created (if it does), at `now`: its
+/// [`reschedule_cost`] times the share of its lifetime left. It orders candidates (a node
+/// about to expire goes first); scores use the cost without the lifetime.
 pub fn node_cost<'a>(
     pods: impl IntoIterator<Item = &'a Pod>,
     created_at: Option<i64>,
     expire_after: Option<i64>,
     now: i64,
 ) -> f64 {
-    // A pod never makes its node cheaper to disrupt than an empty one (Karpenter floors it
-    // too), so a negative priority cannot give a move an infinite score.
-    let pods: f64 = pods.into_iter().map(|p| eviction_cost(p).max(0.0)).sum();
+    let cost = reschedule_cost(pods);
     let left = match (created_at, expire_after) {
         (Some(created), Some(ttl)) if ttl > 0 => {
             let age = (now - created).max(0) as f64;
@@ -34,7 +45,7 @@ pub fn node_cost<'a>(
         }
         _ => 1.0,
     };
-    ((1.0 + pods) * left).max(0.0)
+    (cost * left).max(0.0)
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ use crate::snapshot::Snapshot;
 use super::budgets;
 use super::candidates::{candidates, leaves_with_node, Candidate, Prices};
 use super::consolidation::{evaluate, score, Action, Totals};
-use super::cost::node_cost;
+use super::cost::reschedule_cost;
 use super::drift::visible_drift;
 use super::trial;
 use super::working::apply;
@@ -153,9 +153,10 @@ struct Planner<'a> {
     candidates: BTreeMap<String, Candidate>,
     /// Initialized nodes that are not Ready now, as candidates: expiration only.
     unready: BTreeMap<String, Candidate>,
-    /// The pending pods (keys) the cluster as it is places on nodes that exist: their room is
-    /// theirs, whatever a consolidation would like.
-    pending_placed: HashSet<String>,
+    /// The pods waiting for a place (pending, or on a node on its way out) that the cluster
+    /// as it is places on nodes that exist, by key, with that node: their room is theirs,
+    /// whatever a consolidation would like.
+    pending_placed: HashMap<String, String>,
     /// Simulations run so far, against `max_evaluations` (every kind of trial counts).
     simulated: usize,
     /// See [`DisruptionPlan::refused_moves`].
@@ -221,24 +222,26 @@ impl<'a> Planner<'a> {
             if n.life.initialized {
                 *node_count.entry(p.to_string()).or_default() += 1;
             }
-            // Karpenter's count: cordoned or being deleted, already being disrupted, or
-            // initialized and not Ready now.
-            let not_ready = n.life.initialized && n.life.not_ready;
-            if n.unschedulable || not_ready || input.disrupting.contains(&n.name) {
+            // Karpenter's count: of the initialized nodes, those being deleted, already being
+            // disrupted, or not Ready now (a cordon alone is not a disruption).
+            let going = n.life.deleting || n.life.not_ready || input.disrupting.contains(&n.name);
+            if n.life.initialized && going {
                 *disrupting.entry(p.to_string()).or_default() += 1;
             }
         }
-        let totals = provisioner_totals(s, input.catalog, &settings, input.now);
+        let totals = provisioner_totals(s, input.catalog);
         // Nodes already being disrupted take no moved pods, and their pods need room (the
         // trials place them too: `trial::run`).
         let mut work = s.clone();
         for n in &mut work.nodes {
             if input.disrupting.contains(&n.name) {
                 n.unschedulable = true;
+                n.life.deleting = true;
             }
         }
+        let placed = pending_placed(&mut work, input.catalog, input.opts);
         let mut planner = Planner {
-            pending_placed: pending_placed(s, input.catalog, input.opts),
+            pending_placed: placed,
             simulated: 0,
             refused_moves: Vec::new(),
             eligible: BTreeMap::new(),
@@ -820,10 +823,10 @@ impl<'a> Planner<'a> {
             .iter()
             .flat_map(|n| n.pods.iter())
             .chain(m.plan.unschedulable.iter().map(|u| &u.pod))
-            .find(|k| self.pending_placed.contains(*k));
-        if let Some(k) = displaced {
+            .find_map(|k| self.pending_placed.get(k).map(|on| (k, on)));
+        if let Some((k, on)) = displaced {
             return Err(format!(
-                "pending pod {k} would lose the room it has now on the other nodes"
+                "pod {k}, waiting for a place, would lose the room it has now on node {on}"
             ));
         }
         Ok(m)
@@ -973,7 +976,7 @@ impl<'a> Planner<'a> {
     fn hopeless(&self, c: &Candidate) -> Option<String> {
         let settings = self.settings.get(&c.provisioner)?;
         if let Some(threshold) = settings.score_threshold() {
-            let best = score(c.price, c.cost, self.totals_of(&[c]));
+            let best = score(c.price, c.disruption, self.totals_of(&[c]));
             if best < threshold {
                 return Some(format!(
                     "even deleting it would score {best:.2}, below the {} threshold {threshold:.2}",
@@ -1069,12 +1072,7 @@ impl<'a> Planner<'a> {
 
 /// Each Provisioner's $/h and disruption cost over all its priced nodes (Karpenter's
 /// NodePool totals): what a move's savings and disruption are shares of.
-fn provisioner_totals(
-    s: &Snapshot,
-    catalog: &[InstanceType],
-    settings: &HashMap<String, DisruptionSettings>,
-    now: i64,
-) -> HashMap<String, Totals> {
+fn provisioner_totals(s: &Snapshot, catalog: &[InstanceType]) -> HashMap<String, Totals> {
     let mut on_node: HashMap<&str, Vec<&crate::pod::Pod>> = HashMap::new();
     for p in &s.pods {
         if let Some(n) = p.node_name.as_deref() {
@@ -1089,14 +1087,13 @@ fn provisioner_totals(
         let (Some(p), Ok(o)) = (n.provisioner(), prices.offered(n)) else {
             continue;
         };
-        let expire = settings.get(p).and_then(|st| st.expire_after);
         let pods = on_node.get(n.name.as_str()).into_iter().flatten().copied();
         let t = totals.entry(p.to_string()).or_insert(Totals {
             price: 0.0,
             cost: 0.0,
         });
         t.price += o.price;
-        t.cost += node_cost(pods, n.life.created_at, expire, now);
+        t.cost += reschedule_cost(pods);
     }
     totals
 }
@@ -1161,26 +1158,58 @@ impl Deletes {
     }
 }
 
-/// The pending pods of `snapshot` a simulation places on nodes that exist now (their keys):
-/// one simulation per plan.
+/// The pods waiting for a place in `snapshot` (pending, or on a node on its way out whose
+/// room no reservation holds: [`trial::is_leaving`]) that a simulation places on nodes that exist now, each with
+/// that node: one simulation per plan.
 fn pending_placed(
-    snapshot: &Snapshot,
+    snapshot: &mut Snapshot,
     catalog: &[InstanceType],
     opts: &Options,
-) -> HashSet<String> {
-    if snapshot.pods.iter().all(|p| p.node_name.is_some()) {
-        return HashSet::new();
-    }
-    let pending: HashSet<String> = snapshot
+) -> HashMap<String, String> {
+    let leaving: HashSet<String> = snapshot
+        .nodes
+        .iter()
+        .filter(|n| trial::is_leaving(n))
+        .map(|n| n.name.clone())
+        .collect();
+    let reserved: HashSet<String> = snapshot
         .pods
         .iter()
-        .filter(|p| p.node_name.is_none())
-        .map(crate::pod::Pod::key)
+        .filter_map(|p| {
+            let claim = p.disruption.nominated.as_ref()?;
+            let origin = p.name.strip_suffix(&format!("@{claim}"))?;
+            Some(format!("{}/{origin}", p.namespace))
+        })
         .collect();
+    let is_waiting = |p: &crate::pod::Pod| match p.node_name.as_deref() {
+        None => true,
+        Some(on) => leaving.contains(on) && !leaves_with_node(p) && !reserved.contains(&p.key()),
+    };
+    let waiting: Vec<usize> = (0..snapshot.pods.len())
+        .filter(|&i| is_waiting(&snapshot.pods[i]))
+        .collect();
+    if waiting.is_empty() {
+        return HashMap::new();
+    }
+    // Unbound for the simulation, and put back.
+    let mut keys = HashSet::new();
+    let mut bound = Vec::new();
+    for &i in &waiting {
+        keys.insert(snapshot.pods[i].key());
+        if let Some(on) = snapshot.pods[i].node_name.take() {
+            bound.push((i, on));
+        }
+    }
     let plan = crate::scheduling::simulate(snapshot, catalog, opts);
+    for (i, on) in bound {
+        snapshot.pods[i].node_name = Some(on);
+    }
     plan.existing_nodes
         .into_iter()
-        .flat_map(|u| u.pods)
-        .filter(|k| pending.contains(k))
+        .flat_map(|u| {
+            let name = u.name;
+            u.pods.into_iter().map(move |k| (k, name.clone()))
+        })
+        .filter(|(k, _)| keys.contains(k))
         .collect()
 }

@@ -155,8 +155,9 @@ fn a_plan_can_stop_at_its_first_decision() {
 #[test]
 fn a_bounded_pass_simulates_its_share_and_the_next_goes_on_from_there() {
     // Four c5.xlarge, each full with a 3,500m pod: no pod fits elsewhere and no cheaper type
-    // holds one, so every simulation ends in "stays". Two simulations per pass: the pass
-    // starting at 0 weighs a and b, the one starting at 2 weighs c and d.
+    // holds one, so every simulation ends in "stays". Four simulations per pass, every kind
+    // counted: the multi-node search takes two (three nodes, then two), single-node the
+    // other two; the pass starting at 0 weighs a and b, the one starting at 2 c and d.
     let names = ["a", "b", "c", "d"];
     let s = cluster(
         names
@@ -183,7 +184,7 @@ fn a_bounded_pass_simulates_its_share_and_the_next_goes_on_from_there() {
             disrupting: &BTreeSet::new(),
             now: 100,
             max_decisions: Some(1),
-            max_evaluations: Some(2),
+            max_evaluations: Some(4),
             start_at,
         })
     };
@@ -498,7 +499,7 @@ fn pending_pods_keep_the_room_they_have_and_do_not_halt_disruption() {
     assert!(p.decisions.is_empty(), "{:?}", decisions(&p));
     assert_eq!(
         kept(&p, "a"),
-        "pending pod default/job would lose the room it has now on the other nodes"
+        "pod default/job, waiting for a place, would lose the room it has now on node a"
     );
     // A pod nothing can place takes no room: a goes, its pod beside b's.
     s.pods.last_mut().expect("job").requests.cpu = 500_000;

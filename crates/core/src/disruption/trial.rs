@@ -172,6 +172,30 @@ pub fn run_together(
     Ok(one)
 }
 
+/// True for a node whose pods are on their way elsewhere: cordoned, being deleted or already
+/// being disrupted (initialized: a replacement a plan added is closed to pods, not leaving).
+pub fn is_leaving(node: &crate::pod::Node) -> bool {
+    node.life.initialized && (node.unschedulable || node.life.deleting)
+}
+
+/// The check a command makes before it drains the nodes at `removed` (its replacements up):
+/// [`run`], or [`run_forced`] when `forced` (expiration, drift), with the pending pods left
+/// aside: the pods leaving have first claim on the room bought for them.
+pub fn check(
+    snapshot: &mut Snapshot,
+    catalog: &[InstanceType],
+    opts: &Options,
+    removed: &[usize],
+    forced: bool,
+) -> Result<Outcome, String> {
+    let hosts = if forced {
+        VolumeHosts::Release
+    } else {
+        VolumeHosts::Keep
+    };
+    outcome_with(snapshot, catalog, opts, removed, hosts, Pending::SetAside)
+}
+
 /// What a trial does with the hostname pins of moved pods' volumes.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum VolumeHosts {
@@ -188,14 +212,22 @@ fn outcome(
     removed: &[usize],
     hosts: VolumeHosts,
 ) -> Result<Outcome, String> {
-    // Nodes someone else is taking out (cordoned, being deleted, already being disrupted;
-    // not the planner's own replacements, which are not initialized): their pods are leaving
-    // too, so they need room as much as the moved pods do.
+    outcome_with(snapshot, catalog, opts, removed, hosts, Pending::Simulated)
+}
+
+fn outcome_with(
+    snapshot: &mut Snapshot,
+    catalog: &[InstanceType],
+    opts: &Options,
+    removed: &[usize],
+    hosts: VolumeHosts,
+    pending: Pending,
+) -> Result<Outcome, String> {
+    // Nodes on their way out (cordoned, being deleted, already being disrupted): their pods
+    // are leaving too, so they take the room they will take; they are no part of the move
+    // itself (see `without`).
     let leaving: Vec<usize> = (0..snapshot.nodes.len())
-        .filter(|i| {
-            let n = &snapshot.nodes[*i];
-            n.unschedulable && n.life.initialized && !removed.contains(i)
-        })
+        .filter(|i| is_leaving(&snapshot.nodes[*i]) && !removed.contains(i))
         .collect();
     // Moved pods go to initialized, Ready nodes first: a node still joining may never become
     // Ready, and one that is not Ready now may be gone. So the trial first holds such nodes
@@ -213,15 +245,7 @@ fn outcome(
         for &i in &joining {
             snapshot.nodes[i].unschedulable = true;
         }
-        let held = without(
-            snapshot,
-            catalog,
-            opts,
-            removed,
-            &leaving,
-            hosts,
-            Pending::Simulated,
-        );
+        let held = without(snapshot, catalog, opts, removed, &leaving, hosts, pending);
         for &i in &joining {
             snapshot.nodes[i].unschedulable = false;
         }
@@ -231,15 +255,7 @@ fn outcome(
     }
     let trial = match result {
         Some(held) => held,
-        None => without(
-            snapshot,
-            catalog,
-            opts,
-            removed,
-            &leaving,
-            hosts,
-            Pending::Simulated,
-        ),
+        None => without(snapshot, catalog, opts, removed, &leaving, hosts, pending),
     };
     if let Some(u) = trial.unplaced() {
         return Err(format!(
@@ -342,7 +358,10 @@ impl Trial {
 /// The simulation of `snapshot` without the nodes at `removed` (see [`run`]), undone before
 /// returning; the new nodes' `pod_indices` are mapped back to the caller's pod order. The
 /// pods of the nodes at `leaving` (which stay, taking no pods) are placed too, those whose
-/// volumes can follow them, and the pending pods as `pending` says.
+/// volumes can follow them and whose room no reservation holds already, but they are not
+/// the move's: where they land neither refuses the move nor makes its replacements (the
+/// planner checks they keep the room they have: `Planner::evaluate`). The pending pods are
+/// placed as `pending` says.
 fn without(
     snapshot: &mut Snapshot,
     catalog: &[InstanceType],
@@ -374,7 +393,19 @@ fn without(
     };
     let mut moved: Vec<(usize, String)> = Vec::new();
     let mut leaving_pods = Vec::new();
+    let mut elsewhere_pods = Vec::new();
     let mut stranded = Vec::new();
+    // Pods whose room is held already (a reservation `<pod>@<claim>` on the node bought for
+    // them): they need none in the trial.
+    let reserved: HashSet<String> = snapshot
+        .pods
+        .iter()
+        .filter_map(|p| {
+            let claim = p.disruption.nominated.as_ref()?;
+            let origin = p.name.strip_suffix(&format!("@{claim}"))?;
+            Some(format!("{}/{origin}", p.namespace))
+        })
+        .collect();
     for (i, p) in snapshot.pods.iter().enumerate() {
         if leaves_with_node(p) {
             continue;
@@ -387,8 +418,8 @@ fn without(
                 .nodes
                 .iter()
                 .filter(|n| !elsewhere.contains(&n.name));
-            if volume_can_follow(p, others) {
-                leaving_pods.push(i);
+            if !reserved.contains(&p.key()) && volume_can_follow(p, others) {
+                elsewhere_pods.push(i);
             }
             continue;
         }
@@ -418,6 +449,11 @@ fn without(
     for i in leaving_pods {
         if let Some(on) = snapshot.pods[i].node_name.take() {
             moved_keys.insert(snapshot.pods[i].key());
+            moved.push((i, on));
+        }
+    }
+    for i in elsewhere_pods {
+        if let Some(on) = snapshot.pods[i].node_name.take() {
             moved.push((i, on));
         }
     }
