@@ -22,7 +22,9 @@
 //! leaves it alone. Nominations hold until the claim has been Initialized for [`GRACE`] (the
 //! kube-scheduler binds within seconds of the node becoming schedulable), the claim is
 //! deleted, or it has not been Initialized within [`LAPSE`] of its creation (a node that never
-//! became usable must not hold pods for ever; liveness replaces it).
+//! became usable must not hold pods for ever; liveness replaces it). Past the grace, the
+//! reservations of pods still on a node on its way out (tainted disrupted, cordoned, being
+//! deleted) hold on: a drain a PodDisruptionBudget slows must find their room still theirs.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -107,9 +109,20 @@ pub fn value(existing: &[String], added: &[String]) -> String {
 
 /// True while `claim`'s nominations hold at `now`: not being deleted, not a warm-pool member,
 /// and not Initialized for longer than [`GRACE`].
-fn holds(claim: &NodeClaim, now: Timestamp) -> bool {
+/// Which of a claim's nominations still hold.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Holding {
+    /// All of them.
+    All,
+    /// Only the reservations of pods still on a node on its way out (tainted disrupted,
+    /// cordoned or being deleted): a drain that PodDisruptionBudgets slow down must find the
+    /// room still theirs when they come (Karpenter nominates while the taint is there).
+    Leaving,
+}
+
+fn holds(claim: &NodeClaim, now: Timestamp) -> Option<Holding> {
     if claim.metadata.deletion_timestamp.is_some() || claim.warm_pool().is_some() {
-        return false;
+        return None;
     }
     let initialized = claim
         .status
@@ -121,12 +134,28 @@ fn holds(claim: &NodeClaim, now: Timestamp) -> bool {
             .metadata
             .creation_timestamp
             .as_ref()
-            .is_none_or(|t| now.as_second() - t.0.as_second() < LAPSE.as_secs() as i64),
+            .is_none_or(|t| now.as_second() - t.0.as_second() < LAPSE.as_secs() as i64)
+            .then_some(Holding::All),
         Some(c) => {
             let since = now.as_second() - c.last_transition_time.0.as_second();
-            since < GRACE.as_secs() as i64
+            Some(if since < GRACE.as_secs() as i64 {
+                Holding::All
+            } else {
+                Holding::Leaving
+            })
         }
     }
+}
+
+/// True when node `name` of `snap` is on its way out: tainted disrupted, cordoned or being
+/// deleted.
+fn leaving(snap: &Snapshot, name: &str) -> bool {
+    snap.nodes.iter().any(|n| {
+        n.name == name
+            && (n.unschedulable
+                || n.life.deleting
+                || n.taints.iter().any(|t| t.key == labels::DISRUPTED_TAINT))
+    })
 }
 
 /// The free room on node `name`: its allocatable less the requests of the pods on it.
@@ -145,11 +174,10 @@ fn free_on(snap: &Snapshot, name: &str, allocatable: &Resources) -> Resources {
 /// Holds the room of every claim's nominated pods in `snap` at `now` (see the module
 /// documentation). `snap` must already hold the claims' nodes (in-flight and registered).
 pub fn apply(snap: &mut Snapshot, claims: &[Arc<NodeClaim>], now: Timestamp) {
-    let mut nominated: Vec<(&NodeClaim, Vec<String>)> = claims
+    let mut nominated: Vec<(&NodeClaim, Holding, Vec<String>)> = claims
         .iter()
-        .filter(|c| holds(c, now))
-        .map(|c| (c.as_ref(), of(c)))
-        .filter(|(_, keys)| !keys.is_empty())
+        .filter_map(|c| Some((c.as_ref(), holds(c, now)?, of(c))))
+        .filter(|(_, _, keys)| !keys.is_empty())
         .collect();
     if nominated.is_empty() {
         return;
@@ -163,7 +191,7 @@ pub fn apply(snap: &mut Snapshot, claims: &[Arc<NodeClaim>], now: Timestamp) {
         .collect();
     let mut reservations: Vec<Pod> = Vec::new();
     let mut reserved: std::collections::HashSet<usize> = std::collections::HashSet::new();
-    for (claim, entries) in nominated {
+    for (claim, holding, entries) in nominated {
         let claim_name = claim.name();
         let Some(node) = snap
             .nodes
@@ -182,6 +210,9 @@ pub fn apply(snap: &mut Snapshot, claims: &[Arc<NodeClaim>], now: Timestamp) {
         }
         for e in &entries {
             let (key, from) = split(e);
+            if holding == Holding::Leaving && !from.is_some_and(|n| leaving(snap, n)) {
+                continue;
+            }
             let Some(&i) = by_key.get(key) else {
                 continue; // gone: bound and deleted, or evicted
             };

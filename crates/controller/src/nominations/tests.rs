@@ -336,3 +336,43 @@ fn entries_name_the_node_a_pod_leaves() {
         ["shop/b@old", "shop/gone"]
     );
 }
+
+#[test]
+fn a_reservation_outlives_the_grace_while_the_node_its_pod_leaves_is_on_its_way_out() {
+    // The replacement was Initialized two minutes ago; db is still on `old`, its drain held
+    // back by a PodDisruptionBudget.
+    let replacement = || node("web-1", "web-1", true);
+    let old = |tainted: bool| {
+        let mut n = node("old", "web-0", true);
+        if tainted {
+            n.taints.push(joiner_core::taints::Taint {
+                key: labels::DISRUPTED_TAINT.into(),
+                value: String::new(),
+                effect: joiner_core::taints::Effect::NoSchedule,
+            });
+        }
+        n
+    };
+    let claims = [claim(
+        "web-1",
+        &["db@old", "web"],
+        initialized_at("2026-12-07T11:58:00Z"),
+    )];
+    let pods = || vec![pod("db", Some("old"), 500), pod("web", None, 500)];
+    let mut snap = snapshot(vec![replacement(), old(true)], pods());
+    apply(&mut snap, &claims, now());
+    assert_eq!(
+        on(&snap, "db@web-1"),
+        Some(("web-1".into(), Some("web-1".into()))),
+        "held while old drains"
+    );
+    assert_eq!(
+        on(&snap, "web"),
+        Some((String::new(), None)),
+        "past its grace"
+    );
+    // Once old is no longer on its way out, nothing is held.
+    let mut snap = snapshot(vec![replacement(), old(false)], pods());
+    apply(&mut snap, &claims, now());
+    assert_eq!(on(&snap, "db@web-1"), None);
+}
