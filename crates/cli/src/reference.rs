@@ -318,9 +318,19 @@ fn metrics(out: &mut String) {
 /// labels (a family without samples prints nothing).
 fn touch_every_family(m: &joiner_controller::Metrics) {
     use joiner_controller::metrics::{
-        ActionLabels, CodeLabels, ControllerLabels, DecisionLabels, KindLabels, MethodLabels,
-        OutcomeLabels, PhaseLabels, ProvisionerLabels, ReasonLabels, SourceLabels,
+        ActionLabels, BudgetLabels, CodeLabels, ControllerLabels, DecisionLabels, KindLabels,
+        MethodLabels, OutcomeLabels, PhaseLabels, ProvisionerLabels, ReasonLabels,
+        ReasonOnlyLabels, SourceLabels,
     };
+    let r = ReasonOnlyLabels {
+        reason: String::new(),
+    };
+    let _ = m.disruption_eligible.get_or_create(&r);
+    let _ = m.disruption_failed.get_or_create(&r);
+    let _ = m.disruption_allowed.get_or_create(&BudgetLabels {
+        provisioner: String::new(),
+        reason: String::new(),
+    });
     let p = ProvisionerLabels {
         provisioner: String::new(),
     };

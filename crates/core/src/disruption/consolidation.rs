@@ -81,26 +81,39 @@ pub fn evaluate(
         ));
     }
     let removed: Vec<usize> = nodes.iter().map(|c| c.node).collect();
-    let mut outcome = trial::run(snapshot, catalog, opts, &removed)?;
-    if outcome.replacements.len() > 1 {
-        // The packer split them; one node of the same family often holds them for the same
-        // price. The cheaper wins, one node on a tie.
-        if let Ok(one) = trial::run_together(snapshot, catalog, opts, &removed, &outcome) {
-            if one.price_after <= outcome.price_after + 1e-9 {
-                outcome = one;
-            }
-        }
-    }
+    let split = trial::run(snapshot, catalog, opts, &removed)?;
     let price_before: f64 = nodes.iter().map(|c| c.price).sum();
-    let action = match outcome.replacements.as_slice() {
-        [] => Action::Delete,
-        new => Action::Replace(replacements(
-            new,
-            outcome.price_after,
-            nodes,
-            price_before,
-            settings,
-        )?),
+    let action_of = |o: &trial::Outcome| -> Result<Action, String> {
+        Ok(match o.replacements.as_slice() {
+            [] => Action::Delete,
+            new => Action::Replace(replacements(
+                new,
+                o.price_after,
+                nodes,
+                price_before,
+                settings,
+            )?),
+        })
+    };
+    // The packer may split the pods over several new nodes where one node of the same
+    // family holds them for the same price: the cheaper wins, one node on a tie, and the
+    // split when one node fails the price rules.
+    let one = (split.replacements.len() > 1)
+        .then(|| trial::run_together(snapshot, catalog, opts, &removed, &split).ok())
+        .flatten()
+        .filter(|one| one.price_after <= split.price_after + 1e-9);
+    let (outcome, action) = match one {
+        Some(one) => match action_of(&one) {
+            Ok(action) => (one, action),
+            Err(_) => {
+                let action = action_of(&split)?;
+                (split, action)
+            }
+        },
+        None => {
+            let action = action_of(&split)?;
+            (split, action)
+        }
     };
     let price_after = outcome.price_after;
     let cost: f64 = nodes.iter().map(|c| c.disruption).sum();
