@@ -248,10 +248,15 @@ async fn a_node_that_stays_says_why_on_the_node_and_its_claim_once() {
             .expect("pass");
         assert_eq!(events().len(), 2, "at {later}s");
     }
-    // An hour on, once more.
-    pass(&h.ctx, &mut memory, t0 + Duration::from_secs(3601))
-        .await
-        .expect("pass");
+    // An hour on, once more, at the next plan (a quiet cluster is planned again every few
+    // minutes: `quiet::RECHECK`).
+    pass(
+        &h.ctx,
+        &mut memory,
+        t0 + Duration::from_secs(3500) + joiner_controller::disruption::quiet::RECHECK,
+    )
+    .await
+    .expect("pass");
     assert_eq!(events().len(), 4);
 }
 
@@ -485,4 +490,56 @@ async fn a_node_without_a_claim_never_blocks_disruption() {
         ["a"],
         "the empty node without a claim is left alone"
     );
+}
+
+#[tokio::test]
+async fn a_pass_with_nothing_changed_since_a_quiet_plan_does_nothing() {
+    // One c5.large whose 1.5-CPU pod fits nowhere else and on no cheaper type: it stays.
+    let mut h = harness(
+        vec![joiner_node("a", "c5.large", "fake:///z-a/i-a")],
+        vec![joiner_claim("a", "c5.large", "fake:///z-a/i-a")],
+        vec![running("web", "a", "1500m")],
+    );
+    let plans = |h: &Harness| {
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register(
+            "evaluation",
+            "plans",
+            h.ctx.metrics.disruption_evaluation.clone(),
+        );
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+        text.lines()
+            .find_map(|l| l.strip_prefix("evaluation_count "))
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let mut memory = Memory::default();
+    let t0 = Instant::now();
+    assert_eq!(
+        pass(&h.ctx, &mut memory, t0).await.expect("pass"),
+        Outcome::Idle
+    );
+    assert_eq!(plans(&h), 1);
+    let again = pass(&h.ctx, &mut memory, t0 + Duration::from_secs(10))
+        .await
+        .expect("pass");
+    assert_eq!(again, Outcome::Idle);
+    assert_eq!(plans(&h), 1, "nothing changed: no plan");
+    // A pod arrives: planned again.
+    h.pods
+        .apply_watcher_event(&Event::Apply(PodRecord::from(&running("api", "a", "100m"))));
+    pass(&h.ctx, &mut memory, t0 + Duration::from_secs(20))
+        .await
+        .expect("pass");
+    assert_eq!(plans(&h), 2);
+    // Five minutes on, planned again even so (time alone makes things due).
+    pass(
+        &h.ctx,
+        &mut memory,
+        t0 + Duration::from_secs(20) + joiner_controller::disruption::quiet::RECHECK,
+    )
+    .await
+    .expect("pass");
+    assert_eq!(plans(&h), 3);
 }

@@ -14,6 +14,7 @@
 pub mod command;
 pub mod decide;
 pub mod pod_changes;
+pub mod quiet;
 pub mod record;
 pub mod recover;
 pub mod validation;
@@ -76,6 +77,8 @@ pub enum DisruptionError {
 pub struct Memory {
     /// True once the commands a previous leader recorded were looked for ([`recover`]).
     recovered: bool,
+    /// The last plan found nothing on this cluster ([`quiet`]).
+    quiet: Option<quiet::Quiet>,
     pending: Option<Pending>,
     command: Option<Command>,
     /// Per node, each reason told and when: told again only after [`TELL_AGAIN_AFTER`].
@@ -151,6 +154,11 @@ pub async fn pass<P: CloudProvider>(
         };
     }
     recover::sweep(ctx).await;
+    let fingerprint = quiet::fingerprint(ctx);
+    if memory.pending.is_none() && memory.quiet.is_some_and(|q| q.holds(fingerprint, now)) {
+        return Ok(Outcome::Idle);
+    }
+    memory.quiet = None;
     let began = Instant::now();
     let planned = decide::planned(
         ctx,
@@ -196,6 +204,10 @@ pub async fn pass<P: CloudProvider>(
     let (Some(verdict), Some(decision)) = (verdict, decision) else {
         // Nothing found among the candidates simulated: the next pass weighs the next ones.
         // (While a decision waits for validation the start stays, so the same plan recurs.)
+        // Found nothing having weighed them all: nothing to do until the cluster changes.
+        if planned.plan.complete && planned.plan.decisions.is_empty() {
+            memory.quiet = Some(quiet::Quiet::new(fingerprint, now));
+        }
         memory.start_at = memory.start_at.wrapping_add(decide::EVALUATIONS_PER_PASS);
         return Ok(Outcome::Idle);
     };

@@ -115,6 +115,8 @@ pub struct DisruptionPlan {
     /// What each Provisioner's budgets allowed when the plan began, per budgeted reason,
     /// after the nodes already disrupting.
     pub allowed: Vec<(String, Reason, u32)>,
+    /// True when every candidate was weighed: the bound on simulations left none aside.
+    pub complete: bool,
 }
 
 /// A consolidation of several nodes the planner weighed and refused.
@@ -159,6 +161,8 @@ struct Planner<'a> {
     pending_placed: HashMap<String, String>,
     /// Simulations run so far, against `max_evaluations` (every kind of trial counts).
     simulated: usize,
+    /// True once a trial was left out for the bound.
+    bounded: bool,
     /// See [`DisruptionPlan::refused_moves`].
     refused_moves: Vec<RefusedMove>,
     /// See [`DisruptionPlan::eligible`].
@@ -243,6 +247,7 @@ impl<'a> Planner<'a> {
         let mut planner = Planner {
             pending_placed: placed,
             simulated: 0,
+            bounded: false,
             refused_moves: Vec::new(),
             eligible: BTreeMap::new(),
             input,
@@ -329,6 +334,7 @@ impl<'a> Planner<'a> {
             .max_evaluations
             .is_some_and(|m| self.simulated >= m)
         {
+            self.bounded = true;
             return false;
         }
         self.simulated += 1;
@@ -1064,6 +1070,7 @@ impl<'a> Planner<'a> {
             refused_moves: self.refused_moves,
             eligible: self.eligible,
             allowed: Vec::new(),
+            complete: !self.bounded,
             price_before,
             price_after: (price_before - removed + added).max(0.0) + 0.0,
         }
