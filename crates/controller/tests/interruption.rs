@@ -596,22 +596,46 @@ async fn a_queue_that_does_not_exist_yet_is_retried_until_it_does() {
     assert!(none.is_none());
 }
 
-/// Sixty spot warnings at once while every CreateFleet takes 20 s (a throttled account): each
-/// node is tainted and its claim deleted (its drain started) within 10 s of the warnings, far
-/// inside the two-minute notice; the replacements launch side by side; no message is handled
-/// twice although each stays in work longer than its visibility timeout (it is extended).
+/// Sixty spot warnings at once while every CreateFleet takes 20 s (a throttled account, held in
+/// the EC2 client's own HTTP layer): each node is tainted and its claim deleted (its drain
+/// started) within 10 s of the warnings, far inside the two-minute notice; the replacements
+/// launch side by side through the real AWS provider on moto; no message is handled twice
+/// although each stays in work longer than its visibility timeout (it is extended).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sixty_warnings_at_once_are_all_draining_within_ten_seconds_while_launches_crawl() {
+async fn sixty_warnings_at_once_are_all_draining_within_ten_seconds_while_create_fleet_crawls() {
+    use joiner_apis::{NodeTemplate, StaticObjects};
+    use joiner_aws::testing;
     use joiner_controller::interruption::run;
     use joiner_controller::{Context, Settings};
-    use joiner_core::testing::catalog::catalog;
-    use joiner_core::testing::FakeCloud;
+    use joiner_core::CloudProvider;
     use std::sync::atomic::Ordering;
     use std::sync::Arc;
-    use support::slow_cloud::SlowLaunches;
+    use support::slow_fleet::SlowFleet;
 
     const NODES: usize = 60;
     let moto = MotoServer::session().expect("moto server");
+    let slow = SlowFleet::new(Duration::from_secs(20));
+    let mut clients =
+        AwsClients::from_config(&moto.sdk_config("us-east-1").await).expect("clients");
+    testing::environment(&clients, "c1", "/joiner-test/service", "1.31")
+        .await
+        .expect("environment");
+    clients.ec2 = slow.wrap(&clients.ec2);
+    let template: NodeTemplate = obj(json!({
+        "apiVersion": "joiner.sh/v1alpha1", "kind": "NodeTemplate",
+        "metadata": {"name": "default"},
+        "spec": {"subnetSelector": {testing::DISCOVERY_TAG: "c1"},
+                 "securityGroupSelector": {testing::DISCOVERY_TAG: "c1"}},
+    }));
+    let (aws, _) = testing::provider_with_lookup(
+        &clients,
+        testing::provider_config("c1", "/joiner-test/service", "1.31"),
+        Arc::new(StaticObjects::new(vec![only_c5()], vec![template])),
+    );
+    // The catalog is read before the warnings, as a running controller has it.
+    aws.instance_types("web").await.expect("catalog");
+    let aws = Arc::new(aws);
+
     // Hex names: the node's name is its instance ID's tail.
     let names: Vec<String> = (0..NODES).map(|i| format!("b{i:02x}")).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -625,14 +649,10 @@ async fn sixty_warnings_at_once_are_all_draining_within_ten_seconds_while_launch
     // message in work from coming back (and long enough for a loaded test machine).
     let (q, sqs) = queue(&moto, "flood", &bodies).await;
     let q = q.with_timing(0, 4);
-    let slow = Arc::new(SlowLaunches::new(
-        FakeCloud::new(catalog()),
-        Duration::from_secs(20),
-    ));
     let ctx = Arc::new(Context::new(
         h.ctx.client.clone(),
         h.ctx.state.clone(),
-        slow.clone(),
+        aws.clone(),
         Settings::new("c1"),
     ));
     let stop = CancellationToken::new();
@@ -667,17 +687,27 @@ async fn sixty_warnings_at_once_are_all_draining_within_ten_seconds_while_launch
         NODES,
         "every claim deleted (draining) within 10 s"
     );
+    assert_eq!(
+        slow.calls.answered.load(Ordering::SeqCst),
+        0,
+        "no CreateFleet had been answered when the drains began: they did not wait for it"
+    );
+    // The launches are under way (the launch template and the fleet request are built first),
+    // and none of them had been answered when every node was already draining.
+    while warned.elapsed() < Duration::from_secs(19)
+        && slow.calls.running.load(Ordering::SeqCst) == 0
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert!(
-        slow.cloud
-            .calls()
-            .iter()
-            .all(|c| !matches!(c, FakeCall::Create(_))),
-        "no launch had finished when the drains began: they did not wait for it"
+        slow.calls.running.load(Ordering::SeqCst) > 0,
+        "the replacements are being launched: {} claims written",
+        claims_written(&h),
     );
 
     // Then every replacement launches, side by side, and every message is deleted once.
-    while warned.elapsed() < Duration::from_secs(60)
-        && (left(&sqs, &q).await > 0 || slow.running.load(Ordering::SeqCst) > 0)
+    while warned.elapsed() < Duration::from_secs(90)
+        && (left(&sqs, &q).await > 0 || slow.calls.answered.load(Ordering::SeqCst) < NODES)
     {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
@@ -686,15 +716,17 @@ async fn sixty_warnings_at_once_are_all_draining_within_ten_seconds_while_launch
     let written = claims_written(&h);
     assert_eq!(written, NODES, "one replacement claim per interrupted node");
     assert_eq!(
-        creates(&slow.cloud),
+        slow.calls.answered.load(Ordering::SeqCst),
         NODES,
-        "one replacement per interrupted node"
+        "one CreateFleet per interrupted node"
     );
     assert!(
-        slow.most.load(Ordering::SeqCst) >= 10,
-        "replacements launch in parallel: at most {} at once",
-        slow.most.load(Ordering::SeqCst)
+        slow.calls.most.load(Ordering::SeqCst) >= 10,
+        "replacements launch in parallel: at most {} CreateFleet calls at once",
+        slow.calls.most.load(Ordering::SeqCst)
     );
+    let launched = aws.list().await.expect("lists");
+    assert_eq!(launched.len(), NODES, "each replacement runs in moto");
     assert_eq!(left(&sqs, &q).await, 0);
     assert_eq!(h.deleted().len(), NODES, "no claim deleted twice");
     let replaced = ctx

@@ -8,6 +8,7 @@
 
 pub mod objects_api;
 pub mod slow_cloud;
+pub mod slow_fleet;
 
 use std::sync::{Arc, Mutex};
 
