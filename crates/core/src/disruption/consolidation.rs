@@ -97,19 +97,30 @@ pub fn evaluate(
     };
     // The packer may split the pods over several new nodes where one node of the same
     // family holds them for the same price: the cheaper wins, one node on a tie, and the
-    // split when one node fails the price rules.
+    // split when one node fails the price rules. A move of several nodes is replaced by one
+    // node at most, as Karpenter's multi-node consolidation is: re-packing a hundred nodes
+    // onto ninety-eight new ones saves a little and spends the whole budget on churn, where
+    // one-node moves save more per node disrupted.
+    let several = nodes.len() > 1;
     let one = (split.replacements.len() > 1)
         .then(|| trial::run_together(snapshot, catalog, opts, &removed, &split).ok())
         .flatten()
-        .filter(|one| one.price_after <= split.price_after + 1e-9);
+        .filter(|one| several || one.price_after <= split.price_after + 1e-9);
     let (outcome, action) = match one {
         Some(one) => match action_of(&one) {
             Ok(action) => (one, action),
+            Err(why) if several => return Err(why),
             Err(_) => {
                 let action = action_of(&split)?;
                 (split, action)
             }
         },
+        None if several && split.replacements.len() > 1 => {
+            return Err(format!(
+                "their pods need {} new nodes and no one node holds them: several nodes are replaced by one node at most",
+                split.replacements.len()
+            ))
+        }
         None => {
             let action = action_of(&split)?;
             (split, action)

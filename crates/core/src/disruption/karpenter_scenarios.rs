@@ -330,18 +330,45 @@ fn a_replacement_is_one_node_when_one_node_holds_the_pods_for_no_more() {
     assert_eq!(p.decisions[0].replacements[0].pods.len(), 2);
 }
 
+/// A pod of app `db` on node `on` that keeps away from the other `db` pods (hostname
+/// anti-affinity).
+fn apart(name: &str, on: &str) -> Pod {
+    let mut p = pod(name, on, 1000);
+    p.labels.insert("app".into(), "db".into());
+    let mut term = hostname_affinity_to("db");
+    term.anti = true;
+    p.affinity = vec![term];
+    p
+}
+
 #[test]
-fn several_replacements_are_taken_when_no_one_node_holds_the_pods() {
-    // Two m5.4xlarge ($0.768/h each) whose pods must be apart (hostname anti-affinity): no
-    // one node holds them, so two cheaper nodes replace both.
-    let apart = |name: &str, on: &str| {
-        let mut p = pod(name, on, 1000);
-        p.labels.insert("app".into(), "db".into());
-        let mut term = hostname_affinity_to("db");
-        term.anti = true;
-        p.affinity = vec![term];
-        p
+fn one_node_is_replaced_by_several_when_no_one_node_holds_its_pods_and_they_are_cheaper() {
+    // One m5.4xlarge ($0.768/h) with two pods that must be apart: no one node holds them, two
+    // c5.large ($0.17/h together) do.
+    let s = cluster(
+        vec![node("a", "m5.4xlarge", "on-demand")],
+        vec![apart("db-0", "a"), apart("db-1", "a")],
+    );
+    let mut s = s;
+    // The pods already share the node (they were placed before the rule): only the new
+    // nodes must keep them apart.
+    s.pods[1].affinity.clear();
+    let all = DisruptionSettings {
+        budgets: vec![super::scenarios::budget("100%")],
+        ..defaults()
     };
+    let p = run(&s, &all, MON_9AM);
+    assert_eq!(
+        decisions(&p),
+        ["Underutilized [\"a\"] -> [\"c5.large\", \"c5.large\"]"]
+    );
+}
+
+#[test]
+fn several_nodes_are_replaced_by_one_node_at_most() {
+    // Two m5.4xlarge ($0.768/h each) whose pods must be apart: no one node holds them both,
+    // so no multi-node move (Karpenter's rule: re-packing many nodes onto many new ones
+    // spends the budget on churn); each node is replaced on its own by a c5.large.
     let s = cluster(
         vec![
             node("a", "m5.4xlarge", "on-demand"),
@@ -356,14 +383,18 @@ fn several_replacements_are_taken_when_no_one_node_holds_the_pods() {
     let p = run(&s, &all, MON_9AM);
     assert_eq!(
         decisions(&p),
-        ["Underutilized [\"a\", \"b\"] -> [\"c5.large\", \"c5.large\"]"]
+        [
+            "Underutilized [\"a\"] -> [\"c5.large\"]",
+            "Underutilized [\"b\"] -> [\"c5.large\"]"
+        ]
     );
-    let homes: std::collections::BTreeSet<&str> = p.decisions[0]
-        .moves
-        .iter()
-        .map(|(_, to)| to.as_str())
-        .collect();
-    assert_eq!(homes.len(), 2, "still apart: {:?}", p.decisions[0].moves);
+    assert!(
+        p.refused_moves
+            .iter()
+            .any(|m| m.nodes.len() == 2 && m.why.contains("one node at most")),
+        "{:?}",
+        p.refused_moves
+    );
 }
 
 #[test]

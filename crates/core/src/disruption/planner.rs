@@ -35,6 +35,10 @@ use super::{DisruptionSettings, Reason};
 /// Most candidates a multi-node consolidation considers at once (Karpenter's bound).
 pub const MAX_MULTI_NODE: usize = 100;
 
+/// Most nodes one drift or expiration decision replaces: a command of that size launches and
+/// drains a budget's worth of a large fleet at once, and its trial stays one simulation.
+pub const MAX_BATCH: usize = 100;
+
 /// What the planner reads.
 pub struct Input<'a> {
     /// The cluster: nodes with their running pods, pending pods, PodDisruptionBudgets.
@@ -528,15 +532,15 @@ impl<'a> Planner<'a> {
             if c.pods.is_empty() {
                 batch.push(c, detail);
             } else {
-                rest.push((detail, c));
+                rest.push((c, detail));
             }
         }
         self.take_deletes(Reason::Expired, batch, "expired and empty");
-        for (detail, c) in rest {
+        for chunk in rest.chunks(MAX_BATCH) {
             if self.full() {
                 return;
             }
-            self.replace(&c, Reason::Expired, detail);
+            self.replace_batch(chunk.to_vec(), Reason::Expired, "expired");
         }
     }
 
@@ -577,17 +581,77 @@ impl<'a> Planner<'a> {
             return;
         }
         self.take_deletes(Reason::Drifted, batch, "drifted and empty");
+        // The others with pods, oldest first, as many as the budget allows, replaced together.
+        let mut batch = Deletes::default();
         for (detail, c) in rest {
+            if batch.nodes.len() < MAX_BATCH && batch.admits(self, &c, Reason::Drifted) {
+                batch.push(c, detail);
+            } else {
+                let name = self.name(&c);
+                let refusal = if batch.nodes.len() < MAX_BATCH {
+                    Self::budget_refusal(&c.provisioner, Reason::Drifted)
+                } else {
+                    format!("the plan replaces {MAX_BATCH} drifted nodes at a time")
+                };
+                self.keep(&name, format!("{detail}, but {refusal}"));
+            }
+        }
+        if self.full() {
+            return;
+        }
+        self.replace_batch(batch.nodes, Reason::Drifted, "drifted");
+    }
+
+    /// Replaces the nodes of `batch` (each with its reason in words) together, in one
+    /// decision for `reason`: their pods are simulated leaving at once and the replacements
+    /// hold them all, so a drifted or expired fleet rolls a budget's worth at a time, not a
+    /// node a command. When the batch as a whole cannot go (a pod with no place), each node
+    /// is tried on its own, oldest first. `summary` words a decision of several nodes.
+    fn replace_batch(&mut self, batch: Vec<(Candidate, String)>, reason: Reason, summary: &str) {
+        if batch.len() < 2 {
+            for (c, detail) in batch {
+                if !self.full() {
+                    self.replace(&c, reason, detail);
+                }
+            }
+            return;
+        }
+        let at: Vec<usize> = batch
+            .iter()
+            .filter_map(|(c, _)| self.at_work(c))
+            .map(|c| c.node)
+            .collect();
+        if at.len() == batch.len() && self.simulation() {
+            if let Ok(outcome) =
+                trial::run_forced(&mut self.work, self.input.catalog, self.input.opts, &at)
+            {
+                let mut detail = format!("{summary}: {} nodes", batch.len());
+                if !outcome.stranded.is_empty() {
+                    detail = format!(
+                        "{detail}; left pending with nowhere else to run (only these nodes \
+                         mount their volumes, or a pod they must share a node with): {}",
+                        outcome.stranded.join(", ")
+                    );
+                }
+                let decision = Decision {
+                    reason,
+                    nodes: batch.iter().map(|(c, _)| self.name(c)).collect(),
+                    replacements: outcome.replacements.clone(),
+                    moves: Vec::new(),
+                    price_before: batch.iter().map(|(c, _)| c.price).sum(),
+                    price_after: outcome.price_after,
+                    score: None,
+                    detail,
+                };
+                self.take(decision, &outcome.plan);
+                return;
+            }
+        }
+        for (c, detail) in batch {
             if self.full() {
                 return;
             }
-            if self.allowed(&c.provisioner, Reason::Drifted) == 0 {
-                let name = self.name(&c);
-                let refusal = Self::budget_refusal(&c.provisioner, Reason::Drifted);
-                self.keep(&name, format!("{detail}, but {refusal}"));
-                continue;
-            }
-            self.replace(&c, Reason::Drifted, detail);
+            self.replace(&c, reason, detail);
         }
     }
 

@@ -142,14 +142,41 @@ fn a_plan_can_stop_at_its_first_decision() {
         budgets: vec![budget("100%")],
         ..aggressive()
     };
-    let p = run_limited(&four_quiet_nodes(), &all, 100, &|_| None, Some(1));
+    // Only a is old enough to expire; the others are consolidated after it.
+    let mut s = four_quiet_nodes();
+    for (i, n) in s.nodes.iter_mut().enumerate() {
+        n.life.created_at = Some(if i == 0 { 0 } else { 60 });
+    }
+    let p = run_limited(&s, &all, 100, &|_| None, Some(1));
     assert_eq!(decisions(&p), ["Expired [\"a\"] -> []"]);
     assert_eq!(
         kept(&p, "d"),
         "not evaluated: the plan stops at its first decisions"
     );
-    let p = run_limited(&four_quiet_nodes(), &all, 100, &|_| None, None);
-    assert_eq!(p.decisions.len(), 4, "{:?}", decisions(&p));
+    let p = run_limited(&s, &all, 100, &|_| None, None);
+    assert!(p.decisions.len() >= 2, "{:?}", decisions(&p));
+}
+
+#[test]
+fn expired_nodes_with_pods_are_replaced_together() {
+    // Four expired m5.xlarge with a 1,000m pod each: one decision replaces them all (their
+    // pods simulated leaving at once), not a node a command.
+    let all = DisruptionSettings {
+        expire_after: Some(50),
+        ..DisruptionSettings::default()
+    };
+    let p = run(&four_quiet_nodes(), &all, 100);
+    assert_eq!(p.decisions.len(), 1, "{:?}", decisions(&p));
+    let d = &p.decisions[0];
+    assert_eq!(d.nodes, ["a", "b", "c", "d"]);
+    assert_eq!(d.detail, "expired: 4 nodes");
+    let held: usize = d.replacements.iter().map(|r| r.pods.len()).sum();
+    assert_eq!(
+        held,
+        4,
+        "the replacements hold every pod: {:?}",
+        decisions(&p)
+    );
 }
 
 #[test]
@@ -337,14 +364,13 @@ fn a_node_that_takes_pods_is_no_longer_empty() {
 
 #[test]
 fn a_replacements_spare_room_is_not_counted_on_by_later_decisions() {
-    // old-1's 2,500m pod needs a c5.xlarge (3,930m): 1,430m spare. old-2's pods (1,000m and
-    // 2,800m) must get their own replacement, not lean on that spare room while the first
-    // replacement is still joining.
+    // old-1 (expired)'s 2,500m pod needs a c5.xlarge (3,930m): 1,430m spare. old-2's pods
+    // (1,000m and 2,800m; drifted, a later decision) must get their own replacement, not
+    // lean on that spare room while the first replacement is still joining.
+    let mut young = node("old-2", "m5.xlarge", "on-demand");
+    young.life.created_at = Some(1_500);
     let s = cluster(
-        vec![
-            node("old-1", "m5.xlarge", "on-demand"),
-            node("old-2", "m5.xlarge", "on-demand"),
-        ],
+        vec![node("old-1", "m5.xlarge", "on-demand"), young],
         vec![
             pod("a", "old-1", 2500),
             pod("b", "old-2", 1000),
@@ -353,14 +379,18 @@ fn a_replacements_spare_room_is_not_counted_on_by_later_decisions() {
     );
     let settings = DisruptionSettings {
         expire_after: Some(1_000),
+        budgets: vec![budget("100%")],
         ..DisruptionSettings::default()
     };
-    let p = run(&s, &settings, 2_000);
+    let drifted = |n: &crate::pod::Node| {
+        (n.name == "old-2").then(|| "its AMI is no longer selected".to_string())
+    };
+    let p = run_with(&s, &settings, 2_000, &drifted);
     assert_eq!(
         decisions(&p),
         [
             "Expired [\"old-1\"] -> [\"c5.xlarge\"]",
-            "Expired [\"old-2\"] -> [\"c5.xlarge\"]"
+            "Drifted [\"old-2\"] -> [\"c5.xlarge\"]"
         ]
     );
     assert_eq!(p.decisions[1].replacements[0].name, "replacement-2");
@@ -392,6 +422,46 @@ fn drifted_nodes_are_replaced_oldest_first_within_the_budget() {
     assert_eq!(
         kept(&p, "newer"),
         "drifted: it lacks label team=search of Provisioner default, but the Drifted budget of Provisioner default allows no more disruptions now"
+    );
+}
+
+#[test]
+fn drifted_nodes_with_pods_go_together_as_far_as_the_budget_allows() {
+    // Three drifted nodes with a pod each and a budget of two: the two oldest are replaced in
+    // one decision (one command launches and drains both), the youngest waits for budget.
+    let mut nodes: Vec<Node> = ["n1", "n2", "n3"]
+        .iter()
+        .map(|n| node(n, "m5.xlarge", "on-demand"))
+        .collect();
+    for (i, n) in nodes.iter_mut().enumerate() {
+        n.life.created_at = Some(10 * i as i64);
+    }
+    let s = cluster(
+        nodes,
+        vec![
+            pod("w1", "n1", 3000),
+            pod("w2", "n2", 3000),
+            pod("w3", "n3", 3000),
+        ],
+    );
+    let two = DisruptionSettings {
+        budgets: vec![budget("2")],
+        ..DisruptionSettings::default()
+    };
+    let ami = |_: &Node| Some("its AMI is no longer selected".to_string());
+    let p = run_with(&s, &two, 100, &ami);
+    assert_eq!(p.decisions.len(), 1, "{:?}", decisions(&p));
+    assert_eq!(p.decisions[0].nodes, ["n1", "n2"]);
+    assert_eq!(p.decisions[0].detail, "drifted: 2 nodes");
+    let held: usize = p.decisions[0]
+        .replacements
+        .iter()
+        .map(|r| r.pods.len())
+        .sum();
+    assert_eq!(held, 2, "{:?}", decisions(&p));
+    assert_eq!(
+        kept(&p, "n3"),
+        "drifted: its AMI is no longer selected, but the Drifted budget of Provisioner default allows no more disruptions now"
     );
 }
 
@@ -574,13 +644,13 @@ fn a_local_volume_keeps_its_node_from_consolidation_but_not_from_expiration() {
     let p = run(&s, &expire, 2_000);
     assert_eq!(
         decisions(&p)[0],
-        "Expired [\"a\"] -> []",
-        "a goes first (same age, by name), with web-a: {:?}",
+        "Expired [\"a\", \"b\"] -> [\"c5.large\"]",
+        "both expire together (expiration has no budget); only web-b needs a new node: {:?}",
         p.kept
     );
     assert!(
         p.decisions[0].detail.ends_with(
-            "; left pending with nowhere else to run (only this node mounts their volumes, \
+            "; left pending with nowhere else to run (only these nodes mount their volumes, \
              or a pod they must share a node with): default/web-a"
         ),
         "{}",
