@@ -89,8 +89,8 @@ pub struct PlanArgs {
     /// instead of now; ages, empty times and budget windows are measured from it.
     #[arg(long, value_name = "TIME", requires = "consolidate")]
     pub at: Option<String>,
-    /// With `--consolidate`: stop after this many decisions (the controller carries out one
-    /// at a time; `--steps 1` shows the next).
+    /// With `--consolidate`: stop after this many decisions (the controller plans up to 10 a
+    /// pass and starts each once validated; `--steps 1` shows the next).
     #[arg(long, value_name = "N", requires = "consolidate")]
     pub steps: Option<usize>,
 }

@@ -1,7 +1,8 @@
 //! A disruption command on `FakeCloud` and the scripted API, step by step: the old node is
 //! tainted and the command recorded on its claim before the replacement launches; a launch
 //! that fails, or a replacement that never initializes, rolls it back; the decision is
-//! checked again before the drain; a new leader carries the command on from its record.
+//! checked again before the drain; a new leader carries the commands on from their records;
+//! independent commands run side by side within the budget.
 
 mod cluster_fixture;
 mod lifecycle_fixture;
@@ -358,4 +359,156 @@ async fn a_new_leader_rolls_back_a_command_whose_replacement_is_gone() {
         "{:?}",
         h.events()
     );
+}
+
+/// Pod `name` of app `db` on node `on`, kept off nodes with another `db` pod.
+fn apart(name: &str, on: &str) -> k8s_openapi::api::core::v1::Pod {
+    let mut v = serde_json::to_value(running(name, on, "500m")).expect("pod");
+    v["metadata"]["labels"] = json!({"app": "db"});
+    v["spec"]["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname"}
+    ]}});
+    serde_json::from_value(v).expect("pod")
+}
+
+/// Two m5.4xlarge, each holding a `db` pod that must stay apart from the other (so no one
+/// node replaces both): two independent replacements, under Provisioner `web` with
+/// `budget` as its only disruption budget.
+fn two_big_nodes(budget: &str) -> Harness {
+    let mut prov = serde_json::to_value(cluster_fixture::provisioner()).expect("provisioner");
+    prov["spec"]["disruption"] = json!({"budgets": [{"nodes": budget}]});
+    cluster_fixture::harness_full(
+        vec![
+            joiner_node("big-a", "m5.4xlarge", "fake:///z-a/i-biga"),
+            joiner_node("big-b", "m5.4xlarge", "fake:///z-a/i-bigb"),
+        ],
+        vec![
+            joiner_claim("big-a", "m5.4xlarge", "fake:///z-a/i-biga"),
+            joiner_claim("big-b", "m5.4xlarge", "fake:///z-a/i-bigb"),
+        ],
+        vec![apart("db-a", "big-a"), apart("db-b", "big-b")],
+        vec![],
+        vec![serde_json::from_value(prov).expect("provisioner")],
+    )
+}
+
+#[tokio::test]
+async fn independent_commands_run_side_by_side_within_the_budget() {
+    let h = two_big_nodes("100%");
+    let mut memory = Memory::default();
+    let t0 = Instant::now();
+    let first_pass = pass(&h.ctx, &mut memory, t0).await.expect("pass");
+    assert!(
+        matches!(first_pass, Outcome::Validating(_)),
+        "{first_pass:?}"
+    );
+    let started = pass(&h.ctx, &mut memory, t0 + VALIDATION_DELAY)
+        .await
+        .expect("pass");
+    assert!(matches!(started, Outcome::Replacing(..)), "{started:?}");
+    let under_way: Vec<Vec<String>> = memory
+        .commands()
+        .iter()
+        .map(|c| c.key.nodes.clone())
+        .collect();
+    assert_eq!(
+        under_way,
+        [vec!["big-a".to_string()], vec!["big-b".to_string()]],
+        "both commands start in one pass, neither waiting for the other"
+    );
+    assert_eq!(launches(&h), 2);
+    first(&h, "taint of big-a", |r| taints_node(r, "big-a"));
+    first(&h, "taint of big-b", |r| taints_node(r, "big-b"));
+    // While both wait for their replacements, the passes go on and start nothing more.
+    let waiting = pass(&h.ctx, &mut memory, t0 + VALIDATION_DELAY * 2)
+        .await
+        .expect("pass");
+    assert!(matches!(waiting, Outcome::Waiting(_)), "{waiting:?}");
+    assert_eq!(launches(&h), 2);
+}
+
+#[tokio::test]
+async fn a_second_command_waits_for_the_budget_the_first_holds() {
+    let h = two_big_nodes("1");
+    let mut memory = Memory::default();
+    let t0 = Instant::now();
+    pass(&h.ctx, &mut memory, t0).await.expect("pass");
+    let started = pass(&h.ctx, &mut memory, t0 + VALIDATION_DELAY)
+        .await
+        .expect("pass");
+    let Outcome::Replacing(key, _) = started else {
+        panic!("expected a replacement, got {started:?}");
+    };
+    assert_eq!(key.nodes, ["big-a"]);
+    // The command under way holds the budget's one node: the other node is planned on but
+    // not decided, pass after pass.
+    for k in 2..5 {
+        let out = pass(&h.ctx, &mut memory, t0 + VALIDATION_DELAY * k)
+            .await
+            .expect("pass");
+        assert!(matches!(out, Outcome::Waiting(_)), "{out:?}");
+    }
+    assert_eq!(memory.commands().len(), 1);
+    assert_eq!(launches(&h), 1);
+}
+
+#[tokio::test]
+async fn a_new_leader_carries_every_command_under_way_on() {
+    let mut h = two_big_nodes("100%");
+    let t0 = Instant::now();
+    let mut old_leader = Memory::default();
+    pass(&h.ctx, &mut old_leader, t0).await.expect("pass");
+    pass(&h.ctx, &mut old_leader, t0 + VALIDATION_DELAY)
+        .await
+        .expect("pass");
+    assert_eq!(old_leader.commands().len(), 2);
+    // What the old leader left: a record on each old claim, each replacement's claim.
+    for (node, id) in [
+        ("big-a", "fake:///z-a/i-biga"),
+        ("big-b", "fake:///z-a/i-bigb"),
+    ] {
+        let recorded = first(&h, "a record", |r| {
+            r.method == Method::PATCH
+                && r.path == format!("{CLAIMS}/web-{node}")
+                && record_in(r).is_some()
+        });
+        let annotation = h.api.requests()[recorded].body["metadata"]["annotations"]
+            [labels::DISRUPTION_COMMAND]
+            .clone();
+        let mut old = joiner_claim(node, "m5.4xlarge", id);
+        old.metadata.annotations = Some(std::collections::BTreeMap::from([(
+            labels::DISRUPTION_COMMAND.to_string(),
+            annotation.as_str().expect("text").to_string(),
+        )]));
+        h.claims.apply_watcher_event(&Event::Apply(old));
+    }
+    for (i, cmd) in old_leader.commands().iter().enumerate() {
+        let mut claim = joiner_claim(&format!("new-{i}"), "c5.large", "");
+        claim.metadata.name = Some(cmd.replacements[0].clone());
+        claim.status = None;
+        h.claims.apply_watcher_event(&Event::Apply(claim));
+    }
+
+    let mut new_leader = Memory::default();
+    let waiting = pass(
+        &h.ctx,
+        &mut new_leader,
+        t0 + VALIDATION_DELAY + Duration::from_secs(20),
+    )
+    .await
+    .expect("pass");
+    assert!(matches!(waiting, Outcome::Waiting(_)), "{waiting:?}");
+    let mut carried: Vec<Vec<String>> = new_leader
+        .commands()
+        .iter()
+        .map(|c| c.key.nodes.clone())
+        .collect();
+    carried.sort();
+    assert_eq!(
+        carried,
+        [vec!["big-a".to_string()], vec!["big-b".to_string()]],
+        "both commands carried on, neither rolled back"
+    );
+    assert_eq!(launches(&h), 2, "nothing launched again");
+    assert!(h.deleted().is_empty(), "{:?}", h.deleted());
 }

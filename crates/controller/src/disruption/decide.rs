@@ -17,7 +17,7 @@ use crate::context::Context;
 use crate::k8s::matching::NodeIndex;
 use crate::provisioning::launch::Catalogs;
 
-/// A plan of at most one decision, with the catalog it was made on and what had to be left
+/// A plan of at most [`super::DECISIONS_PER_PASS`] decisions, with the catalog it was made on and what had to be left
 /// out (logged by the caller).
 pub struct Planned {
     /// The planner's answer.
@@ -152,7 +152,7 @@ pub async fn planned<P: CloudProvider>(
         cloud_drift: &|node| drifted.get(&node.name).cloned(),
         disrupting: &disrupting,
         now: now.as_second(),
-        max_decisions: Some(1),
+        max_decisions: Some(super::DECISIONS_PER_PASS),
         max_evaluations: Some(EVALUATIONS_PER_PASS),
         start_at,
     });

@@ -1,14 +1,16 @@
 //! Disruption in the cluster: the planner's decisions (`joiner_core::disruption`) carried out
-//! one at a time, through the termination flow.
+//! through the termination flow, independent ones side by side.
 //!
-//! Every [`INTERVAL`] the leader plans on the stores ([`decide`]) for at most one decision.
-//! A decision is carried out only when a plan made [`validation::VALIDATION_DELAY`] later
-//! makes it again ([`validation`]); then [`command`] taints its old nodes, writes, records and
-//! launches its replacements, waits until they are Initialized, checks the decision again and
-//! deletes the old nodes' claims, which the termination flow drains; a failure rolls it back.
-//! The command is recorded on the old claims ([`record`]), so a new leader carries it on
-//! ([`recover`]). While a command is under way no other decision is made, and its old nodes
-//! count against budgets. Nodes that stay get an Event with the planner's words when their
+//! Every [`INTERVAL`] the leader plans on the stores ([`decide`]) for up to
+//! [`DECISIONS_PER_PASS`] decisions. A decision is carried out only when a plan made
+//! [`validation::VALIDATION_DELAY`] later makes it again ([`validation`]); then [`command`]
+//! taints its old nodes, writes, records and launches its replacements, waits until they are
+//! Initialized, checks the decision again and deletes the old nodes' claims, which the
+//! termination flow drains; a failure rolls it back. Each command is recorded on its old
+//! claims ([`record`]), so a new leader carries them on ([`recover`]). While commands are under
+//! way the leader goes on planning: their old nodes are on their way out (never candidates,
+//! their pods needing room) and count against budgets, so further commands start only within
+//! what the budgets leave. Nodes that stay get an Event with the planner's words when their
 //! reason changes; a command given up gets a Warning Event on its nodes.
 
 pub mod command;
@@ -79,8 +81,10 @@ pub struct Memory {
     recovered: bool,
     /// The last plan found nothing on this cluster ([`quiet`]).
     quiet: Option<quiet::Quiet>,
-    pending: Option<Pending>,
-    command: Option<Command>,
+    /// Decisions waiting for their validation delay.
+    pending: Vec<Pending>,
+    /// Commands under way, side by side.
+    commands: Vec<Command>,
     /// Per node, each reason told and when: told again only after [`TELL_AGAIN_AFTER`].
     told: HashMap<String, HashMap<String, Instant>>,
     start_at: usize,
@@ -88,9 +92,14 @@ pub struct Memory {
 }
 
 impl Memory {
-    /// The command under way, if any.
+    /// The first command under way, if any.
     pub fn command(&self) -> Option<&Command> {
-        self.command.as_ref()
+        self.commands.first()
+    }
+
+    /// Every command under way.
+    pub fn commands(&self) -> &[Command] {
+        &self.commands
     }
 }
 
@@ -112,7 +121,19 @@ pub enum Outcome {
     Dropped(DecisionKey, String),
 }
 
+/// Most decisions one pass plans (and may start, each after its own validation delay): the
+/// commands they become run side by side, within the budgets, which count the ones under way.
+pub const DECISIONS_PER_PASS: usize = 10;
+
 /// One disruption pass at `now`.
+///
+/// Every command under way goes on first; a pass in which one of them finished or was given
+/// up does nothing more (the next plans on the cluster it left). Otherwise the pass plans with
+/// the commands' old nodes counted as on their way out (not candidates; in the budgets; their
+/// pods needing room), and starts each decision its validation confirms, so independent
+/// commands run concurrently. The outcome reported is the most telling of the pass: a
+/// command that finished, failed or started, then a decision dropped, one validating, one
+/// waiting for its replacements.
 pub async fn pass<P: CloudProvider>(
     ctx: &Context<P>,
     memory: &mut Memory,
@@ -120,49 +141,60 @@ pub async fn pass<P: CloudProvider>(
 ) -> Result<Outcome, DisruptionError> {
     if !memory.recovered {
         memory.recovered = true;
-        memory.command = recover::recover(ctx, now).await;
+        memory.commands = recover::recover(ctx, now).await;
     }
-    if let Some(cmd) = memory.command.take() {
+    let mut finished = None;
+    let mut waiting = None;
+    let mut refused = None;
+    for cmd in std::mem::take(&mut memory.commands) {
         let reason = cmd.key.reason.as_str();
-        let progress = match command::advance(ctx, &cmd, now).await {
-            Ok(p) => p,
+        match command::advance(ctx, &cmd, now).await {
+            // A delete the API refused: the command stays and the next pass goes on
+            // (deleting a claim twice is harmless).
             Err(e) => {
-                // A delete the API refused: the command stays and the next pass goes on
-                // (deleting a claim twice is harmless).
-                memory.command = Some(cmd);
-                return Err(e);
+                refused.get_or_insert(e);
+                memory.commands.push(cmd);
             }
-        };
-        return match progress {
-            Progress::Waiting => {
-                let key = cmd.key.clone();
-                memory.command = Some(cmd);
-                Ok(Outcome::Waiting(key))
+            Ok(Progress::Waiting) => {
+                waiting.get_or_insert_with(|| cmd.key.clone());
+                memory.commands.push(cmd);
             }
-            Progress::Done => {
+            Ok(Progress::Done) => {
                 ctx.metrics.decision(reason, "deleted");
                 ctx.metrics.disruption_savings.inc_by(cmd.savings.max(0.0));
-                Ok(Outcome::Deleted(cmd.key))
+                finished.get_or_insert(Outcome::Deleted(cmd.key));
             }
-            Progress::Failed(why) => {
+            Ok(Progress::Failed(why)) => {
                 tracing::warn!(nodes = ?cmd.key.nodes, why = %why, "disruption given up");
                 ctx.metrics.decision(reason, "failed");
                 count_failed(ctx, reason);
                 command::tell_failed(ctx, &cmd.old_claims, &why).await;
-                Ok(Outcome::Dropped(cmd.key, why))
+                finished.get_or_insert(Outcome::Dropped(cmd.key, why));
             }
-        };
+        }
     }
-    recover::sweep(ctx).await;
+    if let Some(e) = refused {
+        return Err(e);
+    }
+    if let Some(done) = finished {
+        return Ok(done);
+    }
+    let under_way: BTreeSet<String> = memory
+        .commands
+        .iter()
+        .flat_map(|c| c.key.nodes.iter().cloned())
+        .collect();
+    recover::sweep(ctx, &under_way).await;
     let fingerprint = quiet::fingerprint(ctx);
-    if memory.pending.is_none() && memory.quiet.is_some_and(|q| q.holds(fingerprint, now)) {
+    let idle = memory.pending.is_empty() && memory.commands.is_empty();
+    if idle && memory.quiet.is_some_and(|q| q.holds(fingerprint, now)) {
         return Ok(Outcome::Idle);
     }
     memory.quiet = None;
     let began = Instant::now();
     let planned = decide::planned(
         ctx,
-        &BTreeSet::new(),
+        &under_way,
         Timestamp::now(),
         memory.start_at,
         &mut memory.changes,
@@ -183,9 +215,9 @@ pub async fn pass<P: CloudProvider>(
         }
     }
     tell_kept(ctx, memory, &planned.plan.kept, now).await;
-    let decision = planned.plan.decisions.first();
-    let (verdict, dropped) = validation::check(&mut memory.pending, decision, now);
-    if let Some(key) = dropped {
+    let checked = validation::check_all(&mut memory.pending, &planned.plan.decisions, now);
+    let mut dropped = None;
+    for key in checked.dropped {
         // A new decision of this pass, if any, starts its own delay (it is pending now).
         tracing::info!(nodes = ?key.nodes, reason = key.reason.as_str(), "disruption decision dropped: the cluster changed");
         ctx.metrics.decision(key.reason.as_str(), "dropped");
@@ -199,33 +231,60 @@ pub async fn pass<P: CloudProvider>(
             ),
         )
         .await;
-        return Ok(Outcome::Dropped(key, "the cluster changed".into()));
+        dropped.get_or_insert(Outcome::Dropped(key, "the cluster changed".into()));
     }
-    let (Some(verdict), Some(decision)) = (verdict, decision) else {
+    if planned.plan.decisions.is_empty() {
         // Nothing found among the candidates simulated: the next pass weighs the next ones.
         // (While a decision waits for validation the start stays, so the same plan recurs.)
         // Found nothing having weighed them all: nothing to do until the cluster changes.
-        if planned.plan.complete && planned.plan.decisions.is_empty() {
+        if planned.plan.complete && memory.commands.is_empty() {
             memory.quiet = Some(quiet::Quiet::new(fingerprint, now));
         }
         memory.start_at = memory.start_at.wrapping_add(decide::EVALUATIONS_PER_PASS);
-        return Ok(Outcome::Idle);
-    };
-    let nodes = match verdict {
-        Verdict::Wait => {
-            let key = DecisionKey::of(decision);
-            if memory.pending.as_ref().is_some_and(|p| p.since == now) {
-                tracing::info!(nodes = ?key.nodes, detail = %decision.detail, "disruption decision made; validating");
-                ctx.metrics.decision(key.reason.as_str(), "validating");
+    }
+    let mut started = None;
+    let mut validating = None;
+    for (i, verdict) in checked.verdicts {
+        let decision = &planned.plan.decisions[i];
+        let nodes = match verdict {
+            Verdict::Wait => {
+                let key = DecisionKey::of(decision);
+                if memory
+                    .pending
+                    .iter()
+                    .any(|p| p.since == now && p.key == key)
+                {
+                    tracing::info!(nodes = ?key.nodes, detail = %decision.detail, "disruption decision made; validating");
+                    ctx.metrics.decision(key.reason.as_str(), "validating");
+                }
+                validating.get_or_insert(Outcome::Validating(key));
+                continue;
             }
-            return Ok(Outcome::Validating(key));
-        }
-        Verdict::Confirmed(nodes) => nodes,
-    };
-    // A delete carried out on the nodes it held since it appeared (see `validation`).
+            Verdict::Confirmed(nodes) => nodes,
+        };
+        let outcome = carry_out(ctx, memory, decision, &nodes, &planned.catalog, now).await?;
+        started.get_or_insert(outcome);
+    }
+    Ok(started
+        .or(dropped)
+        .or(validating)
+        .or(waiting.map(Outcome::Waiting))
+        .unwrap_or(Outcome::Idle))
+}
+
+/// Starts the command for `decision`, confirmed on `nodes` (all of them, or for a delete the
+/// ones it held since it appeared).
+async fn carry_out<P: CloudProvider>(
+    ctx: &Context<P>,
+    memory: &mut Memory,
+    decision: &joiner_core::disruption::Decision,
+    nodes: &[String],
+    catalog: &[joiner_core::InstanceType],
+    now: Instant,
+) -> Result<Outcome, DisruptionError> {
     let trimmed;
     let decision = if nodes.len() < decision.nodes.len() {
-        trimmed = trim(decision, &nodes);
+        trimmed = trim(decision, nodes);
         &trimmed
     } else {
         decision
@@ -235,11 +294,11 @@ pub async fn pass<P: CloudProvider>(
     // interruption's two-minute notice must not wait for a disruption pass), so the next
     // batch sees them and their nominations.
     let planning = ctx.state.created.planning().await;
-    match command::start(ctx, decision, &planned.catalog, now, planning).await? {
+    match command::start(ctx, decision, catalog, now, planning).await? {
         Started::Replacing(cmd) => {
             ctx.metrics.decision(key.reason.as_str(), "replacing");
             let replacements = cmd.replacements.clone();
-            memory.command = Some(cmd);
+            memory.commands.push(cmd);
             Ok(Outcome::Replacing(key, replacements))
         }
         Started::Failed(why) => {
@@ -397,8 +456,8 @@ async fn tell_kept<P: CloudProvider>(
 /// decision waits, when its validation delay is over (the pass that carries it out is the
 /// second, not the third).
 pub fn next_pass(memory: &Memory, started: Instant) -> Instant {
-    match &memory.pending {
-        Some(p) => (p.since + validation::VALIDATION_DELAY).max(started),
+    match memory.pending.iter().map(|p| p.since).min() {
+        Some(since) => (since + validation::VALIDATION_DELAY).max(started),
         None => started + INTERVAL,
     }
 }
@@ -443,14 +502,14 @@ mod tests {
         let t0 = Instant::now();
         let mut memory = Memory::default();
         assert_eq!(next_pass(&memory, t0), t0 + INTERVAL);
-        memory.pending = Some(Pending {
+        memory.pending = vec![Pending {
             key: DecisionKey {
                 reason: joiner_core::disruption::Reason::Empty,
                 nodes: vec!["a".into()],
                 replacements: Vec::new(),
             },
             since: t0,
-        });
+        }];
         // Decided at t0: the next pass at t0 + 15 s confirms it (a second pass, not a third
         // at t0 + 20 s).
         assert_eq!(next_pass(&memory, t0), t0 + validation::VALIDATION_DELAY);

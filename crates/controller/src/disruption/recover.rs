@@ -1,12 +1,12 @@
 //! A new leader (or a restarted one) carries on the disruption its predecessor left, from the
-//! records on the old NodeClaims ([`super::record`]): a command whose replacements all exist
-//! goes on waiting for them (and for its check: old claims already being deleted, by the
+//! records on the old NodeClaims ([`super::record`]): each command whose replacements all
+//! exist goes on waiting for them (and for its check: old claims already being deleted, by the
 //! previous leader's `finish` or by an interruption, are skipped); any other (a replacement
-//! gone, a second command, a record that does not parse) is rolled back:
-//! its replacements deleted, its old nodes untainted and unmarked. Every pass without a
-//! command under way also removes the disrupted taints such commands left ([`sweep`]).
+//! gone, a record that does not parse) is rolled back: its replacements deleted, its old nodes
+//! untainted and unmarked. Every pass also removes the disrupted taints no command under way
+//! holds ([`sweep`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -18,8 +18,8 @@ use super::record::{self, Record};
 use crate::context::Context;
 use crate::k8s::matching::NodeIndex;
 
-/// The command to carry on, if any, after rolling back or finishing the others.
-pub async fn recover<P: CloudProvider>(ctx: &Context<P>, now: Instant) -> Option<Command> {
+/// The commands to carry on, after rolling back the others.
+pub async fn recover<P: CloudProvider>(ctx: &Context<P>, now: Instant) -> Vec<Command> {
     let claims = ctx.state.claims();
     let nodes = ctx.state.nodes.state();
     let index = NodeIndex::new(&nodes);
@@ -44,7 +44,7 @@ pub async fn recover<P: CloudProvider>(ctx: &Context<P>, now: Instant) -> Option
                 .push(claim.clone()),
         }
     }
-    let mut resumed = None;
+    let mut resumed = Vec::new();
     for (_, (r, old)) in commands {
         let names: Vec<String> = old.iter().map(|c| c.name().to_string()).collect();
         let Some(cmd) = Command::from_record(&r, names.clone(), now) else {
@@ -61,15 +61,11 @@ pub async fn recover<P: CloudProvider>(ctx: &Context<P>, now: Instant) -> Option
                 .iter()
                 .any(|c| c.name() == name && c.metadata.deletion_timestamp.is_none())
         });
-        if live && resumed.is_none() {
+        if live {
             tracing::info!(command = %cmd.id, nodes = ?cmd.key.nodes, replacements = ?cmd.replacements, "carrying on the disruption the previous leader started");
-            resumed = Some(cmd);
+            resumed.push(cmd);
         } else {
-            let why = if live {
-                "another disruption is carried on".to_string()
-            } else {
-                "a replacement is gone".to_string()
-            };
+            let why = "a replacement is gone".to_string();
             tracing::warn!(command = %cmd.id, why = %why, "rolling back a disruption the previous leader started");
             command::tell_failed(
                 ctx,
@@ -84,10 +80,12 @@ pub async fn recover<P: CloudProvider>(ctx: &Context<P>, now: Instant) -> Option
 }
 
 /// Removes the disrupted taints commands left on nodes whose claims record no command (a
-/// rollback whose untaint failed, a leader gone between the taint and the record).
-pub async fn sweep<P: CloudProvider>(ctx: &Context<P>) {
+/// rollback whose untaint failed, a leader gone between the taint and the record), except on
+/// the nodes of the commands `under_way` (whose records the stores may not show yet).
+pub async fn sweep<P: CloudProvider>(ctx: &Context<P>, under_way: &BTreeSet<String>) {
     let nodes = ctx.state.nodes.state();
-    let stale = record::stale_taints(&nodes, &ctx.state.claims());
+    let mut stale = record::stale_taints(&nodes, &ctx.state.claims());
+    stale.retain(|n| !under_way.contains(n));
     if !stale.is_empty() {
         tracing::info!(nodes = ?stale, "removing disrupted taints no command holds");
         record::untaint(&ctx.client, &stale).await;

@@ -72,29 +72,43 @@ fn batch(key: &DecisionKey) -> bool {
         )
 }
 
-/// Weighs `decision` (`None`: the plan made none) against the pending one, updating it, and
-/// returns what to do with it and the pending decision the cluster's change dropped, if any.
-pub fn check(
-    pending: &mut Option<Pending>,
-    decision: Option<&Decision>,
-    now: Instant,
-) -> (Option<Verdict>, Option<DecisionKey>) {
-    let key = decision.map(DecisionKey::of);
-    // A batch of empty nodes still deleting some of the pending one's nodes: those stay
+/// What [`check_all`] found: per decision of the plan (by index), what to do with it; and the
+/// pending decisions no decision of the plan makes any more, dropped.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Checked {
+    /// `(index into the plan's decisions, verdict)`, in the plan's order.
+    pub verdicts: Vec<(usize, Verdict)>,
+    /// Pending decisions the cluster's change dropped.
+    pub dropped: Vec<DecisionKey>,
+}
+
+/// Weighs every decision of a plan against the pending ones, updating them: a decision that
+/// recurs after its delay is confirmed, one seen for the first time starts its delay, and a
+/// pending one that no decision makes any more is dropped. Independent decisions (the plan's
+/// are disjoint: no node is in two) each wait for their own delay, so several commands may
+/// start in one pass.
+pub fn check_all(pending: &mut Vec<Pending>, decisions: &[Decision], now: Instant) -> Checked {
+    let keys: Vec<DecisionKey> = decisions.iter().map(DecisionKey::of).collect();
+    // A batch of empty nodes still deleting some of a pending one's nodes: those stay
     // pending (a consolidation's delete was simulated as a whole and must recur as it was).
-    if let (Some(p), Some(k)) = (pending.as_mut(), key.as_ref()) {
-        let deletes = batch(&p.key) && batch(k);
-        if deletes && p.key.reason == k.reason && p.key != *k {
-            let kept: Vec<String> = p
-                .key
-                .nodes
-                .iter()
-                .filter(|n| k.nodes.contains(n))
-                .cloned()
-                .collect();
-            if !kept.is_empty() {
-                p.key.nodes = kept;
-            }
+    for p in pending.iter_mut() {
+        if !batch(&p.key) {
+            continue;
+        }
+        let narrowed = keys
+            .iter()
+            .filter(|k| batch(k) && p.key.reason == k.reason && p.key != **k)
+            .map(|k| -> Vec<String> {
+                p.key
+                    .nodes
+                    .iter()
+                    .filter(|n| k.nodes.contains(n))
+                    .cloned()
+                    .collect()
+            })
+            .find(|kept| !kept.is_empty());
+        if let Some(kept) = narrowed {
+            p.key.nodes = kept;
         }
     }
     let same = |p: &Pending, k: &DecisionKey| {
@@ -104,34 +118,90 @@ pub fn check(
                 && p.key.reason == k.reason
                 && p.key.nodes.iter().all(|n| k.nodes.contains(n)))
     };
-    let dropped = match (pending.as_ref(), key.as_ref()) {
-        (Some(p), Some(k)) if same(p, k) => None,
-        (Some(p), _) => Some(p.key.clone()),
-        (None, _) => None,
-    };
-    if dropped.is_some() {
-        *pending = None;
-    }
-    let Some(key) = key else {
-        return (None, dropped);
-    };
-    match pending {
-        Some(p) if now.duration_since(p.since) >= VALIDATION_DELAY => {
-            let nodes = std::mem::take(&mut p.key.nodes);
-            *pending = None;
-            (Some(Verdict::Confirmed(nodes)), dropped)
-        }
-        Some(_) => (Some(Verdict::Wait), dropped),
-        None => {
-            *pending = Some(Pending { key, since: now });
-            (Some(Verdict::Wait), dropped)
+    // Each pending decision is matched to the first decision of the plan that makes it.
+    let mut matched: Vec<Option<Pending>> = vec![None; keys.len()];
+    let mut out = Checked::default();
+    for p in std::mem::take(pending) {
+        match (0..keys.len()).find(|&i| matched[i].is_none() && same(&p, &keys[i])) {
+            Some(i) => matched[i] = Some(p),
+            None => out.dropped.push(p.key),
         }
     }
+    for (i, (key, m)) in keys.into_iter().zip(matched).enumerate() {
+        let verdict = match m {
+            Some(p) if now.duration_since(p.since) >= VALIDATION_DELAY => {
+                Verdict::Confirmed(p.key.nodes)
+            }
+            Some(p) => {
+                pending.push(p);
+                Verdict::Wait
+            }
+            None => {
+                pending.push(Pending { key, since: now });
+                Verdict::Wait
+            }
+        };
+        out.verdicts.push((i, verdict));
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`check_all`] for a plan of at most one decision and at most one pending.
+    fn check(
+        pending: &mut Option<Pending>,
+        decision: Option<&Decision>,
+        now: Instant,
+    ) -> (Option<Verdict>, Option<DecisionKey>) {
+        let mut list: Vec<Pending> = pending.take().into_iter().collect();
+        let decisions: Vec<Decision> = decision.cloned().into_iter().collect();
+        let checked = check_all(&mut list, &decisions, now);
+        assert!(list.len() <= 1);
+        *pending = list.pop();
+        (
+            checked.verdicts.into_iter().next().map(|(_, v)| v),
+            checked.dropped.into_iter().next(),
+        )
+    }
+
+    #[test]
+    fn independent_decisions_each_wait_for_their_own_delay() {
+        let t0 = Instant::now();
+        let mut pending = Vec::new();
+        let (a, b) = (decision(&["a"]), decision(&["b"]));
+        let first = check_all(&mut pending, std::slice::from_ref(&a), t0);
+        assert_eq!(first.verdicts, [(0, Verdict::Wait)]);
+        // b appears 5 s later: a is confirmed at t0 + delay, b waits until its own.
+        let later = t0 + Duration::from_secs(5);
+        check_all(&mut pending, &[a.clone(), b.clone()], later);
+        let at = t0 + VALIDATION_DELAY;
+        let c = check_all(&mut pending, &[a.clone(), b.clone()], at);
+        assert_eq!(
+            c.verdicts,
+            [
+                (0, Verdict::Confirmed(vec!["a".to_string()])),
+                (1, Verdict::Wait)
+            ]
+        );
+        assert!(c.dropped.is_empty());
+        // The next plan no longer makes a (it is under way) but still makes b: confirmed.
+        let c = check_all(
+            &mut pending,
+            std::slice::from_ref(&b),
+            later + VALIDATION_DELAY,
+        );
+        assert_eq!(c.verdicts, [(0, Verdict::Confirmed(vec!["b".to_string()]))]);
+        assert!(pending.is_empty());
+        // A pending decision no plan makes any more is dropped, the others kept.
+        check_all(&mut pending, &[a.clone(), b.clone()], at);
+        let c = check_all(&mut pending, &[b], at + Duration::from_secs(1));
+        assert_eq!(c.dropped.len(), 1);
+        assert_eq!(c.dropped[0].nodes, ["a"]);
+        assert_eq!(pending.len(), 1);
+    }
 
     fn decision(nodes: &[&str]) -> Decision {
         Decision {
