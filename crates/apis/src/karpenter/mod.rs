@@ -106,6 +106,44 @@ fn unsupported_class(object: &Value) -> Option<(String, String)> {
         })
 }
 
+/// Why a converted node class names no image joiner could launch: a `Custom` family (an AMI
+/// family joiner does not bootstrap, such as Ubuntu, or none) without an `amiSelector`, which
+/// joiner's own loader refuses. Such a class is left out rather than emitted.
+fn selects_no_image(t: &NodeTemplate) -> Option<String> {
+    (t.spec.ami_family == Some(crate::AmiFamily::Custom) && t.spec.ami_selector.is_empty()).then(
+        || {
+            "amiFamily Custom without an amiSelector: joiner has no AMI to launch (a Custom \
+             family needs amiSelectorTerms naming the AMI, and user data that joins the node)"
+                .to_string()
+        },
+    )
+}
+
+/// Leaves the node class `kind name` out with a note saying `why`, and marks it so that the
+/// Provisioners or NodePools using it are skipped.
+fn leave_out(
+    out: &mut Converted,
+    left_out: &mut BTreeMap<(String, String), String>,
+    kind: &str,
+    name: String,
+    why: String,
+) {
+    let users = if kind == "EC2NodeClass" {
+        "NodePools"
+    } else {
+        "Provisioners"
+    };
+    out.notes.push(Note {
+        object: format!("{kind} {name}"),
+        field: "spec.amiFamily".into(),
+        message: format!("{why}; not converted, and the {users} using it are skipped"),
+    });
+    left_out.insert(
+        (kind.to_string(), name),
+        "names no AMI joiner can launch (amiFamily Custom without an amiSelector)".into(),
+    );
+}
+
 /// Converts `objects` (each a whole Karpenter manifest as JSON, of a kind [`is_karpenter`]
 /// accepts; others are refused). Node classes are read first: a v1 EC2NodeClass's kubelet
 /// settings go to the Provisioners that use it.
@@ -124,7 +162,8 @@ pub fn convert(objects: &[Value]) -> Result<Converted, KarpenterError> {
             .unwrap_or_default()
             .to_string()
     };
-    // Windows node classes left out, by (kind, name): the AMIs they select.
+    // Node classes left out (Windows, or no image joiner can launch), by (kind, name): what
+    // they select, in words.
     let mut left_out: BTreeMap<(String, String), String> = BTreeMap::new();
     for object in objects {
         let (api_version, kind) = header(object);
@@ -146,14 +185,25 @@ pub fn convert(objects: &[Value]) -> Result<Converted, KarpenterError> {
                          {users} using it are skipped"
                     ),
                 });
-                left_out.insert((kind.clone(), name), value);
+                left_out.insert(
+                    (kind.clone(), name),
+                    format!("selects {value} AMIs, which joiner does not launch"),
+                );
             }
             ("karpenter.k8s.aws/v1alpha1", "AWSNodeTemplate") => {
                 let t = v1alpha5::node_template(object, &mut out.notes)?;
+                if let Some(why) = selects_no_image(&t) {
+                    leave_out(&mut out, &mut left_out, &kind, name_of(object), why);
+                    continue;
+                }
                 out.node_templates.push(t);
             }
             (_, "EC2NodeClass") => {
                 let (t, kubelet) = nodeclass::node_class(object, &api_version, &mut out.notes)?;
+                if let Some(why) = selects_no_image(&t) {
+                    leave_out(&mut out, &mut left_out, &kind, name_of(object), why);
+                    continue;
+                }
                 if let Some(k) = kubelet {
                     kubelets.insert(t.metadata.name.clone().unwrap_or_default(), k);
                 }
@@ -230,9 +280,7 @@ fn skip_user(
     out.notes.push(Note {
         object: format!("{} {name}", object["kind"].as_str().unwrap_or_default()),
         field: field.into(),
-        message: format!(
-            "{class_kind} {class} selects {value} AMIs, which joiner does not launch; skipped"
-        ),
+        message: format!("{class_kind} {class} {value}; skipped"),
     });
     out.skipped.push(name);
     true

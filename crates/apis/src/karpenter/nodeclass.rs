@@ -325,7 +325,18 @@ pub(super) fn node_class(
     }
     let declared = spec.string("amiFamily")?;
     let family = match (declared, alias_family) {
-        (Some(d), _) => family(&spec, Some(d), "AL2023", notes),
+        // The alias picks the AMIs, and with them how the node joins: it wins over a declared
+        // family that says otherwise (which is noted), as in Karpenter v1.
+        (Some(d), Some(a)) => {
+            if !d.eq_ignore_ascii_case(&a) {
+                notes.push(spec.note(
+                    "amiFamily",
+                    format!("{d} beside amiSelectorTerms' alias, which selects {a} AMIs: converted as {a}"),
+                ));
+            }
+            a
+        }
+        (Some(d), None) => family(&spec, Some(d), "AL2023", notes),
         (None, Some(a)) => a,
         // v1beta1 requires amiFamily; v1 without an alias or family is a custom AMI.
         (None, None) => family(

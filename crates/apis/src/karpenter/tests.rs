@@ -117,6 +117,29 @@ fn the_seed_converts_field_for_field() {
 }
 
 #[test]
+fn ttl_seconds_after_empty_stays_when_consolidation_is_off() {
+    for consolidation in ["", "  consolidation: {enabled: false}\n"] {
+        let text = format!(
+            "apiVersion: karpenter.sh/v1alpha5\nkind: Provisioner\nmetadata: {{name: batch}}\nspec:\n  providerRef: {{name: default}}\n{consolidation}  ttlSecondsAfterEmpty: 30\n"
+        );
+        let c = convert(&yaml(&text)).expect("converts");
+        let p = &c.provisioners[0];
+        assert_eq!(
+            p.spec.ttl_seconds_after_empty,
+            Some(30),
+            "empty nodes are still removed after 30 s ({consolidation:?})"
+        );
+        assert!(
+            c.notes
+                .iter()
+                .all(|n| !n.field.contains("ttlSecondsAfterEmpty")),
+            "{:?}",
+            c.notes
+        );
+    }
+}
+
+#[test]
 fn fields_without_an_equivalent_are_reported_never_dropped() {
     let c = convert(&yaml(r#"
 apiVersion: karpenter.sh/v1alpha5
@@ -496,6 +519,94 @@ fn metadata_options_keep_what_karpenter_launched_with() {
         "{:?}",
         c.notes
     );
+}
+
+#[test]
+fn node_classes_joiner_has_no_image_for_are_left_out_never_emitted() {
+    // Ubuntu (a family joiner does not bootstrap) and a v1 class with neither alias nor family
+    // would become Custom with no amiSelector, which joiner's loader refuses: left out, their
+    // NodePools skipped, each with a note. A Custom class that selects its AMI stays.
+    let c = convert(&yaml(
+        r#"
+apiVersion: karpenter.k8s.aws/v1beta1
+kind: EC2NodeClass
+metadata: {name: ubuntu}
+spec: {amiFamily: Ubuntu, role: r}
+---
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: bare}
+spec: {role: r}
+---
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: own}
+spec: {role: r, amiSelectorTerms: [{id: ami-0123456789abcdef0}]}
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: on-ubuntu}
+spec: {template: {spec: {nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: ubuntu}, requirements: []}}}
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: on-own}
+spec: {template: {spec: {nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: own}, requirements: []}}}
+"#,
+    ))
+    .expect("converts");
+    let templates: Vec<&str> = c.node_templates.iter().map(|t| t.name()).collect();
+    assert_eq!(templates, ["own"]);
+    let pools: Vec<&str> = c.provisioners.iter().map(|p| p.name()).collect();
+    assert_eq!(pools, ["on-own"]);
+    assert_eq!(c.skipped, ["on-ubuntu"]);
+    for class in ["EC2NodeClass ubuntu", "EC2NodeClass bare"] {
+        assert!(
+            c.notes.iter().any(|n| n.object == class
+                && n.message.contains("without an amiSelector")
+                && n.message
+                    .ends_with("not converted, and the NodePools using it are skipped")),
+            "{class}: {:?}",
+            c.notes
+        );
+    }
+    assert!(c.notes.iter().any(|n| n.object == "NodePool on-ubuntu"
+        && n.message
+            == "EC2NodeClass ubuntu names no AMI joiner can launch (amiFamily Custom without an amiSelector); skipped"));
+}
+
+#[test]
+fn an_alias_beside_an_ami_family_picks_the_family_and_says_so() {
+    let c = convert(&yaml(
+        r#"
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: both}
+spec: {role: r, amiFamily: AL2, amiSelectorTerms: [{alias: bottlerocket@latest}]}
+---
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: same}
+spec: {role: r, amiFamily: AL2023, amiSelectorTerms: [{alias: al2023@latest}]}
+"#,
+    ))
+    .expect("converts");
+    let family = |name: &str| {
+        c.node_templates
+            .iter()
+            .find(|t| t.name() == name)
+            .and_then(|t| t.spec.ami_family)
+    };
+    assert_eq!(family("both"), Some(crate::AmiFamily::Bottlerocket));
+    assert_eq!(family("same"), Some(crate::AmiFamily::Al2023));
+    let on = |name: &str| {
+        c.notes
+            .iter()
+            .filter(|n| n.object == format!("EC2NodeClass {name}") && n.field == "spec.amiFamily")
+            .count()
+    };
+    assert_eq!(on("both"), 1, "{:?}", c.notes);
+    assert_eq!(on("same"), 0, "{:?}", c.notes);
 }
 
 #[test]

@@ -217,7 +217,11 @@ pub(super) fn provisioner(
     let consolidating = out
         .get("consolidation")
         .is_some_and(|c| c["enabled"].as_bool() == Some(true));
-    if let (true, Some(ttl)) = (consolidating, out.remove("ttlSecondsAfterEmpty")) {
+    // (Removed only then: without consolidation the TTL is what removes empty nodes.)
+    if let Some(ttl) = consolidating
+        .then(|| out.remove("ttlSecondsAfterEmpty"))
+        .flatten()
+    {
         if let Some(c) = out.get_mut("consolidation") {
             c["consolidateAfter"] = json!(format!("{}s", ttl.as_u64().unwrap_or_default()));
         }
