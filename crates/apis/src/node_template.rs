@@ -25,6 +25,7 @@ use crate::selector::NodeSelectorRequirement;
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = crate::validation::node_template_rules()))]
 pub struct NodeTemplateSpec {
     /// Tags (or `aws-ids`) that select the subnets nodes launch into.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

@@ -595,6 +595,21 @@ impl Provisioner {
     }
 }
 
+/// The message of the rule [`node_template_rules`] and [`NodeTemplate::validate`] share.
+const CUSTOM_NEEDS_SELECTOR: &str =
+    "amiFamily Custom needs an amiSelector (there are no default AMIs)";
+
+/// `x-kubernetes-validations` on a NodeTemplate's `spec`: the cross-field rules of
+/// [`NodeTemplate::validate`] a CEL rule can say, so `kubectl apply` refuses what the
+/// controller would (with its words).
+pub fn node_template_rules() -> serde_json::Value {
+    serde_json::json!([{
+        "rule": "!has(self.amiFamily) || self.amiFamily != 'Custom' || (has(self.amiSelector) && size(self.amiSelector) > 0)",
+        "message": format!("spec.amiSelector: {CUSTOM_NEEDS_SELECTOR}"),
+        "fieldPath": ".amiSelector",
+    }])
+}
+
 impl NodeTemplate {
     /// Validates the template, so a launch never fails on a value that could have been
     /// rejected when the manifest was read.
@@ -639,10 +654,7 @@ impl NodeTemplate {
             return Err(check.invalid("spec.amiSelector", "selector key is empty"));
         }
         if self.ami_family() == AmiFamily::Custom && spec.ami_selector.is_empty() {
-            return Err(check.invalid(
-                "spec.amiSelector",
-                "amiFamily Custom needs an amiSelector (there are no default AMIs)",
-            ));
+            return Err(check.invalid("spec.amiSelector", CUSTOM_NEEDS_SELECTOR));
         }
 
         let m = &spec.metadata_options;

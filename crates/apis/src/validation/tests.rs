@@ -788,3 +788,49 @@ fn the_ephemeral_volume_is_the_family_root_or_the_marked_one() {
     // Mappings that leave the root volume out, or unsized: nothing to change.
     assert_eq!(with("AL2023", &[mapping("/dev/xvdb", "80Gi", "")]), None);
 }
+
+/// The CRD's spec-level rules, run by a CEL interpreter on a spec as the API server sees it
+/// (JSON), agree with the controller's validation, in its words.
+#[test]
+fn the_crd_refuses_a_custom_family_without_an_ami_selector_as_the_controller_does() {
+    use kube::CustomResourceExt;
+    let crd = NodeTemplate::crd();
+    let schema = crd.spec.versions[0]
+        .schema
+        .as_ref()
+        .and_then(|s| s.open_api_v3_schema.as_ref())
+        .expect("schema");
+    let spec = &schema.properties.as_ref().expect("properties")["spec"];
+    let rules = spec.x_kubernetes_validations.clone().expect("spec rules");
+    let cases = [
+        ("", true),
+        ("  amiFamily: AL2023\n", true),
+        ("  amiFamily: Custom\n", false),
+        (
+            "  amiFamily: Custom\n  amiSelector: {aws-ids: ami-0123456789abcdef0}\n",
+            true,
+        ),
+        ("  amiSelector: {team: base}\n", true),
+    ];
+    for (extra, allowed) in cases {
+        let t = with_template_spec(extra);
+        let controller = t.validate();
+        assert_eq!(controller.is_ok(), allowed, "controller: {extra:?}");
+        let value = cel::to_value(&t.spec).expect("the spec as CEL sees it");
+        for rule in &rules {
+            let program = cel::Program::compile(&rule.rule).expect("rule compiles");
+            let mut ctx = cel::Context::default();
+            ctx.add_variable_from_value("self", value.clone());
+            assert_eq!(
+                program.execute(&ctx).expect("rule runs"),
+                cel::Value::Bool(allowed),
+                "{extra:?}: {}",
+                rule.rule
+            );
+            if let Err(e) = &controller {
+                let message = rule.message.as_deref().expect("message");
+                assert!(e.to_string().ends_with(message), "{e} / {message}");
+            }
+        }
+    }
+}
