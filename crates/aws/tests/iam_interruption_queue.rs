@@ -159,3 +159,23 @@ fn the_controller_may_do_on_the_queue_what_the_code_does_and_nothing_else() {
     assert!(here.iter().all(|a| a.starts_with("sqs:")));
     assert!(!here.contains("sqs:SendMessage") && !here.contains("sqs:*"));
 }
+
+/// cfn-lint asks every stateful resource for its deletion and replacement policies: the queue
+/// says Delete for both, in this template and in iam/joiner.yaml (its messages are worth
+/// minutes).
+#[test]
+fn the_queue_says_what_happens_to_it_on_delete_and_replace() {
+    let stack = {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../iam/joiner.yaml");
+        let text = std::fs::read_to_string(&path).expect("stack");
+        serde_yaml::from_str::<Value>(&text).expect("the stack is YAML")
+    };
+    for t in [template(), stack] {
+        let queues = resources_of_type(&t, "AWS::SQS::Queue");
+        assert_eq!(queues.len(), 1);
+        for (name, q) in queues {
+            assert_eq!(q["DeletionPolicy"].as_str(), Some("Delete"), "{name}");
+            assert_eq!(q["UpdateReplacePolicy"].as_str(), Some("Delete"), "{name}");
+        }
+    }
+}

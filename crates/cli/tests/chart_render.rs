@@ -43,6 +43,8 @@ fn render(overrides: &Value) -> Result<Vec<Value>, String> {
     let mut values =
         yaml_to_json(&std::fs::read_to_string(dir.join("values.yaml")).expect("values"));
     helm::merge(&mut values, overrides);
+    // As Helm does before rendering: the values must satisfy values.schema.json.
+    check_values(&values)?;
     let meta = yaml_to_json(&std::fs::read_to_string(dir.join("Chart.yaml")).expect("Chart.yaml"));
     let root = json!({
         "Values": values,
@@ -97,6 +99,84 @@ fn validate_files(files: &[PathBuf], label: &str) {
         panic!(
             "{label}: the manifests do not validate against Kubernetes {KUBERNETES_VERSION}:\n{e}"
         );
+    }
+}
+
+/// Validates `values` against the chart's values.schema.json (JSON Schema, with the
+/// `jsonschema` package kubernetes-validate brings); the violations when they do not.
+fn check_values(values: &Value) -> Result<(), String> {
+    use std::io::Write;
+    const CHECK: &str = "import json, sys, jsonschema
+schema = json.load(open(sys.argv[1]))
+errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(json.load(sys.stdin)), key=str)
+for e in errors:
+    print('/'.join(map(str, e.absolute_path)) + ': ' + e.message)
+sys.exit(1 if errors else 0)";
+    let schema = chart_dir().join("values.schema.json");
+    let mut child = Command::new("python3")
+        .args(["-c", CHECK])
+        .arg(&schema)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(values.to_string().as_bytes())
+        .expect("values written");
+    let out = child.wait_with_output().expect("python3 runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("No module named"),
+        "jsonschema is not installed (scripts/test installs kubernetes-validate, which brings it): {stderr}"
+    );
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "values.schema.json: {}{stderr}",
+            String::from_utf8_lossy(&out.stdout)
+        ))
+    }
+}
+
+#[test]
+fn values_the_chart_does_not_read_or_of_the_wrong_kind_are_refused() {
+    if let Err(e) = render(&required()) {
+        panic!("the defaults satisfy the schema: {e}");
+    }
+    for (over, field) in [
+        (json!({"replica": 3}), "'replica' was unexpected"),
+        (
+            json!({"settings": {"clustername": "prod"}}),
+            "settings: Additional properties",
+        ),
+        (
+            json!({"logFormat": "xml"}),
+            "logFormat: 'xml' is not one of",
+        ),
+        (
+            json!({"replicas": "two"}),
+            "replicas: 'two' is not of type 'integer'",
+        ),
+        (
+            json!({"image": {"pullPolicy": "Sometimes"}}),
+            "image/pullPolicy",
+        ),
+        (
+            json!({"settings": {"batchIdleDuration": "soon"}}),
+            "settings/batchIdleDuration",
+        ),
+        (
+            json!({"podDisruptionBudget": {"minAvailable": 1}}),
+            "podDisruptionBudget: Additional properties",
+        ),
+    ] {
+        let err = render(&with(required(), over.clone())).expect_err(&format!("{over} is refused"));
+        assert!(err.contains(field), "{over}: {err}");
     }
 }
 
