@@ -184,3 +184,45 @@ fn version_names_the_commit_it_was_built_from() {
         _ => assert!(version.contains("(commit "), "{version}"),
     }
 }
+
+/// The workspace's `rust-version` is the toolchain the image builds with, and no newer than the
+/// toolchain running these tests (cargo refuses an older one): the declared minimum is one
+/// the project actually builds with, not a guess.
+#[test]
+fn rust_version_is_the_toolchain_the_image_and_the_tests_build_with() {
+    let manifest = read("Cargo.toml");
+    let declared = manifest
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("rust-version = "))
+        .map(|v| v.trim_matches('"').to_string())
+        .expect("rust-version in Cargo.toml");
+    let builder = instructions()
+        .into_iter()
+        .find(|(op, args)| op == "FROM" && args.starts_with("rust:"))
+        .map(|(_, args)| args)
+        .expect("a rust builder stage");
+    let image = builder
+        .trim_start_matches("rust:")
+        .split(['-', ' ', '@'])
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(
+        image, declared,
+        "the image builds with rust {image}, Cargo.toml says {declared}"
+    );
+    let rustc = Command::new("rustc")
+        .arg("--version")
+        .output()
+        .expect("rustc runs");
+    let running = String::from_utf8_lossy(&rustc.stdout);
+    let version = running.split_whitespace().nth(1).unwrap_or_default();
+    let minor = |v: &str| -> (u32, u32) {
+        let mut parts = v.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+        (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+    };
+    assert!(
+        minor(version) >= minor(&declared),
+        "rustc {version} is older than rust-version {declared}"
+    );
+}
