@@ -382,10 +382,12 @@ pub async fn abandon<P: CloudProvider>(ctx: &Context<P>, cmd: &Command, remove_r
 }
 
 /// One step of `cmd`: when every replacement is Initialized and the decision still holds on
-/// the cluster as it is, the old claims are deleted; a replacement gone or late fails it.
+/// the cluster as it is (the old nodes of the other commands under way, `others`, on their way
+/// out too), the old claims are deleted; a replacement gone or late fails it.
 pub async fn advance<P: CloudProvider>(
     ctx: &Context<P>,
     cmd: &Command,
+    others: &[String],
     now: Instant,
 ) -> Result<Progress, DisruptionError> {
     let claims = ctx.state.claims();
@@ -421,7 +423,8 @@ pub async fn advance<P: CloudProvider>(
         }
         return Ok(Progress::Waiting);
     }
-    if let Err(why) = super::decide::still_holds(ctx, &cmd.key.nodes, cmd.key.reason).await {
+    if let Err(why) = super::decide::still_holds(ctx, &cmd.key.nodes, others, cmd.key.reason).await
+    {
         // The replacements stay (initialized, empty or not: disrupted in turn as any node).
         abandon(ctx, cmd, false).await;
         return Ok(Progress::Failed(why));

@@ -172,10 +172,13 @@ pub async fn planned<P: CloudProvider>(
 /// first; pending pods wait aside). PodDisruptionBudgets are the drain's to honour, as in
 /// Karpenter, not a reason to give the command up. Expiration and drift read volumes as they
 /// were planned (a pod only its node mounts leaves with it). Nodes that are gone or being
-/// deleted need nothing. `Err` says why not.
+/// deleted need nothing. The old nodes of the other commands under way (`others`) are on
+/// their way out as the planner sees them: they take no pod, and their pods need room too,
+/// so two commands never count on the same room. `Err` says why not.
 pub async fn still_holds<P: CloudProvider>(
     ctx: &Context<P>,
     nodes: &[String],
+    others: &[String],
     reason: joiner_core::disruption::Reason,
 ) -> Result<(), String> {
     let provisioners = ctx.state.provisioners.state();
@@ -188,6 +191,12 @@ pub async fn still_holds<P: CloudProvider>(
     let (mut snapshot, _) = ctx.state.snapshot_with_catalog(&catalog);
     let leaving: Vec<&str> = nodes.iter().map(String::as_str).collect();
     crate::nominations::release(&mut snapshot, &leaving);
+    for n in snapshot.nodes.iter_mut() {
+        if others.contains(&n.name) && !nodes.contains(&n.name) {
+            n.unschedulable = true;
+            n.life.deleting = true;
+        }
+    }
     let now = Timestamp::now().as_second();
     let mut removed = Vec::new();
     for name in nodes {

@@ -146,9 +146,14 @@ pub async fn pass<P: CloudProvider>(
     let mut finished = None;
     let mut waiting = None;
     let mut refused = None;
+    let all: Vec<String> = memory
+        .commands
+        .iter()
+        .flat_map(|c| c.key.nodes.iter().cloned())
+        .collect();
     for cmd in std::mem::take(&mut memory.commands) {
         let reason = cmd.key.reason.as_str();
-        match command::advance(ctx, &cmd, now).await {
+        match command::advance(ctx, &cmd, &all, now).await {
             // A delete the API refused: the command stays and the next pass goes on
             // (deleting a claim twice is harmless).
             Err(e) => {
@@ -173,11 +178,8 @@ pub async fn pass<P: CloudProvider>(
             }
         }
     }
-    if let Some(e) = refused {
-        return Err(e);
-    }
     if let Some(done) = finished {
-        return Ok(done);
+        return refused.map_or(Ok(done), Err);
     }
     let under_way: BTreeSet<String> = memory
         .commands
@@ -262,8 +264,21 @@ pub async fn pass<P: CloudProvider>(
             }
             Verdict::Confirmed(nodes) => nodes,
         };
-        let outcome = carry_out(ctx, memory, decision, &nodes, &planned.catalog, now).await?;
-        started.get_or_insert(outcome);
+        // One that cannot start (its writes refused) does not hold the others back.
+        match carry_out(ctx, memory, decision, &nodes, &planned.catalog, now).await {
+            Ok(outcome) => {
+                started.get_or_insert(outcome);
+            }
+            Err(e) => {
+                refused.get_or_insert(e);
+            }
+        }
+    }
+    // A command whose delete the API refused, or a decision that could not start, fails the
+    // pass (logged and counted) once the rest of it is done: the pending decisions were
+    // weighed all the same, so a refusal never makes the next pass come at once.
+    if let Some(e) = refused {
+        return Err(e);
     }
     Ok(started
         .or(dropped)

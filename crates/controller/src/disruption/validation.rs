@@ -62,6 +62,14 @@ pub enum Verdict {
     Confirmed(Vec<String>),
 }
 
+/// True for a drift or expiration decision: what qualifies it is its nodes (still drifted,
+/// still expired), not the shape of its replacements, which a pod arriving anywhere on a
+/// hundred nodes may change; it recurs when the same nodes do (Karpenter revalidates drift by
+/// its candidates), and the command launches what the latest plan says.
+fn forced(key: &DecisionKey) -> bool {
+    matches!(key.reason, Reason::Drifted | Reason::Expired)
+}
+
 /// True for a decision that deletes a batch of empty nodes (empty, or empty and drifted or
 /// expired): each node stands on its own, so the ones still empty may go without the others.
 fn batch(key: &DecisionKey) -> bool {
@@ -117,6 +125,7 @@ pub fn check_all(pending: &mut Vec<Pending>, decisions: &[Decision], now: Instan
                 && batch(k)
                 && p.key.reason == k.reason
                 && p.key.nodes.iter().all(|n| k.nodes.contains(n)))
+            || (forced(&p.key) && p.key.reason == k.reason && p.key.nodes == k.nodes)
     };
     // Each pending decision is matched to the first decision of the plan that makes it.
     let mut matched: Vec<Option<Pending>> = vec![None; keys.len()];
@@ -165,6 +174,68 @@ mod tests {
             checked.verdicts.into_iter().next().map(|(_, v)| v),
             checked.dropped.into_iter().next(),
         )
+    }
+
+    #[test]
+    fn a_drift_batch_recurs_with_its_nodes_whatever_its_replacements() {
+        let t0 = Instant::now();
+        let mut pending = Vec::new();
+        let drifted = |nodes: &[&str], types: &[&str]| Decision {
+            reason: Reason::Drifted,
+            replacements: types
+                .iter()
+                .map(|t| joiner_core::scheduling::NewNode {
+                    name: format!("r-{t}"),
+                    provisioner: "default".into(),
+                    instance_type: t.to_string(),
+                    zone: "z-a".into(),
+                    capacity_type: joiner_core::CapacityType::OnDemand,
+                    price_per_hour: 0.1,
+                    price_estimated: false,
+                    instance_type_options: vec![t.to_string()].into(),
+                    option_prices: vec![Some(0.1)].into(),
+                    requirements: joiner_core::Requirements::new(),
+                    pods: Vec::new(),
+                    pod_indices: Vec::new(),
+                    requests: joiner_core::Resources::default(),
+                })
+                .collect(),
+            ..decision(nodes)
+        };
+        check_all(&mut pending, &[drifted(&["a", "b"], &["m5.large"])], t0);
+        // A pod arrived: the same nodes now need a larger replacement. Still the decision.
+        let c = check_all(
+            &mut pending,
+            &[drifted(&["a", "b"], &["m5.xlarge"])],
+            t0 + VALIDATION_DELAY,
+        );
+        assert_eq!(
+            c.verdicts,
+            [(
+                0,
+                Verdict::Confirmed(vec!["a".to_string(), "b".to_string()])
+            )]
+        );
+        // Other nodes are another decision; an Underutilized replacement must recur whole.
+        check_all(&mut pending, &[drifted(&["a", "b"], &["m5.large"])], t0);
+        let c = check_all(
+            &mut pending,
+            &[drifted(&["a"], &["m5.large"])],
+            t0 + VALIDATION_DELAY,
+        );
+        assert_eq!(c.dropped.len(), 1);
+        let mut pending = Vec::new();
+        let under = |types: &[&str]| Decision {
+            reason: Reason::Underutilized,
+            ..drifted(&["a"], types)
+        };
+        check_all(&mut pending, &[under(&["c5.large"])], t0);
+        let c = check_all(
+            &mut pending,
+            &[under(&["c5.xlarge"])],
+            t0 + VALIDATION_DELAY,
+        );
+        assert_eq!(c.dropped.len(), 1);
     }
 
     #[test]

@@ -536,11 +536,20 @@ impl<'a> Planner<'a> {
             }
         }
         self.take_deletes(Reason::Expired, batch, "expired and empty");
-        for chunk in rest.chunks(MAX_BATCH) {
-            if self.full() {
-                return;
-            }
-            self.replace_batch(chunk.to_vec(), Reason::Expired, "expired");
+        // Expiration has no budget, but a plan replaces one batch of expired nodes with pods
+        // (the oldest [`MAX_BATCH`]): the next plans take the next ones, with this one's
+        // nodes on their way out, so a fleet that expired at once does not roll at once.
+        let mut rest = rest.into_iter();
+        let first: Vec<(Candidate, String)> = rest.by_ref().take(MAX_BATCH).collect();
+        for (c, detail) in rest {
+            let name = self.name(&c);
+            self.keep(
+                &name,
+                format!("{detail}, but the plan replaces {MAX_BATCH} expired nodes at a time"),
+            );
+        }
+        if !self.full() {
+            self.replace_batch(first, Reason::Expired, "expired");
         }
     }
 

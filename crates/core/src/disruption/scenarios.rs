@@ -158,6 +158,37 @@ fn a_plan_can_stop_at_its_first_decision() {
 }
 
 #[test]
+fn a_plan_replaces_one_batch_of_expired_nodes() {
+    // 101 expired nodes with a pod each: the oldest 100 go in one decision; the last waits
+    // for a later plan (expiration has no budget, but a fleet that expired at once does not
+    // roll at once).
+    let names: Vec<String> = (0..101).map(|i| format!("e{i:03}")).collect();
+    let s = cluster(
+        names
+            .iter()
+            .map(|n| node(n, "m5.large", "on-demand"))
+            .collect(),
+        names
+            .iter()
+            .map(|n| pod(&format!("web-{n}"), n, 500))
+            .collect(),
+    );
+    let all = DisruptionSettings {
+        expire_after: Some(50),
+        ..DisruptionSettings::default()
+    };
+    let p = run(&s, &all, 100);
+    assert_eq!(p.decisions.len(), 1, "{:?}", decisions(&p));
+    assert_eq!(p.decisions[0].nodes.len(), super::planner::MAX_BATCH);
+    assert!(!p.decisions[0].nodes.contains(&"e100".to_string()));
+    assert!(
+        kept(&p, "e100").ends_with("but the plan replaces 100 expired nodes at a time"),
+        "{}",
+        kept(&p, "e100")
+    );
+}
+
+#[test]
 fn expired_nodes_with_pods_are_replaced_together() {
     // Four expired m5.xlarge with a 1,000m pod each: one decision replaces them all (their
     // pods simulated leaving at once), not a node a command.
