@@ -9,6 +9,7 @@ mod bench;
 mod bench_disruption;
 mod bench_interruption;
 mod bench_stores;
+mod claim_view;
 mod consolidate;
 mod controller;
 mod crds;

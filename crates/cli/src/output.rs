@@ -17,6 +17,8 @@ pub struct Report<'a> {
     pub explanations: &'a [Explanation],
     /// What the warm pools would serve.
     pub warm: &'a crate::warm_pools::Overlay,
+    /// Per new node of the plan (same order), what its NodeClaim would say.
+    pub claims: &'a [Option<crate::claim_view::ClaimView>],
 }
 
 #[derive(Serialize)]
@@ -92,6 +94,8 @@ struct JsonNode<'a> {
     pods: &'a [String],
     #[serde(skip_serializing_if = "Option::is_none")]
     warm_pool_member: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    node_claim: Option<&'a crate::claim_view::ClaimView>,
 }
 
 #[derive(Serialize)]
@@ -125,7 +129,8 @@ pub fn json(report: &Report<'_>) -> String {
             .plan
             .new_nodes
             .iter()
-            .map(|n| JsonNode {
+            .enumerate()
+            .map(|(i, n)| JsonNode {
                 name: &n.name,
                 provisioner: &n.provisioner,
                 instance_type: &n.instance_type,
@@ -136,6 +141,7 @@ pub fn json(report: &Report<'_>) -> String {
                 instance_type_options: &n.instance_type_options,
                 pods: &n.pods,
                 warm_pool_member: report.warm.served.get(&n.name).map(String::as_str),
+                node_claim: report.claims.get(i).and_then(Option::as_ref),
             })
             .collect(),
         existing_nodes: report
@@ -449,6 +455,7 @@ mod tests {
             warnings: &w,
             explanations: &[],
             warm: &crate::warm_pools::Overlay::default(),
+            claims: &[],
         }))
         .unwrap();
         assert_eq!(v["region"], "us-east-1");
@@ -471,6 +478,7 @@ mod tests {
             warnings: &w,
             explanations: &[],
             warm: &crate::warm_pools::Overlay::default(),
+            claims: &[],
         });
         assert!(t.contains("default-1  default      m5.large"), "{t}");
         assert!(t.contains("ip-10-0-0-1"));

@@ -247,12 +247,25 @@ pub fn run(args: &PlanArgs) -> Result<String, CliError> {
         &loaded.node_claims,
         &catalog.types,
     );
+    let claims: Vec<Option<crate::claim_view::ClaimView>> = plan
+        .new_nodes
+        .iter()
+        .map(|n| {
+            let prov = loaded
+                .snapshot
+                .provisioners
+                .iter()
+                .find(|p| p.name == n.provisioner)?;
+            crate::claim_view::view(n, prov, &catalog.types)
+        })
+        .collect();
     let report = Report {
         region: &args.region,
         plan: &plan,
         warnings: &warnings,
         explanations: &explanations,
         warm: &warm,
+        claims: &claims,
     };
     Ok(match args.output {
         Format::Table => output::table(&report),
