@@ -20,12 +20,11 @@ pub fn file_name(crd: &CustomResourceDefinition) -> String {
     format!("{}.yaml", crd.metadata.name.as_deref().unwrap_or("unnamed"))
 }
 
-/// The schema of `spec.<field>` in the CRD of `kind`, as the API server gets it: what the
+/// The schema of `spec` in the CRD of `kind`, as the API server gets it: what the
 /// validation-rule tests run.
 #[cfg(test)]
-pub(crate) fn spec_field(
+pub(crate) fn spec_schema(
     kind: &str,
-    field: &str,
 ) -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps {
     let crd = crds()
         .into_iter()
@@ -36,8 +35,20 @@ pub(crate) fn spec_field(
         .as_ref()
         .and_then(|s| s.open_api_v3_schema.as_ref())
         .expect("schema");
-    let spec = &schema.properties.as_ref().expect("properties")["spec"];
-    spec.properties.as_ref().expect("spec properties")[field].clone()
+    schema.properties.as_ref().expect("properties")["spec"].clone()
+}
+
+/// The schema of `spec.<field>` in the CRD of `kind` ([`spec_schema`]).
+#[cfg(test)]
+pub(crate) fn spec_field(
+    kind: &str,
+    field: &str,
+) -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps {
+    spec_schema(kind)
+        .properties
+        .as_ref()
+        .expect("spec properties")[field]
+        .clone()
 }
 
 #[cfg(test)]

@@ -90,6 +90,25 @@ fn record_in(r: &support::Recorded) -> Option<Record> {
     serde_json::from_str(raw).ok()
 }
 
+/// The claim of `node` (`itype`, `provider_id`) in the stores as the API holds it after the
+/// command's record was written on it (the record taken from that PATCH).
+fn recorded_in_store(h: &mut Harness, node: &str, itype: &str, provider_id: &str) {
+    let recorded = first(h, "the command's record", |r| {
+        r.method == Method::PATCH
+            && r.path == format!("{CLAIMS}/web-{node}")
+            && record_in(r).is_some()
+    });
+    let annotation = h.api.requests()[recorded].body["metadata"]["annotations"]
+        [labels::DISRUPTION_COMMAND]
+        .clone();
+    let mut old = joiner_claim(node, itype, provider_id);
+    old.metadata.annotations = Some(std::collections::BTreeMap::from([(
+        labels::DISRUPTION_COMMAND.to_string(),
+        annotation.as_str().expect("text").to_string(),
+    )]));
+    h.claims.apply_watcher_event(&Event::Apply(old));
+}
+
 fn unmarks(r: &support::Recorded, claim: &str) -> bool {
     r.method == Method::PATCH
         && r.path == format!("{CLAIMS}/{claim}")
@@ -266,18 +285,7 @@ async fn a_new_leader_carries_the_command_on_from_its_record() {
         replacing(&h, &mut old_leader, t0).await
     };
     // What the old leader left: the record on the old claim, the replacement's claim.
-    let recorded = first(&h, "record on web-big", |r| {
-        r.method == Method::PATCH && r.path == format!("{CLAIMS}/web-big") && record_in(r).is_some()
-    });
-    let annotation = h.api.requests()[recorded].body["metadata"]["annotations"]
-        [labels::DISRUPTION_COMMAND]
-        .clone();
-    let mut old = joiner_claim("big", "m5.4xlarge", "fake:///z-a/i-big");
-    old.metadata.annotations = Some(std::collections::BTreeMap::from([(
-        labels::DISRUPTION_COMMAND.to_string(),
-        annotation.as_str().expect("text").to_string(),
-    )]));
-    h.claims.apply_watcher_event(&Event::Apply(old));
+    recorded_in_store(&mut h, "big", "m5.4xlarge", "fake:///z-a/i-big");
     replacement_joins(&mut h, &name, false);
 
     let mut new_leader = Memory::default();
@@ -467,20 +475,7 @@ async fn a_new_leader_carries_every_command_under_way_on() {
         ("big-a", "fake:///z-a/i-biga"),
         ("big-b", "fake:///z-a/i-bigb"),
     ] {
-        let recorded = first(&h, "a record", |r| {
-            r.method == Method::PATCH
-                && r.path == format!("{CLAIMS}/web-{node}")
-                && record_in(r).is_some()
-        });
-        let annotation = h.api.requests()[recorded].body["metadata"]["annotations"]
-            [labels::DISRUPTION_COMMAND]
-            .clone();
-        let mut old = joiner_claim(node, "m5.4xlarge", id);
-        old.metadata.annotations = Some(std::collections::BTreeMap::from([(
-            labels::DISRUPTION_COMMAND.to_string(),
-            annotation.as_str().expect("text").to_string(),
-        )]));
-        h.claims.apply_watcher_event(&Event::Apply(old));
+        recorded_in_store(&mut h, node, "m5.4xlarge", id);
     }
     for (i, cmd) in old_leader.commands().iter().enumerate() {
         let mut claim = joiner_claim(&format!("new-{i}"), "c5.large", "");

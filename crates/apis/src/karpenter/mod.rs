@@ -109,24 +109,35 @@ fn unsupported_class(object: &Value) -> Option<(String, String)> {
 /// Why a converted node class names no image joiner could launch: a `Custom` family (an AMI
 /// family joiner does not bootstrap, such as Ubuntu, or none) without an `amiSelector`, which
 /// joiner's own loader refuses. Such a class is left out rather than emitted.
-fn selects_no_image(t: &NodeTemplate) -> Option<String> {
+fn selects_no_image(t: &NodeTemplate) -> Option<LeftOut> {
     (t.spec.ami_family == Some(crate::AmiFamily::Custom) && t.spec.ami_selector.is_empty()).then(
-        || {
-            "amiFamily Custom without an amiSelector: joiner has no AMI to launch (a Custom \
-             family needs amiSelectorTerms naming the AMI, and user data that joins the node)"
-                .to_string()
+        || LeftOut {
+            field: "spec.amiFamily".into(),
+            why: "amiFamily Custom without an amiSelector: joiner has no AMI to launch (a Custom \
+                  family needs amiSelectorTerms naming the AMI, and user data that joins the node)"
+                .into(),
+            selects: "names no AMI joiner can launch (amiFamily Custom without an amiSelector)"
+                .into(),
         },
     )
 }
 
-/// Leaves the node class `kind name` out with a note saying `why`, and marks it so that the
-/// Provisioners or NodePools using it are skipped.
+/// Why a node class is left out: the field that says so, the note's words, and what the
+/// class selects (the notes on the Provisioners or NodePools using it say it).
+struct LeftOut {
+    field: String,
+    why: String,
+    selects: String,
+}
+
+/// Leaves the node class `kind name` out with a note, and marks it so that the Provisioners
+/// or NodePools using it are skipped.
 fn leave_out(
     out: &mut Converted,
     left_out: &mut BTreeMap<(String, String), String>,
     kind: &str,
     name: String,
-    why: String,
+    reason: LeftOut,
 ) {
     let users = if kind == "EC2NodeClass" {
         "NodePools"
@@ -135,13 +146,13 @@ fn leave_out(
     };
     out.notes.push(Note {
         object: format!("{kind} {name}"),
-        field: "spec.amiFamily".into(),
-        message: format!("{why}; not converted, and the {users} using it are skipped"),
+        field: reason.field,
+        message: format!(
+            "{}; not converted, and the {users} using it are skipped",
+            reason.why
+        ),
     });
-    left_out.insert(
-        (kind.to_string(), name),
-        "names no AMI joiner can launch (amiFamily Custom without an amiSelector)".into(),
-    );
+    left_out.insert((kind.to_string(), name), reason.selects);
 }
 
 /// Converts `objects` (each a whole Karpenter manifest as JSON, of a kind [`is_karpenter`]
@@ -171,24 +182,12 @@ pub fn convert(objects: &[Value]) -> Result<Converted, KarpenterError> {
             ("karpenter.k8s.aws/v1alpha1", "AWSNodeTemplate") | (_, "EC2NodeClass")
                 if let Some((field, value)) = unsupported_class(object) =>
             {
-                let name = name_of(object);
-                let users = if kind == "EC2NodeClass" {
-                    "NodePools"
-                } else {
-                    "Provisioners"
-                };
-                out.notes.push(Note {
-                    object: format!("{kind} {name}"),
+                let reason = LeftOut {
                     field,
-                    message: format!(
-                        "{value}: joiner launches Linux nodes only; not converted, and the \
-                         {users} using it are skipped"
-                    ),
-                });
-                left_out.insert(
-                    (kind.clone(), name),
-                    format!("selects {value} AMIs, which joiner does not launch"),
-                );
+                    why: format!("{value}: joiner launches Linux nodes only"),
+                    selects: format!("selects {value} AMIs, which joiner does not launch"),
+                };
+                leave_out(&mut out, &mut left_out, &kind, name_of(object), reason);
             }
             ("karpenter.k8s.aws/v1alpha1", "AWSNodeTemplate") => {
                 let t = v1alpha5::node_template(object, &mut out.notes)?;

@@ -793,15 +793,9 @@ fn the_ephemeral_volume_is_the_family_root_or_the_marked_one() {
 /// (JSON), agree with the controller's validation, in its words.
 #[test]
 fn the_crd_refuses_a_custom_family_without_an_ami_selector_as_the_controller_does() {
-    use kube::CustomResourceExt;
-    let crd = NodeTemplate::crd();
-    let schema = crd.spec.versions[0]
-        .schema
-        .as_ref()
-        .and_then(|s| s.open_api_v3_schema.as_ref())
-        .expect("schema");
-    let spec = &schema.properties.as_ref().expect("properties")["spec"];
-    let rules = spec.x_kubernetes_validations.clone().expect("spec rules");
+    let rules = crate::crds::spec_schema("NodeTemplate")
+        .x_kubernetes_validations
+        .expect("spec rules");
     let cases = [
         ("", true),
         ("  amiFamily: AL2023\n", true),
