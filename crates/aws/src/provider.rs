@@ -32,7 +32,7 @@ use crate::launch_template::{
     LaunchTemplates,
 };
 use crate::resolve::{self, Lookups, ResolvedNodeTemplate};
-use crate::tags::{self, cluster_tag_key, OWNED};
+use crate::tags;
 use crate::unavailable::{OfferingKey, UnavailableOfferings};
 use crate::userdata::{bottlerocket, ClusterInfo};
 use crate::warm_commands::WarmCommands;
@@ -701,10 +701,7 @@ impl CloudProvider for AwsCloudProvider {
             .collect();
 
         let mut fleet_tags: BTreeMap<String, String> = nt.spec.tags.clone();
-        fleet_tags.insert(
-            cluster_tag_key(&self.config.cluster.name),
-            OWNED.to_string(),
-        );
+        tags::insert_cluster_tags(&mut fleet_tags, &self.config.cluster.name);
         fleet_tags.insert(tags::PROVISIONER_NAME.to_string(), prov.name().to_string());
         fleet_tags.insert(tags::NODECLAIM.to_string(), req.claim_name.clone());
         if let Some(state) = req.warm_pool {

@@ -1,10 +1,13 @@
 //! The tags joiner puts on what it creates, and reads back to know what it owns.
 //!
-//! Ownership is two tags, never one: `kubernetes.io/cluster/<cluster>=owned` is also on EKS
+//! Ownership is three tags, never one: `kubernetes.io/cluster/<cluster>=owned` is also on EKS
 //! managed node groups, eksctl's self-managed groups and Karpenter's nodes, so an instance or
-//! launch template is joiner's only when it carries the cluster tag *and*
-//! `joiner.sh/provisioner-name`. Listing, garbage collection, the terminate guard and the IAM
-//! policy (iam/controller-policy.json) all go by the same pair.
+//! launch template is joiner's only when it carries the cluster tag, `joiner.sh/cluster=<cluster>`
+//! *and* `joiner.sh/provisioner-name`. `joiner.sh/cluster` repeats the cluster under a fixed key
+//! because an IAM condition key cannot be built from a CloudFormation parameter: the policy in
+//! iam/joiner.yaml is native YAML a linter reads, and it names the cluster in condition values
+//! only. Listing, garbage collection, the terminate guard and the IAM policy
+//! (iam/controller-policy.json) all go by the same tags.
 
 use std::collections::BTreeMap;
 
@@ -18,6 +21,15 @@ pub fn cluster_tag_key(cluster: &str) -> String {
 
 /// The value of the cluster tag on resources the cluster owns.
 pub const OWNED: &str = "owned";
+/// The cluster's name under a fixed key, for IAM conditions (see the module's doc).
+pub const CLUSTER: &str = "joiner.sh/cluster";
+
+/// Adds the two cluster tags (`kubernetes.io/cluster/<cluster>=owned` and
+/// `joiner.sh/cluster=<cluster>`) to `tags`: what every resource joiner creates carries.
+pub fn insert_cluster_tags(tags: &mut BTreeMap<String, String>, cluster: &str) {
+    tags.insert(cluster_tag_key(cluster), OWNED.to_string());
+    tags.insert(CLUSTER.to_string(), cluster.to_string());
+}
 /// Marks resources created by joiner (launch templates), so foreign ones are left alone even
 /// when they carry the cluster tag.
 pub const MANAGED_BY: &str = "joiner.sh/managed-by";
@@ -36,6 +48,9 @@ pub fn missing_ownership_tag(tags: &BTreeMap<String, String>, cluster: &str) -> 
     if tags.get(&cluster_key).map(String::as_str) != Some(OWNED) {
         return Some(format!("{cluster_key}={OWNED}"));
     }
+    if tags.get(CLUSTER).map(String::as_str) != Some(cluster) {
+        return Some(format!("{CLUSTER}={cluster}"));
+    }
     if tags.get(PROVISIONER_NAME).is_none_or(|v| v.is_empty()) {
         return Some(PROVISIONER_NAME.to_string());
     }
@@ -43,7 +58,7 @@ pub fn missing_ownership_tag(tags: &BTreeMap<String, String>, cluster: &str) -> 
 }
 
 /// True when `tags` mark the resource as joiner's in `cluster`: the cluster tag with value
-/// `owned` and a non-empty `joiner.sh/provisioner-name`.
+/// `owned`, `joiner.sh/cluster` naming `cluster` and a non-empty `joiner.sh/provisioner-name`.
 pub fn is_owned(tags: &BTreeMap<String, String>, cluster: &str) -> bool {
     missing_ownership_tag(tags, cluster).is_none()
 }
@@ -55,6 +70,10 @@ pub fn owned_filters(cluster: &str) -> Vec<Filter> {
         Filter::builder()
             .name(format!("tag:{}", cluster_tag_key(cluster)))
             .values(OWNED)
+            .build(),
+        Filter::builder()
+            .name(format!("tag:{CLUSTER}"))
+            .values(cluster)
             .build(),
         Filter::builder()
             .name("tag-key")
@@ -103,21 +122,46 @@ mod tests {
         }
         assert_eq!(
             missing_ownership_tag(&tags(&[("kubernetes.io/cluster/prod", "owned")]), c),
+            Some("joiner.sh/cluster=prod".to_string())
+        );
+        assert_eq!(
+            missing_ownership_tag(
+                &tags(&[
+                    ("kubernetes.io/cluster/prod", "owned"),
+                    ("joiner.sh/cluster", "prod")
+                ]),
+                c
+            ),
             Some("joiner.sh/provisioner-name".to_string())
         );
+        // An instance of an older joiner (no fixed-key cluster tag) or one tagged for two
+        // clusters at once is not this cluster's: the IAM policy would refuse it too.
+        for half in [
+            tags(&[
+                ("kubernetes.io/cluster/prod", "owned"),
+                ("joiner.sh/provisioner-name", "web"),
+            ]),
+            tags(&[
+                ("kubernetes.io/cluster/prod", "owned"),
+                ("kubernetes.io/cluster/dev", "owned"),
+                ("joiner.sh/cluster", "dev"),
+                ("joiner.sh/provisioner-name", "web"),
+            ]),
+        ] {
+            assert!(!is_owned(&half, c), "{half:?}");
+        }
         // Another cluster's joiner instance, or a shared one, is not this cluster's.
         let other = tags(&[
             ("kubernetes.io/cluster/prod", "shared"),
+            ("joiner.sh/cluster", "prod"),
             ("joiner.sh/provisioner-name", "web"),
         ]);
         assert_eq!(
             missing_ownership_tag(&other, c),
             Some("kubernetes.io/cluster/prod=owned".to_string())
         );
-        let ours = tags(&[
-            ("kubernetes.io/cluster/prod", "owned"),
-            ("joiner.sh/provisioner-name", "web"),
-        ]);
+        let mut ours = tags(&[("joiner.sh/provisioner-name", "web")]);
+        insert_cluster_tags(&mut ours, c);
         assert!(is_owned(&ours, c));
     }
 }

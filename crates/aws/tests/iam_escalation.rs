@@ -190,6 +190,7 @@ fn tags(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 fn serving_node() -> BTreeMap<String, String> {
     tags(&[
         ("kubernetes.io/cluster/c1", "owned"),
+        ("joiner.sh/cluster", "c1"),
         ("joiner.sh/provisioner-name", "web"),
         ("joiner.sh/nodeclaim", "web-abcde"),
     ])
@@ -280,6 +281,7 @@ fn the_escalation_path_to_a_shell_on_a_serving_node_is_denied_at_every_step() {
     for keys in [
         &["joiner.sh/warm-pool"][..],
         &["kubernetes.io/cluster/c1"][..],
+        &["joiner.sh/cluster"][..],
         &[][..],
     ] {
         assert!(
@@ -318,10 +320,12 @@ fn the_calls_joiner_makes_on_members_are_allowed_and_no_more() {
     // No other document; no ownership tag rewritten; no DeleteTags without keys (it would
     // delete every tag).
     assert!(!send_command_allowed(m.clone(), "AWS-RunPowerShellScript"));
-    assert!(!allowed(&create_tags(
-        m.clone(),
-        &[("kubernetes.io/cluster/c1", "owned")]
-    )));
+    for ownership in [
+        ("kubernetes.io/cluster/c1", "owned"),
+        ("joiner.sh/cluster", "c2"),
+    ] {
+        assert!(!allowed(&create_tags(m.clone(), &[ownership])));
+    }
     assert!(!allowed(&delete_tags(
         m.clone(),
         &["joiner.sh/provisioner-name"]
@@ -332,9 +336,17 @@ fn the_calls_joiner_makes_on_members_are_allowed_and_no_more() {
     let mut foreign = m.clone();
     foreign.remove("kubernetes.io/cluster/c1");
     foreign.insert("kubernetes.io/cluster/other".into(), "owned".into());
+    foreign.insert("joiner.sh/cluster".into(), "other".into());
+    // Another cluster's member that also carries this cluster's EKS tag: the fixed-key tag
+    // names one cluster only, so it is still not this cluster's.
+    let mut doubly_tagged = foreign.clone();
+    doubly_tagged.insert("kubernetes.io/cluster/c1".into(), "owned".into());
     let mut node_group = tags(&[("kubernetes.io/cluster/c1", "owned")]);
     node_group.insert("joiner.sh/warm-pool".into(), "web".into());
-    for other in [foreign, node_group] {
+    // An older joiner's member (no fixed-key tag).
+    let mut older = m.clone();
+    older.remove("joiner.sh/cluster");
+    for other in [foreign, doubly_tagged, node_group, older] {
         assert!(!send_command_allowed(other.clone(), "AWS-RunShellScript"));
         assert!(!allowed(&on_instance("ec2:StopInstances", other.clone())));
         assert!(!allowed(&on_instance(

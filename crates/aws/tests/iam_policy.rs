@@ -138,7 +138,8 @@ fn the_policy_grants_exactly_the_operations_the_code_calls() {
 }
 
 /// Actions that change or tag an existing resource: each statement granting one must require
-/// joiner's two ownership tags, never the cluster tag alone (EKS managed node groups, eksctl
+/// joiner's ownership tags (`joiner.sh/cluster` naming this cluster and
+/// `joiner.sh/provisioner-name`), never a cluster tag alone (EKS managed node groups, eksctl
 /// groups and Karpenter's nodes carry the cluster tag too).
 const GUARDED: &[&str] = &[
     "ec2:TerminateInstances",
@@ -169,16 +170,16 @@ fn actions_of(statement: &serde_json::Value) -> Vec<String> {
     }
 }
 
-/// The ownership conditions a statement sets, as (tag context, key) pairs found: the cluster
-/// tag must equal `owned` and `joiner.sh/provisioner-name` must be present (`Null: false`),
+/// The ownership conditions a statement sets, as (tag context, key) pairs found:
+/// `joiner.sh/cluster` must equal the cluster's name and `joiner.sh/provisioner-name` must be present (`Null: false`),
 /// both on `aws:ResourceTag` (the resource acted on) or, for tag-on-create, `aws:RequestTag`.
 fn ownership_conditions(statement: &serde_json::Value) -> Vec<String> {
     let condition = &statement["Condition"];
     let mut found = Vec::new();
     for context in ["aws:ResourceTag", "aws:RequestTag", "ssm:resourceTag"] {
-        let cluster = format!("{context}/kubernetes.io/cluster/${{CLUSTER_NAME}}");
+        let cluster = format!("{context}/joiner.sh/cluster");
         let provisioner = format!("{context}/joiner.sh/provisioner-name");
-        let cluster_owned = condition["StringEquals"][&cluster].as_str() == Some("owned");
+        let cluster_owned = condition["StringEquals"][&cluster].as_str() == Some("${CLUSTER_NAME}");
         let provisioner_present = condition["Null"][&provisioner].as_str() == Some("false");
         if cluster_owned && provisioner_present {
             found.push(context.to_string());
@@ -268,7 +269,7 @@ fn every_mutating_grant_requires_both_ownership_tags() {
         }
         assert!(
             contexts.iter().any(|c| c == want),
-            "{guarded:?} granted without `{want}/kubernetes.io/cluster/${{CLUSTER_NAME}}=owned` and \
+            "{guarded:?} granted without `{want}/joiner.sh/cluster=${{CLUSTER_NAME}}` and \
              `{want}/joiner.sh/provisioner-name` present: {statement}"
         );
         checked.extend(guarded.into_iter().cloned());
@@ -294,23 +295,36 @@ fn every_mutating_grant_requires_both_ownership_tags() {
 
 #[test]
 fn the_ownership_check_rejects_the_cluster_tag_alone() {
-    // The checker itself: a statement like the one before the fix must not pass.
-    let before: serde_json::Value = serde_json::json!({
-        "Effect": "Allow",
-        "Action": "ec2:TerminateInstances",
-        "Resource": "*",
-        "Condition": {"StringEquals": {
-            "aws:ResourceTag/kubernetes.io/cluster/${CLUSTER_NAME}": "owned"}}
-    });
-    assert!(ownership_conditions(&before).is_empty());
-    let after: serde_json::Value = serde_json::json!({
-        "Effect": "Allow",
-        "Action": "ec2:TerminateInstances",
-        "Resource": "*",
-        "Condition": {
+    // The checker itself: statements like the ones before the fixes must not pass.
+    let statement = |condition: serde_json::Value| {
+        serde_json::json!({
+            "Effect": "Allow",
+            "Action": "ec2:TerminateInstances",
+            "Resource": "*",
+            "Condition": condition
+        })
+    };
+    for before in [
+        // The cluster tag alone: EKS node groups, eksctl and Karpenter nodes carry it too.
+        serde_json::json!({"StringEquals": {"aws:ResourceTag/joiner.sh/cluster": "${CLUSTER_NAME}"}}),
+        // The EKS cluster tag's key holds the cluster name: a CloudFormation parameter cannot
+        // build it in native YAML, so the policy uses the fixed-key tag.
+        serde_json::json!({
             "StringEquals": {"aws:ResourceTag/kubernetes.io/cluster/${CLUSTER_NAME}": "owned"},
-            "Null": {"aws:ResourceTag/joiner.sh/provisioner-name": "false"}}
-    });
+            "Null": {"aws:ResourceTag/joiner.sh/provisioner-name": "false"}}),
+        // Any cluster's joiner instance.
+        serde_json::json!({
+            "StringLike": {"aws:ResourceTag/joiner.sh/cluster": "*"},
+            "Null": {"aws:ResourceTag/joiner.sh/provisioner-name": "false"}}),
+    ] {
+        assert!(
+            ownership_conditions(&statement(before.clone())).is_empty(),
+            "{before}"
+        );
+    }
+    let after = statement(serde_json::json!({
+        "StringEquals": {"aws:ResourceTag/joiner.sh/cluster": "${CLUSTER_NAME}"},
+        "Null": {"aws:ResourceTag/joiner.sh/provisioner-name": "false"}}));
     assert_eq!(ownership_conditions(&after), ["aws:ResourceTag"]);
 }
 
@@ -336,8 +350,8 @@ fn designed() -> Vec<Designed> {
     );
     let rt_cluster = (
         "StringEquals",
-        "aws:ResourceTag/kubernetes.io/cluster/${CLUSTER_NAME}",
-        json!("owned"),
+        "aws:ResourceTag/joiner.sh/cluster",
+        json!("${CLUSTER_NAME}"),
     );
     let rt_prov = (
         "Null",
@@ -356,8 +370,8 @@ fn designed() -> Vec<Designed> {
     );
     let rq_cluster = (
         "StringEquals",
-        "aws:RequestTag/kubernetes.io/cluster/${CLUSTER_NAME}",
-        json!("owned"),
+        "aws:RequestTag/joiner.sh/cluster",
+        json!("${CLUSTER_NAME}"),
     );
     let rq_prov = (
         "Null",
@@ -395,7 +409,7 @@ fn designed() -> Vec<Designed> {
         ("StartStopWarmPoolMembers", vec!["ec2:StartInstances", "ec2:StopInstances", "ec2:RebootInstances", "ec2:ModifyInstanceAttribute"], vec![ec2("instance")], vec![rt_cluster.clone(), rt_prov.clone(), rt_warm.clone()]),
         ("TagWarmPoolMembers", vec!["ec2:CreateTags"], vec![ec2("instance")], vec![rt_cluster.clone(), rt_prov.clone(), rt_warm.clone(), ("Null", "aws:TagKeys", json!("false")), ("ForAllValues:StringEquals", "aws:TagKeys", json!(["joiner.sh/nodeclaim", "joiner.sh/warm-rebooted-for"]))]),
         ("UntagTakenWarmPoolMembers", vec!["ec2:DeleteTags"], vec![ec2("instance")], vec![rt_cluster.clone(), rt_prov.clone(), rt_warm.clone(), ("Null", "aws:TagKeys", json!("false")), ("ForAllValues:StringEquals", "aws:TagKeys", json!(["joiner.sh/warm-pool", "joiner.sh/warm-state"]))]),
-        ("CommandWarmPoolMembers", vec!["ssm:SendCommand"], vec![ec2("instance")], vec![("StringEquals", "ssm:resourceTag/kubernetes.io/cluster/${CLUSTER_NAME}", json!("owned")), ("Null", "ssm:resourceTag/joiner.sh/provisioner-name", json!("false")), ("Null", "ssm:resourceTag/joiner.sh/warm-pool", json!("false"))]),
+        ("CommandWarmPoolMembers", vec!["ssm:SendCommand"], vec![ec2("instance")], vec![("StringEquals", "ssm:resourceTag/joiner.sh/cluster", json!("${CLUSTER_NAME}")), ("Null", "ssm:resourceTag/joiner.sh/provisioner-name", json!("false")), ("Null", "ssm:resourceTag/joiner.sh/warm-pool", json!("false"))]),
         ("CommandWithRunShellScriptOnly", vec!["ssm:SendCommand"], vec![RUN_SHELL_SCRIPT], vec![]),
         ("ReadCommandResults", vec!["ssm:GetCommandInvocation"], vec!["*"], vec![region.clone()]),
         ("DeleteOwnedLaunchTemplates", vec!["ec2:DeleteLaunchTemplate"], vec![ec2("launch-template")], vec![rt_cluster, rt_prov, rt_managed]),

@@ -40,27 +40,63 @@ fn substitutions(text: &str) -> BTreeSet<String> {
     out
 }
 
+/// CloudFormation's names and the placeholders iam/controller-policy.json documents for them.
+const PLACEHOLDERS: &[(&str, &str)] = &[
+    ("${AWS::Partition}", "${AWS_PARTITION}"),
+    ("${AWS::Region}", "${AWS_REGION}"),
+    ("${AWS::AccountId}", "${AWS_ACCOUNT_ID}"),
+    ("${ClusterName}", "${CLUSTER_NAME}"),
+    ("${NodeRole}", "${NODE_ROLE_NAME}"),
+    (
+        "${InterruptionQueue.QueueName}",
+        "${INTERRUPTION_QUEUE_NAME}",
+    ),
+    ("${SsmPrefix}", "${SSM_PREFIX}"),
+];
+
+/// A native-YAML policy document as controller-policy.json writes it: each `Fn::Sub` string
+/// with CloudFormation's names turned back into the placeholders. Keys must be plain strings
+/// (CloudFormation evaluates no function in a key), so a key holding `${` fails here.
+fn as_policy_json(v: &Value) -> serde_json::Value {
+    match v {
+        Value::Mapping(m) if m.len() == 1 && m.contains_key("Fn::Sub") => {
+            let mut text = m["Fn::Sub"]
+                .as_str()
+                .expect("Fn::Sub of a string")
+                .to_string();
+            for (cfn, placeholder) in PLACEHOLDERS {
+                text = text.replace(cfn, placeholder);
+            }
+            serde_json::Value::String(text)
+        }
+        Value::Mapping(m) => serde_json::Value::Object(
+            m.iter()
+                .map(|(k, v)| {
+                    let k = k.as_str().expect("a string key");
+                    assert!(!k.contains("${"), "a substitution in the key {k}");
+                    (k.to_string(), as_policy_json(v))
+                })
+                .collect(),
+        ),
+        Value::Sequence(items) => items.iter().map(as_policy_json).collect(),
+        Value::String(s) => {
+            assert!(!s.contains("${"), "{s}: a substitution outside Fn::Sub");
+            serde_json::Value::String(s.clone())
+        }
+        other => panic!("unexpected {other:?} in the policy document"),
+    }
+}
+
 #[test]
 fn the_controller_policy_is_controller_policy_json() {
     let t = stack();
-    let doc = sub_string(&t["Resources"]["ControllerPolicy"]["Properties"]["PolicyDocument"]);
-    // CloudFormation's names back to the placeholders controller-policy.json documents.
-    let mut back = doc.to_string();
-    for (cfn, placeholder) in [
-        ("${AWS::Partition}", "${AWS_PARTITION}"),
-        ("${AWS::Region}", "${AWS_REGION}"),
-        ("${AWS::AccountId}", "${AWS_ACCOUNT_ID}"),
-        ("${ClusterName}", "${CLUSTER_NAME}"),
-        ("${NodeRole}", "${NODE_ROLE_NAME}"),
-        (
-            "${InterruptionQueue.QueueName}",
-            "${INTERRUPTION_QUEUE_NAME}",
-        ),
-        ("${SsmPrefix}", "${SSM_PREFIX}"),
-    ] {
-        back = back.replace(cfn, placeholder);
-    }
-    let in_stack: serde_json::Value = serde_json::from_str(&back).expect("the policy is JSON");
+    let doc = &t["Resources"]["ControllerPolicy"]["Properties"]["PolicyDocument"];
+    // Native YAML, so that cfn-lint reads its actions and conditions.
+    assert!(
+        doc["Statement"].is_sequence(),
+        "ControllerPolicy's PolicyDocument must be native YAML, not a JSON string: {doc:?}"
+    );
+    let in_stack = as_policy_json(doc);
     let file: serde_json::Value =
         serde_json::from_str(&read("iam/controller-policy.json")).expect("controller-policy.json");
     assert!(

@@ -469,6 +469,7 @@ async fn launch_templates_are_created_reused_and_deleted_when_unused() {
         .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default()))
         .collect();
     assert_eq!(t.get(cluster_tag_key(CLUSTER).as_str()), Some(&"owned"));
+    assert_eq!(t.get("joiner.sh/cluster"), Some(&CLUSTER));
     assert_eq!(t.get("joiner.sh/managed-by"), Some(&"joiner"));
     assert_eq!(t.get("team"), Some(&"infra"));
 
@@ -478,7 +479,8 @@ async fn launch_templates_are_created_reused_and_deleted_when_unused() {
         .await
         .expect("create");
     // Foreign templates: one without tags, one with the cluster tag but not joiner's, one
-    // with the cluster and managed-by tags but no provisioner (not joiner's ownership pair).
+    // with the cluster and managed-by tags but no provisioner, one without the fixed-key
+    // cluster tag (an older joiner's: the IAM policy would refuse its deletion).
     for (foreign, tags) in [
         ("hand-made", vec![]),
         (
@@ -489,7 +491,19 @@ async fn launch_templates_are_created_reused_and_deleted_when_unused() {
             "no-provisioner",
             vec![
                 (cluster_tag_key(CLUSTER), "owned".to_string()),
+                ("joiner.sh/cluster".to_string(), CLUSTER.to_string()),
                 ("joiner.sh/managed-by".to_string(), "joiner".to_string()),
+            ],
+        ),
+        (
+            "older-joiner",
+            vec![
+                (cluster_tag_key(CLUSTER), "owned".to_string()),
+                ("joiner.sh/managed-by".to_string(), "joiner".to_string()),
+                (
+                    "joiner.sh/provisioner-name".to_string(),
+                    "default".to_string(),
+                ),
             ],
         ),
     ] {
@@ -526,6 +540,7 @@ async fn launch_templates_are_created_reused_and_deleted_when_unused() {
             "hand-made",
             kept_name.as_str(),
             "no-provisioner",
+            "older-joiner",
             "other-tool"
         ]
     );
@@ -578,6 +593,7 @@ fn fleet_request(f: &LaunchFixture, claim: &str, capacity_type: CapacityType) ->
         subnets: f.subnets.clone(),
         tags: sel(&[
             (&cluster_tag_key(CLUSTER), "owned"),
+            ("joiner.sh/cluster", CLUSTER),
             ("joiner.sh/nodeclaim", claim),
             ("joiner.sh/provisioner-name", "default"),
         ]),

@@ -134,6 +134,7 @@ async fn create_get_list_delete_and_the_ownership_guard() {
     assert_ne!(subnet, untagged);
     for (k, v) in [
         ("kubernetes.io/cluster/c1", "owned"),
+        ("joiner.sh/cluster", "c1"),
         ("joiner.sh/provisioner-name", "web"),
         ("joiner.sh/nodeclaim", "claim-1"),
         ("cost-center", "42"),

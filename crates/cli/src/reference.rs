@@ -241,6 +241,7 @@ fn keys(out: &mut String) {
         (joiner_apis::drift::HASH_VERSION, "NodeClaim annotation", "Version of the hash scheme: claims of another version are not called drifted by hash."),
         (joiner_aws::tags::MANAGED_BY, "launch template tag", "\"joiner\" on launch templates joiner created (with the ownership tags: what it may delete)."),
         ("kubernetes.io/cluster/<cluster>", "instance and template tag", "\"owned\": the cluster's resource. Not ownership alone: node groups carry it too."),
+        (joiner_aws::tags::CLUSTER, "instance and template tag", "The cluster's name under a fixed key: what the IAM policy's conditions compare (a condition key cannot hold the cluster's name in native CloudFormation YAML). With the cluster tag and joiner.sh/provisioner-name, what makes a resource joiner's."),
         (aws::INSTANCE_FAMILY, "node label", "Instance family (m5)."),
         (aws::INSTANCE_CATEGORY, "node label", "Instance category (m)."),
         (aws::INSTANCE_GENERATION, "node label", "Instance generation (5)."),

@@ -217,6 +217,16 @@ const NEIGHBOURS: &[(&str, &[(&str, &str)])] = &[
         ],
     ),
     (
+        "another cluster's joiner, tagged with this cluster's EKS tag too",
+        &[
+            ("kubernetes.io/cluster/c1", "owned"),
+            ("kubernetes.io/cluster/c2", "owned"),
+            ("joiner.sh/cluster", "c2"),
+            ("joiner.sh/provisioner-name", "web"),
+            ("joiner.sh/nodeclaim", "web-y"),
+        ],
+    ),
+    (
         "joiner's tags with an empty provisioner",
         &[
             ("kubernetes.io/cluster/c1", "owned"),

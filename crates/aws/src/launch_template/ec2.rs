@@ -23,7 +23,7 @@ use super::spec::LaunchTemplateSpec;
 
 use crate::api_error::api_error;
 use crate::discovery::tag_map;
-use crate::tags::{self, cluster_tag_key, MANAGED_BY, MANAGED_BY_VALUE, OWNED};
+use crate::tags::{self, MANAGED_BY, MANAGED_BY_VALUE};
 use crate::AwsError;
 
 /// The error code of a CreateLaunchTemplate that lost a race with another creator.
@@ -161,7 +161,7 @@ impl LaunchTemplates {
             return Ok(found);
         }
         let mut all_tags = tags.clone();
-        all_tags.insert(cluster_tag_key(&self.cluster), OWNED.to_string());
+        tags::insert_cluster_tags(&mut all_tags, &self.cluster);
         all_tags.insert(MANAGED_BY.to_string(), MANAGED_BY_VALUE.to_string());
         let created = self
             .ec2

@@ -7,9 +7,9 @@
 //! - disks: AL2, AL2023 and Custom get a 20 GiB gp3 encrypted root on `/dev/xvda`;
 //!   Bottlerocket gets its 4 GiB OS volume on `/dev/xvda` and a 20 GiB data volume on
 //!   `/dev/xvdb`, both gp3 and encrypted. A NodeTemplate's own mappings replace these whole;
-//! - tags: the NodeTemplate's, then `kubernetes.io/cluster/<cluster>=owned` and
-//!   `joiner.sh/provisioner-name=<provisioner>` (these two win over a template tag of the same
-//!   key: ownership is what garbage collection and the cluster's cloud controller go by).
+//! - tags: the NodeTemplate's, then `kubernetes.io/cluster/<cluster>=owned`,
+//!   `joiner.sh/cluster=<cluster>` and `joiner.sh/provisioner-name=<provisioner>` (these win
+//!   over a template tag of the same key: ownership is what garbage collection and the cluster's cloud controller go by).
 //!   `joiner.sh/nodeclaim` is per instance and belongs on CreateFleet's tag specifications,
 //!   not on a template shared by many claims.
 
@@ -240,10 +240,7 @@ pub fn build(ctx: &LaunchContext<'_>) -> Result<ResolvedLaunchTemplate, LaunchTe
         });
     }
     let mut tags = nt.spec.tags.clone();
-    tags.insert(
-        format!("kubernetes.io/cluster/{}", ctx.cluster.name),
-        "owned".to_string(),
-    );
+    crate::tags::insert_cluster_tags(&mut tags, &ctx.cluster.name);
     tags.insert(
         joiner_core::labels::PROVISIONER_NAME.to_string(),
         prov.name().to_string(),
