@@ -39,6 +39,46 @@ pub struct ClaimView {
     pub allocatable: BTreeMap<String, String>,
 }
 
+impl ClaimView {
+    /// The cells `plan -o wide` adds to a new node's row: labels, requirements, taints,
+    /// startup taints and allocatable, each `<none>` when empty (as kubectl prints it).
+    pub fn cells(&self) -> [String; 5] {
+        fn or_none(items: Vec<String>, sep: &str) -> String {
+            if items.is_empty() {
+                "<none>".into()
+            } else {
+                items.join(sep)
+            }
+        }
+        let pairs =
+            |m: &BTreeMap<String, String>| m.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        [
+            or_none(pairs(&self.labels), ","),
+            or_none(
+                self.requirements
+                    .iter()
+                    .map(Expression::to_string)
+                    .collect(),
+                "; ",
+            ),
+            or_none(self.taints.clone(), ","),
+            or_none(self.startup_taints.clone(), ","),
+            or_none(pairs(&self.allocatable), ","),
+        ]
+    }
+}
+
+impl std::fmt::Display for Expression {
+    /// `key In [a,b]`, `key Exists`, `key Gt [3]`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.key, self.operator)?;
+        if !self.values.is_empty() {
+            write!(f, " [{}]", self.values.join(","))?;
+        }
+        Ok(())
+    }
+}
+
 /// The claim view of `node`, launched by `prov` from `catalog`; `None` when the plan names a
 /// Provisioner or type the inputs lack (never, for a plan made from them).
 pub fn view(node: &NewNode, prov: &Provisioner, catalog: &[InstanceType]) -> Option<ClaimView> {

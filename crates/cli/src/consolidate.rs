@@ -81,7 +81,7 @@ pub fn run(req: &Request<'_>) -> Result<String, CliError> {
         );
     }
     Ok(match req.format {
-        Format::Table => table(req.region, &at, &out, &warnings, planned_in_ms),
+        Format::Table | Format::Wide => table(req.region, &at, &out, &warnings, planned_in_ms),
         Format::Json => json(req.region, &at, &out, &warnings, planned_in_ms) + "\n",
     })
 }

@@ -112,6 +112,9 @@ pub enum Format {
     Table,
     /// A JSON document for programs.
     Json,
+    /// The table, with each new node's NodeClaim in more columns: labels, requirements,
+    /// taints, startup taints and allocatable (`plan --consolidate` prints the table).
+    Wide,
 }
 
 fn main() -> ExitCode {

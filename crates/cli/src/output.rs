@@ -267,8 +267,10 @@ pub fn columns(rows: &[Vec<String>]) -> String {
     out
 }
 
-/// The human table: new nodes, existing nodes used, unschedulable pods, totals.
-pub fn table(report: &Report<'_>) -> String {
+/// The human table: new nodes, existing nodes used, unschedulable pods, totals. `wide` adds
+/// each new node's NodeClaim (labels, requirements, taints, startup taints, allocatable) in
+/// columns, what `-o json` gives as `node_claim`.
+pub fn table(report: &Report<'_>, wide: bool) -> String {
     let plan = report.plan;
     let mut out = String::new();
     if plan.new_nodes.is_empty() {
@@ -287,7 +289,19 @@ pub fn table(report: &Report<'_>) -> String {
         if pools {
             rows[0].push("WARM POOL MEMBER".into());
         }
-        for n in &plan.new_nodes {
+        if wide {
+            rows[0].extend(
+                [
+                    "LABELS",
+                    "REQUIREMENTS",
+                    "TAINTS",
+                    "STARTUP TAINTS",
+                    "ALLOCATABLE",
+                ]
+                .map(String::from),
+            );
+        }
+        for (i, n) in plan.new_nodes.iter().enumerate() {
             let mut row = vec![
                 n.name.clone(),
                 n.provisioner.clone(),
@@ -303,6 +317,12 @@ pub fn table(report: &Report<'_>) -> String {
             ];
             if pools {
                 row.push(report.warm.served.get(&n.name).cloned().unwrap_or_default());
+            }
+            if wide {
+                match report.claims.get(i).and_then(Option::as_ref) {
+                    Some(claim) => row.extend(claim.cells()),
+                    None => row.extend(std::iter::repeat_n("<unknown>".to_string(), 5)),
+                }
             }
             rows.push(row);
         }
@@ -472,14 +492,17 @@ mod tests {
     fn table_lists_nodes_pods_and_totals() {
         let p = plan();
         let w = vec!["skipped kind Service".to_string()];
-        let t = table(&Report {
-            region: "us-east-1",
-            plan: &p,
-            warnings: &w,
-            explanations: &[],
-            warm: &crate::warm_pools::Overlay::default(),
-            claims: &[],
-        });
+        let t = table(
+            &Report {
+                region: "us-east-1",
+                plan: &p,
+                warnings: &w,
+                explanations: &[],
+                warm: &crate::warm_pools::Overlay::default(),
+                claims: &[],
+            },
+            false,
+        );
         assert!(t.contains("default-1  default      m5.large"), "{t}");
         assert!(t.contains("ip-10-0-0-1"));
         assert!(

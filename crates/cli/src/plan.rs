@@ -268,7 +268,8 @@ pub fn run(args: &PlanArgs) -> Result<String, CliError> {
         claims: &claims,
     };
     Ok(match args.output {
-        Format::Table => output::table(&report),
+        Format::Table => output::table(&report, false),
+        Format::Wide => output::table(&report, true),
         Format::Json => {
             let mut s = output::json(&report);
             s.push('\n');

@@ -804,3 +804,99 @@ fn the_consolidation_dry_run_stops_after_its_steps_and_reports_its_time() {
     ]);
     assert!(table.contains(" ms\n"), "{table}");
 }
+
+/// `-o wide` shows, per new node, what `-o json` gives as `node_claim`: the same labels,
+/// requirements, taints, startup taints and allocatable, in columns.
+#[test]
+fn wide_columns_are_the_json_node_claim() {
+    for example in [
+        "examples/constraints/provisioner-choice.yaml",
+        "examples/constraints/zone-spread.yaml",
+        "examples/mixed-cluster",
+    ] {
+        let json: serde_json::Value = serde_json::from_str(&plan_json(example)).expect("plan JSON");
+        let wide = joiner(&["plan", "-o", "wide", "-f", example]);
+        let mut lines = wide.lines();
+        let header = lines.next().expect("a header");
+        let names = [
+            "NEW NODE",
+            "PROVISIONER",
+            "INSTANCE TYPE",
+            "ZONE",
+            "CAPACITY",
+            "$/HOUR",
+            "PODS",
+            "LABELS",
+            "REQUIREMENTS",
+            "TAINTS",
+            "STARTUP TAINTS",
+            "ALLOCATABLE",
+        ];
+        // Columns start where their header does (cells are left-aligned under it).
+        let starts: Vec<usize> = names
+            .iter()
+            .map(|n| header.find(n).unwrap_or_else(|| panic!("{n} in {header}")))
+            .collect();
+        let nodes = json["new_nodes"].as_array().expect("new nodes");
+        assert!(!nodes.is_empty(), "{example}: no new node to compare");
+        for node in nodes {
+            let line = lines.next().expect("a row per new node");
+            let cell = |i: usize| -> &str {
+                let end = starts.get(i + 1).copied().unwrap_or(line.len());
+                line[starts[i]..end.min(line.len())].trim()
+            };
+            assert_eq!(cell(0), node["name"].as_str().expect("name"), "{line}");
+            let claim = &node["node_claim"];
+            let pairs = |v: &serde_json::Value| {
+                let m = v.as_object().expect("a map");
+                if m.is_empty() {
+                    return "<none>".to_string();
+                }
+                m.iter()
+                    .map(|(k, v)| format!("{k}={}", v.as_str().expect("a string")))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            let list = |v: &serde_json::Value| {
+                let items: Vec<&str> = v
+                    .as_array()
+                    .expect("a list")
+                    .iter()
+                    .map(|t| t.as_str().expect("a string"))
+                    .collect();
+                if items.is_empty() {
+                    "<none>".to_string()
+                } else {
+                    items.join(",")
+                }
+            };
+            let requirements: Vec<String> = claim["requirements"]
+                .as_array()
+                .expect("requirements")
+                .iter()
+                .map(|r| {
+                    let values: Vec<&str> = r["values"]
+                        .as_array()
+                        .expect("values")
+                        .iter()
+                        .map(|v| v.as_str().expect("a string"))
+                        .collect();
+                    let mut s = format!(
+                        "{} {}",
+                        r["key"].as_str().expect("key"),
+                        r["operator"].as_str().expect("operator")
+                    );
+                    if !values.is_empty() {
+                        s.push_str(&format!(" [{}]", values.join(",")));
+                    }
+                    s
+                })
+                .collect();
+            assert_eq!(cell(7), pairs(&claim["labels"]), "{example}: labels");
+            assert_eq!(cell(8), requirements.join("; "), "{example}: requirements");
+            assert_eq!(cell(9), list(&claim["taints"]), "{example}: taints");
+            assert_eq!(cell(10), list(&claim["startup_taints"]), "{example}");
+            assert_eq!(cell(11), pairs(&claim["allocatable"]), "{example}");
+        }
+    }
+}
