@@ -212,23 +212,24 @@ fn amis(
             }
         }
         let any_selector = by_id || !sel.is_empty();
-        let mut add = |k: &str, v: Value| {
+        // `field` is the input's (a note names it), `k` joiner's selector key.
+        let mut add = |field: &str, k: &str, v: Value| {
             if any_selector {
-                notes.push(term.note(k, "joiner selects AMIs with one set of criteria; this alternative term is not converted"));
+                notes.push(term.note(field, "joiner selects AMIs with one set of criteria; this alternative term is not converted"));
             } else {
                 sel.insert(k.to_string(), v);
             }
         };
         if let Some(Value::Object(tags)) = term.take("tags") {
             for (k, v) in tags.clone() {
-                add(&k, v);
+                add(&format!("tags.{k}"), &k, v);
             }
         }
         if let Some(name) = term.string("name")? {
-            add("aws::name", json!(name));
+            add("name", "aws::name", json!(name));
         }
         if let Some(owner) = term.string("owner")? {
-            add("aws::owners", json!(owner));
+            add("owner", "aws::owners", json!(owner));
         }
         term.finish(notes);
     }

@@ -70,9 +70,27 @@ pub(super) fn node_pool(
     if let Some(c) = class {
         out.insert("providerRef".into(), json!({"name": c}));
     }
-    // They name the EC2NodeClass, which becomes the NodeTemplate of the same name.
-    for key in ["kind", "apiVersion", "group"] {
-        class_ref.take(key);
+    // They name the EC2NodeClass, which becomes the NodeTemplate of the same name; a
+    // reference to another provider's class names nothing joiner can launch with.
+    for (key, allowed) in [
+        ("kind", &["EC2NodeClass"][..]),
+        ("group", &["karpenter.k8s.aws"][..]),
+        (
+            "apiVersion",
+            &["karpenter.k8s.aws/v1beta1", "karpenter.k8s.aws/v1"][..],
+        ),
+    ] {
+        if let Some(v) = class_ref.string(key)? {
+            if !allowed.contains(&v) {
+                return Err(class_ref.error(
+                    key,
+                    &format!(
+                        "{v}: joiner reads EC2NodeClasses (karpenter.k8s.aws) only; a NodePool \
+                         naming another provider's node class cannot be converted"
+                    ),
+                ));
+            }
+        }
     }
     class_ref.finish(notes);
     // v1beta1 keeps kubelet settings in the NodePool, v1 in the EC2NodeClass.

@@ -357,6 +357,69 @@ fn malformed_input_names_the_object_and_field() {
 }
 
 #[test]
+fn a_node_pool_naming_another_providers_node_class_is_refused() {
+    for (key, value) in [
+        ("group", "karpenter.azure.com"),
+        ("kind", "AKSNodeClass"),
+        ("apiVersion", "karpenter.azure.com/v1alpha2"),
+    ] {
+        let e = convert(
+            &[json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": {"name": "x"},
+            "spec": {"template": {"spec": {"requirements": [],
+                "nodeClassRef": {key: value, "name": "default"}}}}})],
+        )
+        .expect_err("refused");
+        assert_eq!(
+            (e.object.as_str(), e.field.as_str()),
+            (
+                "NodePool x",
+                format!("spec.template.spec.nodeClassRef.{key}").as_str()
+            )
+        );
+        assert!(e.reason.contains(value), "{e}");
+    }
+    // Karpenter's own references convert.
+    for class_ref in [
+        json!({"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}),
+        json!({"apiVersion": "karpenter.k8s.aws/v1beta1", "kind": "EC2NodeClass", "name": "default"}),
+    ] {
+        convert(
+            &[json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": {"name": "x"},
+            "spec": {"template": {"spec": {"requirements": [], "nodeClassRef": class_ref}}}})],
+        )
+        .expect("converts");
+    }
+}
+
+#[test]
+fn a_second_ami_term_is_noted_by_its_own_fields() {
+    let c = convert(&yaml(
+        r#"
+apiVersion: karpenter.k8s.aws/v1beta1
+kind: EC2NodeClass
+metadata: {name: nc}
+spec:
+  amiFamily: AL2
+  role: r
+  amiSelectorTerms: [{id: ami-1}, {name: "eks-*", owner: amazon, tags: {team: a}}]
+  subnetSelectorTerms: [{tags: {team: a}}]
+  securityGroupSelectorTerms: [{id: sg-1}]
+"#,
+    ))
+    .expect("converts");
+    let fields: Vec<&str> = c.notes.iter().map(|n| n.field.as_str()).collect();
+    for field in [
+        "spec.amiSelectorTerms[1].name",
+        "spec.amiSelectorTerms[1].owner",
+        "spec.amiSelectorTerms[1].tags.team",
+    ] {
+        assert!(fields.contains(&field), "{field}: {fields:?}");
+    }
+}
+
+#[test]
 fn an_unset_expire_after_keeps_karpenters_default_of_720h() {
     // Karpenter v1beta1 and v1 expire nodes after 720h unless told otherwise; "Never" opts
     // out. joiner's own default is never, so the converted Provisioner says it.
