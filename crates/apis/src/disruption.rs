@@ -12,6 +12,7 @@ pub const MAX_BUDGETS: usize = 50;
 pub struct Disruption {
     /// Budgets; the most restrictive active one applies. Empty means the default (`10%`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_BUDGETS))]
     pub budgets: Vec<Budget>,
 }
 
@@ -19,12 +20,15 @@ pub struct Disruption {
 /// cron window of `duration` starting at each `schedule` tick (UTC).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = crate::spec_rules::budget_rules()))]
 pub struct Budget {
     /// A count ("3") or a percentage of the Provisioner's nodes ("10%").
     #[serde(default = "default_budget_nodes")]
+    #[schemars(regex(pattern = crate::spec_rules::BUDGET_NODES_PATTERN))]
     pub nodes: String,
     /// Reasons this budget applies to; empty means all of them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(inner(regex(pattern = crate::spec_rules::BUDGET_REASON_PATTERN)))]
     pub reasons: Vec<String>,
     /// Cron schedule (five fields or an `@daily`-style macro) at which the window opens.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -22,6 +22,7 @@ pub mod object;
 pub mod provisioner;
 pub mod resolution;
 pub mod selector;
+pub mod spec_rules;
 pub mod syntax;
 pub mod tag_rules;
 pub mod taint;

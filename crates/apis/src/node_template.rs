@@ -25,7 +25,7 @@ use crate::selector::NodeSelectorRequirement;
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-validations" = crate::validation::node_template_rules()))]
+#[schemars(extend("x-kubernetes-validations" = crate::spec_rules::node_template_rules()))]
 pub struct NodeTemplateSpec {
     /// Tags (or `aws-ids`) that select the subnets nodes launch into.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -55,6 +55,7 @@ pub struct NodeTemplateSpec {
     pub metadata_options: MetadataOptions,
     /// EBS volumes; the family's root volume when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = crate::spec_rules::MAX_BLOCK_DEVICES))]
     pub block_device_mappings: Vec<BlockDeviceMapping>,
     /// CloudWatch detailed (1-minute) monitoring.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -140,6 +141,7 @@ fn one() -> i64 {
 #[serde(rename_all = "camelCase")]
 pub struct BlockDeviceMapping {
     /// Device name, e.g. `/dev/xvda`.
+    #[schemars(length(min = 1))]
     pub device_name: String,
     /// The EBS volume.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -153,6 +155,7 @@ pub struct BlockDeviceMapping {
 /// An EBS volume of a block device mapping.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = crate::spec_rules::ebs_rules()))]
 pub struct BlockDevice {
     /// Size as a quantity ("20Gi"); 1Gi–64Ti.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -163,9 +166,11 @@ pub struct BlockDevice {
     pub volume_type: Option<String>,
     /// Provisioned IOPS (io1, io2, gp3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub iops: Option<i64>,
     /// Throughput in MiB/s (gp3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub throughput: Option<i64>,
     /// Encrypt the volume.
     #[serde(default, skip_serializing_if = "Option::is_none")]

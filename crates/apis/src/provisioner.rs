@@ -29,6 +29,7 @@ use crate::taint::Taint;
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = crate::spec_rules::provisioner_rules()))]
 pub struct ProvisionerSpec {
     /// Constraints on the nodes launched (instance types, zones, capacity types, custom labels).
     /// Without a `karpenter.sh/capacity-type` requirement only on-demand capacity is used.
@@ -160,6 +161,7 @@ pub struct Consolidation {
 /// reservations, eviction thresholds) plus the few that launch templates carry.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = crate::spec_rules::kubelet_rules()))]
 pub struct KubeletConfiguration {
     /// DNS server addresses for pods.
     #[serde(default, rename = "clusterDNS", skip_serializing_if = "Vec::is_empty")]
@@ -174,21 +176,39 @@ pub struct KubeletConfiguration {
     pub pods_per_core: Option<i32>,
     /// Resources reserved for the operating system.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend(
+        "maxProperties" = crate::spec_rules::RESERVABLE.len(),
+        "x-kubernetes-validations" = crate::spec_rules::reserved_rules()
+    ))]
     pub system_reserved: BTreeMap<String, Quantity>,
     /// Resources reserved for the kubelet and container runtime.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend(
+        "maxProperties" = crate::spec_rules::RESERVABLE.len(),
+        "x-kubernetes-validations" = crate::spec_rules::reserved_rules()
+    ))]
     pub kube_reserved: BTreeMap<String, Quantity>,
     /// Hard eviction thresholds (`memory.available: 100Mi`, `nodefs.available: 10%`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend(
+        "maxProperties" = crate::spec_rules::EVICTION_SIGNALS.len(),
+        "x-kubernetes-validations" = crate::spec_rules::eviction_rules()
+    ))]
     pub eviction_hard: BTreeMap<String, String>,
     /// Soft eviction thresholds; each needs a grace period.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend(
+        "maxProperties" = crate::spec_rules::EVICTION_SIGNALS.len(),
+        "x-kubernetes-validations" = crate::spec_rules::eviction_rules()
+    ))]
     pub eviction_soft: BTreeMap<String, String>,
     /// Grace periods (Go durations) of the soft thresholds.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = crate::spec_rules::EVICTION_SIGNALS.len()))]
     pub eviction_soft_grace_period: BTreeMap<String, String>,
     /// Longest pod termination grace period honored on soft eviction, in seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
     pub eviction_max_pod_grace_period: Option<i32>,
     /// Disk usage percentage that starts image garbage collection.
     #[serde(
@@ -196,6 +216,7 @@ pub struct KubeletConfiguration {
         rename = "imageGCHighThresholdPercent",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schemars(range(min = 0, max = 100))]
     pub image_gc_high_threshold_percent: Option<i32>,
     /// Disk usage percentage image garbage collection frees down to.
     #[serde(
@@ -203,6 +224,7 @@ pub struct KubeletConfiguration {
         rename = "imageGCLowThresholdPercent",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schemars(range(min = 0, max = 100))]
     pub image_gc_low_threshold_percent: Option<i32>,
     /// Enforce CPU limits with CFS quota.
     #[serde(

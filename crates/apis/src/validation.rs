@@ -22,20 +22,7 @@ use crate::taint::Taint;
 
 use crate::syntax::JOINER_SET_LABELS as RESTRICTED_LABELS;
 
-/// Eviction signals the kubelet knows.
-const EVICTION_SIGNALS: &[&str] = &[
-    "memory.available",
-    "nodefs.available",
-    "nodefs.inodesFree",
-    "imagefs.available",
-    "imagefs.inodesFree",
-    "containerfs.available",
-    "containerfs.inodesFree",
-    "pid.available",
-];
-
-/// Resources that kubeReserved and systemReserved may name.
-const RESERVABLE: &[&str] = &["cpu", "memory", "ephemeral-storage", "pid"];
+use crate::spec_rules::{self as rules, EVICTION_SIGNALS, RESERVABLE};
 
 /// EBS volume types.
 const VOLUME_TYPES: &[&str] = &["standard", "io1", "io2", "gp2", "gp3", "sc1", "st1"];
@@ -203,7 +190,7 @@ impl Provisioner {
         if self.consolidation_enabled() && spec.ttl_seconds_after_empty.is_some() {
             return Err(check.invalid(
                 "spec.ttlSecondsAfterEmpty",
-                "cannot be set when consolidation is enabled (consolidation removes empty nodes)",
+                rules::TTL_AFTER_EMPTY_WITH_CONSOLIDATION,
             ));
         }
 
@@ -459,17 +446,14 @@ fn kubelet_settings(check: &Check, k: &KubeletConfiguration) -> Result<KubeletSe
         if !k.eviction_soft_grace_period.contains_key(signal) {
             return Err(check.invalid(
                 map_field(&format!("{P}.evictionSoftGracePeriod"), signal),
-                format!("soft eviction threshold {signal} needs a grace period"),
+                rules::soft_without_grace(signal),
             ));
         }
     }
     for (signal, period) in &k.eviction_soft_grace_period {
         let field = map_field(&format!("{P}.evictionSoftGracePeriod"), signal);
         if !k.eviction_soft.contains_key(signal) {
-            return Err(check.invalid(
-                field,
-                format!("grace period for {signal}, which has no soft threshold"),
-            ));
+            return Err(check.invalid(field, rules::grace_without_soft(signal)));
         }
         if duration::parse_seconds(period).is_none() {
             return Err(check.invalid(
@@ -499,7 +483,7 @@ fn kubelet_settings(check: &Check, k: &KubeletConfiguration) -> Result<KubeletSe
         if lo >= hi {
             return Err(check.invalid(
                 format!("{P}.imageGCLowThresholdPercent"),
-                format!("{lo} must be below imageGCHighThresholdPercent {hi}"),
+                rules::gc_low_not_below_high(lo.into(), hi.into()),
             ));
         }
     }
@@ -531,10 +515,7 @@ fn reserved(
     for (name, q) in map {
         let field = map_field(prefix, name);
         if !RESERVABLE.contains(&name.as_str()) {
-            return Err(check.invalid(
-                field,
-                format!("cannot reserve {name:?} (expected cpu, memory, ephemeral-storage or pid)"),
-            ));
+            return Err(check.invalid(field, rules::not_reservable(name)));
         }
         let parsed = if name == "cpu" {
             quantity::parse_milli(&q.0)
@@ -562,7 +543,7 @@ fn eviction(
     for (signal, value) in map {
         let field = map_field(prefix, signal);
         if !EVICTION_SIGNALS.contains(&signal.as_str()) {
-            return Err(check.invalid(field, format!("unknown eviction signal {signal:?}")));
+            return Err(check.invalid(field, rules::unknown_signal(signal)));
         }
         let threshold = if let Some(p) = value.trim().strip_suffix('%') {
             match p.trim().parse::<f64>() {
@@ -595,21 +576,6 @@ impl Provisioner {
     }
 }
 
-/// The message of the rule [`node_template_rules`] and [`NodeTemplate::validate`] share.
-const CUSTOM_NEEDS_SELECTOR: &str =
-    "amiFamily Custom needs an amiSelector (there are no default AMIs)";
-
-/// `x-kubernetes-validations` on a NodeTemplate's `spec`: the cross-field rules of
-/// [`NodeTemplate::validate`] a CEL rule can say, so `kubectl apply` refuses what the
-/// controller would (with its words).
-pub fn node_template_rules() -> serde_json::Value {
-    serde_json::json!([{
-        "rule": "!has(self.amiFamily) || self.amiFamily != 'Custom' || (has(self.amiSelector) && size(self.amiSelector) > 0)",
-        "message": format!("spec.amiSelector: {CUSTOM_NEEDS_SELECTOR}"),
-        "fieldPath": ".amiSelector",
-    }])
-}
-
 impl NodeTemplate {
     /// Validates the template, so a launch never fails on a value that could have been
     /// rejected when the manifest was read.
@@ -622,7 +588,7 @@ impl NodeTemplate {
             ("spec.securityGroupSelector", &spec.security_group_selector),
         ] {
             if selector.is_empty() {
-                return Err(check.invalid(field, "at least one tag or aws-ids entry is required"));
+                return Err(check.invalid(field, rules::SELECTOR_REQUIRED));
             }
             if selector.contains_key("") {
                 return Err(check.invalid(field, "selector key is empty"));
@@ -654,7 +620,7 @@ impl NodeTemplate {
             return Err(check.invalid("spec.amiSelector", "selector key is empty"));
         }
         if self.ami_family() == AmiFamily::Custom && spec.ami_selector.is_empty() {
-            return Err(check.invalid("spec.amiSelector", CUSTOM_NEEDS_SELECTOR));
+            return Err(check.invalid("spec.amiSelector", rules::CUSTOM_NEEDS_SELECTOR));
         }
 
         let m = &spec.metadata_options;
@@ -683,6 +649,16 @@ impl NodeTemplate {
             ));
         }
 
+        if spec.block_device_mappings.len() > rules::MAX_BLOCK_DEVICES {
+            return Err(check.invalid(
+                "spec.blockDeviceMappings",
+                format!(
+                    "{} mappings, at most {} are allowed",
+                    spec.block_device_mappings.len(),
+                    rules::MAX_BLOCK_DEVICES
+                ),
+            ));
+        }
         for (i, b) in spec.block_device_mappings.iter().enumerate() {
             let at = |leaf: &str| format!("spec.blockDeviceMappings[{i}].{leaf}");
             if b.device_name.is_empty() {
@@ -708,10 +684,7 @@ impl NodeTemplate {
             }
             if let Some(iops) = ebs.iops {
                 if !matches!(volume_type, "io1" | "io2" | "gp3") {
-                    return Err(check.invalid(
-                        at("ebs.iops"),
-                        format!("volume type {volume_type} takes no iops"),
-                    ));
+                    return Err(check.invalid(at("ebs.iops"), rules::no_iops(volume_type)));
                 }
                 if iops <= 0 {
                     return Err(
@@ -721,10 +694,9 @@ impl NodeTemplate {
             }
             if let Some(t) = ebs.throughput {
                 if volume_type != "gp3" {
-                    return Err(check.invalid(
-                        at("ebs.throughput"),
-                        format!("volume type {volume_type} takes no throughput (gp3 only)"),
-                    ));
+                    return Err(
+                        check.invalid(at("ebs.throughput"), rules::no_throughput(volume_type))
+                    );
                 }
                 if t <= 0 {
                     return Err(

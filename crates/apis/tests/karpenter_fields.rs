@@ -131,7 +131,7 @@ fn noted(notes: &[Note], object: &str, path: &str) -> bool {
 
 /// The leaves of `objects` that are neither noted nor change the conversion.
 fn silently_dropped(objects: &[Value]) -> Vec<String> {
-    silently_dropped_by(objects, |o| outcome(o))
+    silently_dropped_by(objects, outcome)
 }
 
 /// [`silently_dropped`] for any conversion `convert_by` (its outcome as text, notes included).

@@ -124,10 +124,14 @@ fn budgets(check: &Check, list: &[disruption::Budget]) -> Result<Vec<Budget>, Ap
         }
         let window = match (&b.schedule, &b.duration) {
             (Some(_), None) => {
-                return Err(check.invalid(at("duration"), "a schedule needs a duration"))
+                return Err(
+                    check.invalid(at("duration"), crate::spec_rules::SCHEDULE_NEEDS_DURATION)
+                )
             }
             (None, Some(_)) => {
-                return Err(check.invalid(at("schedule"), "a duration needs a schedule"))
+                return Err(
+                    check.invalid(at("schedule"), crate::spec_rules::DURATION_NEEDS_SCHEDULE)
+                )
             }
             (Some(s), Some(d)) => {
                 let schedule = Schedule::parse(s).map_err(|e| {

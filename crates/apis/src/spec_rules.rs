@@ -1,0 +1,236 @@
+//! The cross-field rules of validation that a CEL rule can say, as `x-kubernetes-validations`
+//! on the CRDs: `kubectl apply` refuses what the controller would refuse at runtime, in the
+//! controller's words. Each message here is also the one validation.rs returns (its `reason`),
+//! so the two cannot drift apart; `tests` runs every rule through a CEL interpreter beside the
+//! controller's check.
+//!
+//! The API server estimates a rule's cost from the bounds of the lists and maps it runs over,
+//! and refuses a CRD whose rules could cost too much. Rules here run on single objects (a
+//! budget, a volume, a requirement: their lists carry `maxItems`) or over maps whose key set is
+//! bounded by `maxProperties`, and use `has`, `size`, `in` and string concatenation only.
+//!
+//! Rules the controller keeps to itself: anything needing AWS (subnets, AMIs, instance types),
+//! another object (the NodeTemplate a Provisioner names), or a parse CEL cannot do exactly
+//! (cron fields, Go durations, quantities' ranges).
+
+use serde_json::{json, Value};
+
+/// `amiFamily: Custom` without an `amiSelector`.
+pub const CUSTOM_NEEDS_SELECTOR: &str =
+    "amiFamily Custom needs an amiSelector (there are no default AMIs)";
+/// An empty subnet or security-group selector.
+pub const SELECTOR_REQUIRED: &str = "at least one tag or aws-ids entry is required";
+/// `ttlSecondsAfterEmpty` beside enabled consolidation.
+pub const TTL_AFTER_EMPTY_WITH_CONSOLIDATION: &str =
+    "cannot be set when consolidation is enabled (consolidation removes empty nodes)";
+/// A budget window without its length.
+pub const SCHEDULE_NEEDS_DURATION: &str = "a schedule needs a duration";
+/// A budget window length without its schedule.
+pub const DURATION_NEEDS_SCHEDULE: &str = "a duration needs a schedule";
+/// Most block device mappings a NodeTemplate may list (Karpenter's bound).
+pub const MAX_BLOCK_DEVICES: usize = 50;
+
+/// `x-kubernetes-validations` on a NodeTemplate's `spec`.
+pub fn node_template_rules() -> Value {
+    let mut rules = vec![json!({
+        "rule": "!has(self.amiFamily) || self.amiFamily != 'Custom' || (has(self.amiSelector) && size(self.amiSelector) > 0)",
+        "message": format!("spec.amiSelector: {CUSTOM_NEEDS_SELECTOR}"),
+        "fieldPath": ".amiSelector",
+    })];
+    for field in ["subnetSelector", "securityGroupSelector"] {
+        rules.push(json!({
+            "rule": format!("has(self.{field}) && size(self.{field}) > 0"),
+            "message": format!("spec.{field}: {SELECTOR_REQUIRED}"),
+            "fieldPath": format!(".{field}"),
+        }));
+    }
+    Value::Array(rules)
+}
+
+/// `x-kubernetes-validations` on a Provisioner's `spec`.
+pub fn provisioner_rules() -> Value {
+    json!([{
+        "rule": "!has(self.ttlSecondsAfterEmpty) || !has(self.consolidation) || !has(self.consolidation.enabled) || !self.consolidation.enabled",
+        "message": format!("spec.ttlSecondsAfterEmpty: {TTL_AFTER_EMPTY_WITH_CONSOLIDATION}"),
+        "fieldPath": ".ttlSecondsAfterEmpty",
+    }])
+}
+
+/// `x-kubernetes-validations` on one disruption budget: a window is a schedule and a
+/// duration together.
+pub fn budget_rules() -> Value {
+    json!([
+        {
+            "rule": "!has(self.schedule) || has(self.duration)",
+            "message": SCHEDULE_NEEDS_DURATION,
+            "fieldPath": ".duration",
+        },
+        {
+            "rule": "has(self.schedule) || !has(self.duration)",
+            "message": DURATION_NEEDS_SCHEDULE,
+            "fieldPath": ".schedule",
+        },
+    ])
+}
+
+/// A budget's `nodes` as validation reads it: a count, or a percentage up to 100.
+pub const BUDGET_NODES_PATTERN: &str = r"^\s*([0-9]+|0*(100|[0-9]{1,2})%)\s*$";
+/// A budget's reasons.
+pub const BUDGET_REASON_PATTERN: &str = r"^(Empty|Drifted|Underutilized)$";
+
+/// The message of a low image-GC threshold not below the high one, as validation words it.
+pub fn gc_low_not_below_high(low: i64, high: i64) -> String {
+    format!("{low} must be below imageGCHighThresholdPercent {high}")
+}
+
+/// The message of a soft eviction threshold without a grace period.
+pub fn soft_without_grace(signal: &str) -> String {
+    format!("soft eviction threshold {signal} needs a grace period")
+}
+
+/// The message of a grace period without a soft eviction threshold.
+pub fn grace_without_soft(signal: &str) -> String {
+    format!("grace period for {signal}, which has no soft threshold")
+}
+
+/// `x-kubernetes-validations` on `spec.kubeletConfiguration`: image GC thresholds in order,
+/// soft eviction thresholds and grace periods in pairs.
+pub fn kubelet_rules() -> Value {
+    let has_grace = "has(self.evictionSoftGracePeriod) && k in self.evictionSoftGracePeriod";
+    let has_soft = "has(self.evictionSoft) && k in self.evictionSoft";
+    json!([
+        {
+            "rule": "!has(self.imageGCHighThresholdPercent) || !has(self.imageGCLowThresholdPercent) || self.imageGCLowThresholdPercent < self.imageGCHighThresholdPercent",
+            "message": "imageGCLowThresholdPercent must be below imageGCHighThresholdPercent",
+            "messageExpression": "string(self.imageGCLowThresholdPercent) + ' must be below imageGCHighThresholdPercent ' + string(self.imageGCHighThresholdPercent)",
+            "fieldPath": ".imageGCLowThresholdPercent",
+        },
+        {
+            "rule": format!("!has(self.evictionSoft) || self.evictionSoft.all(k, {has_grace})"),
+            "message": "each soft eviction threshold needs a grace period",
+            "messageExpression": format!("'soft eviction threshold ' + self.evictionSoft.filter(k, !({has_grace}))[0] + ' needs a grace period'"),
+            "fieldPath": ".evictionSoftGracePeriod",
+        },
+        {
+            "rule": format!("!has(self.evictionSoftGracePeriod) || self.evictionSoftGracePeriod.all(k, {has_soft})"),
+            "message": "each grace period needs a soft eviction threshold",
+            "messageExpression": format!("'grace period for ' + self.evictionSoftGracePeriod.filter(k, !({has_soft}))[0] + ', which has no soft threshold'"),
+            "fieldPath": ".evictionSoftGracePeriod",
+        },
+    ])
+}
+
+/// The message of a map key outside `allowed`, as validation words it for `what`.
+fn key_rule(allowed: &[&str], message: &str, message_expression: String) -> Value {
+    let list = allowed
+        .iter()
+        .map(|k| format!("{k:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    json!([{
+        "rule": format!("self.all(k, k in [{list}])"),
+        "message": message,
+        "messageExpression": message_expression.replace("LIST", &list),
+    }])
+}
+
+/// Resources kubeReserved and systemReserved may name.
+pub const RESERVABLE: &[&str] = &["cpu", "memory", "ephemeral-storage", "pid"];
+
+/// The message of a reservation of something not reservable.
+pub fn not_reservable(name: &str) -> String {
+    format!("cannot reserve {name:?} (expected cpu, memory, ephemeral-storage or pid)")
+}
+
+/// Schema additions of `kubeReserved` and `systemReserved`: only [`RESERVABLE`] keys.
+pub fn reserved_rules() -> Value {
+    key_rule(
+        RESERVABLE,
+        "only cpu, memory, ephemeral-storage and pid can be reserved",
+        "'cannot reserve \"' + self.filter(k, !(k in [LIST]))[0] + '\" (expected cpu, memory, ephemeral-storage or pid)'".into(),
+    )
+}
+
+/// Eviction signals the kubelet knows.
+pub const EVICTION_SIGNALS: &[&str] = &[
+    "memory.available",
+    "nodefs.available",
+    "nodefs.inodesFree",
+    "imagefs.available",
+    "imagefs.inodesFree",
+    "containerfs.available",
+    "containerfs.inodesFree",
+    "pid.available",
+];
+
+/// The message of an unknown eviction signal.
+pub fn unknown_signal(signal: &str) -> String {
+    format!("unknown eviction signal {signal:?}")
+}
+
+/// Schema additions of the eviction threshold maps: only [`EVICTION_SIGNALS`] keys.
+pub fn eviction_rules() -> Value {
+    key_rule(
+        EVICTION_SIGNALS,
+        "unknown eviction signal",
+        "'unknown eviction signal \"' + self.filter(k, !(k in [LIST]))[0] + '\"'".into(),
+    )
+}
+
+/// The message of iops on a volume type without them.
+pub fn no_iops(volume_type: &str) -> String {
+    format!("volume type {volume_type} takes no iops")
+}
+
+/// The message of throughput on a volume type other than gp3.
+pub fn no_throughput(volume_type: &str) -> String {
+    format!("volume type {volume_type} takes no throughput (gp3 only)")
+}
+
+/// `x-kubernetes-validations` on an EBS volume: iops only on io1, io2 and gp3 (the default
+/// type), throughput only on gp3.
+pub fn ebs_rules() -> Value {
+    json!([
+        {
+            "rule": "!has(self.iops) || !has(self.volumeType) || self.volumeType in ['io1', 'io2', 'gp3']",
+            "message": "iops needs volume type io1, io2 or gp3",
+            "messageExpression": "'volume type ' + self.volumeType + ' takes no iops'",
+            "fieldPath": ".iops",
+        },
+        {
+            "rule": "!has(self.throughput) || !has(self.volumeType) || self.volumeType == 'gp3'",
+            "message": "throughput needs volume type gp3",
+            "messageExpression": "'volume type ' + self.volumeType + ' takes no throughput (gp3 only)'",
+            "fieldPath": ".throughput",
+        },
+    ])
+}
+
+/// `x-kubernetes-validations` on a node-selector requirement: the value count its operator
+/// takes, in the words of `joiner_core::RequirementError`.
+pub fn requirement_rules() -> Value {
+    let count = "(has(self.values) ? size(self.values) : 0)";
+    json!([
+        {
+            "rule": format!("!(self.operator in ['In', 'NotIn']) || {count} > 0"),
+            "message": "In and NotIn need at least one value",
+            "messageExpression": "'operator ' + self.operator + ' needs at least one value'",
+            "fieldPath": ".values",
+        },
+        {
+            "rule": format!("!(self.operator in ['Exists', 'DoesNotExist']) || {count} == 0"),
+            "message": "Exists and DoesNotExist take no values",
+            "messageExpression": "'operator ' + self.operator + ' takes no values'",
+            "fieldPath": ".values",
+        },
+        {
+            "rule": format!("!(self.operator in ['Gt', 'Lt']) || {count} == 1"),
+            "message": "Gt and Lt need exactly one value",
+            "messageExpression": "'operator ' + self.operator + ' needs exactly one value'",
+            "fieldPath": ".values",
+        },
+    ])
+}
+
+#[cfg(test)]
+mod tests;
