@@ -239,6 +239,7 @@ pub struct KubeletConfiguration {
 /// launch (docs/warm-pool-design.md says which fields are acted on so far).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = crate::spec_rules::warm_pool_rules()))]
 pub struct WarmPool {
     /// Instances kept ready: a count, or `auto` (the peak of claims per 10 minutes over the
     /// last day, at most `maxSize`).

@@ -177,6 +177,22 @@ pub fn eviction_rules() -> Value {
     )
 }
 
+/// The message of a warm pool whose `maxSize` is below its count.
+pub fn max_size_below_size(max_size: i64, size: i64) -> String {
+    format!("{max_size} is below size {size}")
+}
+
+/// `x-kubernetes-validations` on `spec.warmPool`: `maxSize` is not below a counted `size`
+/// (`size` is an int-or-string: `auto` is the one string validation lets through).
+pub fn warm_pool_rules() -> Value {
+    json!([{
+        "rule": "!has(self.size) || !has(self.maxSize) || string(self.size) == 'auto' || self.maxSize >= int(self.size)",
+        "message": "maxSize is below size",
+        "messageExpression": "string(self.maxSize) + ' is below size ' + string(self.size)",
+        "fieldPath": ".maxSize",
+    }])
+}
+
 /// The message of iops on a volume type without them.
 pub fn no_iops(volume_type: &str) -> String {
     format!("volume type {volume_type} takes no iops")

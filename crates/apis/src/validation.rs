@@ -372,7 +372,10 @@ fn warm_pool(check: &Check, w: &crate::WarmPool) -> Result<(), ApiError> {
     }
     if let (Some(IntOrString::Int(n)), Some(m)) = (&w.size, w.max_size) {
         if m < *n {
-            return Err(check.invalid("spec.warmPool.maxSize", format!("{m} is below size {n}")));
+            return Err(check.invalid(
+                "spec.warmPool.maxSize",
+                rules::max_size_below_size(m.into(), (*n).into()),
+            ));
         }
     }
     if let Some(state) = w.state.as_deref() {

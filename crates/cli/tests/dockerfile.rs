@@ -94,6 +94,24 @@ fn the_image_builds_the_workspace_binary_and_runs_it_as_non_root() {
         "{}",
         froms[1]
     );
+    // Each base image is pinned by digest (a tag alone moves), the tag kept for readers.
+    for from in &froms {
+        let image = from.split_whitespace().next().expect("image");
+        let (tagged, digest) = image
+            .split_once("@sha256:")
+            .unwrap_or_else(|| panic!("{image} is not pinned by digest"));
+        assert!(
+            tagged.contains(':'),
+            "{image}: keep the tag beside the digest"
+        );
+        assert!(
+            digest.len() == 64
+                && digest
+                    .bytes()
+                    .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()),
+            "{image}: not a sha256 digest"
+        );
+    }
     let rust_image = froms[0].split_whitespace().next().expect("image");
     let rust_version = rust_image
         .trim_start_matches("rust:")

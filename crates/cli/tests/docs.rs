@@ -295,3 +295,83 @@ fn every_joiner_command_in_the_docs_is_one_the_binary_accepts() {
         }
     }
 }
+
+/// Features joiner ships, as the docs name them (lower case), each with the command or code
+/// that shows it exists: a page calling one of them missing is out of date.
+const SHIPPED: &[(&str, &str)] = &[
+    ("hibernat", "crates/aws/src/warm_pool.rs"),
+    ("warm pool", "crates/controller/src/warm_pool/mod.rs"),
+    ("interruption", "crates/controller/src/interruption/mod.rs"),
+    (
+        "consolidation",
+        "crates/core/src/disruption/consolidation.rs",
+    ),
+    ("drift", "crates/apis/src/drift.rs"),
+    ("disruption budget", "crates/apis/src/disruption.rs"),
+    ("import-karpenter", "crates/cli/src/import.rs"),
+    ("leader election", "crates/controller/src/leader.rs"),
+    ("rebalance", "crates/controller/src/interruption/mod.rs"),
+    ("-o wide", "crates/cli/src/output.rs"),
+];
+
+/// Words that say a feature is missing.
+const MISSING: &[&str] = &[
+    "not built",
+    "not yet built",
+    "not implemented",
+    "not yet implemented",
+    "unimplemented",
+    "not supported yet",
+    "not yet supported",
+    "coming soon",
+    "is planned",
+    "are planned",
+    "todo",
+];
+
+/// The sentences of `text` (paragraphs joined, split after `.`, `;` or `:` and at blank lines)
+/// that name a shipped feature as missing.
+fn calls_shipped_missing(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for paragraph in text.split("\n\n") {
+        let flat = paragraph.split_whitespace().collect::<Vec<_>>().join(" ");
+        for sentence in flat.split_inclusive(['.', ';']) {
+            let lower = sentence.to_lowercase();
+            if let Some((feature, _)) = SHIPPED.iter().find(|(f, _)| lower.contains(f)) {
+                if let Some(word) = MISSING.iter().find(|w| lower.contains(*w)) {
+                    out.push(format!("{feature} / {word}: {}", sentence.trim()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// No page calls a shipped feature missing (the README once said hibernation and warm pools
+/// were not built, long after they were).
+#[test]
+fn no_page_calls_a_shipped_feature_missing() {
+    for (_, code) in SHIPPED {
+        assert!(
+            root().join(code).exists(),
+            "{code}: the feature's code moved"
+        );
+    }
+    // The check finds what it is for.
+    assert_eq!(
+        calls_shipped_missing("Warm pools work.\n\nHibernation is not built yet; members stop.")
+            .len(),
+        1
+    );
+    let mut stale = Vec::new();
+    for file in markdown() {
+        for s in calls_shipped_missing(&read(&file)) {
+            stale.push(format!("{file}: {s}"));
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "pages call shipped features missing:\n{}",
+        stale.join("\n")
+    );
+}

@@ -236,6 +236,19 @@ fn provisioner_rules_agree_with_the_controller() {
 }
 
 #[test]
+fn warm_pool_rules_agree_with_the_controller() {
+    let pool = |w: &str| format!("  warmPool: {{{w}}}\n");
+    agree("Provisioner", &pool("size: 3, maxSize: 5"), None);
+    agree("Provisioner", &pool("size: auto, maxSize: 5"), None);
+    agree("Provisioner", &pool("size: 3"), None);
+    agree(
+        "Provisioner",
+        &pool("size: 6, maxSize: 5"),
+        Some(&super::max_size_below_size(5, 6)),
+    );
+}
+
+#[test]
 fn kubelet_rules_agree_with_the_controller() {
     let kubelet = |k: &str| format!("  kubeletConfiguration: {{{k}}}\n");
     for (k, refused) in [
