@@ -18,5 +18,6 @@ pub struct NodeSelectorRequirement {
     pub operator: String,
     /// Values; In/NotIn need at least one, Gt/Lt exactly one integer, Exists/DoesNotExist none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = crate::spec_rules::MAX_REQUIREMENT_VALUES), inner(length(max = 63)))]
     pub values: Vec<String>,
 }

@@ -49,10 +49,53 @@ pub fn node_template_rules() -> Value {
 
 /// `x-kubernetes-validations` on a Provisioner's `spec`.
 pub fn provisioner_rules() -> Value {
-    json!([{
+    let mut rules = vec![json!({
         "rule": "!has(self.ttlSecondsAfterEmpty) || !has(self.consolidation) || !has(self.consolidation.enabled) || !self.consolidation.enabled",
         "message": format!("spec.ttlSecondsAfterEmpty: {TTL_AFTER_EMPTY_WITH_CONSOLIDATION}"),
         "fieldPath": ".ttlSecondsAfterEmpty",
+    })];
+    if let Value::Array(more) = label_requirement_rules() {
+        rules.extend(more);
+    }
+    Value::Array(rules)
+}
+
+/// Most values one requirement may list: a bound for the cost of the rule comparing labels
+/// with requirements (an instance-type list of every type in a region stays below it).
+pub const MAX_REQUIREMENT_VALUES: usize = 1000;
+
+/// The message of a label whose value a requirement on its key refuses, naming the
+/// requirement as the manifest writes it.
+pub fn label_contradicts(value: &str, key: &str, operator: &str, values: &[String]) -> String {
+    let listed = if values.is_empty() {
+        String::new()
+    } else {
+        format!(" [{}]", values.join(", "))
+    };
+    format!("label value {value:?} contradicts the requirement {key} {operator}{listed}")
+}
+
+/// `x-kubernetes-validations` on a Provisioner's `spec`: each label allowed by every
+/// requirement on the same key (the nodes carry both, so a contradiction launches nodes no
+/// pod selecting either can use). Keys are compared as written; validation also maps
+/// deprecated keys to their current names.
+pub fn label_requirement_rules() -> Value {
+    let ok = "(r.operator == 'In' ? (has(r.values) && self.labels[r.key] in r.values) \
+        : r.operator == 'NotIn' ? !(has(r.values) && self.labels[r.key] in r.values) \
+        : r.operator == 'Exists' ? true \
+        : r.operator == 'DoesNotExist' ? false \
+        : (has(r.values) && size(r.values) == 1 \
+           && self.labels[r.key].matches('^[-+]?[0-9]+$') && r.values[0].matches('^[-+]?[0-9]+$') \
+           && (r.operator == 'Gt' ? int(self.labels[r.key]) > int(r.values[0]) \
+               : int(self.labels[r.key]) < int(r.values[0]))))";
+    let bad = format!("self.requirements.filter(r, r.key in self.labels && !{ok})[0]");
+    json!([{
+        "rule": format!("!has(self.labels) || !has(self.requirements) || self.requirements.all(r, !(r.key in self.labels) || {ok})"),
+        "message": "spec.labels: a label's value contradicts a requirement on its key",
+        "messageExpression": format!(
+            "'label value \"' + self.labels[{bad}.key] + '\" contradicts the requirement ' + {bad}.key + ' ' + {bad}.operator + (has({bad}.values) && size({bad}.values) > 0 ? ' [' + {bad}.values.join(', ') + ']' : '')"
+        ),
+        "fieldPath": ".labels",
     }])
 }
 

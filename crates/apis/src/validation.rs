@@ -140,10 +140,20 @@ impl Provisioner {
             }
             if let Some(req) = requirements.get(key) {
                 if !req.allows(value) {
-                    return Err(check.invalid(
-                        field,
-                        format!("label value {value:?} contradicts the requirement {key} {req}"),
-                    ));
+                    // The requirement as the manifest writes it (the CRD's rule says the same).
+                    let written = spec.requirements.iter().find(|r| {
+                        labels::normalize(&r.key) == labels::normalize(key)
+                            && Operator::parse(&r.operator)
+                                .and_then(|op| Requirement::new(op, &r.values))
+                                .is_ok_and(|one| !one.allows(value))
+                    });
+                    let reason = match written {
+                        Some(r) => rules::label_contradicts(value, &r.key, &r.operator, &r.values),
+                        None => {
+                            format!("label value {value:?} contradicts the requirement {key} {req}")
+                        }
+                    };
+                    return Err(check.invalid(field, reason));
                 }
             }
         }
@@ -261,6 +271,16 @@ fn convert_requirements(
             syntax::qualified_name(&r.key).or_else(|| syntax::restricted_domain(&r.key))
         {
             return Err(check.invalid(at("key"), why));
+        }
+        if r.values.len() > rules::MAX_REQUIREMENT_VALUES {
+            return Err(check.invalid(
+                at("values"),
+                format!(
+                    "{} values; at most {} are allowed",
+                    r.values.len(),
+                    rules::MAX_REQUIREMENT_VALUES
+                ),
+            ));
         }
         let op = Operator::parse(&r.operator).map_err(|e| check.requirement(at("operator"), e))?;
         let req =

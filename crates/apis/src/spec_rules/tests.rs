@@ -27,11 +27,29 @@ fn lower_ascii(This(s): This<Arc<String>>) -> String {
     s.to_ascii_lowercase()
 }
 
+/// CEL's `string.matches(regex)` (RE2, unanchored: the patterns anchor themselves).
+fn matches(This(s): This<Arc<String>>, re: Arc<String>) -> bool {
+    regex::Regex::new(&re).is_ok_and(|r| r.is_match(&s))
+}
+
+/// The Kubernetes CEL library's `list.join(separator)`.
+fn join(This(list): This<Arc<Vec<cel::Value>>>, separator: Arc<String>) -> String {
+    list.iter()
+        .map(|v| match v {
+            cel::Value::String(s) => s.to_string(),
+            other => format!("{other:?}"),
+        })
+        .collect::<Vec<_>>()
+        .join(&separator)
+}
+
 /// The messages of the rules `value` breaks below `schema` (messageExpression when given).
 fn refusals(schema: &JSONSchemaProps, value: &Value, out: &mut Vec<String>) {
     for rule in schema.x_kubernetes_validations.iter().flatten() {
         let mut ctx = cel::Context::default();
         ctx.add_function("find", find).expect("find");
+        ctx.add_function("join", join).expect("join");
+        ctx.add_function("matches", matches).expect("matches");
         ctx.add_function("lowerAscii", lower_ascii)
             .expect("lowerAscii");
         ctx.add_variable_from_value("self", cel::to_value(value).expect("CEL value"));
@@ -209,6 +227,31 @@ fn provisioner_rules_agree_with_the_controller() {
         &budget("nodes: \"0\", duration: 8h"),
         Some(super::DURATION_NEEDS_SCHEDULE),
     );
+    let labelled =
+        |req: &str| format!("  labels: {{team: a, size: \"8\"}}\n  requirements:\n{req}");
+    for (req, refused) in [
+        ("    - {key: team, operator: In, values: [a, b]}\n", None),
+        (
+            "    - {key: team, operator: In, values: [b, c]}\n",
+            Some(super::label_contradicts("a", "team", "In", &["b".into(), "c".into()])),
+        ),
+        (
+            "    - {key: team, operator: Exists}\n    - {key: team, operator: NotIn, values: [a]}\n",
+            Some(super::label_contradicts("a", "team", "NotIn", &["a".into()])),
+        ),
+        (
+            "    - {key: team, operator: DoesNotExist}\n",
+            Some(super::label_contradicts("a", "team", "DoesNotExist", &[])),
+        ),
+        ("    - {key: size, operator: Gt, values: [\"4\"]}\n", None),
+        (
+            "    - {key: size, operator: Lt, values: [\"4\"]}\n",
+            Some(super::label_contradicts("8", "size", "Lt", &["4".into()])),
+        ),
+        ("    - {key: other, operator: DoesNotExist}\n", None),
+    ] {
+        agree("Provisioner", &labelled(req), refused.as_deref());
+    }
     let requirement = |r: &str| format!("  requirements:\n    - {{{r}}}\n");
     for (r, refused) in [
         ("key: team, operator: In, values: [a]", None),
