@@ -120,7 +120,7 @@ fn pod_to_explain(
 }
 
 /// The capacity NodeClaims of the input stand for, as the controller reads it
-/// (`joiner_controller::inflight`): a claim whose Node has not registered becomes an
+/// (`joiner_apis::cluster::inflight`): a claim whose Node has not registered becomes an
 /// in-flight node, and a registered Node whose claim is not initialized yet is planned
 /// without its startup and not-ready taints. Pods of an earlier batch are still pending and
 /// will run there, so a plan from a dump taken during a scale-up does not buy them again.
@@ -139,7 +139,7 @@ fn add_claimed_capacity(
         .map(std::sync::Arc::new)
         .collect();
     let snap = &mut loaded.snapshot;
-    let mut warnings = joiner_controller::inflight::settle_initializing(
+    let mut warnings = joiner_apis::cluster::inflight::settle_initializing(
         &mut snap.nodes,
         &loaded.kube_nodes,
         &claims,
@@ -147,7 +147,7 @@ fn add_claimed_capacity(
         &snap.daemonsets,
         &snap.provisioners,
     );
-    let (in_flight, more) = joiner_controller::inflight::in_flight_nodes(
+    let (in_flight, more) = joiner_apis::cluster::inflight::in_flight_nodes(
         &claims,
         &loaded.kube_nodes,
         catalog,
@@ -157,12 +157,12 @@ fn add_claimed_capacity(
     snap.nodes.extend(in_flight);
     warnings.extend(more);
     // As the controller's snapshot: members count against limits, nominations hold room.
-    warnings.extend(joiner_controller::inflight::hold_warm_members(
+    warnings.extend(joiner_apis::cluster::inflight::hold_warm_members(
         &claims,
         catalog,
         &mut snap.provisioners,
     ));
-    joiner_controller::nominations::apply(snap, &claims, k8s_openapi::jiff::Timestamp::now());
+    joiner_apis::cluster::nominations::apply(snap, &claims, k8s_openapi::jiff::Timestamp::now());
     warnings
 }
 

@@ -4,16 +4,16 @@
 //! The members are the input's warm-pool NodeClaims in phase `Warm` (from `kubectl get
 //! nodeclaims -o yaml`) when it has any for the Provisioner; otherwise a full pool as the
 //! controller would build it from `spec.warmPool` (its size, its types and zones spread as
-//! [`joiner_controller::warm_pool::sizing::next_member`] does). New nodes are matched in plan
+//! [`joiner_apis::cluster::warm_pool::sizing::next_member`] does). New nodes are matched in plan
 //! order, each to the cheapest unused member the launch path would take for it
-//! ([`joiner_controller::warm_pool::take::serves`]).
+//! ([`joiner_apis::cluster::warm_pool::serves`]).
 
 use std::collections::BTreeMap;
 
+use joiner_apis::cluster::warm_pool::sizing;
+use joiner_apis::cluster::warm_pool::{serves, Candidate};
 use joiner_apis::node_claim::WARM;
 use joiner_apis::{NodeClaim, NodeTemplate, Provisioner};
-use joiner_controller::warm_pool::sizing;
-use joiner_controller::warm_pool::take::{serves, Candidate};
 use joiner_core::kubelet::KubeletSettings;
 use joiner_core::scheduling::Plan;
 use joiner_core::{InstanceType, WarmState};
@@ -85,7 +85,7 @@ pub fn overlay(
                 Some((t, z, p))
             })
             .collect();
-        let mut note = joiner_controller::warm_pool::unsupported(prov, nt);
+        let mut note = joiner_apis::cluster::warm_pool::unsupported(prov, nt);
         let (members, from_spec) = if !listed.is_empty() {
             (listed, false)
         } else if note.is_some() {

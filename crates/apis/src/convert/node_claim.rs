@@ -206,6 +206,35 @@ pub fn resources(map: &BTreeMap<String, Quantity>, field: &str) -> Result<Resour
     parse_map(map, field)
 }
 
+/// The labels registration puts on the claim's Node: provisioner-name, nodeclaim, every
+/// requirement with operator In and a single value, and the instance type, zone and capacity
+/// type the claim's status reports (what was actually launched).
+pub fn claim_labels(claim: &NodeClaim) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for r in &claim.spec.requirements {
+        if r.operator == "In" && r.values.len() == 1 {
+            out.insert(labels::normalize(&r.key).to_string(), r.values[0].clone());
+        }
+    }
+    if let Some(status) = &claim.status {
+        for (key, value) in [
+            (labels::INSTANCE_TYPE, &status.instance_type),
+            (labels::ZONE, &status.zone),
+            (labels::CAPACITY_TYPE, &status.capacity_type),
+        ] {
+            if let Some(v) = value.as_ref().filter(|v| !v.is_empty()) {
+                out.insert(key.to_string(), v.clone());
+            }
+        }
+    }
+    out.insert(
+        labels::PROVISIONER_NAME.to_string(),
+        claim.spec.provisioner_name.clone(),
+    );
+    out.insert(labels::NODECLAIM.to_string(), claim.name().to_string());
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,11 +21,12 @@
 //! again and retries. Any other refusal is reported and backed off ([`Registrar`]). Claim status patches carry
 //! the resourceVersion too (optimistic concurrency on the status subresource).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use joiner_apis::condition;
+use joiner_apis::convert::node_claim::claim_labels;
 use joiner_apis::NodeClaim;
 use joiner_core::labels;
 use joiner_core::CloudProvider;
@@ -398,35 +399,6 @@ fn needs_registration_patch(claim: &NodeClaim, node: &Node) -> bool {
         .and_then(|l| l.get(labels::NODECLAIM))
         .map(String::as_str);
     !has_finalizer(&node.metadata) || labelled != Some(claim.name())
-}
-
-/// The labels registration puts on the claim's Node: provisioner-name, nodeclaim, every
-/// requirement with operator In and a single value, and the instance type, zone and capacity
-/// type the claim's status reports (what was actually launched).
-pub fn claim_labels(claim: &NodeClaim) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    for r in &claim.spec.requirements {
-        if r.operator == "In" && r.values.len() == 1 {
-            out.insert(labels::normalize(&r.key).to_string(), r.values[0].clone());
-        }
-    }
-    if let Some(status) = &claim.status {
-        for (key, value) in [
-            (labels::INSTANCE_TYPE, &status.instance_type),
-            (labels::ZONE, &status.zone),
-            (labels::CAPACITY_TYPE, &status.capacity_type),
-        ] {
-            if let Some(v) = value.as_ref().filter(|v| !v.is_empty()) {
-                out.insert(key.to_string(), v.clone());
-            }
-        }
-    }
-    out.insert(
-        labels::PROVISIONER_NAME.to_string(),
-        claim.spec.provisioner_name.clone(),
-    );
-    out.insert(labels::NODECLAIM.to_string(), claim.name().to_string());
-    out
 }
 
 /// The claim's taints and startup taints as Node taints.

@@ -30,7 +30,7 @@
 //! Taking a member for a claim is [`take`], on the launch path.
 
 pub mod history;
-pub mod sizing;
+pub use joiner_apis::cluster::warm_pool::sizing;
 pub mod take;
 
 use std::collections::{BTreeMap, HashMap};
@@ -121,34 +121,7 @@ fn instance_id(claim: &NodeClaim) -> Option<&str> {
     claim.status.as_ref().and_then(|s| s.instance_id.as_deref())
 }
 
-/// Why a Provisioner's pool cannot be kept now, when it cannot: the Custom AMI family (whose
-/// user data joiner does not write), or a state Bottlerocket cannot wait in (`Hibernated`: EC2
-/// does not hibernate Bottlerocket; `Running`: a Bottlerocket member learns its cluster from
-/// settings applied when a take starts it, and a running member is never started). Members
-/// are then not launched (existing ones stay).
-pub fn unsupported(prov: &Provisioner, node_template: Option<&NodeTemplate>) -> Option<String> {
-    let pool = prov.spec.warm_pool.as_ref()?;
-    let family = node_template.map(|nt| nt.ami_family())?;
-    let state = pool.warm_state();
-    if family == AmiFamily::Bottlerocket && state != WarmState::Stopped {
-        let why = match state {
-            WarmState::Hibernated => "EC2 does not hibernate Bottlerocket instances",
-            _ => "Bottlerocket members wait stopped only: their node settings are applied when a take starts them",
-        };
-        return Some(format!(
-            "spec.warmPool.state: {}: {why}; use Stopped with NodeTemplate {}",
-            state.as_str(),
-            node_template.map(|nt| nt.name()).unwrap_or_default(),
-        ));
-    }
-    if family == AmiFamily::Custom {
-        return Some(format!(
-            "NodeTemplate {}: spec.amiFamily Custom: joiner does not write Custom user data, so it cannot keep a warming instance from joining; use AL2023, Bottlerocket or AL2",
-            node_template.map(|nt| nt.name()).unwrap_or_default(),
-        ));
-    }
-    None
-}
+pub use joiner_apis::cluster::warm_pool::unsupported;
 
 /// One pass over every pool and member (see the module doc). Returns the first failure after
 /// every member and pool had its turn.

@@ -24,8 +24,7 @@ use joiner_apis::convert::node_claim::claim_requirements;
 use joiner_apis::node_claim::{CLAIMED, WARM};
 use joiner_apis::{NodeClaim, ObjectLookup};
 use joiner_core::{
-    labels, CapacityType, CloudError, CloudErrorKind, CloudProvider, InstanceType, LaunchRequest,
-    LaunchedNode, Requirements,
+    CloudError, CloudErrorKind, CloudProvider, InstanceType, LaunchRequest, LaunchedNode,
 };
 use serde_json::json;
 
@@ -34,8 +33,7 @@ use crate::context::Context;
 use crate::k8s::claims::{delete_claim, patch_claim_status, Guard};
 use crate::k8s::codes::is_conflict;
 
-/// The Launched condition reason of a claim served by a warm member.
-pub const TAKEN_REASON: &str = "WarmPoolMemberStarted";
+pub use joiner_apis::cluster::warm_pool::{serves, Candidate, TAKEN_REASON};
 
 /// How many members a take tries when others win the bind race.
 const BIND_ATTEMPTS: usize = 3;
@@ -54,38 +52,6 @@ pub struct Taken {
 /// The outcome label of `joiner_warm_pool_takes`.
 fn count<P: CloudProvider>(ctx: &Context<P>, provisioner: &str, outcome: &str) {
     ctx.metrics.warm_take(provisioner, outcome);
-}
-
-/// A warm member as a take judges it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Candidate<'a> {
-    /// Its instance type.
-    pub instance_type: &'a str,
-    /// Its zone.
-    pub zone: &'a str,
-    /// Its on-demand price, USD/h.
-    pub price: f64,
-}
-
-/// True when `member` may serve a claim with requirements `reqs` and allowed `zones` (empty:
-/// any), whose cheapest new candidate costs `cheapest` USD/h: the requirements allow its type,
-/// zone and on-demand capacity, and it costs at most `premium` (a fraction) more. The launch
-/// path and `joiner plan` judge members by this one rule.
-pub fn serves(
-    reqs: &Requirements,
-    zones: &[String],
-    cheapest: Option<f64>,
-    premium: f64,
-    member: &Candidate<'_>,
-) -> bool {
-    reqs.get(labels::INSTANCE_TYPE)
-        .is_none_or(|r| r.allows(member.instance_type))
-        && reqs.get(labels::ZONE).is_none_or(|r| r.allows(member.zone))
-        && reqs
-            .get(labels::CAPACITY_TYPE)
-            .is_none_or(|r| r.allows(CapacityType::OnDemand.as_str()))
-        && (zones.is_empty() || zones.iter().any(|z| z == member.zone))
-        && cheapest.is_none_or(|c| member.price <= c * (1.0 + premium) + 1e-9)
 }
 
 /// The price of `member` from `catalog` (its type's on-demand offering in its zone), else the
@@ -257,52 +223,5 @@ async fn start<P: CloudProvider>(
             }
             Ok(None)
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use joiner_core::Requirement;
-
-    fn member(price: f64) -> Candidate<'static> {
-        Candidate {
-            instance_type: "m5.large",
-            zone: "us-east-1a",
-            price,
-        }
-    }
-
-    #[test]
-    fn a_member_serves_within_the_claims_requirements_and_premium() {
-        let mut reqs = Requirements::new();
-        reqs.add(
-            labels::INSTANCE_TYPE,
-            Requirement::one_of(["m5.large", "m5.xlarge"]),
-        );
-        let any: Vec<String> = Vec::new();
-        // 25 % above a 0.08 $/h candidate is 0.10: 0.096 serves, 0.101 does not.
-        assert!(serves(&reqs, &any, Some(0.08), 0.25, &member(0.096)));
-        assert!(serves(&reqs, &any, Some(0.08), 0.25, &member(0.1)));
-        assert!(!serves(&reqs, &any, Some(0.08), 0.25, &member(0.101)));
-        // Another zone than the claim allows, a type it does not, spot only: no.
-        assert!(!serves(
-            &reqs,
-            &["us-east-1b".to_string()],
-            Some(0.1),
-            0.25,
-            &member(0.096)
-        ));
-        let other = Candidate {
-            instance_type: "c5.large",
-            ..member(0.085)
-        };
-        assert!(!serves(&reqs, &any, Some(0.1), 0.25, &other));
-        let mut spot = reqs.clone();
-        spot.add(labels::CAPACITY_TYPE, Requirement::single("spot"));
-        assert!(!serves(&spot, &any, Some(0.1), 0.25, &member(0.096)));
-        let mut zone = reqs.clone();
-        zone.add(labels::ZONE, Requirement::single("us-east-1b"));
-        assert!(!serves(&zone, &any, Some(0.1), 0.25, &member(0.096)));
     }
 }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use joiner_apis::WarmPool;
+use crate::WarmPool;
 use joiner_core::instance_type::InstanceType;
 use joiner_core::kubelet::KubeletSettings;
 use joiner_core::{labels, CapacityType, Requirements, Resources, WarmState};

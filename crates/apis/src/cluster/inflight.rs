@@ -11,9 +11,9 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use joiner_apis::convert::node_claim::{claim_requirements, claim_taints, resources};
-use joiner_apis::convert::FieldError;
-use joiner_apis::NodeClaim;
+use crate::convert::node_claim::{claim_requirements, claim_taints, resources};
+use crate::convert::FieldError;
+use crate::NodeClaim;
 use joiner_core::instance_type::offering_allowed;
 use joiner_core::kubelet::KubeletSettings;
 use joiner_core::scheduling::daemons::daemon_overhead;
@@ -349,7 +349,7 @@ pub fn settle_initializing(
             continue;
         };
         // What the claim records is what drift reads (see `NodeLife::recorded_labels`).
-        let mut recorded = crate::lifecycle::registration::claim_labels(claim);
+        let mut recorded = crate::convert::node_claim::claim_labels(claim);
         if let Some(t) = claim
             .status
             .as_ref()
@@ -390,7 +390,7 @@ pub fn settle_initializing(
         // Labels the kubelet may not set itself (node-role.kubernetes.io/…) arrive with
         // registration's patch, a moment after the Node: until then the node is planned
         // with the labels its claim promises, or a pod selecting one would buy another.
-        for (key, value) in crate::lifecycle::registration::claim_labels(claim) {
+        for (key, value) in crate::convert::node_claim::claim_labels(claim) {
             node.labels.entry(key).or_insert(value);
         }
         let unreported = node.allocatable == joiner_core::Resources::default();

@@ -30,7 +30,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use joiner_apis::{condition, NodeClaim};
+use crate::{condition, NodeClaim};
 use joiner_core::scheduling::ExistingNodeUse;
 use joiner_core::{labels, Pod, Resources, Snapshot};
 use k8s_openapi::jiff::Timestamp;
