@@ -22,11 +22,7 @@ use tokio_util::sync::CancellationToken;
 /// The content type of the OpenMetrics text prometheus-client encodes.
 pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// How long a leader's control loop may go without beginning or ending a pass before
-/// `/healthz` fails, so the kubelet restarts a controller wedged on a call that never returns
-/// (the slowest loop, garbage collection, passes every 30 s; a termination step is bounded by
-/// 30 s; a batch by its launches' timeouts).
-pub const PASS_STALL: Duration = Duration::from_secs(300);
+pub use crate::metrics::PASS_STALL;
 
 /// What the probes report, updated by the runtime.
 ///

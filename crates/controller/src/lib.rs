@@ -22,6 +22,7 @@ pub mod metrics;
 pub use joiner_apis::cluster::nominations;
 pub mod pod_record;
 pub mod provisioning;
+pub mod reconcile;
 pub mod runtime;
 pub mod settings;
 pub mod state;

@@ -12,6 +12,12 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
+/// How long a leader's control loop may go without beginning or ending a pass before
+/// `/healthz` fails, so the kubelet restarts a controller wedged on a call that never returns
+/// (the slowest loop, garbage collection, passes every 30 s; a termination step is bounded by
+/// 30 s; a batch by its launches' timeouts).
+pub const PASS_STALL: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// `provisioner` label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProvisionerLabels {
@@ -126,7 +132,7 @@ pub struct Metrics {
     /// The Provisioners whose warm-pool gauges are set, so a removed pool's are dropped.
     warm_pools_reported: std::sync::Mutex<std::collections::BTreeSet<String>>,
     /// When each control loop must next begin or end a pass: `/healthz` fails when one is
-    /// [`crate::http::PASS_STALL`] past its period.
+    /// [`PASS_STALL`] past its period.
     pub passes: PassClock,
 }
 
@@ -153,7 +159,7 @@ impl PassClock {
     /// Loop `name` made progress within a pass (a launch, a step): a long pass that moves
     /// is not a stalled one.
     pub fn progress(&self, name: &'static str) {
-        self.tick(name, std::time::Duration::ZERO, crate::http::PASS_STALL);
+        self.tick(name, std::time::Duration::ZERO, PASS_STALL);
     }
 
     /// The loop most overdue, and by how much, if any is.

@@ -50,7 +50,7 @@ pub struct ClusterState {
     /// NodeClaims this replica wrote that the claims store may not hold yet.
     pub created: CreatedClaims,
     /// When each Provisioner opened its claims over the last day (warm pools' `size: auto`).
-    pub claim_history: crate::warm_pool::history::ClaimHistory,
+    pub claim_history: joiner_apis::cluster::warm_pool::history::ClaimHistory,
     /// Where pods' volumes are: a pending pod whose EBS volume exists in one zone can only run
     /// there.
     pub volumes: VolumeStores,
@@ -284,14 +284,14 @@ pub fn is_provisionable(pod: &PodRecord) -> bool {
     pod.role == PodRole::Pending
 }
 
-/// A store whose initial list has completed with no objects: [`crate::watch::wait_synced`]
+/// A store whose initial list has completed with no objects: `watch::wait_synced`
 /// does not wait for it.
 fn synced_empty<K>() -> Store<K>
 where
     K: kube::Resource + Clone + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
-    crate::watch::filled(Vec::new()).as_reader()
+    crate::k8s::stores::filled(Vec::new()).as_reader()
 }
 
 /// `namespace/name` of a namespaced object, for warnings.

@@ -24,17 +24,17 @@ use joiner_core::{CloudProvider, InstanceType};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 
+use super::error::DisruptionError;
 use super::record::{self, Record};
 use super::validation::DecisionKey;
-use super::DisruptionError;
 use crate::context::Context;
 use crate::k8s::events::{publish_on_claim, publish_on_node, EventType};
 use crate::k8s::matching::{claim_of, node_of};
-use crate::lifecycle::delete_claim;
 use crate::lifecycle::registration::is_initialized;
 use crate::provisioning::claims::create_recorded;
 use crate::provisioning::launch::Launch;
 use crate::provisioning::launch_claim;
+use crate::reconcile::delete_claim;
 use crate::state::PlanningGuard;
 
 /// How long replacements may take to be Initialized before the decision is given up (the

@@ -17,7 +17,11 @@ use crate::context::Context;
 use crate::k8s::matching::NodeIndex;
 use crate::provisioning::launch::Catalogs;
 
-/// A plan of at most [`super::DECISIONS_PER_PASS`] decisions, with the catalog it was made on and what had to be left
+/// Most decisions one pass plans (and may start, each after its own validation delay): the
+/// commands they become run side by side, within the budgets, which count the ones under way.
+pub const DECISIONS_PER_PASS: usize = 10;
+
+/// A plan of at most [`DECISIONS_PER_PASS`] decisions, with the catalog it was made on and what had to be left
 /// out (logged by the caller).
 pub struct Planned {
     /// The planner's answer.
@@ -152,7 +156,7 @@ pub async fn planned<P: CloudProvider>(
         cloud_drift: &|node| drifted.get(&node.name).cloned(),
         disrupting: &disrupting,
         now: now.as_second(),
-        max_decisions: Some(super::DECISIONS_PER_PASS),
+        max_decisions: Some(DECISIONS_PER_PASS),
         max_evaluations: Some(EVALUATIONS_PER_PASS),
         start_at,
     });

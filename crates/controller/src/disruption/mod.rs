@@ -15,6 +15,7 @@
 
 pub mod command;
 pub mod decide;
+mod error;
 pub mod pod_changes;
 pub mod quiet;
 pub mod record;
@@ -27,16 +28,15 @@ use std::time::{Duration, Instant};
 
 use joiner_core::CloudProvider;
 use k8s_openapi::jiff::Timestamp;
-use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::context::Context;
 use crate::k8s::events::{publish_on_claim, publish_on_node, EventType};
 use crate::k8s::matching::claim_of;
-use crate::lifecycle::LifecycleError;
-use crate::provisioning::ProvisioningError;
 use command::{Command, Progress, Started};
+pub use decide::DECISIONS_PER_PASS;
+pub use error::DisruptionError;
 use validation::{DecisionKey, Pending, Verdict};
 
 /// How often the disruption pass runs.
@@ -48,29 +48,6 @@ const KEPT_EVENTS_PER_PASS: usize = 50;
 /// How long a node's reason to stay is not told again: once an hour at most, however long a
 /// backlog keeps it (a pass runs every few seconds).
 pub const TELL_AGAIN_AFTER: std::time::Duration = std::time::Duration::from_secs(3600);
-
-/// Why a disruption step failed; each names the object at fault.
-#[derive(Debug, Error)]
-pub enum DisruptionError {
-    /// Writing or launching a replacement failed.
-    #[error(transparent)]
-    Provisioning(#[from] ProvisioningError),
-    /// Deleting an old claim failed.
-    #[error(transparent)]
-    Lifecycle(#[from] LifecycleError),
-    /// A node to disrupt has no NodeClaim (it was deleted meanwhile).
-    #[error("Node {node:?}: no NodeClaim to delete")]
-    NoClaim {
-        /// The node.
-        node: String,
-    },
-    /// A replacement names a Provisioner the store no longer holds.
-    #[error("Provisioner {provisioner}: not found")]
-    UnknownProvisioner {
-        /// The Provisioner.
-        provisioner: String,
-    },
-}
 
 /// What the pass remembers: the decision waiting for its delay, the command under way, the
 /// reason last told for each node that stays, where the next pass starts simulating
@@ -120,10 +97,6 @@ pub enum Outcome {
     /// for its own delay), or a command given up, and why.
     Dropped(DecisionKey, String),
 }
-
-/// Most decisions one pass plans (and may start, each after its own validation delay): the
-/// commands they become run side by side, within the budgets, which count the ones under way.
-pub const DECISIONS_PER_PASS: usize = 10;
 
 /// One disruption pass at `now`.
 ///
@@ -485,7 +458,7 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>, stop: Cancell
     loop {
         ctx.metrics
             .passes
-            .tick("disruption", INTERVAL, crate::http::PASS_STALL);
+            .tick("disruption", INTERVAL, crate::metrics::PASS_STALL);
         tokio::select! {
             _ = stop.cancelled() => break,
             _ = tokio::time::sleep_until(tokio::time::Instant::from_std(next)) => {}
@@ -495,7 +468,7 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>, stop: Cancell
         let started = Instant::now();
         ctx.metrics
             .passes
-            .tick("disruption", Duration::ZERO, crate::http::PASS_STALL);
+            .tick("disruption", Duration::ZERO, crate::metrics::PASS_STALL);
         let result = pass(&ctx, &mut memory, started)
             .instrument(tracing::debug_span!("reconcile", controller = "disruption"))
             .await;

@@ -17,6 +17,7 @@
 //! backs off when the queue fails; [`connect`] retries a queue that cannot be reached at
 //! start, while every other loop of the controller goes on.
 
+mod error;
 pub mod replace;
 pub mod seen;
 pub mod targets;
@@ -29,14 +30,12 @@ use std::time::{Duration, Instant, SystemTime};
 use futures::future::join_all;
 use joiner_core::interruption::{Action, EventKind, InterruptionQueue, Message, Rejected};
 use joiner_core::{CloudError, CloudErrorKind, CloudProvider};
-use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::context::Context;
 use crate::k8s::events::{publish_on_claim, publish_on_node, EventType};
-use crate::lifecycle::LifecycleError;
-use crate::provisioning::ProvisioningError;
+pub use error::InterruptionError;
 use replace::{replace, Victim};
 use seen::Seen;
 use targets::{strongest, Owned, Target};
@@ -64,26 +63,6 @@ pub const LONG_POLL: Duration = Duration::from_secs(20);
 pub const MIN_BACKOFF: Duration = Duration::from_secs(1);
 /// Longest wait between attempts to reach the queue.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(5 * 60);
-
-/// Why handling a message failed (it stays in the queue and comes back).
-#[derive(Debug, Error)]
-pub enum InterruptionError {
-    /// Writing a replacement claim failed.
-    #[error(transparent)]
-    Provisioning(#[from] ProvisioningError),
-    /// Deleting an interrupted claim failed.
-    #[error(transparent)]
-    Lifecycle(#[from] LifecycleError),
-    /// The replacement of a batch's nodes failed; every message of the batch that named one
-    /// of them is kept.
-    #[error("replacing NodeClaims {claims}: {reason}")]
-    Replacement {
-        /// The interrupted claims of the batch.
-        claims: String,
-        /// The failure.
-        reason: String,
-    },
-}
 
 /// What the consumer remembers between batches: the events handled lately, and the claims
 /// replaced lately. The workers share it; each takes the lock only to claim or release one,
@@ -521,7 +500,7 @@ async fn worker<P: CloudProvider, Q: InterruptionQueue>(
     loop {
         ctx.metrics
             .passes
-            .tick(name, LONG_POLL, crate::http::PASS_STALL);
+            .tick(name, LONG_POLL, crate::metrics::PASS_STALL);
         let result = tokio::select! {
             _ = stop.cancelled() => return,
             r = batch(ctx, queue, memory)
@@ -538,7 +517,9 @@ async fn worker<P: CloudProvider, Q: InterruptionQueue>(
                     backoff(failures)
                 };
                 tracing::warn!(error = %e, retry_in = ?wait, "interruption queue receive failed");
-                ctx.metrics.passes.tick(name, wait, crate::http::PASS_STALL);
+                ctx.metrics
+                    .passes
+                    .tick(name, wait, crate::metrics::PASS_STALL);
                 if !pause(wait, stop).await {
                     return;
                 }

@@ -18,16 +18,16 @@ use joiner_core::{labels, CapacityType, CloudProvider};
 use kube::api::{Patch, PatchParams};
 use kube::Api;
 
+use super::error::InterruptionError;
 use super::targets::Target;
-use super::InterruptionError;
 use crate::context::Context;
 use crate::k8s::node_patch::taint_patch;
-use crate::lifecycle::delete_claim;
 use crate::lifecycle::termination::disrupted_taint;
 use crate::nominations::{added_by, entries, release};
 use crate::provisioning::claims::{create_recorded, nominate};
 use crate::provisioning::launch::Catalogs;
 use crate::provisioning::launch_claim;
+use crate::reconcile::delete_claim;
 
 /// A node to replace and the event kind that ends it.
 #[derive(Clone, Debug)]

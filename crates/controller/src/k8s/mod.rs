@@ -13,3 +13,4 @@ pub mod finalizers;
 pub mod matching;
 pub mod node_patch;
 pub mod refs;
+pub mod stores;

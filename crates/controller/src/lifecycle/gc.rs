@@ -26,11 +26,11 @@ use joiner_apis::condition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use super::{age, delete_claim, first_error, LifecycleError};
 use crate::context::Context;
 use crate::k8s::matching::node_of;
 use crate::k8s::node_patch::is_ready;
 use crate::metrics::{ProvisionerLabels, ReasonLabels};
+use crate::reconcile::{age, delete_claim, first_error, LifecycleError};
 
 /// How long after its launch a claim's instance must be missing from the cloud's listing (and
 /// its Node not Ready) before the claim is taken as gone.

@@ -10,8 +10,8 @@ use joiner_apis::NodeClaim;
 use joiner_core::CloudProvider;
 use k8s_openapi::jiff::Timestamp;
 
-use super::{age, delete_claim, first_error, LifecycleError};
 use crate::context::Context;
+use crate::reconcile::{age, delete_claim, first_error, LifecycleError};
 
 /// Why a claim is not alive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -35,7 +35,6 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
-use super::{first_error, LifecycleError};
 use crate::context::Context;
 use crate::k8s::backoff::{Backoff, BackoffPolicy};
 use crate::k8s::claims::{claim_condition, patch_claim_status, with_condition, Guard};
@@ -49,6 +48,7 @@ use crate::k8s::node_patch::{
 };
 use crate::k8s::refs::{claim_ref, node_name, node_ref};
 use crate::metrics::{ProvisionerLabels, SourceLabels};
+use crate::reconcile::{first_error, LifecycleError};
 
 /// The Event reason and `Registered=False` condition reason of a claim whose Node the API
 /// server refuses to label or taint as the claim says.
@@ -324,7 +324,7 @@ async fn register<P: CloudProvider>(
                     .get_or_create(&SourceLabels {
                         source: source.to_string(),
                     })
-                    .observe(crate::warm_pool::ready_after(&claim, Timestamp::now()).as_secs_f64());
+                    .observe(crate::reconcile::ready_after(&claim, Timestamp::now()).as_secs_f64());
                 tracing::info!(claim = claim.name(), node = %name, source, "node initialized")
             }
             Err(e) if is_conflict(&e) => {}
@@ -346,7 +346,7 @@ fn launched_from_warm_pool(claim: &NodeClaim) -> bool {
         .status
         .as_ref()
         .and_then(|s| condition::find(&s.conditions, condition::LAUNCHED))
-        .is_some_and(|c| c.reason == crate::warm_pool::take::TAKEN_REASON)
+        .is_some_and(|c| c.reason == joiner_apis::cluster::warm_pool::TAKEN_REASON)
 }
 
 /// True when `node` is ready for the pods `claim` was bought for: Ready, without the claim's

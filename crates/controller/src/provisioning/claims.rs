@@ -16,7 +16,7 @@ use joiner_apis::{drift, NodeClaim, ObjectLookup, Provisioner};
 use joiner_core::scheduling::NewNode;
 use kube::api::{Api, PostParams};
 
-use super::ProvisioningError;
+use super::error::ProvisioningError;
 use crate::k8s::codes::is_conflict;
 
 /// The finalizer the termination controller removes once the instance is gone.

@@ -19,16 +19,16 @@ use joiner_core::{
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 
+use super::take::{take, TAKEN_REASON};
 use crate::context::Context;
 use crate::k8s::claims::{
     claim_condition, delete_claim, patch_claim_status, with_condition, Guard,
 };
 use crate::k8s::codes::is_not_found;
 use crate::metrics::CodeLabels;
-use crate::warm_pool::take::{take, TAKEN_REASON};
 use joiner_apis::node_claim::WARMING;
 
-use super::ProvisioningError;
+use super::error::ProvisioningError;
 
 /// Condition reason of a launch that failed for a reason other than capacity.
 pub const LAUNCH_FAILED: &str = "LaunchFailed";
@@ -409,7 +409,10 @@ fn node_price(node: &LaunchedNode, catalog: &[InstanceType]) -> Option<f64> {
         .iter()
         .find(|t| t.name == node.instance_type)
         .and_then(|t| {
-            crate::warm_pool::sizing::on_demand_price(t, std::slice::from_ref(&node.zone))
+            joiner_apis::cluster::warm_pool::sizing::on_demand_price(
+                t,
+                std::slice::from_ref(&node.zone),
+            )
         })
 }
 

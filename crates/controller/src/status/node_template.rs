@@ -10,8 +10,8 @@ use joiner_apis::{
 };
 use k8s_openapi::jiff::Timestamp;
 
-use super::READY_REASON;
-use super::{patch_status, ready_condition, status_patch, with_ready, Outcome, StatusError};
+use super::write::READY_REASON;
+use super::write::{patch_status, ready_condition, status_patch, with_ready, Outcome, StatusError};
 
 /// `spec.subnetSelector` selects no subnet.
 pub const SUBNETS_NOT_FOUND: &str = "SubnetsNotFound";

@@ -18,8 +18,8 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::jiff::Timestamp;
 
-use super::READY_REASON;
-use super::{patch_status, ready_condition, status_patch, with_ready, Outcome, StatusError};
+use super::write::READY_REASON;
+use super::write::{patch_status, ready_condition, status_patch, with_ready, Outcome, StatusError};
 
 /// The spec does not validate (`to_core` fails).
 pub const INVALID_SPEC: &str = "InvalidSpec";

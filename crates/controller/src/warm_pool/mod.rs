@@ -29,9 +29,9 @@
 //!
 //! Taking a member for a claim is [`take`], on the launch path.
 
-pub mod history;
+pub use crate::provisioning::take;
+pub use joiner_apis::cluster::warm_pool::history;
 pub use joiner_apis::cluster::warm_pool::sizing;
-pub mod take;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -57,10 +57,11 @@ use crate::k8s::claims::{patch_claim_status, Guard};
 use crate::k8s::codes::is_conflict;
 use crate::lifecycle::gc::{self, VANISHED_AFTER};
 use crate::lifecycle::termination::ENDING_STATES;
-use crate::lifecycle::{age, delete_claim, first_error, LifecycleError};
 use crate::metrics::ProvisionerLabels;
 use crate::provisioning::claims::{random_suffix, TERMINATION_FINALIZER};
 use crate::provisioning::launch::Catalogs;
+pub use crate::reconcile::ready_after;
+use crate::reconcile::{age, delete_claim, first_error, LifecycleError};
 
 /// How long a Bottlerocket member runs before it is stopped when it pulls no images: its
 /// warm-up user data cannot power it off (Bottlerocket runs no user scripts), and it boots in
@@ -966,9 +967,4 @@ async fn write_status<P: CloudProvider>(
             "writing status.warmPool",
         ))?;
     Ok(())
-}
-
-/// How long a claim took from creation to initialized, for `joiner_nodeclaim_ready_seconds`.
-pub fn ready_after(claim: &NodeClaim, now: Timestamp) -> Duration {
-    age(claim.metadata.creation_timestamp.as_ref(), now)
 }

@@ -3,6 +3,7 @@
 //! ([`unsupported`]). The controller's reconciler and takes, and `joiner plan`'s view of the
 //! pools, go by these.
 
+pub mod history;
 pub mod sizing;
 
 use joiner_core::{labels, CapacityType, Requirements, WarmState};

@@ -13,8 +13,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 pub use crate::k8s::backoff::{Backoff, BackoffPolicy};
 use crate::k8s::codes::{api_code, api_message};
-use crate::lifecycle::LifecycleError;
 use crate::pod_record::PodRecord;
+use crate::reconcile::LifecycleError;
 
 /// What an eviction request came to.
 #[derive(Clone, Debug, PartialEq, Eq)]

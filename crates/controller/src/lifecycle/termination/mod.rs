@@ -40,7 +40,6 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
-use super::{first_error, LifecycleError};
 use crate::context::Context;
 use crate::k8s::claims::delete_claim;
 use crate::k8s::codes::{is_conflict, is_guarded_patch_conflict, is_not_found};
@@ -51,6 +50,7 @@ use crate::k8s::node_patch::{is_ready, release_finalizer_patch, taint_patch};
 use crate::k8s::refs::{claim_ref, node_name, node_ref};
 use crate::metrics::ReasonLabels;
 use crate::pod_record::PodRecord;
+use crate::reconcile::{first_error, LifecycleError};
 use eviction::{evict, pod_key, Backoff, BackoffPolicy, Evicted};
 
 /// The reason of Events saying a drain waits for a pod that must not be disrupted.

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
-use joiner_apis::NodeClaim;
+use crate::NodeClaim;
 use k8s_openapi::jiff::Timestamp;
 
 use super::sizing::AUTO_HISTORY;

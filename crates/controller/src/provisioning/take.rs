@@ -28,10 +28,10 @@ use joiner_core::{
 };
 use serde_json::json;
 
-use super::sizing;
 use crate::context::Context;
 use crate::k8s::claims::{delete_claim, patch_claim_status, Guard};
 use crate::k8s::codes::is_conflict;
+use joiner_apis::cluster::warm_pool::sizing;
 
 pub use joiner_apis::cluster::warm_pool::{serves, Candidate, TAKEN_REASON};
 
