@@ -91,7 +91,13 @@ pub fn label_map_rules() -> Value {
 pub fn requirement_list_rules() -> Value {
     let mut c = domain_conditions("x.key");
     c.push(joiner_set_condition("x.key"));
-    for_all(c)
+    let mut rules = for_all(c);
+    if let (Value::Array(all), Value::Array(counts)) =
+        (&mut rules, crate::spec_rules::requirement_rules())
+    {
+        all.extend(counts);
+    }
+    rules
 }
 
 /// Schema of a Provisioner's `labels`: label values, at most [`MAX_LABELS`] entries, keys

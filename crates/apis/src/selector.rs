@@ -8,7 +8,6 @@ use serde::{Deserialize, Serialize};
 /// validation with the field path rather than as an opaque parse failure.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-validations" = crate::spec_rules::requirement_rules()))]
 pub struct NodeSelectorRequirement {
     /// Label key.
     #[schemars(regex(pattern = crate::syntax::QUALIFIED_NAME_PATTERN), length(max = 316))]

@@ -265,29 +265,39 @@ pub fn ebs_rules() -> Value {
     ])
 }
 
-/// `x-kubernetes-validations` on a node-selector requirement: the value count its operator
-/// takes, in the words of `joiner_core::RequirementError`.
+/// `x-kubernetes-validations` on a Provisioner's `requirements` list: the value count each
+/// operator takes, in the words of `joiner_core::RequirementError`. On the list (bounded at
+/// 100), not on the requirement type: NodeClaims share the type, and their list is unbounded,
+/// which would multiply a per-item rule's estimated cost past the API server's budget.
 pub fn requirement_rules() -> Value {
-    let count = "(has(self.values) ? size(self.values) : 0)";
+    let count = "(has(x.values) ? size(x.values) : 0)";
+    let rule = |ops: &str, ok: String, message: &str, words: &str| {
+        let holds = format!("!(x.operator in [{ops}]) || {ok}");
+        json!({
+            "rule": format!("self.all(x, {holds})"),
+            "message": message,
+            "messageExpression": format!("'operator ' + self.filter(x, !({holds}))[0].operator + ' {words}'"),
+        })
+    };
     json!([
-        {
-            "rule": format!("!(self.operator in ['In', 'NotIn']) || {count} > 0"),
-            "message": "In and NotIn need at least one value",
-            "messageExpression": "'operator ' + self.operator + ' needs at least one value'",
-            "fieldPath": ".values",
-        },
-        {
-            "rule": format!("!(self.operator in ['Exists', 'DoesNotExist']) || {count} == 0"),
-            "message": "Exists and DoesNotExist take no values",
-            "messageExpression": "'operator ' + self.operator + ' takes no values'",
-            "fieldPath": ".values",
-        },
-        {
-            "rule": format!("!(self.operator in ['Gt', 'Lt']) || {count} == 1"),
-            "message": "Gt and Lt need exactly one value",
-            "messageExpression": "'operator ' + self.operator + ' needs exactly one value'",
-            "fieldPath": ".values",
-        },
+        rule(
+            "'In', 'NotIn'",
+            format!("{count} > 0"),
+            "In and NotIn need at least one value",
+            "needs at least one value"
+        ),
+        rule(
+            "'Exists', 'DoesNotExist'",
+            format!("{count} == 0"),
+            "Exists and DoesNotExist take no values",
+            "takes no values"
+        ),
+        rule(
+            "'Gt', 'Lt'",
+            format!("{count} == 1"),
+            "Gt and Lt need exactly one value",
+            "needs exactly one value"
+        ),
     ])
 }
 

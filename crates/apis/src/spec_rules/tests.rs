@@ -396,3 +396,78 @@ fn the_lists_and_maps_the_rules_run_over_are_bounded() {
         "spec.blockDeviceMappings"
     );
 }
+
+/// The API server multiplies a rule's estimated cost by how many times the lists and maps
+/// above it could hold it, and refuses a CRD past its budget: no rule of any CRD sits below a
+/// list without `maxItems` or a map without `maxProperties`.
+#[test]
+fn no_rule_sits_below_an_unbounded_list_or_map() {
+    fn walk(s: &JSONSchemaProps, path: &str, unbounded: Option<&str>, out: &mut Vec<String>) {
+        if s.x_kubernetes_validations
+            .as_ref()
+            .is_some_and(|r| !r.is_empty())
+        {
+            if let Some(u) = unbounded {
+                out.push(format!("{path} (below unbounded {u})"));
+            }
+        }
+        for (k, p) in s.properties.iter().flatten() {
+            walk(p, &format!("{path}.{k}"), unbounded, out);
+        }
+        if let Some(JSONSchemaPropsOrArray::Schema(items)) = &s.items {
+            let here = format!("{path}[]");
+            let u = if s.max_items.is_none() {
+                Some(path)
+            } else {
+                unbounded
+            };
+            walk(items, &here, u, out);
+        }
+        if let Some(JSONSchemaPropsOrBool::Schema(values)) = &s.additional_properties {
+            let here = format!("{path}{{}}");
+            let u = if s.max_properties.is_none() {
+                Some(path)
+            } else {
+                unbounded
+            };
+            walk(values, &here, u, out);
+        }
+    }
+    let mut found = Vec::new();
+    let mut rules = 0;
+    for crd in crate::crds::crds() {
+        for v in &crd.spec.versions {
+            let schema = v
+                .schema
+                .as_ref()
+                .and_then(|s| s.open_api_v3_schema.as_ref())
+                .expect("schema");
+            let mut none = Vec::new();
+            walk(schema, &crd.spec.names.kind, None, &mut none);
+            found.extend(none);
+            fn count(s: &JSONSchemaProps) -> usize {
+                s.x_kubernetes_validations.as_ref().map_or(0, Vec::len)
+                    + s.properties
+                        .iter()
+                        .flatten()
+                        .map(|(_, p)| count(p))
+                        .sum::<usize>()
+                    + match &s.items {
+                        Some(JSONSchemaPropsOrArray::Schema(i)) => count(i),
+                        _ => 0,
+                    }
+                    + match &s.additional_properties {
+                        Some(JSONSchemaPropsOrBool::Schema(a)) => count(a),
+                        _ => 0,
+                    }
+            }
+            rules += count(schema);
+        }
+    }
+    assert!(rules > 20, "only {rules} rules found");
+    assert!(
+        found.is_empty(),
+        "rules below unbounded collections:\n{}",
+        found.join("\n")
+    );
+}
