@@ -122,6 +122,32 @@ fn selects_no_image(t: &NodeTemplate) -> Option<LeftOut> {
     )
 }
 
+/// Why a converted node class selects no subnets or no security groups joiner can find: every
+/// term of that kind was one joiner has no equivalent for (a security group `name`), so the
+/// selector came out empty, which joiner's own loader and the CRD refuse. Such a class is left
+/// out rather than emitted.
+fn selects_no_network(t: &NodeTemplate) -> Option<LeftOut> {
+    let (field, what) = if t.spec.subnet_selector.is_empty() {
+        ("spec.subnetSelectorTerms", "subnets")
+    } else if t.spec.security_group_selector.is_empty() {
+        ("spec.securityGroupSelectorTerms", "security groups")
+    } else {
+        return None;
+    };
+    Some(LeftOut {
+        field: field.into(),
+        why: format!(
+            "no term joiner can select {what} by (tags or IDs; a name term has no joiner equivalent): joiner would launch into no {what}"
+        ),
+        selects: format!("selects no {what} joiner can find"),
+    })
+}
+
+/// Why a converted node class cannot be emitted, if it cannot.
+fn cannot_run(t: &NodeTemplate) -> Option<LeftOut> {
+    selects_no_image(t).or_else(|| selects_no_network(t))
+}
+
 /// Why a node class is left out: the field that says so, the note's words, and what the
 /// class selects (the notes on the Provisioners or NodePools using it say it).
 struct LeftOut {
@@ -191,7 +217,7 @@ pub fn convert(objects: &[Value]) -> Result<Converted, KarpenterError> {
             }
             ("karpenter.k8s.aws/v1alpha1", "AWSNodeTemplate") => {
                 let t = v1alpha5::node_template(object, &mut out.notes)?;
-                if let Some(why) = selects_no_image(&t) {
+                if let Some(why) = cannot_run(&t) {
                     leave_out(&mut out, &mut left_out, &kind, name_of(object), why);
                     continue;
                 }
@@ -199,7 +225,7 @@ pub fn convert(objects: &[Value]) -> Result<Converted, KarpenterError> {
             }
             (_, "EC2NodeClass") => {
                 let (t, kubelet) = nodeclass::node_class(object, &api_version, &mut out.notes)?;
-                if let Some(why) = selects_no_image(&t) {
+                if let Some(why) = cannot_run(&t) {
                     leave_out(&mut out, &mut left_out, &kind, name_of(object), why);
                     continue;
                 }

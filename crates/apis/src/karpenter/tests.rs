@@ -594,17 +594,17 @@ fn node_classes_joiner_has_no_image_for_are_left_out_never_emitted() {
 apiVersion: karpenter.k8s.aws/v1beta1
 kind: EC2NodeClass
 metadata: {name: ubuntu}
-spec: {amiFamily: Ubuntu, role: r}
+spec: {amiFamily: Ubuntu, role: r, subnetSelectorTerms: [{id: subnet-1}], securityGroupSelectorTerms: [{id: sg-1}]}
 ---
 apiVersion: karpenter.k8s.aws/v1
 kind: EC2NodeClass
 metadata: {name: bare}
-spec: {role: r}
+spec: {role: r, subnetSelectorTerms: [{id: subnet-1}], securityGroupSelectorTerms: [{id: sg-1}]}
 ---
 apiVersion: karpenter.k8s.aws/v1
 kind: EC2NodeClass
 metadata: {name: own}
-spec: {role: r, amiSelectorTerms: [{id: ami-0123456789abcdef0}]}
+spec: {role: r, subnetSelectorTerms: [{id: subnet-1}], securityGroupSelectorTerms: [{id: sg-1}], amiSelectorTerms: [{id: ami-0123456789abcdef0}]}
 ---
 apiVersion: karpenter.sh/v1
 kind: NodePool
@@ -645,12 +645,12 @@ fn an_alias_beside_an_ami_family_picks_the_family_and_says_so() {
 apiVersion: karpenter.k8s.aws/v1
 kind: EC2NodeClass
 metadata: {name: both}
-spec: {role: r, amiFamily: AL2, amiSelectorTerms: [{alias: bottlerocket@latest}]}
+spec: {role: r, subnetSelectorTerms: [{id: subnet-1}], securityGroupSelectorTerms: [{id: sg-1}], amiFamily: AL2, amiSelectorTerms: [{alias: bottlerocket@latest}]}
 ---
 apiVersion: karpenter.k8s.aws/v1
 kind: EC2NodeClass
 metadata: {name: same}
-spec: {role: r, amiFamily: AL2023, amiSelectorTerms: [{alias: al2023@latest}]}
+spec: {role: r, subnetSelectorTerms: [{id: subnet-1}], securityGroupSelectorTerms: [{id: sg-1}], amiFamily: AL2023, amiSelectorTerms: [{alias: al2023@latest}]}
 "#,
     ))
     .expect("converts");
@@ -681,7 +681,7 @@ fn windows_node_classes_and_their_node_pools_are_left_out_with_a_note() {
 apiVersion: karpenter.k8s.aws/v1
 kind: EC2NodeClass
 metadata: {name: linux}
-spec: {amiSelectorTerms: [{alias: al2023@latest}]}
+spec: {subnetSelectorTerms: [{id: subnet-1}], securityGroupSelectorTerms: [{id: sg-1}], amiSelectorTerms: [{alias: al2023@latest}]}
 ---
 apiVersion: karpenter.k8s.aws/v1
 kind: EC2NodeClass
@@ -813,4 +813,36 @@ fn reserved_tags_are_left_out_with_a_note() {
             );
         }
     }
+}
+
+#[test]
+fn a_node_class_selecting_security_groups_by_name_only_is_left_out() {
+    let c = convert(&yaml(
+        r#"
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: named}
+spec:
+  amiSelectorTerms: [{alias: al2023@latest}]
+  role: r
+  subnetSelectorTerms: [{tags: {team: a}}]
+  securityGroupSelectorTerms: [{name: nodes}]
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: p}
+spec: {template: {spec: {nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: named}, requirements: []}}}
+"#,
+    ))
+    .expect("converts");
+    assert!(c.node_templates.is_empty(), "{:?}", c.node_templates);
+    assert!(c.provisioners.is_empty());
+    assert_eq!(c.skipped, ["p"]);
+    assert!(
+        c.notes.iter().any(|n| n.object == "EC2NodeClass named"
+            && n.field == "spec.securityGroupSelectorTerms"
+            && n.message.contains("no security groups")),
+        "{:?}",
+        c.notes
+    );
 }

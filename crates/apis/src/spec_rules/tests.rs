@@ -471,3 +471,67 @@ fn no_rule_sits_below_an_unbounded_list_or_map() {
         found.join("\n")
     );
 }
+
+/// What `import-karpenter` makes of Karpenter manifests passes the CRDs' rules: an imported
+/// object is never one `kubectl apply` refuses.
+#[test]
+fn imported_karpenter_objects_pass_the_rules() {
+    use serde::Deserialize;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    fn yaml_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("read dir") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                yaml_files(&path, out);
+            } else if path.extension().is_some_and(|e| e == "yaml") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    yaml_files(&root.join("../../examples/karpenter"), &mut files);
+    yaml_files(&root.join("tests/fixtures/karpenter"), &mut files);
+    // Karpenter's own example folders, for a run by hand (as tests/karpenter_fields.rs).
+    if let Some(extra) = std::env::var_os("JOINER_KARPENTER_EXAMPLES") {
+        yaml_files(std::path::Path::new(&extra), &mut files);
+    }
+    assert!(files.len() >= 6, "{files:?}");
+    let mut checked = 0;
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("read");
+        let objects: Vec<Value> = serde_yaml::Deserializer::from_str(&text)
+            .filter_map(|d| Value::deserialize(d).ok())
+            .filter(|v| {
+                crate::karpenter::is_karpenter(
+                    v["apiVersion"].as_str().unwrap_or_default(),
+                    v["kind"].as_str().unwrap_or_default(),
+                )
+            })
+            .collect();
+        let converted = crate::karpenter::convert(&objects)
+            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        for p in &converted.provisioners {
+            let spec = serde_json::to_value(&p.spec).expect("json");
+            let refused = cel_refusals("Provisioner", &spec);
+            assert!(
+                refused.is_empty(),
+                "{}: Provisioner {}: {refused:?}",
+                file.display(),
+                p.name()
+            );
+            checked += 1;
+        }
+        for t in &converted.node_templates {
+            let spec = serde_json::to_value(&t.spec).expect("json");
+            let refused = cel_refusals("NodeTemplate", &spec);
+            assert!(
+                refused.is_empty(),
+                "{}: NodeTemplate {}: {refused:?}",
+                file.display(),
+                t.name()
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 10, "only {checked} objects checked");
+}
