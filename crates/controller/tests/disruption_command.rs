@@ -507,3 +507,38 @@ async fn a_new_leader_carries_every_command_under_way_on() {
     assert_eq!(launches(&h), 2, "nothing launched again");
     assert!(h.deleted().is_empty(), "{:?}", h.deleted());
 }
+
+/// The final check before a drain treats the old nodes of the other commands under way as
+/// leaving: a pod whose only room is on such a node has no place, so two commands never count
+/// on the same room. Without the other command, the same check holds.
+#[tokio::test]
+async fn the_final_check_counts_other_commands_old_nodes_as_leaving() {
+    use joiner_controller::disruption::decide::still_holds;
+    use joiner_core::disruption::Reason;
+    let h = harness(
+        vec![
+            joiner_node("room", "c5.large", "fake:///z-a/i-room"),
+            joiner_node("busy", "c5.large", "fake:///z-a/i-busy"),
+            joiner_node("small", "c5.large", "fake:///z-a/i-small"),
+        ],
+        vec![
+            joiner_claim("room", "c5.large", "fake:///z-a/i-room"),
+            joiner_claim("busy", "c5.large", "fake:///z-a/i-busy"),
+            joiner_claim("small", "c5.large", "fake:///z-a/i-small"),
+        ],
+        vec![
+            // 1,930m allocatable each: `room` has 930m free, `busy` 130m.
+            running("steady", "room", "1000m"),
+            running("full", "busy", "1800m"),
+            running("moving", "small", "500m"),
+        ],
+    );
+    let small = vec!["small".to_string()];
+    still_holds(&h.ctx, &small, &[], Reason::Underutilized)
+        .await
+        .expect("alone, the pod of `small` fits on `room`");
+    let refused = still_holds(&h.ctx, &small, &["room".to_string()], Reason::Underutilized)
+        .await
+        .expect_err("`room` is another command's old node: it takes no pod");
+    assert!(!refused.is_empty());
+}
