@@ -119,8 +119,8 @@ fn pod_to_explain(
         .or(first)
 }
 
-/// The capacity NodeClaims of the input stand for, as the controller reads it
-/// (`joiner_apis::cluster::inflight`): a claim whose Node has not registered becomes an
+/// The capacity NodeClaims of the input stand for, as the controller reads it (the one
+/// function both call, `joiner_apis::cluster::claimed_capacity`): a claim whose Node has not registered becomes an
 /// in-flight node, and a registered Node whose claim is not initialized yet is planned
 /// without its startup and not-ready taints. Pods of an earlier batch are still pending and
 /// will run there, so a plan from a dump taken during a scale-up does not buy them again.
@@ -138,32 +138,13 @@ fn add_claimed_capacity(
         .cloned()
         .map(std::sync::Arc::new)
         .collect();
-    let snap = &mut loaded.snapshot;
-    let mut warnings = joiner_apis::cluster::inflight::settle_initializing(
-        &mut snap.nodes,
+    joiner_apis::cluster::claimed_capacity(
+        &mut loaded.snapshot,
         &loaded.kube_nodes,
         &claims,
         catalog,
-        &snap.daemonsets,
-        &snap.provisioners,
-    );
-    let (in_flight, more) = joiner_apis::cluster::inflight::in_flight_nodes(
-        &claims,
-        &loaded.kube_nodes,
-        catalog,
-        &snap.daemonsets,
-        &snap.provisioners,
-    );
-    snap.nodes.extend(in_flight);
-    warnings.extend(more);
-    // As the controller's snapshot: members count against limits, nominations hold room.
-    warnings.extend(joiner_apis::cluster::inflight::hold_warm_members(
-        &claims,
-        catalog,
-        &mut snap.provisioners,
-    ));
-    joiner_apis::cluster::nominations::apply(snap, &claims, k8s_openapi::jiff::Timestamp::now());
-    warnings
+        k8s_openapi::jiff::Timestamp::now(),
+    )
 }
 
 /// Loads the manifests, simulates against the region's catalog and renders the plan.

@@ -45,7 +45,15 @@ fn the_plan_path_does_not_use_the_controller() {
             file.display()
         );
     }
-    // The shared layer is what the plan path uses.
+    // The plan and the controller count the NodeClaims' capacity with the one function of the
+    // shared layer.
     let plan = std::fs::read_to_string(src().join("plan.rs")).expect("plan.rs");
-    assert!(plan.contains("joiner_apis::cluster::inflight"), "plan.rs");
+    let state = std::fs::read_to_string(src().join("../../controller/src/state.rs"))
+        .expect("controller state.rs");
+    for (file, text) in [("plan.rs", &plan), ("controller state.rs", &state)] {
+        assert!(
+            text.contains("joiner_apis::cluster::claimed_capacity("),
+            "{file} does not count claimed capacity through joiner_apis::cluster"
+        );
+    }
 }

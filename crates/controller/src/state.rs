@@ -22,7 +22,6 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use crate::inflight;
 use crate::nominations;
 use crate::pod_record::{PodRecord, PodRole};
 
@@ -370,11 +369,12 @@ impl ClusterState {
         prov.kubelet
     }
 
-    /// [`ClusterState::snapshot`] plus one in-flight node per NodeClaim whose node has not
-    /// registered yet (see [`crate::inflight`]), sized from `catalog`. Pods of an earlier batch
-    /// are still pending and fit there, so a later batch does not buy their capacity again.
-    /// Nodes of claims that registered but are not initialized are planned without their
-    /// startup and not-ready taints ([`inflight::settle_initializing`]), for the same reason.
+    /// [`ClusterState::snapshot`] plus the capacity the NodeClaims stand for, sized from
+    /// `catalog` (`joiner_apis::cluster::claimed_capacity`, which `joiner plan` calls too): one
+    /// in-flight node per claim whose node has not registered yet, nodes of claims not yet
+    /// initialized planned without their startup and not-ready taints, warm members against
+    /// their limits and the nominated room. Pods of an earlier batch are still pending and fit
+    /// there, so a later batch does not buy their capacity again.
     pub fn snapshot_with_catalog(&self, catalog: &[InstanceType]) -> (Snapshot, Vec<String>) {
         self.build(Some(catalog))
     }
@@ -484,30 +484,14 @@ impl ClusterState {
         convert::apply_node_templates(&mut snap.provisioners, &templates);
 
         if let Some(catalog) = catalog {
-            let claims = self.claims();
-            warnings.extend(inflight::settle_initializing(
-                &mut snap.nodes,
+            // As `joiner plan` counts it: the one function both call.
+            warnings.extend(joiner_apis::cluster::claimed_capacity(
+                &mut snap,
                 &kube_nodes,
-                &claims,
+                &self.claims(),
                 catalog,
-                &snap.daemonsets,
-                &snap.provisioners,
+                k8s_openapi::jiff::Timestamp::now(),
             ));
-            let (in_flight, claim_warnings) = inflight::in_flight_nodes(
-                &claims,
-                &kube_nodes,
-                catalog,
-                &snap.daemonsets,
-                &snap.provisioners,
-            );
-            snap.nodes.extend(in_flight);
-            warnings.extend(claim_warnings);
-            warnings.extend(inflight::hold_warm_members(
-                &claims,
-                catalog,
-                &mut snap.provisioners,
-            ));
-            nominations::apply(&mut snap, &claims, k8s_openapi::jiff::Timestamp::now());
         }
 
         // Store order is a hash order; sorting keeps the snapshot (and so the plan and its

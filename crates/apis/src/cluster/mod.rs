@@ -8,3 +8,52 @@
 pub mod inflight;
 pub mod nominations;
 pub mod warm_pool;
+
+use std::sync::Arc;
+
+use joiner_core::{InstanceType, Snapshot};
+use k8s_openapi::api::core::v1 as k8s;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::NodeClaim;
+
+/// The capacity the NodeClaims stand for, added to `snap` (its nodes, DaemonSets and
+/// Provisioners already read) as the controller and `joiner plan` both count it: a claim
+/// whose Node has not registered becomes an in-flight node sized from `catalog`; a registered
+/// Node whose claim is not initialized is planned without its startup and not-ready taints;
+/// warm-pool members count against their Provisioner's limits; and the room a claim was
+/// bought for stays nominated to its pods (as of `now`). Pods of an earlier batch still
+/// pending will run there, so a plan does not buy their capacity again. Returns a warning
+/// per claim that could not be sized.
+pub fn claimed_capacity(
+    snap: &mut Snapshot,
+    kube_nodes: &[Arc<k8s::Node>],
+    claims: &[Arc<NodeClaim>],
+    catalog: &[InstanceType],
+    now: Timestamp,
+) -> Vec<String> {
+    let mut warnings = inflight::settle_initializing(
+        &mut snap.nodes,
+        kube_nodes,
+        claims,
+        catalog,
+        &snap.daemonsets,
+        &snap.provisioners,
+    );
+    let (in_flight, more) = inflight::in_flight_nodes(
+        claims,
+        kube_nodes,
+        catalog,
+        &snap.daemonsets,
+        &snap.provisioners,
+    );
+    snap.nodes.extend(in_flight);
+    warnings.extend(more);
+    warnings.extend(inflight::hold_warm_members(
+        claims,
+        catalog,
+        &mut snap.provisioners,
+    ));
+    nominations::apply(snap, claims, now);
+    warnings
+}
