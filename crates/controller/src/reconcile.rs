@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use joiner_apis::NodeClaim;
+use joiner_apis::{condition, NodeClaim};
 use joiner_core::CloudProvider;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -127,6 +127,27 @@ pub(crate) fn age(created: Option<&Time>, now: Timestamp) -> Duration {
 pub fn ready_after(claim: &NodeClaim, now: Timestamp) -> Duration {
     age(claim.metadata.creation_timestamp.as_ref(), now)
 }
+
+/// How long after its launch a claim's instance must be missing from the cloud's listing (and
+/// its Node not Ready) before the claim is taken as gone.
+pub const VANISHED_AFTER: Duration = Duration::from_secs(120);
+
+/// When `claim` was launched (its Launched condition's transition), else created: the age
+/// [`VANISHED_AFTER`] is measured from.
+pub fn launched_at(claim: &NodeClaim) -> Option<&Time> {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| condition::find(&s.conditions, condition::LAUNCHED))
+        .map(|c| &c.last_transition_time)
+        .or(claim.metadata.creation_timestamp.as_ref())
+}
+
+/// Instance states in which there is nothing left to drain or terminate.
+pub const ENDING_STATES: &[&str] = &["shutting-down", "terminated"];
+
+/// Instance states of a machine that runs nothing (a Node on it is dead).
+pub const STOPPED_STATES: &[&str] = &["stopping", "stopped"];
 
 /// Logs every failure of a pass and returns the first: each pass gives every object its turn
 /// before reporting, so one broken object never stalls the others.

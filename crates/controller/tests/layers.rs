@@ -14,7 +14,7 @@
 //! A module imports only from its own layer or below, and the module graph has no cycle. The
 //! reconcilers still call one another in the places [`CROSS_RECONCILER`] lists (replacements
 //! launched through provisioning, old nodes ended through termination, the warm pool's
-//! members launched and collected like claims); a new such import fails here, so the list only
+//! members launched with the provisioner's catalogs); a new such import fails here, so the list only
 //! shrinks. The graph is read from the sources: `crate::`, `super::` and child-module paths
 //! outside comments and `#[cfg(test)]` code.
 
@@ -28,7 +28,6 @@ const CROSS_RECONCILER: &[(&str, &str)] = &[
     ("interruption", "lifecycle"),
     ("interruption", "provisioning"),
     ("lifecycle", "warm_pool"),
-    ("warm_pool", "lifecycle"),
     ("warm_pool", "provisioning"),
 ];
 

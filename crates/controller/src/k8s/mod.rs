@@ -11,6 +11,7 @@ pub mod codes;
 pub mod events;
 pub mod finalizers;
 pub mod matching;
+pub mod names;
 pub mod node_patch;
 pub mod refs;
 pub mod stores;

@@ -22,8 +22,6 @@ use std::time::{Duration, SystemTime};
 use joiner_apis::NodeClaim;
 use joiner_core::{CloudError, CloudErrorKind, CloudProvider, LaunchedNode};
 
-use joiner_apis::condition;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::context::Context;
@@ -32,20 +30,7 @@ use crate::k8s::node_patch::is_ready;
 use crate::metrics::{ProvisionerLabels, ReasonLabels};
 use crate::reconcile::{age, delete_claim, first_error, LifecycleError};
 
-/// How long after its launch a claim's instance must be missing from the cloud's listing (and
-/// its Node not Ready) before the claim is taken as gone.
-pub const VANISHED_AFTER: Duration = Duration::from_secs(120);
-
-/// When `claim` was launched (its Launched condition's transition), else created: the age
-/// [`VANISHED_AFTER`] is measured from.
-pub(crate) fn launched_at(claim: &NodeClaim) -> Option<&Time> {
-    claim
-        .status
-        .as_ref()
-        .and_then(|s| condition::find(&s.conditions, condition::LAUNCHED))
-        .map(|c| &c.last_transition_time)
-        .or(claim.metadata.creation_timestamp.as_ref())
-}
+pub use crate::reconcile::{launched_at, VANISHED_AFTER};
 
 /// The `provisioner` label of orphans, whose Provisioner the claim would have named.
 pub const UNKNOWN_PROVISIONER: &str = "unknown";

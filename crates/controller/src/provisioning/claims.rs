@@ -6,11 +6,6 @@
 //! the claim and launches or adopts its instance) and deleting it always goes through the
 //! termination controller.
 
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use joiner_apis::convert::node_claim::node_claim;
 use joiner_apis::{drift, NodeClaim, ObjectLookup, Provisioner};
 use joiner_core::scheduling::NewNode;
@@ -25,31 +20,7 @@ pub use joiner_core::labels::TERMINATION_FINALIZER;
 /// How many names are tried when the API server answers 409 AlreadyExists.
 const NAME_ATTEMPTS: usize = 3;
 
-/// Consonants and digits as Kubernetes uses for generated names: no vowels, so no words.
-const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-
-static COUNTER: AtomicU64 = AtomicU64::new(0);
-
-/// A random five-character suffix. The hasher's per-instance random keys give the randomness;
-/// the clock and a counter make two calls in one process differ even if the keys repeated.
-pub fn random_suffix() -> String {
-    let mut h = RandomState::new().build_hasher();
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    h.write_u128(nanos);
-    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    let mut v = h.finish();
-    let n = ALPHABET.len() as u64;
-    (0..5)
-        .map(|_| {
-            let c = ALPHABET[(v % n) as usize] as char;
-            v /= n;
-            c
-        })
-        .collect()
-}
+pub use crate::k8s::names::random_suffix;
 
 /// [`create_claim`] as a controller pass writes a claim: the stored claim is remembered (the
 /// stores may not show it yet, and the next pass must count it as in flight) and counted in
@@ -163,18 +134,4 @@ pub async fn create_claim(
         claim: last_name,
         attempts: NAME_ATTEMPTS,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn suffixes_use_the_alphabet_and_differ() {
-        let a = random_suffix();
-        let b = random_suffix();
-        assert_eq!(a.len(), 5);
-        assert!(a.bytes().all(|c| ALPHABET.contains(&c)), "{a}");
-        assert_ne!(a, b);
-    }
 }

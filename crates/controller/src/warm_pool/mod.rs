@@ -29,7 +29,6 @@
 //!
 //! Taking a member for a claim is [`take`], on the launch path.
 
-pub use crate::provisioning::take;
 pub use joiner_apis::cluster::warm_pool::history;
 pub use joiner_apis::cluster::warm_pool::sizing;
 
@@ -55,13 +54,14 @@ use serde_json::json;
 use crate::context::Context;
 use crate::k8s::claims::{patch_claim_status, Guard};
 use crate::k8s::codes::is_conflict;
-use crate::lifecycle::gc::{self, VANISHED_AFTER};
-use crate::lifecycle::termination::ENDING_STATES;
+use crate::k8s::names::random_suffix;
 use crate::metrics::ProvisionerLabels;
-use crate::provisioning::claims::{random_suffix, TERMINATION_FINALIZER};
 use crate::provisioning::launch::Catalogs;
 pub use crate::reconcile::ready_after;
-use crate::reconcile::{age, delete_claim, first_error, LifecycleError};
+use crate::reconcile::{
+    age, delete_claim, first_error, LifecycleError, ENDING_STATES, VANISHED_AFTER,
+};
+use joiner_core::labels::TERMINATION_FINALIZER;
 
 /// How long a Bottlerocket member runs before it is stopped when it pulls no images: its
 /// warm-up user data cannot power it off (Bottlerocket runs no user scripts), and it boots in
@@ -283,7 +283,7 @@ async fn step_member<P: CloudProvider>(
     // out of `Warm` and `ready`, and replaced by this pass's sizing — not at the next sweep.
     let vanished = match instance {
         Some(i) => ENDING_STATES.contains(&i.state.as_str()),
-        None => age(gc::launched_at(member), now) >= VANISHED_AFTER,
+        None => age(crate::reconcile::launched_at(member), now) >= VANISHED_AFTER,
     };
     if vanished {
         tracing::warn!(member = member.name(), instance = ?instance_id(member),

@@ -63,11 +63,7 @@ pub const STEP_TIMEOUT: Duration = Duration::from_secs(30);
 /// Objects terminated at once in a pass.
 pub const CONCURRENCY: usize = 16;
 
-/// Instance states in which there is nothing left to drain or terminate.
-pub const ENDING_STATES: &[&str] = &["shutting-down", "terminated"];
-
-/// Instance states of a machine that runs nothing (a Node on it is dead).
-pub const STOPPED_STATES: &[&str] = &["stopping", "stopped"];
+pub use crate::reconcile::{ENDING_STATES, STOPPED_STATES};
 
 /// The termination reconciler. It keeps, across passes, the per-pod eviction backoff and which
 /// blocked pods it already reported, so a long wait is not an Event per second.
