@@ -11,12 +11,19 @@ fn template(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// cfn-lint's exit code and report for `path`.
+/// cfn-lint's exit code and report for `path`. Run through the Python that has it (as the
+/// moto server is: `JOINER_PYTHON`, else `python3`), so the script's place on PATH does not
+/// matter.
 fn lint(path: &Path) -> (i32, String) {
-    let out = Command::new("cfn-lint")
+    let python = std::env::var("JOINER_PYTHON").unwrap_or_else(|_| "python3".to_string());
+    let out = Command::new(python)
+        .args([
+            "-c",
+            "import sys; from cfnlint.runner import main; sys.argv[0] = 'cfn-lint'; sys.exit(main())",
+        ])
         .arg(path)
         .output()
-        .expect("cfn-lint runs (scripts/test installs it)");
+        .expect("python3 runs cfn-lint (scripts/test installs it)");
     let report = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
