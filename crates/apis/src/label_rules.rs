@@ -124,18 +124,9 @@ mod tests {
     use std::collections::HashMap;
     use std::sync::Arc;
 
-    use cel::extractors::This;
-    use cel::{Context, Program};
+    use cel::Program;
 
     use crate::syntax::{restricted_domain, JOINER_SET_LABELS};
-
-    /// The Kubernetes CEL library's `string.find(regex)`: the first match, or "".
-    fn find(This(s): This<Arc<String>>, re: Arc<String>) -> String {
-        regex::Regex::new(&re)
-            .ok()
-            .and_then(|r| r.find(&s).map(|m| m.as_str().to_string()))
-            .unwrap_or_default()
-    }
 
     const KEYS: &[&str] = &[
         "team",
@@ -190,9 +181,7 @@ mod tests {
     fn accepted(rules: &[String], value: cel::Value) -> bool {
         rules.iter().all(|rule| {
             let program = Program::compile(rule).expect("rule compiles");
-            let mut ctx = Context::default();
-            ctx.add_function("find", find).expect("find registers");
-            ctx.add_variable_from_value("self", value.clone());
+            let ctx = crate::cel_library::context(value.clone());
             match program.execute(&ctx) {
                 Ok(cel::Value::Bool(b)) => b,
                 other => panic!("{rule}: {other:?}"),

@@ -6,6 +6,8 @@
 //! simulation needs leaves this crate through a validated conversion into `joiner-core` types,
 //! so a bad manifest is rejected once, here, with an error that names the object and the field.
 
+#[cfg(test)]
+mod cel_library;
 pub mod cluster;
 pub mod condition;
 pub mod convert;

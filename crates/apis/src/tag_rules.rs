@@ -102,17 +102,11 @@ mod tests {
     //! message names the key.
 
     use std::collections::HashMap;
-    use std::sync::Arc;
 
-    use cel::extractors::This;
-    use cel::{Context, Program};
+    use cel::Program;
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::ValidationRule;
 
     use super::reserved_tag;
-
-    fn lower_ascii(This(s): This<Arc<String>>) -> String {
-        s.to_ascii_lowercase()
-    }
 
     const KEYS: &[(&str, bool)] = &[
         ("team", true),
@@ -139,11 +133,8 @@ mod tests {
 
     fn run(expr: &str, key: &str) -> cel::Value {
         let program = Program::compile(expr).expect("rule compiles");
-        let mut ctx = Context::default();
-        ctx.add_function("lowerAscii", lower_ascii)
-            .expect("lowerAscii registers");
         let map: HashMap<String, String> = HashMap::from([(key.to_string(), "v".to_string())]);
-        ctx.add_variable_from_value("self", cel::Value::from(map));
+        let ctx = crate::cel_library::context(cel::Value::from(map));
         program.execute(&ctx).expect("rule runs")
     }
 

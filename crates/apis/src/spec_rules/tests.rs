@@ -3,9 +3,6 @@
 //! with the controller: it refuses exactly the manifests the controller refuses for that rule,
 //! and its message is the controller's reason.
 
-use std::sync::Arc;
-
-use cel::extractors::This;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
 };
@@ -14,45 +11,10 @@ use serde_json::Value;
 use crate::node_template::NodeTemplate;
 use crate::provisioner::Provisioner;
 
-/// The Kubernetes CEL library's `string.find(regex)`: the first match, or "".
-fn find(This(s): This<Arc<String>>, re: Arc<String>) -> String {
-    regex::Regex::new(&re)
-        .ok()
-        .and_then(|r| r.find(&s).map(|m| m.as_str().to_string()))
-        .unwrap_or_default()
-}
-
-/// The Kubernetes CEL library's `string.lowerAscii()`.
-fn lower_ascii(This(s): This<Arc<String>>) -> String {
-    s.to_ascii_lowercase()
-}
-
-/// CEL's `string.matches(regex)` (RE2, unanchored: the patterns anchor themselves).
-fn matches(This(s): This<Arc<String>>, re: Arc<String>) -> bool {
-    regex::Regex::new(&re).is_ok_and(|r| r.is_match(&s))
-}
-
-/// The Kubernetes CEL library's `list.join(separator)`.
-fn join(This(list): This<Arc<Vec<cel::Value>>>, separator: Arc<String>) -> String {
-    list.iter()
-        .map(|v| match v {
-            cel::Value::String(s) => s.to_string(),
-            other => format!("{other:?}"),
-        })
-        .collect::<Vec<_>>()
-        .join(&separator)
-}
-
 /// The messages of the rules `value` breaks below `schema` (messageExpression when given).
 fn refusals(schema: &JSONSchemaProps, value: &Value, out: &mut Vec<String>) {
     for rule in schema.x_kubernetes_validations.iter().flatten() {
-        let mut ctx = cel::Context::default();
-        ctx.add_function("find", find).expect("find");
-        ctx.add_function("join", join).expect("join");
-        ctx.add_function("matches", matches).expect("matches");
-        ctx.add_function("lowerAscii", lower_ascii)
-            .expect("lowerAscii");
-        ctx.add_variable_from_value("self", cel::to_value(value).expect("CEL value"));
+        let ctx = crate::cel_library::context(cel::to_value(value).expect("CEL value"));
         let program =
             cel::Program::compile(&rule.rule).unwrap_or_else(|e| panic!("{}: {e}", rule.rule));
         match program.execute(&ctx) {
@@ -510,25 +472,22 @@ fn imported_karpenter_objects_pass_the_rules() {
             .collect();
         let converted = crate::karpenter::convert(&objects)
             .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        for p in &converted.provisioners {
-            let spec = serde_json::to_value(&p.spec).expect("json");
-            let refused = cel_refusals("Provisioner", &spec);
-            assert!(
-                refused.is_empty(),
-                "{}: Provisioner {}: {refused:?}",
-                file.display(),
-                p.name()
+        let specs = converted
+            .provisioners
+            .iter()
+            .map(|p| ("Provisioner", p.name(), serde_json::to_value(&p.spec)))
+            .chain(
+                converted
+                    .node_templates
+                    .iter()
+                    .map(|t| ("NodeTemplate", t.name(), serde_json::to_value(&t.spec))),
             );
-            checked += 1;
-        }
-        for t in &converted.node_templates {
-            let spec = serde_json::to_value(&t.spec).expect("json");
-            let refused = cel_refusals("NodeTemplate", &spec);
+        for (kind, name, spec) in specs {
+            let refused = cel_refusals(kind, &spec.expect("json"));
             assert!(
                 refused.is_empty(),
-                "{}: NodeTemplate {}: {refused:?}",
-                file.display(),
-                t.name()
+                "{}: {kind} {name}: {refused:?}",
+                file.display()
             );
             checked += 1;
         }
