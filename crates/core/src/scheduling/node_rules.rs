@@ -7,8 +7,6 @@
 //! comparisons, never a scan of the pods already there: 5,000 mutually anti-affine pods are one
 //! rule with a cap of one pod per node, not 12.5 million pairs.
 
-use std::collections::HashMap;
-
 use crate::labels;
 use crate::pod::Pod;
 
@@ -103,7 +101,7 @@ impl NodeRules {
     /// running pods (whose anti-affinity repels newcomers).
     pub fn build(pods: &[Pod], templates: &[Pod], classes: &[PodClass]) -> NodeRules {
         debug_assert_eq!(templates.len(), classes.len());
-        let mut ids: HashMap<RuleId, usize> = HashMap::new();
+        let mut ids: foldhash::HashMap<RuleId, usize> = foldhash::HashMap::default();
         let mut rules = NodeRules {
             of_class: vec![Vec::new(); classes.len()],
             ..NodeRules::default()

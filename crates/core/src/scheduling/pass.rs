@@ -127,7 +127,7 @@ impl<'a> Pass<'a> {
         let rules = NodeRules::build(pods, &templates, &classes);
         let together = colocation::analyze(pods, &templates);
         let followers = colocation::followers_of(&together);
-        let existing = ExistingNodes::new(&snapshot.nodes, pods, &rules);
+        let existing = ExistingNodes::new(&snapshot.nodes, pods);
         let n = classes.len();
         Pass {
             snapshot,

@@ -294,7 +294,7 @@ pub(super) fn counted_node_values(
 
 /// Free room on each node: allocatable less what the pods bound there request.
 pub(super) fn free_room(nodes: &[Node], pods: &[Pod]) -> Vec<Resources> {
-    let index: HashMap<&str, usize> = nodes
+    let index: foldhash::HashMap<&str, usize> = nodes
         .iter()
         .enumerate()
         .map(|(i, n)| (n.name.as_str(), i))

@@ -15,9 +15,9 @@ pub(super) fn pin_in_order(
 ) -> (Pinned, Vec<usize>) {
     let pile = matches!(order, Order::Piling(_));
     let mut keys: Vec<String> = Vec::new();
-    let mut key_index: HashMap<String, usize> = HashMap::new();
+    let mut key_index: foldhash::HashMap<String, usize> = foldhash::HashMap::default();
     let mut groups: Vec<Group> = Vec::new();
-    let mut gid: HashMap<Group, usize> = HashMap::new();
+    let mut gid: foldhash::HashMap<Group, usize> = foldhash::HashMap::default();
     let mut intern = |key: &str, scope: Scope, nodes: Option<NodeFilter>| -> (usize, usize) {
         let k = *key_index.entry(key.to_string()).or_insert_with(|| {
             keys.push(key.to_string());
@@ -131,7 +131,8 @@ pub(super) fn pin_in_order(
         }
     }
     // Counts from running pods.
-    let by_name: HashMap<&str, &Node> = nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+    let by_name: foldhash::HashMap<&str, &Node> =
+        nodes.iter().map(|n| (n.name.as_str(), n)).collect();
     let mut count: Vec<BTreeMap<String, i64>> = vec![BTreeMap::new(); groups.len()];
     // Per spread group, the pods of the batch its spreads constrain, per domain they were
     // pinned to: a domain holding one is never full for `Fill::rising`.
