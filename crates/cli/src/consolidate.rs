@@ -3,12 +3,10 @@
 //! (`kubectl get nodes,pods,pdb -A -o yaml` plus the Provisioners, and NodeClaims with
 //! NodeTemplates for the drift the nodes cannot show), offline.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeMap;
 
-use joiner_apis::drift::claim_drift;
-use joiner_apis::{NodeClaim, NodeTemplate, Provisioner};
+use joiner_apis::cluster::disruption::DisruptionInputs;
 use joiner_core::disruption::{plan, DisruptionPlan, DisruptionSettings, Input};
-use joiner_core::labels;
 use joiner_core::scheduling::Options;
 use joiner_core::{InstanceType, Snapshot};
 use k8s_openapi::jiff::Timestamp;
@@ -26,13 +24,11 @@ pub struct Request<'a> {
     pub snapshot: &'a Snapshot,
     /// Each Provisioner's disruption settings.
     pub settings: &'a BTreeMap<String, DisruptionSettings>,
-    /// The Provisioners as written, NodeTemplates and NodeClaims of the input: drift the
-    /// nodes cannot show is read from the claims, as the controller reads it.
-    pub provisioners: &'a [Provisioner],
-    /// See `provisioners`.
-    pub node_templates: &'a [NodeTemplate],
-    /// See `provisioners`.
-    pub node_claims: &'a [NodeClaim],
+    /// What the NodeClaims of the input say (drift the nodes cannot show, claims being
+    /// deleted), read as the controller reads it (`joiner_apis::cluster::disruption`).
+    pub claims: &'a DisruptionInputs,
+    /// True when the input holds NodeClaims at all.
+    pub has_claims: bool,
     /// Instance types and prices.
     pub catalog: &'a [InstanceType],
     /// `--at`, RFC 3339; now when absent.
@@ -56,15 +52,14 @@ pub fn run(req: &Request<'_>) -> Result<String, CliError> {
         None => Timestamp::now(),
     };
     let settings_of = |name: &str| req.settings.get(name).cloned();
-    let drifted = claim_drift_by_node(req);
     let started = std::time::Instant::now();
     let out = plan(&Input {
         snapshot: req.snapshot,
         catalog: req.catalog,
         opts: &Options::default(),
         settings: &settings_of,
-        cloud_drift: &|node| drifted.get(&node.name).cloned(),
-        disrupting: &BTreeSet::new(),
+        cloud_drift: &|node| req.claims.drifted.get(&node.name).cloned(),
+        disrupting: &req.claims.disrupting,
         now: at.as_second(),
         max_decisions: req.steps,
         max_evaluations: None,
@@ -72,7 +67,7 @@ pub fn run(req: &Request<'_>) -> Result<String, CliError> {
     });
     let planned_in_ms = (started.elapsed().as_secs_f64() * 10_000.0).round() / 10.0;
     let mut warnings = req.warnings.to_vec();
-    if req.node_claims.is_empty() {
+    if !req.has_claims {
         warnings.push(
             "no NodeClaims in the input: drift is only what the nodes show (labels, taints, \
              requirements); add `kubectl get nodeclaims,nodetemplates -o yaml` for AMI, subnet, \
@@ -84,49 +79,6 @@ pub fn run(req: &Request<'_>) -> Result<String, CliError> {
         Format::Table | Format::Wide => table(req.region, &at, &out, &warnings, planned_in_ms),
         Format::Json => json(req.region, &at, &out, &warnings, planned_in_ms) + "\n",
     })
-}
-
-/// Why each node whose NodeClaim is in the input has drifted, by node name: the claim names
-/// its node in `status.nodeName`, or the node carries the claim's name as a label.
-fn claim_drift_by_node(req: &Request<'_>) -> HashMap<String, String> {
-    let mut out = HashMap::new();
-    let by_name: HashMap<&str, &joiner_core::Node> = req
-        .snapshot
-        .nodes
-        .iter()
-        .map(|n| (n.name.as_str(), n))
-        .collect();
-    let by_claim: HashMap<&str, &joiner_core::Node> = req
-        .snapshot
-        .nodes
-        .iter()
-        .filter_map(|n| n.labels.get(labels::NODECLAIM).map(|c| (c.as_str(), n)))
-        .collect();
-    for claim in req.node_claims {
-        let named = claim.status.as_ref().and_then(|s| s.node_name.as_deref());
-        let Some(node) = named
-            .and_then(|n| by_name.get(n))
-            .or_else(|| by_claim.get(claim.name()))
-        else {
-            continue;
-        };
-        let Some(prov) = req
-            .provisioners
-            .iter()
-            .find(|p| p.name() == claim.spec.provisioner_name)
-        else {
-            continue;
-        };
-        let node_template = prov
-            .spec
-            .provider_ref
-            .as_ref()
-            .and_then(|r| req.node_templates.iter().find(|t| t.name() == r.name));
-        if let Some(why) = claim_drift(claim, prov, node_template, &node.labels) {
-            out.insert(node.name.clone(), why);
-        }
-    }
-    out
 }
 
 fn table(

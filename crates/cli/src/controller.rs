@@ -20,7 +20,7 @@ use joiner_controller::instrumented::Instrumented;
 use joiner_controller::logging::{self, LogFormat};
 use joiner_controller::runtime::{self, LeaderTasks, RuntimeError, RuntimeOptions, Started};
 use joiner_controller::{
-    cluster_facts, disruption, interruption, lifecycle, provisioning, status, Settings,
+    cluster_facts, disruption, interruption, lifecycle, provisioning, status, warm_pool, Settings,
 };
 use thiserror::Error;
 
@@ -404,7 +404,7 @@ pub fn leader_tasks(interruption_queue: Option<String>) -> LeaderTasks<Cloud> {
         } else {
             tracing::info!("no --interruption-queue: interruption events are not handled");
         }
-        tasks.extend::<[Task; 5]>([
+        tasks.extend::<[Task; 6]>([
             Box::pin(status::run(ctx.clone(), aws.clone(), term.clone())),
             Box::pin(joiner_aws::housekeeping::run(
                 aws,
@@ -412,6 +412,7 @@ pub fn leader_tasks(interruption_queue: Option<String>) -> LeaderTasks<Cloud> {
             )),
             Box::pin(provisioning::run(ctx.clone(), term.clone())),
             Box::pin(disruption::run(ctx.clone(), term.clone())),
+            Box::pin(warm_pool::run(ctx.clone(), term.clone())),
             Box::pin(lifecycle::run(ctx, term)),
         ]);
         tasks

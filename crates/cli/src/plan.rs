@@ -119,6 +119,11 @@ fn pod_to_explain(
         .or(first)
 }
 
+/// The NodeClaims of the input as the stores hold them.
+fn arcs(claims: &[joiner_apis::NodeClaim]) -> Vec<Arc<joiner_apis::NodeClaim>> {
+    claims.iter().cloned().map(Arc::new).collect()
+}
+
 /// The capacity NodeClaims of the input stand for, as the controller reads it (the one
 /// function both call, `joiner_apis::cluster::claimed_capacity`): a claim whose Node has not registered becomes an
 /// in-flight node, and a registered Node whose claim is not initialized yet is planned
@@ -132,12 +137,7 @@ fn add_claimed_capacity(
     if loaded.node_claims.is_empty() {
         return Vec::new();
     }
-    let claims: Vec<std::sync::Arc<joiner_apis::NodeClaim>> = loaded
-        .node_claims
-        .iter()
-        .cloned()
-        .map(std::sync::Arc::new)
-        .collect();
+    let claims = arcs(&loaded.node_claims);
     joiner_apis::cluster::claimed_capacity(
         &mut loaded.snapshot,
         &loaded.kube_nodes,
@@ -187,15 +187,25 @@ pub fn run(args: &PlanArgs) -> Result<String, CliError> {
                     .into(),
             ));
         }
+        // The input may hold some claims only, so a node without one here may have one.
+        let claims = joiner_apis::cluster::disruption::disruption_inputs(
+            &mut loaded.snapshot,
+            &loaded.kube_nodes,
+            &arcs(&loaded.node_claims),
+            &joiner_apis::StaticObjects::new(
+                loaded.provisioners.clone(),
+                loaded.node_templates.clone(),
+            ),
+            joiner_apis::cluster::disruption::Claims::Some,
+        );
         let mut warnings = loaded.warnings;
         warnings.extend(catalog.warnings);
         return crate::consolidate::run(&crate::consolidate::Request {
             region: &args.region,
             snapshot: &loaded.snapshot,
             settings: &loaded.disruption,
-            provisioners: &loaded.provisioners,
-            node_templates: &loaded.node_templates,
-            node_claims: &loaded.node_claims,
+            claims: &claims,
+            has_claims: !loaded.node_claims.is_empty(),
             catalog: &catalog.types,
             at: args.at.as_deref(),
             steps: args.steps,

@@ -15,6 +15,7 @@ pub use joiner_apis::cluster::inflight;
 pub mod instrumented;
 pub mod interruption;
 pub mod k8s;
+pub mod launcher;
 pub mod leader;
 pub mod lifecycle;
 pub mod logging;

@@ -1,20 +1,23 @@
 //! What every reconciler shares, below them all: the error a step reports
 //! ([`LifecycleError`]), a pass that gives every object its turn ([`first_error`]), the age of
-//! an object, and the one way a claim is deleted and counted ([`delete_claim`]). The
+//! an object, the one way a claim is deleted and counted ([`delete_claim`]), when a claim's
+//! Node is initialized ([`is_initialized`]), the taint on a node being disrupted
+//! ([`disrupted_taint`]) and the loop that runs a pass every period ([`every!`]). The
 //! reconcilers (lifecycle, warm pool, disruption, interruption) import these from here, never
 //! from each other.
 
 use std::time::Duration;
 
 use joiner_apis::{condition, NodeClaim};
-use joiner_core::CloudProvider;
+use joiner_core::{labels, CloudProvider};
+use k8s_openapi::api::core::v1::{Node, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use thiserror::Error;
 
 use crate::context::Context;
 use crate::k8s::claims::delete_claim as delete_claim_object;
-use crate::k8s::node_patch::NodePatchError;
+use crate::k8s::node_patch::{has_taint, is_ready, node_taints, NodePatchError};
 use crate::k8s::refs::claim_ref;
 use crate::metrics::ReasonLabels;
 
@@ -149,6 +152,55 @@ pub const ENDING_STATES: &[&str] = &["shutting-down", "terminated"];
 /// Instance states of a machine that runs nothing (a Node on it is dead).
 pub const STOPPED_STATES: &[&str] = &["stopping", "stopped"];
 
+/// True when `node` is ready for the pods `claim` was bought for: Ready, without the claim's
+/// startup taints, joiner's own or Kubernetes' known ephemeral ones, and reporting every
+/// extended resource the claim requests.
+pub fn is_initialized(claim: &NodeClaim, node: &Node) -> bool {
+    if !is_ready(node) || has_taint(node, labels::UNREGISTERED_TAINT) {
+        return false;
+    }
+    let taints = node_taints(node);
+    // Kubernetes' own starting taints still on (the lifecycle controller lags Ready by
+    // seconds): the scheduler would not place the claim's pods yet, so neither is the claim
+    // initialized (its node is planned without them until then).
+    if taints
+        .iter()
+        .any(|t| labels::is_ephemeral_taint(&t.key, &t.effect))
+    {
+        return false;
+    }
+    let starting = claim.spec.startup_taints.iter().any(|s| {
+        taints
+            .iter()
+            .any(|t| t.key == s.key && t.effect == s.effect)
+    });
+    if starting {
+        return false;
+    }
+    let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+    claim
+        .spec
+        .resources
+        .requests
+        .iter()
+        .filter(|(name, _)| joiner_core::resources::is_extended(name))
+        .all(|(name, _)| {
+            allocatable
+                .and_then(|a| a.get(name))
+                .is_some_and(|q| q.0.trim() != "0" && !q.0.trim().is_empty())
+        })
+}
+
+/// `joiner.sh/disrupted:NoSchedule`.
+pub fn disrupted_taint() -> Taint {
+    Taint {
+        key: labels::DISRUPTED_TAINT.to_string(),
+        value: None,
+        effect: "NoSchedule".to_string(),
+        time_added: None,
+    }
+}
+
 /// Logs every failure of a pass and returns the first: each pass gives every object its turn
 /// before reporting, so one broken object never stalls the others.
 pub(crate) fn first_error(
@@ -161,6 +213,53 @@ pub(crate) fn first_error(
     }
     first.map_or(Ok(()), Err)
 }
+
+/// Logs and counts a failed pass of `controller` (`reconcile_errors{controller}`); the loop
+/// goes on, since the next pass retries from the stores.
+pub(crate) fn report<P: CloudProvider>(
+    ctx: &Context<P>,
+    controller: &'static str,
+    result: Result<(), LifecycleError>,
+) {
+    if let Err(err) = result {
+        tracing::warn!(controller, error = %err, "lifecycle pass failed; retrying next pass");
+        ctx.metrics.reconcile_failed(controller);
+    }
+}
+
+/// One reconciler's loop: `$pass` runs every `$period` until `$stop` is cancelled, its
+/// failures [`report`]ed. A pass under way is finished (each of its steps is bounded), so
+/// nothing is left half-written when the leadership ends. (A macro rather than a generic
+/// helper: the passes borrow the context, which a closure returning a future cannot express
+/// for the `Send` the runtime needs.)
+macro_rules! every {
+    ($ctx:ident, $stop:ident, $period:expr, $controller:literal, $pass:expr) => {
+        async {
+            use tracing::Instrument as _;
+            let mut tick = tokio::time::interval($period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                $ctx.metrics
+                    .passes
+                    .tick($controller, $period, $crate::metrics::PASS_STALL);
+                tokio::select! {
+                    _ = $stop.cancelled() => break,
+                    _ = tick.tick() => {}
+                }
+                $ctx.metrics.passes.tick(
+                    $controller,
+                    std::time::Duration::ZERO,
+                    $crate::metrics::PASS_STALL,
+                );
+                let result = $pass
+                    .instrument(tracing::debug_span!("reconcile", controller = $controller))
+                    .await;
+                $crate::reconcile::report(&$ctx, $controller, result);
+            }
+        }
+    };
+}
+pub(crate) use every;
 
 #[cfg(test)]
 mod tests {

@@ -250,9 +250,8 @@ async fn a_batch_writes_and_launches_its_claims_concurrently_and_sees_them_at_on
 /// as a batch's are, not one CreateFleet after another.
 #[tokio::test(start_paused = true)]
 async fn claims_left_unlaunched_are_launched_concurrently() {
-    use joiner_controller::provisioning::{
-        launch_pending_claims, Launch, Memory, LAUNCH_CONCURRENCY,
-    };
+    use joiner_controller::launcher::Launch;
+    use joiner_controller::provisioning::{launch_pending_claims, Memory, LAUNCH_CONCURRENCY};
     use std::sync::atomic::Ordering;
     let claims: Vec<_> = (0..40)
         .map(|i| {

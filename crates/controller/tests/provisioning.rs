@@ -13,9 +13,8 @@ use joiner_aws::testing;
 use joiner_aws::unavailable::{OfferingKey, UnavailableOfferings};
 use joiner_aws::{AwsClients, AwsCloudProvider};
 use joiner_controller::instrumented::Instrumented;
-use joiner_controller::provisioning::{
-    self, launch_pending_claims, provision_batch, Launch, Memory, ProvisioningError,
-};
+use joiner_controller::launcher::{Launch, ProvisioningError};
+use joiner_controller::provisioning::{self, launch_pending_claims, provision_batch, Memory};
 use joiner_controller::Metrics;
 use joiner_controller::{ClusterState, Context, Settings};
 use joiner_core::{CapacityType, CloudProvider, LaunchRequest};

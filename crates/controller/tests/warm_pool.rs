@@ -13,9 +13,10 @@ use std::time::Duration;
 
 use http::Method;
 use joiner_apis::{NodeClaim, Provisioner};
+use joiner_controller::launcher::Launch;
 use joiner_controller::lifecycle::termination::Terminator;
 use joiner_controller::metrics::{OutcomeLabels, PhaseLabels};
-use joiner_controller::provisioning::{launch_pending_claims, Launch, Memory};
+use joiner_controller::provisioning::{launch_pending_claims, Memory};
 use joiner_controller::warm_pool;
 use lifecycle_fixture::{claim, cloud, node_template, settings, Cloud, Stores};
 use serde_json::json;
@@ -287,8 +288,9 @@ mod transitions {
     use std::sync::Arc;
 
     use joiner_apis::NodeClaim;
+    use joiner_controller::launcher::Launch;
     use joiner_controller::metrics::OutcomeLabels;
-    use joiner_controller::provisioning::{launch_pending_claims, Launch, Memory};
+    use joiner_controller::provisioning::{launch_pending_claims, Memory};
     use joiner_controller::{warm_pool, Context};
     use joiner_core::testing::{FakeCall, FakeCloud, FakeError, FakeMethod};
     use joiner_core::{CapacityType, CloudErrorKind, LaunchedNode};

@@ -3,12 +3,13 @@
 //! Node has no provider ID, the one the claim's `status.nodeName` names (written by
 //! registration after such a match). Never a label: a
 //! kubelet may set its own labels (`--node-labels`), so a label cannot prove which instance a
-//! Node runs on. Every reconciler matches with these functions.
+//! Node runs on. Every reconciler of the controller, and `joiner plan`, match with these
+//! functions.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use joiner_apis::NodeClaim;
+use crate::NodeClaim;
 use k8s_openapi::api::core::v1::Node;
 
 /// The Node's `spec.providerID`, when set.

@@ -5,7 +5,9 @@
 //! Pure functions of the objects; the controller's reflector stores and the CLI's manifest
 //! loader are two sources of the same objects.
 
+pub mod disruption;
 pub mod inflight;
+pub mod matching;
 pub mod nominations;
 pub mod warm_pool;
 

@@ -29,13 +29,12 @@ use super::record::{self, Record};
 use super::validation::DecisionKey;
 use crate::context::Context;
 use crate::k8s::events::{publish_on_claim, publish_on_node, EventType};
-use crate::k8s::matching::{claim_of, node_of};
-use crate::lifecycle::registration::is_initialized;
-use crate::provisioning::claims::create_recorded;
-use crate::provisioning::launch::Launch;
-use crate::provisioning::launch_claim;
+use crate::launcher::claims::create_recorded;
+use crate::launcher::{launch_claim, Launch};
 use crate::reconcile::delete_claim;
+use crate::reconcile::is_initialized;
 use crate::state::PlanningGuard;
+use joiner_apis::cluster::matching::{claim_of, node_of};
 
 /// How long replacements may take to be Initialized before the decision is given up (the
 /// old nodes stay, the replacements are deleted).

@@ -3,19 +3,17 @@
 //! record shows (`joiner_apis::drift`), and the nodes already on their way out (claims being
 //! deleted, the old nodes of the command under way).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
-use joiner_apis::drift::{claim_drift, restamp};
-use joiner_apis::ObjectLookup;
+use joiner_apis::cluster::disruption::{disruption_inputs, Claims};
 use joiner_core::disruption::{plan, trial, DisruptionPlan, DisruptionSettings, Input};
 use joiner_core::scheduling::Options;
-use joiner_core::{labels, CloudProvider, InstanceType};
+use joiner_core::{CloudProvider, InstanceType};
 use k8s_openapi::jiff::Timestamp;
 
 use super::pod_changes::PodChanges;
 use crate::context::Context;
-use crate::k8s::matching::NodeIndex;
-use crate::provisioning::launch::Catalogs;
+use crate::launcher::Catalogs;
 
 /// Most decisions one pass plans (and may start, each after its own validation delay): the
 /// commands they become run side by side, within the budgets, which count the ones under way.
@@ -75,78 +73,20 @@ pub async fn planned<P: CloudProvider>(
     let (mut snapshot, snapshot_warnings) = ctx.state.snapshot_with_catalog(&catalog);
     changes.observe(&mut snapshot, now.as_second());
     warnings.extend(snapshot_warnings);
-    let nodes = ctx.state.nodes.state();
+    // Drift the nodes cannot show (the hashes and launch facts their claims recorded against
+    // their Provisioner and NodeTemplate now), claims on their way out, nodes without one: as
+    // `joiner plan --consolidate` reads them.
+    let inputs = disruption_inputs(
+        &mut snapshot,
+        &ctx.state.nodes.state(),
+        &ctx.state.claims(),
+        &ctx.state,
+        Claims::All,
+    );
     let mut disrupting = also_disrupting.clone();
-    // Drift the nodes cannot show: the hashes and launch facts their claims recorded against
-    // their Provisioner and NodeTemplate now.
-    let mut drifted: HashMap<String, String> = HashMap::new();
-    let mut restamps = Vec::new();
-    let index = NodeIndex::new(&nodes);
-    let mut claimed: HashSet<String> = HashSet::new();
-    let recorded_of: HashMap<&str, &BTreeMap<String, String>> = snapshot
-        .nodes
-        .iter()
-        .filter_map(|n| Some((n.name.as_str(), n.life.recorded_labels.as_deref()?)))
-        .collect();
-    for claim in ctx.state.claims() {
-        let node = index.node_of(&claim);
-        claimed.extend(node.and_then(|n| n.metadata.name.clone()));
-        if claim.metadata.deletion_timestamp.is_some() {
-            disrupting.insert(claim.name().to_string());
-            disrupting.extend(node.and_then(|n| n.metadata.name.clone()));
-            continue;
-        }
-        let (Some(node), Some(prov)) = (
-            node,
-            provisioners
-                .iter()
-                .find(|p| p.name() == claim.spec.provisioner_name),
-        ) else {
-            continue;
-        };
-        let node_template = prov
-            .spec
-            .provider_ref
-            .as_ref()
-            .and_then(|r| ctx.state.node_template(&r.name));
-        // The labels the claim recorded (its type's, its requirements'), not the live Node's:
-        // a label edited by hand must not make an AMI look drifted.
-        let no_labels = BTreeMap::new();
-        let recorded = node
-            .metadata
-            .name
-            .as_deref()
-            .and_then(|name| recorded_of.get(name).copied());
-        let labels =
-            recorded.unwrap_or_else(|| node.metadata.labels.as_ref().unwrap_or(&no_labels));
-        if let Some(annotations) = restamp(&claim, prov, node_template.as_deref()) {
-            restamps.push((claim.name().to_string(), annotations));
-        }
-        if let (Some(name), Some(why)) = (
-            node.metadata.name.clone(),
-            claim_drift(&claim, prov, node_template.as_deref(), labels),
-        ) {
-            drifted.insert(name, why);
-        }
-    }
-    // A Node labelled with a Provisioner but without a claim (joined outside joiner, or its
-    // claim is gone): no command could carry a decision on it out, so it is never a candidate,
-    // and never the decision that holds every other one back.
-    for node in &nodes {
-        let Some(name) = node.metadata.name.as_deref() else {
-            continue;
-        };
-        let labelled = node
-            .metadata
-            .labels
-            .as_ref()
-            .is_some_and(|l| l.contains_key(labels::PROVISIONER_NAME));
-        if labelled && !claimed.contains(name) {
-            if let Some(n) = snapshot.nodes.iter_mut().find(|n| n.name == name) {
-                n.life.not_disruptable = Some("it has no NodeClaim".into());
-            }
-        }
-    }
+    disrupting.extend(inputs.disrupting);
+    let drifted = inputs.drifted;
+    let restamps = inputs.restamps;
     let settings_of = |name: &str| settings.get(name).cloned();
     let plan = plan(&Input {
         snapshot: &snapshot,

@@ -3,7 +3,7 @@
 
 use thiserror::Error;
 
-use crate::provisioning::ProvisioningError;
+use crate::launcher::ProvisioningError;
 use crate::reconcile::LifecycleError;
 
 /// Why a disruption step failed; each names the object at fault.

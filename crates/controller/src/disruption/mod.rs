@@ -33,10 +33,10 @@ use tracing::Instrument;
 
 use crate::context::Context;
 use crate::k8s::events::{publish_on_claim, publish_on_node, EventType};
-use crate::k8s::matching::claim_of;
 use command::{Command, Progress, Started};
 pub use decide::DECISIONS_PER_PASS;
 pub use error::DisruptionError;
+use joiner_apis::cluster::matching::claim_of;
 use validation::{DecisionKey, Pending, Verdict};
 
 /// How often the disruption pass runs.

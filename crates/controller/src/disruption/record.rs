@@ -23,7 +23,7 @@ use serde_json::json;
 
 use crate::k8s::claims::patch_claim_annotations;
 use crate::k8s::node_patch::{guarded, node_taints, taint_patch, taints_op};
-use crate::lifecycle::termination::disrupted_taint;
+use crate::reconcile::disrupted_taint;
 
 /// A disruption command as its old NodeClaims record it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -175,7 +175,7 @@ pub async fn untaint(client: &kube::Client, nodes: &[String]) {
 /// Nodes carrying the taint disruption puts ([`command_taint`]: stamped) whose claim is live
 /// and records no command: left by a command rolled back or forgotten.
 pub fn stale_taints(nodes: &[Arc<Node>], claims: &[Arc<NodeClaim>]) -> Vec<String> {
-    let index = crate::k8s::matching::NodeIndex::new(nodes);
+    let index = joiner_apis::cluster::matching::NodeIndex::new(nodes);
     let mut out = Vec::new();
     for claim in claims {
         if claim.metadata.deletion_timestamp.is_some() || Record::of(claim).is_some() {

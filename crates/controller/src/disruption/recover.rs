@@ -16,7 +16,7 @@ use joiner_core::CloudProvider;
 use super::command::{self, Command};
 use super::record::{self, Record};
 use crate::context::Context;
-use crate::k8s::matching::NodeIndex;
+use joiner_apis::cluster::matching::NodeIndex;
 
 /// The commands to carry on, after rolling back the others.
 pub async fn recover<P: CloudProvider>(ctx: &Context<P>, now: Instant) -> Vec<Command> {

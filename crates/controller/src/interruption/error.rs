@@ -3,7 +3,7 @@
 
 use thiserror::Error;
 
-use crate::provisioning::ProvisioningError;
+use crate::launcher::ProvisioningError;
 use crate::reconcile::LifecycleError;
 
 /// Why handling a message failed (it stays in the queue and comes back).

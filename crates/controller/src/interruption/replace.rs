@@ -22,12 +22,11 @@ use super::error::InterruptionError;
 use super::targets::Target;
 use crate::context::Context;
 use crate::k8s::node_patch::taint_patch;
-use crate::lifecycle::termination::disrupted_taint;
+use crate::launcher::claims::{create_recorded, nominate};
+use crate::launcher::{launch_claim, Catalogs};
 use crate::nominations::{added_by, entries, release};
-use crate::provisioning::claims::{create_recorded, nominate};
-use crate::provisioning::launch::Catalogs;
-use crate::provisioning::launch_claim;
 use crate::reconcile::delete_claim;
+use crate::reconcile::disrupted_taint;
 
 /// A node to replace and the event kind that ends it.
 #[derive(Clone, Debug)]

@@ -17,7 +17,7 @@ use joiner_apis::NodeClaim;
 use joiner_core::interruption::Rejected;
 use k8s_openapi::api::core::v1::Node;
 
-use crate::k8s::matching::{claim_provider_id, node_of};
+use joiner_apis::cluster::matching::{claim_provider_id, node_of};
 
 /// How much earlier than its claim an event may be stamped and still count: the cloud's and
 /// the API server's clocks differ a little.

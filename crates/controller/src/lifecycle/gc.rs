@@ -25,10 +25,10 @@ use joiner_core::{CloudError, CloudErrorKind, CloudProvider, LaunchedNode};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::context::Context;
-use crate::k8s::matching::node_of;
 use crate::k8s::node_patch::is_ready;
 use crate::metrics::{ProvisionerLabels, ReasonLabels};
 use crate::reconcile::{age, delete_claim, first_error, LifecycleError};
+use joiner_apis::cluster::matching::node_of;
 
 pub use crate::reconcile::{launched_at, VANISHED_AFTER};
 

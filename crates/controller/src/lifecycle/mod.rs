@@ -20,10 +20,9 @@ use std::time::Duration;
 
 use joiner_core::CloudProvider;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use crate::context::Context;
-use crate::metrics::PASS_STALL;
+use crate::reconcile::every;
 pub use crate::reconcile::LifecycleError;
 use gc::Collector;
 use termination::Terminator;
@@ -32,8 +31,7 @@ use termination::Terminator;
 pub const FAST_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Drives every lifecycle loop until `stop` is cancelled: registration, liveness and termination
-/// about every [`FAST_INTERVAL`], garbage collection every `settings.sweep_interval`, the warm
-/// pools ([`crate::warm_pool`]) every `settings.warm_pool_interval`. Each loop
+/// about every [`FAST_INTERVAL`], garbage collection every `settings.sweep_interval`. Each loop
 /// runs on its own (they are polled concurrently), so a slow pass of one — a drain waiting on
 /// the API server, a cloud listing — never delays registration or liveness of other claims. A
 /// failed pass is logged and counted in `reconcile_errors{controller}`; the loop goes on, since
@@ -42,53 +40,35 @@ pub async fn run<P: CloudProvider + 'static>(ctx: Arc<Context<P>>, stop: Cancell
     let registrar = registration::Registrar::default();
     let terminator = Terminator::default();
     let collector = Collector::default();
-    // One loop per reconciler: `$pass` runs every `$period` until `stop`. A pass under way is
-    // finished (each of its steps is bounded), so nothing is left half-written when the
-    // leadership ends. (A macro rather than a generic helper: the passes borrow the context,
-    // which a closure returning a future cannot express for the `Send` the runtime needs.)
-    macro_rules! every {
-        ($period:expr, $controller:literal, $pass:expr) => {
-            async {
-                let mut tick = tokio::time::interval($period);
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                loop {
-                    ctx.metrics.passes.tick($controller, $period, PASS_STALL);
-                    tokio::select! {
-                        _ = stop.cancelled() => break,
-                        _ = tick.tick() => {}
-                    }
-                    ctx.metrics
-                        .passes
-                        .tick($controller, Duration::ZERO, PASS_STALL);
-                    let result = $pass
-                        .instrument(tracing::debug_span!("reconcile", controller = $controller))
-                        .await;
-                    report(&ctx, $controller, result);
-                }
-            }
-        };
-    }
     tokio::join!(
-        every!(FAST_INTERVAL, "registration", registrar.reconcile(&ctx)),
-        every!(FAST_INTERVAL, "liveness", liveness::reconcile(&ctx)),
-        every!(FAST_INTERVAL, "termination", terminator.reconcile(&ctx)),
-        every!(ctx.settings.sweep_interval, "gc", collector.sweep(&ctx)),
         every!(
-            ctx.settings.warm_pool_interval,
-            "warm_pool",
-            crate::warm_pool::reconcile(&ctx)
+            ctx,
+            stop,
+            FAST_INTERVAL,
+            "registration",
+            registrar.reconcile(&ctx)
+        ),
+        every!(
+            ctx,
+            stop,
+            FAST_INTERVAL,
+            "liveness",
+            liveness::reconcile(&ctx)
+        ),
+        every!(
+            ctx,
+            stop,
+            FAST_INTERVAL,
+            "termination",
+            terminator.reconcile(&ctx)
+        ),
+        every!(
+            ctx,
+            stop,
+            ctx.settings.sweep_interval,
+            "gc",
+            collector.sweep(&ctx)
         ),
     );
     tracing::info!("lifecycle loops stopped");
-}
-
-fn report<P: CloudProvider>(
-    ctx: &Context<P>,
-    controller: &'static str,
-    result: Result<(), LifecycleError>,
-) {
-    if let Err(err) = result {
-        tracing::warn!(controller, error = %err, "lifecycle pass failed; retrying next pass");
-        ctx.metrics.reconcile_failed(controller);
-    }
 }

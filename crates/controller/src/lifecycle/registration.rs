@@ -41,14 +41,13 @@ use crate::k8s::claims::{claim_condition, patch_claim_status, with_condition, Gu
 use crate::k8s::codes::{api_message, is_conflict, is_guarded_patch_conflict, is_refused};
 use crate::k8s::events::{self, EventType};
 use crate::k8s::finalizers::has_finalizer;
-use crate::k8s::matching::node_of;
 use crate::k8s::node_patch::{
-    add_finalizer_op, guarded, has_taint, is_ready, labels_op, node_taints, taints_op,
-    untaint_patch,
+    add_finalizer_op, guarded, has_taint, labels_op, node_taints, taints_op, untaint_patch,
 };
 use crate::k8s::refs::{claim_ref, node_name, node_ref};
 use crate::metrics::{ProvisionerLabels, SourceLabels};
-use crate::reconcile::{first_error, LifecycleError};
+use crate::reconcile::{first_error, is_initialized, LifecycleError};
+use joiner_apis::cluster::matching::node_of;
 
 /// The Event reason and `Registered=False` condition reason of a claim whose Node the API
 /// server refuses to label or taint as the claim says.
@@ -347,45 +346,6 @@ fn launched_from_warm_pool(claim: &NodeClaim) -> bool {
         .as_ref()
         .and_then(|s| condition::find(&s.conditions, condition::LAUNCHED))
         .is_some_and(|c| c.reason == joiner_apis::cluster::warm_pool::TAKEN_REASON)
-}
-
-/// True when `node` is ready for the pods `claim` was bought for: Ready, without the claim's
-/// startup taints, joiner's own or Kubernetes' known ephemeral ones, and reporting every
-/// extended resource the claim requests.
-pub fn is_initialized(claim: &NodeClaim, node: &Node) -> bool {
-    if !is_ready(node) || has_taint(node, labels::UNREGISTERED_TAINT) {
-        return false;
-    }
-    let taints = node_taints(node);
-    // Kubernetes' own starting taints still on (the lifecycle controller lags Ready by
-    // seconds): the scheduler would not place the claim's pods yet, so neither is the claim
-    // initialized (its node is planned without them until then).
-    if taints
-        .iter()
-        .any(|t| labels::is_ephemeral_taint(&t.key, &t.effect))
-    {
-        return false;
-    }
-    let starting = claim.spec.startup_taints.iter().any(|s| {
-        taints
-            .iter()
-            .any(|t| t.key == s.key && t.effect == s.effect)
-    });
-    if starting {
-        return false;
-    }
-    let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
-    claim
-        .spec
-        .resources
-        .requests
-        .iter()
-        .filter(|(name, _)| joiner_core::resources::is_extended(name))
-        .all(|(name, _)| {
-            allocatable
-                .and_then(|a| a.get(name))
-                .is_some_and(|q| q.0.trim() != "0" && !q.0.trim().is_empty())
-        })
 }
 
 /// The Node still lacks what registration puts on it: the finalizer or the nodeclaim label.

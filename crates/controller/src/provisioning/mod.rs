@@ -8,11 +8,7 @@
 //! an error interrupted, without leaking or duplicating an instance.
 
 pub mod batcher;
-pub mod claims;
-mod error;
-pub mod launch;
 pub mod notices;
-pub mod take;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -26,11 +22,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::context::Context;
+pub use crate::launcher::ProvisioningError;
+use crate::launcher::{claims, launch};
 use crate::state::{is_provisionable, ClusterState};
-pub use error::ProvisioningError;
 
+use crate::launcher::{launch_claim, Launch};
 pub use batcher::Batcher;
-pub use launch::{launch_claim, Launch, LaunchedClaim};
 
 /// Claims of one batch written and launched at once.
 pub const LAUNCH_CONCURRENCY: usize = 16;

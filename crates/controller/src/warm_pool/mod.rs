@@ -55,8 +55,8 @@ use crate::context::Context;
 use crate::k8s::claims::{patch_claim_status, Guard};
 use crate::k8s::codes::is_conflict;
 use crate::k8s::names::random_suffix;
+use crate::launcher::Catalogs;
 use crate::metrics::ProvisionerLabels;
-use crate::provisioning::launch::Catalogs;
 pub use crate::reconcile::ready_after;
 use crate::reconcile::{
     age, delete_claim, first_error, LifecycleError, ENDING_STATES, VANISHED_AFTER,
@@ -123,6 +123,23 @@ fn instance_id(claim: &NodeClaim) -> Option<&str> {
 }
 
 pub use joiner_apis::cluster::warm_pool::unsupported;
+
+/// Drives the warm pools until `stop` is cancelled: a [`reconcile`] pass every
+/// `settings.warm_pool_interval`, on its own loop beside the lifecycle's.
+pub async fn run<P: CloudProvider + 'static>(
+    ctx: std::sync::Arc<Context<P>>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    crate::reconcile::every!(
+        ctx,
+        stop,
+        ctx.settings.warm_pool_interval,
+        "warm_pool",
+        reconcile(&ctx)
+    )
+    .await;
+    tracing::info!("warm pool loop stopped");
+}
 
 /// One pass over every pool and member (see the module doc). Returns the first failure after
 /// every member and pool had its turn.

@@ -11,7 +11,7 @@ use joiner_apis::NodeClaim;
 use joiner_core::{CloudProvider, LaunchedNode};
 use k8s_openapi::api::core::v1::Node;
 
-use crate::k8s::matching::node_provider_id;
+use joiner_apis::cluster::matching::node_provider_id;
 
 /// Longest a listing is reused while the objects it covers wait.
 pub const LIST_EVERY: Duration = Duration::from_secs(10);

@@ -35,7 +35,7 @@ use futures::StreamExt;
 use joiner_apis::NodeClaim;
 use joiner_core::labels;
 use joiner_core::{CloudError, CloudErrorKind, CloudProvider, LaunchedNode};
-use k8s_openapi::api::core::v1::{Node, Taint};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
@@ -45,13 +45,13 @@ use crate::k8s::claims::delete_claim;
 use crate::k8s::codes::{is_conflict, is_guarded_patch_conflict, is_not_found};
 use crate::k8s::events::{self, EventType};
 use crate::k8s::finalizers::{finalizers_without_ours, has_finalizer};
-use crate::k8s::matching::{claim_of, node_of, node_provider_id};
 use crate::k8s::node_patch::{is_ready, release_finalizer_patch, taint_patch};
 use crate::k8s::refs::{claim_ref, node_name, node_ref};
 use crate::metrics::ReasonLabels;
 use crate::pod_record::PodRecord;
-use crate::reconcile::{first_error, LifecycleError};
+use crate::reconcile::{disrupted_taint, first_error, LifecycleError};
 use eviction::{evict, pod_key, Backoff, BackoffPolicy, Evicted};
+use joiner_apis::cluster::matching::{claim_of, node_of, node_provider_id};
 
 /// The reason of Events saying a drain waits for a pod that must not be disrupted.
 pub const BLOCKED_EVENT_REASON: &str = "DrainBlocked";
@@ -79,16 +79,6 @@ pub struct Terminator {
 /// Longest termination waits, after a node's drain, for its volumes to detach before it
 /// terminates the instance anyway (a CSI driver that never detaches must not keep a node).
 pub const VOLUME_DETACH_TIMEOUT: Duration = Duration::from_secs(5 * 60);
-
-/// `joiner.sh/disrupted:NoSchedule`.
-pub fn disrupted_taint() -> Taint {
-    Taint {
-        key: labels::DISRUPTED_TAINT.to_string(),
-        value: None,
-        effect: "NoSchedule".to_string(),
-        time_added: None,
-    }
-}
 
 impl Terminator {
     /// A terminator whose eviction retries follow `policy`.
