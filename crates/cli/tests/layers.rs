@@ -45,15 +45,35 @@ fn the_plan_path_does_not_use_the_controller() {
             file.display()
         );
     }
-    // The plan and the controller count the NodeClaims' capacity with the one function of the
-    // shared layer.
-    let plan = std::fs::read_to_string(src().join("plan.rs")).expect("plan.rs");
-    let state = std::fs::read_to_string(src().join("../../controller/src/state.rs"))
-        .expect("controller state.rs");
-    for (file, text) in [("plan.rs", &plan), ("controller state.rs", &state)] {
-        assert!(
-            text.contains("joiner_apis::cluster::claimed_capacity("),
-            "{file} does not count claimed capacity through joiner_apis::cluster"
-        );
+    // The plan and the controller settle their snapshots, count the NodeClaims' capacity and
+    // read the disruption inputs with the one function of the shared layer each.
+    let read = |path: &str| std::fs::read_to_string(src().join(path)).expect(path);
+    let shared = [
+        (
+            "joiner_apis::cluster::settle(",
+            "manifest/mod.rs",
+            "../../controller/src/state.rs",
+        ),
+        (
+            "joiner_apis::cluster::claimed_capacity(",
+            "plan.rs",
+            "../../controller/src/state.rs",
+        ),
+        (
+            "disruption_inputs(",
+            "plan.rs",
+            "../../controller/src/disruption/decide.rs",
+        ),
+    ];
+    for (call, cli, controller) in shared {
+        for file in [cli, controller] {
+            let text = read(file);
+            // Outside an inline test module (a `mod tests;` declaration may come first).
+            let code = text
+                .split("#[cfg(test)]\nmod tests {")
+                .next()
+                .unwrap_or_default();
+            assert!(code.contains(call), "{file} does not call {call}");
+        }
     }
 }

@@ -14,7 +14,6 @@ use joiner_apis::convert::once_pod;
 use joiner_apis::convert::volumes::{PodClaim, VolumeIndex};
 use joiner_apis::{NodeClaim, NodeTemplate, ObjectLookup, Provisioner};
 use joiner_core::kubelet::KubeletSettings;
-use joiner_core::scheduling::daemons;
 use joiner_core::{InstanceType, Snapshot};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
@@ -438,7 +437,6 @@ impl ClusterState {
                 Err(e) => warnings.push(format!("CSINode {name}: {e}")),
             }
         }
-        csi_nodes::apply_volume_limits(&mut snap.nodes, &limits);
 
         for ds in self.daemonsets.state() {
             let namespace = ds.metadata.namespace.as_deref().unwrap_or("default");
@@ -448,7 +446,6 @@ impl ClusterState {
                 Err(e) => warnings.push(format!("DaemonSet {namespace}/{name}: {e}")),
             }
         }
-        daemons::observe_pod_requests(&mut snap.daemonsets, &snap.pods);
 
         for pdb in self.pdbs.state() {
             let name = cluster_name(&pdb.metadata);
@@ -480,8 +477,16 @@ impl ClusterState {
             }
         }
 
-        let templates = self.node_templates();
-        convert::apply_node_templates(&mut snap.provisioners, &templates);
+        // The labels namespaceSelectors select (every namespace also carries
+        // kubernetes.io/metadata.name, which resolving adds when a namespace is not stored).
+        for ns in self.namespaces.state() {
+            if let Some(name) = ns.metadata.name.clone() {
+                let labels = ns.metadata.labels.clone().unwrap_or_default();
+                snap.namespace_labels.insert(name, labels);
+            }
+        }
+        // As `joiner plan` settles its snapshot: the one function both call.
+        joiner_apis::cluster::settle(&mut snap, &self.node_templates(), &limits);
 
         if let Some(catalog) = catalog {
             // As `joiner plan` counts it: the one function both call.
@@ -504,15 +509,6 @@ impl ClusterState {
         snap.provisioners.sort_by(|a, b| a.name.cmp(&b.name));
         snap.pdbs
             .sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-        // The labels namespaceSelectors select (every namespace also carries
-        // kubernetes.io/metadata.name, which resolving adds when a namespace is not stored).
-        for ns in self.namespaces.state() {
-            if let Some(name) = ns.metadata.name.clone() {
-                let labels = ns.metadata.labels.clone().unwrap_or_default();
-                snap.namespace_labels.insert(name, labels);
-            }
-        }
-        snap.resolve_namespace_selectors();
         warnings.sort();
         (snap, warnings)
     }

@@ -11,6 +11,7 @@ pub mod matching;
 pub mod nominations;
 pub mod warm_pool;
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use joiner_core::{InstanceType, Snapshot};
@@ -18,6 +19,25 @@ use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::NodeClaim;
+
+/// The steps that make a snapshot of converted objects (each read through
+/// [`crate::convert`]) one the simulation can plan on, taken in this order by the controller
+/// and `joiner plan` alike: each DaemonSet charged what its pods request
+/// (`daemons::observe_pod_requests`), each Provisioner given its NodeTemplate's subnet zones
+/// and volume ([`crate::convert::apply_node_templates`]), each node its CSINode's volume
+/// attach caps (`volume_limits`, by node name), and the pods' namespace selectors resolved
+/// against `snap.namespace_labels`. Before [`claimed_capacity`], which sizes claims with the
+/// DaemonSets and Provisioners settled here.
+pub fn settle(
+    snap: &mut Snapshot,
+    node_templates: &[crate::NodeTemplate],
+    volume_limits: &HashMap<String, BTreeMap<String, i64>>,
+) {
+    joiner_core::scheduling::daemons::observe_pod_requests(&mut snap.daemonsets, &snap.pods);
+    crate::convert::apply_node_templates(&mut snap.provisioners, node_templates);
+    crate::convert::csi_nodes::apply_volume_limits(&mut snap.nodes, volume_limits);
+    snap.resolve_namespace_selectors();
+}
 
 /// The capacity the NodeClaims stand for, added to `snap` (its nodes, DaemonSets and
 /// Provisioners already read) as the controller and `joiner plan` both count it: a claim

@@ -140,18 +140,15 @@ pub fn karpenter_objects(
 fn finish(loaded: &mut Loaded) {
     admit_runtime_classes(loaded);
     dump::settle(loaded);
-    joiner_core::scheduling::daemons::observe_pod_requests(
-        &mut loaded.snapshot.daemonsets,
-        &loaded.snapshot.pods,
-    );
-    apply_node_templates(loaded);
+    skip_provisioners_without_their_template(loaded);
     apply_volume_zones(loaded);
-    joiner_apis::convert::csi_nodes::apply_volume_limits(
-        &mut loaded.snapshot.nodes,
+    warn_of_missing_nodes(loaded);
+    // As the controller settles its snapshot: the one function both call.
+    joiner_apis::cluster::settle(
+        &mut loaded.snapshot,
+        &loaded.node_templates,
         &loaded.volume_limits,
     );
-    warn_of_missing_nodes(loaded);
-    loaded.snapshot.resolve_namespace_selectors();
 }
 
 /// Names, in one warning, the nodes pods are bound to that the input does not hold: those pods
@@ -306,16 +303,6 @@ fn admit_runtime_classes(loaded: &mut Loaded) {
             list.join(", ")
         ));
     }
-}
-
-/// Applies each Provisioner's NodeTemplate: its subnets' zones and its ephemeral volume (see
-/// `joiner_apis::convert::apply_node_templates`).
-fn apply_node_templates(loaded: &mut Loaded) {
-    skip_provisioners_without_their_template(loaded);
-    joiner_apis::convert::apply_node_templates(
-        &mut loaded.snapshot.provisioners,
-        &loaded.node_templates,
-    );
 }
 
 /// When the input holds NodeTemplates, a Provisioner whose `providerRef` names one it does not
