@@ -332,17 +332,13 @@ pub fn settle_initializing(
         let Some(name) = kube_node.metadata.name.as_deref() else {
             continue;
         };
-        let provider_id = kube_node
-            .spec
-            .as_ref()
-            .and_then(|s| s.provider_id.as_deref());
-        let Some(claim) = live.iter().find(|c| {
-            let status = c.status.as_ref();
-            let by_id = provider_id.is_some()
-                && status.and_then(|s| s.provider_id.as_deref()) == provider_id;
-            let by_name = status.and_then(|s| s.node_name.as_deref()) == Some(name);
-            by_id || by_name
-        }) else {
+        // The controller's rule (`matching`): a claim whose recorded name is this Node's but
+        // whose instance is another (a replacement took the name), or a warm member sharing
+        // its instance with the claim it was handed to, is not this Node's claim.
+        let Some(claim) = live
+            .iter()
+            .find(|c| super::matching::is_claims_node(c, kube_node))
+        else {
             continue;
         };
         let Some(node) = snap_nodes.iter_mut().find(|n| n.name == name) else {
@@ -422,4 +418,65 @@ pub fn settle_initializing(
         }
     }
     warnings
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn claim(v: serde_json::Value) -> Arc<NodeClaim> {
+        Arc::new(serde_json::from_value(v).expect("claim"))
+    }
+
+    #[test]
+    fn a_node_is_settled_with_its_own_claim_as_the_controller_matches_it() {
+        let kube_node: Arc<k8s::Node> = Arc::new(
+            serde_json::from_value(json!({"metadata": {"name": "a"},
+                "spec": {"providerID": "aws:///us-east-1a/i-1"}}))
+            .expect("node"),
+        );
+        let labelled = |name: &str, team: &str, status: serde_json::Value| {
+            claim(
+                json!({"apiVersion": "joiner.sh/v1alpha1", "kind": "NodeClaim",
+                "metadata": {"name": name},
+                "spec": {"provisionerName": "web", "requirements": [
+                    {"key": "team", "operator": "In", "values": [team]}]},
+                "status": status}),
+            )
+        };
+        // Listed first: a claim that once registered as `a` on another instance.
+        let stale = labelled(
+            "web-old",
+            "old",
+            json!({"providerID": "aws:///us-east-1a/i-5", "nodeName": "a"}),
+        );
+        // A warm member handed to the real claim shares its instance, not its Node.
+        let member = claim(
+            json!({"apiVersion": "joiner.sh/v1alpha1", "kind": "NodeClaim",
+            "metadata": {"name": "web-warm", "labels": {"joiner.sh/warm-pool": "web"}},
+            "spec": {"provisionerName": "web", "requirements": [
+                {"key": "team", "operator": "In", "values": ["warm"]}]},
+            "status": {"providerID": "aws:///us-east-1a/i-1", "warmPool": {"phase": "Claimed"}}}),
+        );
+        let real = labelled(
+            "web-new",
+            "new",
+            json!({"providerID": "aws:///us-east-1a/i-1"}),
+        );
+        let mut nodes = vec![joiner_core::Node {
+            name: "a".into(),
+            ..Default::default()
+        }];
+        settle_initializing(
+            &mut nodes,
+            &[kube_node],
+            &[stale, member, real],
+            &[],
+            &[],
+            &[],
+        );
+        let recorded = nodes[0].life.recorded_labels.as_deref().expect("recorded");
+        assert_eq!(recorded.get("team").map(String::as_str), Some("new"));
+    }
 }
