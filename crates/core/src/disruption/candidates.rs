@@ -43,6 +43,10 @@ pub struct Candidate {
     /// False for an initialized node that is not Ready now: only expiration acts on it (it
     /// takes no moved pods, and its pods may be lost already; Karpenter expires it too).
     pub ready: bool,
+    /// Why the node has no price (a label missing, a type or offering the catalog lacks):
+    /// consolidation, which weighs prices, leaves it alone, while drift and expiration,
+    /// which do not, still replace it, as Karpenter's do (`price` is then 0).
+    pub unpriced: Option<String>,
 }
 
 /// Every node, in the snapshot's order, as a candidate or with the reason it stays.
@@ -138,11 +142,65 @@ pub struct Offered {
     pub price: f64,
 }
 
+/// What a node without a price runs as, as far as its labels say (the type, zone and
+/// capacity type it has; empty, or on-demand, where a label is missing), at no price.
+fn unpriced_offer(node: &Node) -> Offered {
+    let label = |k: &str| node.labels.get(k).cloned().unwrap_or_default();
+    Offered {
+        instance_type: label(labels::INSTANCE_TYPE),
+        zone: label(labels::ZONE),
+        capacity_type: CapacityType::parse(&label(labels::CAPACITY_TYPE))
+            .unwrap_or(CapacityType::OnDemand),
+        price: 0.0,
+    }
+}
+
 /// True for pods that leave with their node: DaemonSet pods, mirror (static) pods, and pods
 /// already being deleted that nothing recreates in their place ([`Pod::is_going`]). They need
 /// no room elsewhere and cost nothing to move.
 pub fn leaves_with_node(pod: &Pod) -> bool {
     pod.is_daemon() || pod.owner.as_ref().is_some_and(|o| o.kind == "Node") || pod.is_going()
+}
+
+/// Why `pod`'s PodDisruptionBudgets keep its node: several cover it (the Eviction API
+/// refuses such a pod), or the one covering it allows no eviction now.
+fn pdb_refusal<'a>(snapshot: &'a Snapshot, look: &mut Lookups<'a>, pod: &'a Pod) -> Option<String> {
+    let covering = look
+        .covering
+        .entry((pod.namespace.as_str(), &pod.labels))
+        .or_insert_with(|| {
+            snapshot
+                .pdbs
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| b.covers(pod))
+                .map(|(j, _)| j)
+                .collect()
+        });
+    if covering.len() > 1 {
+        let names: Vec<String> = covering
+            .iter()
+            .map(|&j| format!("{}/{}", snapshot.pdbs[j].namespace, snapshot.pdbs[j].name))
+            .collect();
+        return Some(format!(
+            "pod {} is covered by several PodDisruptionBudgets ({}), which the Eviction API refuses",
+            pod.key(),
+            names.join(", ")
+        ));
+    }
+    if let Some(pdb) = covering
+        .first()
+        .map(|&j| &snapshot.pdbs[j])
+        .filter(|b| b.blocks(pod))
+    {
+        return Some(format!(
+            "PodDisruptionBudget {}/{} allows no eviction of pod {}",
+            pdb.namespace,
+            pdb.name,
+            pod.key()
+        ));
+    }
+    None
 }
 
 fn candidate<'a>(
@@ -183,6 +241,18 @@ fn candidate<'a>(
         let a = pod.disruption.do_not_disrupt.as_deref().unwrap_or_default();
         return Err(format!("pod {} is annotated {a}", pod.key()));
     }
+    // A PodDisruptionBudget that allows no eviction of a DaemonSet pod keeps the node, as
+    // Karpenter keeps it (its drain would evict that pod last; joiner's leaves it, but the
+    // budget's owner said the pod must not go).
+    for pod in pods
+        .iter()
+        .map(|&i| &snapshot.pods[i])
+        .filter(|p| p.is_daemon() && !p.disruption.terminating)
+    {
+        if let Some(why) = pdb_refusal(snapshot, look, pod) {
+            return Err(why);
+        }
+    }
     let movable: Vec<usize> = pods
         .into_iter()
         .filter(|&i| !leaves_with_node(&snapshot.pods[i]))
@@ -197,48 +267,22 @@ fn candidate<'a>(
                 pod.namespace
             ));
         }
-        let covering = look
-            .covering
-            .entry((pod.namespace.as_str(), &pod.labels))
-            .or_insert_with(|| {
-                snapshot
-                    .pdbs
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, b)| b.covers(pod))
-                    .map(|(j, _)| j)
-                    .collect()
-            });
-        if covering.len() > 1 {
-            let names: Vec<String> = covering
-                .iter()
-                .map(|&j| format!("{}/{}", snapshot.pdbs[j].namespace, snapshot.pdbs[j].name))
-                .collect();
-            return Err(format!(
-                "pod {} is covered by several PodDisruptionBudgets ({}), which the Eviction API refuses",
-                pod.key(),
-                names.join(", ")
-            ));
-        }
-        if let Some(pdb) = covering
-            .first()
-            .map(|&j| &snapshot.pdbs[j])
-            .filter(|b| b.blocks(pod))
-        {
-            return Err(format!(
-                "PodDisruptionBudget {}/{} allows no eviction of pod {}",
-                pdb.namespace,
-                pdb.name,
-                pod.key()
-            ));
+        if let Some(why) = pdb_refusal(snapshot, look, pod) {
+            return Err(why);
         }
     }
-    let Offered {
-        instance_type,
-        zone,
-        capacity_type,
-        price,
-    } = look.prices.offered(node)?;
+    let (
+        Offered {
+            instance_type,
+            zone,
+            capacity_type,
+            price,
+        },
+        unpriced,
+    ) = match look.prices.offered(node) {
+        Ok(offered) => (offered, None),
+        Err(why) => (unpriced_offer(node), Some(why)),
+    };
     let cost = node_cost(
         movable.iter().map(|&i| &snapshot.pods[i]),
         node.life.created_at,
@@ -257,6 +301,7 @@ fn candidate<'a>(
         cost,
         disruption,
         ready: !node.life.not_ready,
+        unpriced,
     })
 }
 
@@ -357,15 +402,61 @@ mod tests {
                 "the node is annotated joiner.sh/do-not-disrupt",
                 "pod default/batch is annotated karpenter.sh/do-not-disrupt",
                 "PodDisruptionBudget default/db allows no eviction of pod default/db",
-                "z9.huge (on-demand in z-a) has no price in the catalog",
+                "candidate z9.huge moving 0",
                 "candidate m5.large moving 1",
             ]
+        );
+        let unpriced = out[6].as_ref().expect("candidate");
+        assert_eq!(
+            unpriced.unpriced.as_deref(),
+            Some("z9.huge (on-demand in z-a) has no price in the catalog")
         );
         let ok = out[7].as_ref().expect("candidate");
         assert_eq!(ok.price, 0.096, "m5.large on-demand");
         assert_eq!(
             ok.cost, 2.0,
             "one pod plus the node; the DaemonSet pod goes with it"
+        );
+    }
+
+    #[test]
+    fn a_pdb_allowing_no_eviction_of_a_daemonset_pod_keeps_its_node() {
+        // Karpenter's suite: "should not consider candidates that have fully blocking PDBs on
+        // daemonset pods".
+        let mut daemon = pod("logs", "n");
+        daemon.owner = Some(Owner {
+            kind: "DaemonSet".into(),
+            name: "logs".into(),
+        });
+        let mut sel = Requirements::new();
+        sel.add("app", Requirement::single("logs"));
+        let pdb = |allowed| Pdb {
+            namespace: "default".into(),
+            name: "logs".into(),
+            selector: Some(sel.clone()),
+            disruptions_allowed: allowed,
+            always_allow_unhealthy: false,
+        };
+        let mut s = Snapshot {
+            nodes: vec![node("n", Some("default"), "m5.large")],
+            pods: vec![daemon, pod("web", "n")],
+            pdbs: vec![pdb(0)],
+            ..Snapshot::default()
+        };
+        let out = candidates(&s, &catalog(), &settings, 3_600);
+        assert_eq!(
+            out[0].as_ref().err().map(String::as_str),
+            Some("PodDisruptionBudget default/logs allows no eviction of pod default/logs")
+        );
+        s.pdbs = vec![pdb(1)];
+        let out = candidates(&s, &catalog(), &settings, 3_600);
+        let c = out[0]
+            .as_ref()
+            .expect("candidate once the budget allows one");
+        assert_eq!(
+            c.pods.len(),
+            1,
+            "the DaemonSet pod still goes with the node"
         );
     }
 

@@ -253,6 +253,39 @@ fn an_expired_node_expires_though_it_is_not_ready() {
 }
 
 #[test]
+fn a_node_without_a_price_still_expires_but_is_not_consolidated() {
+    // Karpenter's suite: a node whose instance type cannot be resolved (or lacks a label) is
+    // still a candidate; only consolidation, which weighs prices, passes it by.
+    let mut s = cluster(
+        vec![
+            node("old", "m5.xlarge", "on-demand"),
+            node("b", "m5.xlarge", "on-demand"),
+        ],
+        vec![pod("web", "old", 1000), pod("api", "b", 1000)],
+    );
+    // A type the catalog does not list (newer than the catalog, say).
+    s.nodes[0]
+        .labels
+        .insert(crate::labels::INSTANCE_TYPE.into(), "z9.huge".into());
+    s.nodes[1].life.created_at = Some(1_500);
+    let expiring = DisruptionSettings {
+        expire_after: Some(1_000),
+        ..defaults()
+    };
+    let p = run(&s, &expiring, 2_000);
+    assert_eq!(decisions(&p), ["Expired [\"old\"] -> []"]);
+    // Not expired: consolidation would move web beside api, but the node has no price (b,
+    // opted out, stays; its pod could have moved onto old).
+    s.nodes[1].life.do_not_disrupt = Some("karpenter.sh/do-not-disrupt".into());
+    let p = run(&s, &defaults(), 2_000);
+    assert!(decisions(&p).is_empty(), "{:?}", decisions(&p));
+    assert_eq!(
+        kept(&p, "old"),
+        "z9.huge (on-demand in z-a) has no price in the catalog"
+    );
+}
+
+#[test]
 fn a_cordoned_node_is_no_candidate_and_its_pods_need_room() {
     // a's 1,000m pod fits beside b's (3,430m free) unless c, cordoned, sends its 3,000m pod
     // there too.

@@ -767,6 +767,11 @@ impl<'a> Planner<'a> {
             let Some(settings) = self.settings.get(&c.provisioner) else {
                 continue;
             };
+            // Consolidation weighs prices; a node without one is drift's and expiry's only.
+            if let Some(why) = &c.unpriced {
+                self.keep(&name, why.clone());
+                continue;
+            }
             if !settings.consolidation {
                 if self.why.get(&name).is_none_or(Vec::is_empty) {
                     self.keep(

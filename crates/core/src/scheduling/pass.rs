@@ -818,7 +818,13 @@ fn view_of<'p>(
     prov: &'p Provisioner,
     table: &mut ReqTable,
 ) -> ProvisionerView<'p> {
-    let used = limits_used(snapshot, prov);
+    // Only limits read what is used: without any, counting every node would be wasted (a
+    // disruption trial builds a view per Provisioner on the whole cluster).
+    let used = if prov.limits.all().is_empty() {
+        Resources::default()
+    } else {
+        limits_used(snapshot, prov)
+    };
     ProvisionerView::new(prov, catalog, &snapshot.daemonsets, &used, table)
 }
 
