@@ -34,8 +34,8 @@ pub struct Candidate {
     /// The pods a disruption would move (indices into the snapshot's pods): not DaemonSet
     /// or mirror pods, which go with the node.
     pub pods: Vec<usize>,
-    /// What moving them costs, weighed by the lifetime left ([`node_cost`]): the order
-    /// candidates are tried in.
+    /// What moving them costs, weighed by the lifetime left ([`node_cost`]). Consolidation
+    /// tries candidates by savings ratio instead (`price / disruption`, Karpenter's order).
     pub cost: f64,
     /// What moving them costs ([`reschedule_cost`]): what a move's score divides by, as
     /// Karpenter's Balanced does.

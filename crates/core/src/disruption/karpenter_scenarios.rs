@@ -339,6 +339,41 @@ fn empty_drifted_nodes_go_first() {
 }
 
 #[test]
+fn the_most_saved_per_disruption_goes_first() {
+    // Karpenter's suite: "should sort candidates by savings ratio descending" and "with
+    // different disruption costs" (price over 1 + the pods' eviction costs). a ($0.192/h) and
+    // b ($0.384/h) each hold one pod that fits on c (opted out), and the budget lets one go:
+    // b saves twice as much for the same disruption (0.384 / 2 against 0.192 / 2). With four
+    // pods on b, its ratio falls to 0.384 / 5 = 0.077, under a's 0.096: a goes first.
+    let nodes = || {
+        let mut c = node("c", "m5.2xlarge", "on-demand");
+        c.life.do_not_disrupt = Some("karpenter.sh/do-not-disrupt".into());
+        vec![
+            node("a", "m5.xlarge", "on-demand"),
+            node("b", "m5.2xlarge", "on-demand"),
+            c,
+        ]
+    };
+    let one = DisruptionSettings {
+        budgets: vec![super::scenarios::budget("1")],
+        ..defaults()
+    };
+    let s = cluster(nodes(), vec![pod("web", "a", 200), pod("api", "b", 200)]);
+    assert_eq!(
+        decisions(&run(&s, &one, MON_9AM)),
+        ["Underutilized [\"b\"] -> []"]
+    );
+    let crowded: Vec<_> = (0..4).map(|i| pod(&format!("api{i}"), "b", 200)).collect();
+    let mut pods = vec![pod("web", "a", 200)];
+    pods.extend(crowded);
+    let s = cluster(nodes(), pods);
+    assert_eq!(
+        decisions(&run(&s, &one, MON_9AM)),
+        ["Underutilized [\"a\"] -> []"]
+    );
+}
+
+#[test]
 fn a_replacement_is_one_node_when_one_node_holds_the_pods_for_no_more() {
     // Two m5.xlarge ($0.384/h together) with a 1,000m pod each. The packer alone would split
     // the pods over two c5.large ($0.085/h each); one c5.xlarge holds both for the same

@@ -804,7 +804,13 @@ impl<'a> Planner<'a> {
             }
             out.push(c);
         }
-        out.sort_by(|a, b| a.cost.total_cmp(&b.cost).then_with(|| a.node.cmp(&b.node)));
+        // Karpenter's order: the most $/h saved per unit of disruption first
+        // (`Candidate.SavingsRatio`, price over the reschedule cost), ties by node.
+        out.sort_by(|a, b| {
+            savings_ratio(b)
+                .total_cmp(&savings_ratio(a))
+                .then_with(|| a.node.cmp(&b.node))
+        });
         out
     }
 
@@ -1157,6 +1163,11 @@ impl<'a> Planner<'a> {
 
 /// Each Provisioner's $/h and disruption cost over all its priced nodes (Karpenter's
 /// NodePool totals): what a move's savings and disruption are shares of.
+/// $/h a candidate's removal saves per unit of its reschedule cost (at least 1).
+fn savings_ratio(c: &Candidate) -> f64 {
+    c.price / c.disruption.max(1.0)
+}
+
 fn provisioner_totals(s: &Snapshot, catalog: &[InstanceType]) -> HashMap<String, Totals> {
     let mut on_node: HashMap<&str, Vec<&crate::pod::Pod>> = HashMap::new();
     for p in &s.pods {
