@@ -227,12 +227,24 @@ pub fn claim_drift(
     None
 }
 
+/// An AMI a NodeTemplate resolves for amd64 nodes, for tests.
+#[cfg(test)]
+pub(crate) fn amd64_ami(id: &str) -> crate::ResolvedAmi {
+    crate::ResolvedAmi {
+        id: id.into(),
+        name: None,
+        requirements: vec![crate::NodeSelectorRequirement {
+            key: "kubernetes.io/arch".into(),
+            operator: "In".into(),
+            values: vec!["amd64".into()],
+        }],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        NodeClaimStatus, NodeTemplateStatus, ResolvedAmi, ResolvedSecurityGroup, ResolvedSubnet,
-    };
+    use crate::{NodeClaimStatus, NodeTemplateStatus, ResolvedSecurityGroup, ResolvedSubnet};
 
     fn provisioner(yaml: &str) -> Provisioner {
         serde_yaml::from_str(yaml).expect("provisioner")
@@ -271,15 +283,7 @@ spec:
                     name: None,
                 },
             ],
-            amis: vec![ResolvedAmi {
-                id: "ami-new".into(),
-                name: None,
-                requirements: vec![crate::NodeSelectorRequirement {
-                    key: "kubernetes.io/arch".into(),
-                    operator: "In".into(),
-                    values: vec!["amd64".into()],
-                }],
-            }],
+            amis: vec![amd64_ami("ami-new")],
             conditions: vec![],
         });
     }

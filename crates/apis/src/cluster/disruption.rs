@@ -127,7 +127,7 @@ fn mark_unclaimed(snapshot: &mut Snapshot, nodes: &[Arc<k8s::Node>], claimed: &H
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{NodeTemplate, NodeTemplateStatus, Provisioner, ResolvedAmi, StaticObjects};
+    use crate::{NodeTemplate, NodeTemplateStatus, Provisioner, StaticObjects};
     use serde_json::json;
 
     fn provisioner() -> Provisioner {
@@ -142,15 +142,7 @@ mod tests {
             "spec": {"subnetSelector": {"k": "v"}, "securityGroupSelector": {"k": "v"}}}))
         .expect("node template");
         nt.status = Some(NodeTemplateStatus {
-            amis: vec![ResolvedAmi {
-                id: "ami-new".into(),
-                name: None,
-                requirements: vec![crate::NodeSelectorRequirement {
-                    key: "kubernetes.io/arch".into(),
-                    operator: "In".into(),
-                    values: vec!["amd64".into()],
-                }],
-            }],
+            amis: vec![crate::drift::amd64_ami("ami-new")],
             ..NodeTemplateStatus::default()
         });
         nt
