@@ -6,7 +6,8 @@
 //! [`candidates`] which nodes disruption may act on (and why the others stay) and [`cost`] what
 //! moving a node's pods costs, and [`consolidation`] whether removing some candidates is a
 //! move worth taking. [`drift`] finds what a node shows of its Provisioner's changes,
-//! [`trial`] simulates the cluster without some nodes, [`working`] applies a decision to it,
+//! [`trial`] simulates the cluster without some nodes, [`room`] what CPU and memory alone
+//! refuse without a simulation, [`working`] applies a decision to it,
 //! and [`planner`] runs the methods in order and says why every other node stays.
 
 pub mod budgets;
@@ -21,6 +22,7 @@ mod fixtures;
 mod karpenter_scenarios;
 pub mod pdb;
 pub mod planner;
+pub mod room;
 #[cfg(test)]
 mod scenarios;
 pub mod settings;

@@ -16,10 +16,12 @@
 //! evaluation that fails stays failed, since every decision only takes room away.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 
 use crate::instance_type::InstanceType;
 use crate::pod::Node;
 use crate::provisioner::Provisioner;
+use crate::scheduling::memo::Memo;
 use crate::scheduling::{NewNode, Options};
 use crate::snapshot::Snapshot;
 
@@ -28,6 +30,7 @@ use super::candidates::{candidates, leaves_with_node, Candidate, Prices};
 use super::consolidation::{evaluate, score, Action, Totals};
 use super::cost::reschedule_cost;
 use super::drift::visible_drift;
+use super::room::{self, FreeRoom, NewRoom};
 use super::trial;
 use super::working::apply;
 use super::{DisruptionSettings, Reason};
@@ -138,7 +141,19 @@ const NOT_SIMULATED: &str =
 
 /// Plans disruption for `input`.
 pub fn plan(input: &Input) -> DisruptionPlan {
+    run(Planner::new(input))
+}
+
+/// [`plan`] with every candidate simulated, none refused by room alone ([`room::refusal`]):
+/// what the property tests hold [`plan`]'s decisions to.
+#[cfg(test)]
+pub(crate) fn plan_simulating_all(input: &Input) -> DisruptionPlan {
     let mut p = Planner::new(input);
+    p.room_shortcut = false;
+    run(p)
+}
+
+fn run(mut p: Planner<'_>) -> DisruptionPlan {
     let allowed = p.budgets_now();
     // Pending pods do not halt disruption: every trial simulates them with the moved pods,
     // as Karpenter's does (they take the room they would take; see `trial`).
@@ -154,6 +169,9 @@ pub fn plan(input: &Input) -> DisruptionPlan {
 
 struct Planner<'a> {
     input: &'a Input<'a>,
+    /// The input's options, with a [`Memo`] the plan's simulations share (the catalog and
+    /// the Provisioners are the same for all of them).
+    opts: Options,
     work: Snapshot,
     /// Candidates by node name (their `node` indexes the input snapshot).
     candidates: BTreeMap<String, Candidate>,
@@ -183,9 +201,11 @@ struct Planner<'a> {
     decided: HashSet<String>,
     /// The CPU and memory free on each working node that can take pods, kept up to date as
     /// decisions move pods.
-    free: HashMap<String, [i64; 2]>,
-    /// The sum of `free`.
-    free_total: [i64; 2],
+    free: FreeRoom,
+    /// What the catalog offers a replacement, by CPU and memory.
+    new_room: NewRoom,
+    /// False: no candidate is refused by room alone (tests).
+    room_shortcut: bool,
     /// Nodes that took pods from a decision.
     fresh: HashSet<String>,
     why: HashMap<String, Vec<String>>,
@@ -249,6 +269,10 @@ impl<'a> Planner<'a> {
         }
         let placed = pending_placed(&mut work, input.catalog, input.opts);
         let mut planner = Planner {
+            opts: Options {
+                memo: Some(Arc::new(Memo::default())),
+                ..input.opts.clone()
+            },
             pending_placed: placed,
             simulated: 0,
             bounded: false,
@@ -269,8 +293,9 @@ impl<'a> Planner<'a> {
                 .collect(),
             disrupting,
             decided: HashSet::new(),
-            free: HashMap::new(),
-            free_total: [0; 2],
+            free: FreeRoom::default(),
+            new_room: NewRoom::of(input.catalog),
+            room_shortcut: true,
             fresh: HashSet::new(),
             why,
             decisions: Vec::new(),
@@ -282,29 +307,7 @@ impl<'a> Planner<'a> {
 
     /// Counts the CPU and memory free on the working cluster's nodes.
     fn count_free_room(&mut self) {
-        let mut used: HashMap<&str, [i64; 2]> = HashMap::new();
-        for p in &self.work.pods {
-            if let Some(n) = p.node_name.as_deref() {
-                let u = used.entry(n).or_default();
-                u[0] += p.requests.cpu;
-                u[1] += p.requests.memory;
-            }
-        }
-        self.free.clear();
-        self.free_total = [0; 2];
-        for n in &self.work.nodes {
-            if n.unschedulable || !n.life.initialized || n.life.not_ready {
-                continue;
-            }
-            let u = used.get(n.name.as_str()).copied().unwrap_or_default();
-            let f = [
-                (n.allocatable.cpu - u[0]).max(0),
-                (n.allocatable.memory - u[1]).max(0),
-            ];
-            self.free_total[0] += f[0];
-            self.free_total[1] += f[1];
-            self.free.insert(n.name.clone(), f);
-        }
+        self.free = FreeRoom::count(&self.work);
     }
 
     /// True once the plan holds `max_decisions` decisions.
@@ -419,22 +422,14 @@ impl<'a> Planner<'a> {
             .map(|p| (p.key(), [p.requests.cpu, p.requests.memory]))
             .collect();
         for n in &decision.nodes {
-            let f = self.free.remove(n).unwrap_or_default();
-            self.free_total[0] -= f[0];
-            self.free_total[1] -= f[1];
+            self.free.remove(n);
         }
         for used in &plan.existing_nodes {
             for k in used.pods.iter().filter(|k| moved_pods.contains_key(*k)) {
                 decision.moves.push((k.clone(), used.name.clone()));
                 self.fresh.insert(used.name.clone());
                 let r = moved_pods.get(k).copied().unwrap_or_default();
-                if let Some(f) = self.free.get_mut(&used.name) {
-                    for d in 0..2 {
-                        let took = r[d].min(f[d]);
-                        f[d] -= took;
-                        self.free_total[d] -= took;
-                    }
-                }
+                self.free.take(&used.name, r);
             }
         }
         for r in &decision.replacements {
@@ -472,12 +467,7 @@ impl<'a> Planner<'a> {
             self.keep(&name, format!("{detail}, but {NOT_SIMULATED}"));
             return;
         }
-        match trial::run_forced(
-            &mut self.work,
-            self.input.catalog,
-            self.input.opts,
-            &[at.node],
-        ) {
+        match trial::run_forced(&mut self.work, self.input.catalog, &self.opts, &[at.node]) {
             Ok(outcome) => {
                 let detail = if outcome.stranded.is_empty() {
                     detail
@@ -632,7 +622,7 @@ impl<'a> Planner<'a> {
             .collect();
         if at.len() == batch.len() && self.simulation() {
             if let Ok(outcome) =
-                trial::run_forced(&mut self.work, self.input.catalog, self.input.opts, &at)
+                trial::run_forced(&mut self.work, self.input.catalog, &self.opts, &at)
             {
                 let mut detail = format!("{summary}: {} nodes", batch.len());
                 if !outcome.stranded.is_empty() {
@@ -899,7 +889,7 @@ impl<'a> Planner<'a> {
         let m = evaluate(
             &mut self.work,
             self.input.catalog,
-            self.input.opts,
+            &self.opts,
             &refs,
             &settings,
             totals,
@@ -1061,9 +1051,9 @@ impl<'a> Planner<'a> {
     }
 
     /// Why removing `c` cannot be taken, when that shows without a simulation: even deleting
-    /// it scores below the threshold, or its pods need more room than the other nodes have
-    /// free plus the largest instance type cheap enough to replace it.
-    fn hopeless(&self, c: &Candidate) -> Option<String> {
+    /// it scores below the threshold, or CPU and memory alone say no cheaper way holds its
+    /// pods ([`room::refusal`]).
+    fn hopeless(&mut self, c: &Candidate) -> Option<String> {
         let settings = self.settings.get(&c.provisioner)?;
         if let Some(threshold) = settings.score_threshold() {
             let best = score(c.price, c.disruption, self.totals_of(&[c]));
@@ -1074,43 +1064,28 @@ impl<'a> Planner<'a> {
                 ));
             }
         }
-        let name = self.name(c);
-        // CPU and memory only: a Provisioner's kubelet settings may give a type more pod
-        // slots than the catalog says.
-        let mut need = [0i64; 2];
-        for &i in &c.pods {
-            let r = &self.input.snapshot.pods[i].requests;
-            need[0] += r.cpu;
-            need[1] += r.memory;
+        if !self.room_shortcut {
+            return None;
         }
-        let mut free = self.free_room(&name);
         let bound = settings.price_bound(c.price);
-        let mut largest = [0i64; 2];
-        for t in self.input.catalog {
-            if t.offerings
-                .iter()
-                .any(|o| o.available && bound.allows(o.price))
-            {
-                largest[0] = largest[0].max(t.capacity.cpu);
-                largest[1] = largest[1].max(t.capacity.memory);
-            }
-        }
-        for d in 0..2 {
-            free[d] += largest[d];
-        }
-        (0..2).any(|d| need[d] > free[d]).then(|| {
-            format!(
-                "its pods need more room than the other nodes have free plus the largest type {}",
-                settings.improvement_words()
-            )
-        })
-    }
-
-    /// CPU and memory free on the working cluster's schedulable, initialized nodes other than
-    /// `except`.
-    fn free_room(&self, except: &str) -> [i64; 2] {
-        let own = self.free.get(except).copied().unwrap_or_default();
-        [self.free_total[0] - own[0], self.free_total[1] - own[1]]
+        let improvement = settings.improvement_words();
+        let name = self.name(c);
+        let pods: Vec<(String, room::Room)> = c
+            .pods
+            .iter()
+            .map(|&i| {
+                let p = &self.input.snapshot.pods[i];
+                (p.key(), [p.requests.cpu, p.requests.memory])
+            })
+            .collect();
+        room::refusal(
+            &name,
+            &pods,
+            &mut self.free,
+            &self.new_room,
+            bound,
+            &improvement,
+        )
     }
 
     fn finish(self) -> DisruptionPlan {

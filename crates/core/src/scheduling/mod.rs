@@ -14,6 +14,7 @@ pub mod colocation;
 pub mod daemons;
 pub mod existing;
 pub mod explain;
+pub mod memo;
 pub mod node_rules;
 pub mod packer;
 pub mod pass;
@@ -44,6 +45,9 @@ pub struct Options {
     /// whole (on a node that holds it, or a new one), never partly on a node with some room,
     /// since the kube-scheduler will find the empty replacement when the pods come back.
     pub evicted: bool,
+    /// What the simulations of one plan keep between them ([`memo::Memo`]): the disruption
+    /// planner sets a new one per plan; `None` keeps nothing.
+    pub memo: Option<std::sync::Arc<memo::Memo>>,
 }
 
 impl Default for Options {
@@ -51,6 +55,7 @@ impl Default for Options {
         Options {
             max_instance_type_options: 60,
             evicted: false,
+            memo: None,
         }
     }
 }

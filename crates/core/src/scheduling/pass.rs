@@ -115,6 +115,7 @@ impl<'a> Pass<'a> {
                 &order,
                 catalog,
                 closed,
+                opts.memo.as_deref(),
             )
         };
         let classes = pinned.classes;

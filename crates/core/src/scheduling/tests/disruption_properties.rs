@@ -12,7 +12,7 @@ use proptest::prelude::*;
 use super::constraint_properties::{build, class_spec, config, node_spec};
 use super::simulation::catalog;
 use crate::disruption::candidates::leaves_with_node;
-use crate::disruption::planner::{plan, DisruptionPlan, Input};
+use crate::disruption::planner::{plan, plan_simulating_all, DisruptionPlan, Input};
 use crate::disruption::settings::{Budget, BudgetNodes};
 use crate::disruption::working::node_of;
 use crate::disruption::{ConsolidationPolicy, DisruptionSettings, Reason};
@@ -49,6 +49,15 @@ fn launched(s: &Snapshot, plan: &Plan) -> Snapshot {
 
 /// Plans at time 100; with `expire`, nodes launched at 50 or before have expired.
 fn consolidate(s: &Snapshot, expire: bool) -> DisruptionPlan {
+    consolidate_with(s, expire, plan)
+}
+
+/// [`consolidate`] with the planner `planner`.
+fn consolidate_with(
+    s: &Snapshot,
+    expire: bool,
+    planner: fn(&Input) -> DisruptionPlan,
+) -> DisruptionPlan {
     let settings = DisruptionSettings {
         expire_after: expire.then_some(50),
         consolidation: true,
@@ -67,7 +76,7 @@ fn consolidate(s: &Snapshot, expire: bool) -> DisruptionPlan {
             .any(|p| p.name == name)
             .then(|| settings.clone())
     };
-    plan(&Input {
+    planner(&Input {
         snapshot: s,
         catalog: &catalog(),
         opts: &Options::default(),
@@ -156,8 +165,43 @@ fn check_decisions(s: &Snapshot, out: &DisruptionPlan) -> Result<(), String> {
     Ok(())
 }
 
+/// The generated workload planned, launched, and the pods `finished` picks gone.
+fn running(
+    classes: &[super::constraint_properties::ClassSpec],
+    nodes: &[super::constraint_properties::NodeSpec],
+    finished: &[bool],
+) -> Snapshot {
+    let mut s = build(classes, nodes);
+    s.resolve_namespace_selectors();
+    let first = simulate(&s, &catalog(), &Options::default());
+    let mut running = launched(&s, &first);
+    let mut i = 0;
+    running.pods.retain(|p| {
+        i += 1;
+        p.node_name.is_none() || !finished[i % finished.len()]
+    });
+    running
+}
+
 proptest! {
     #![proptest_config(config())]
+
+    /// The planner refuses some candidates by CPU and memory alone, without a simulation
+    /// (`disruption::room`): a relaxation of the simulation, so it may only skip moves the
+    /// simulation refuses too. The decisions are the same as when every candidate is
+    /// simulated.
+    #[test]
+    fn refusing_by_room_alone_changes_no_decision(
+        classes in prop::collection::vec(class_spec(), 1..8),
+        nodes in prop::collection::vec(node_spec(), 0..4),
+        finished in prop::collection::vec(any::<bool>(), 64),
+        expire in any::<bool>(),
+    ) {
+        let running = running(&classes, &nodes, &finished);
+        let fast = consolidate(&running, expire);
+        let all = consolidate_with(&running, expire, plan_simulating_all);
+        prop_assert_eq!(fast.decisions, all.decisions);
+    }
 
     #[test]
     fn consolidation_saves_and_keeps_every_pod_placed(
@@ -166,15 +210,7 @@ proptest! {
         finished in prop::collection::vec(any::<bool>(), 64),
         expire in any::<bool>(),
     ) {
-        let mut s = build(&classes, &nodes);
-        s.resolve_namespace_selectors();
-        let first = simulate(&s, &catalog(), &Options::default());
-        let mut running = launched(&s, &first);
-        let mut i = 0;
-        running.pods.retain(|p| {
-            i += 1;
-            p.node_name.is_none() || !finished[i % finished.len()]
-        });
+        let running = running(&classes, &nodes, &finished);
         let out = consolidate(&running, expire);
         for d in out.decisions.iter().filter(|d| d.reason != Reason::Expired) {
             prop_assert!(

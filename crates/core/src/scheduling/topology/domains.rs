@@ -3,6 +3,18 @@
 
 use super::*;
 
+use std::sync::Arc;
+
+use crate::scheduling::memo::Values;
+
+/// What new nodes can offer the pinning: the Provisioners in the pass's order, the catalog,
+/// and what the plan's simulations keep between them (see [`Memo`]).
+pub(crate) struct Offer<'a> {
+    pub(super) provs: &'a [&'a Provisioner],
+    pub(super) catalog: &'a [InstanceType],
+    pub(super) memo: Option<&'a Memo>,
+}
+
 /// The most ways out of a filter [`NodeFilter::outside`] offers.
 pub(super) const MAX_WAYS_OUT: usize = 16;
 
@@ -41,7 +53,7 @@ impl Terms {
 /// offering that value holds (a pod larger than that cannot land there).
 pub(super) struct KeyDomains {
     /// Per Provisioner (in the order given): value → component-wise largest allocatable.
-    pub(super) by_provisioner: Vec<BTreeMap<String, Resources>>,
+    pub(super) by_provisioner: Vec<Values>,
     /// (node index, value) of the existing nodes carrying the key.
     pub(super) nodes: Vec<(usize, String)>,
 }
@@ -49,15 +61,21 @@ pub(super) struct KeyDomains {
 impl KeyDomains {
     pub(super) fn new(
         key: &str,
-        provs: &[&Provisioner],
+        offer: &Offer<'_>,
         prov_reqs: &[Requirements],
-        catalog: &[InstanceType],
         nodes: &[Node],
     ) -> Self {
-        let by_provisioner = provs
+        let by_provisioner = offer
+            .provs
             .iter()
             .zip(prov_reqs)
-            .map(|(p, reqs)| provisioner_values(key, p, reqs, catalog))
+            .map(|(p, reqs)| {
+                let compute = || provisioner_values(key, p, reqs, offer.catalog);
+                match offer.memo {
+                    Some(memo) => memo.values(key, &p.name, compute),
+                    None => Arc::new(compute()),
+                }
+            })
             .collect();
         let nodes = nodes
             .iter()
@@ -202,7 +220,7 @@ pub(super) fn reachable(
                             .all(|(k, r)| k == key || reqs.get(k).is_none_or(|m| m.compatible(r)))
                 })
         };
-        for (v, most) in values {
+        for (v, most) in values.iter() {
             if !out.contains(v) && pod.requests.fits(most) && agree(v) {
                 out.insert(v.clone());
             }

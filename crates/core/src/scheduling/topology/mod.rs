@@ -29,6 +29,7 @@ use crate::taints::{first_untolerated, Toleration};
 
 use super::affinity::Scope;
 use super::classes::PodClass;
+use super::memo::Memo;
 use super::node_rules::describe_selector;
 
 mod affinity_order;
@@ -93,14 +94,19 @@ pub fn pin(
     provs: &[&Provisioner],
     catalog: &[InstanceType],
     closed: &Closed,
+    memo: Option<&Memo>,
 ) -> Pinned {
+    let offer = Offer {
+        provs,
+        catalog,
+        memo,
+    };
     let again = classes.clone();
     let (first, order) = pin_in_order(
         pods,
         nodes,
         classes,
-        provs,
-        catalog,
+        &offer,
         closed,
         &Order::Affinity(BTreeSet::new()),
     );
@@ -129,8 +135,7 @@ pub fn pin(
         pods,
         nodes,
         again,
-        provs,
-        catalog,
+        &offer,
         closed,
         &Order::Affinity(last.clone()),
     );
@@ -148,8 +153,7 @@ pub fn pin(
             pods,
             nodes,
             again_for_pile,
-            provs,
-            catalog,
+            &offer,
             closed,
             &Order::Piling(last),
         );
@@ -168,15 +172,7 @@ pub fn pin(
             order,
             family: &turns.family,
         };
-        let (run, _) = pin_in_order(
-            pods,
-            nodes,
-            turns.singles.clone(),
-            provs,
-            catalog,
-            closed,
-            &given,
-        );
+        let (run, _) = pin_in_order(pods, nodes, turns.singles.clone(), &offer, closed, &given);
         if run.refused.len() < best.refused.len() {
             best = Pinned {
                 classes: rejoin(run.classes, &class_of),

@@ -8,11 +8,15 @@ pub(super) fn pin_in_order(
     pods: &[Pod],
     nodes: &[Node],
     classes: Vec<PodClass>,
-    provs: &[&Provisioner],
-    catalog: &[InstanceType],
+    offer: &Offer<'_>,
     closed: &Closed,
     order: &Order,
 ) -> (Pinned, Vec<usize>) {
+    let &Offer {
+        provs,
+        catalog,
+        memo: _,
+    } = offer;
     let pile = matches!(order, Order::Piling(_));
     let mut keys: Vec<String> = Vec::new();
     let mut key_index: foldhash::HashMap<String, usize> = foldhash::HashMap::default();
@@ -133,7 +137,7 @@ pub(super) fn pin_in_order(
     // Counts from running pods.
     let by_name: foldhash::HashMap<&str, &Node> =
         nodes.iter().map(|n| (n.name.as_str(), n)).collect();
-    let mut count: Vec<BTreeMap<String, i64>> = vec![BTreeMap::new(); groups.len()];
+    let mut count = running_counts(pods, nodes, &keys, &groups);
     // Per spread group, the pods of the batch its spreads constrain, per domain they were
     // pinned to: a domain holding one is never full for `Fill::rising`.
     let mut constrained: Vec<BTreeSet<String>> = vec![BTreeSet::new(); groups.len()];
@@ -141,19 +145,6 @@ pub(super) fn pin_in_order(
     // partner (the first-pod exception): a pod the term selects goes there when it may.
     let mut started_in: Vec<Option<String>> = vec![None; groups.len()];
     let mut repel: Vec<BTreeMap<String, i64>> = vec![BTreeMap::new(); groups.len()];
-    for p in pods {
-        let Some(node) = p.node_name.as_deref().and_then(|n| by_name.get(n)) else {
-            continue;
-        };
-        for (g, group) in groups.iter().enumerate() {
-            if let Some(d) = node.labels.get(&keys[group.key]) {
-                let counted = group.nodes.as_ref().is_none_or(|f| f.counts_on(node));
-                if counted && group.scope.matches(p) {
-                    *count[g].entry(d.clone()).or_default() += 1;
-                }
-            }
-        }
-    }
     for &(i, g) in &running_anti {
         let node = pods[i].node_name.as_deref().and_then(|n| by_name.get(n));
         if let Some(d) = node.and_then(|n| n.labels.get(&keys[groups[g].key])) {
@@ -164,7 +155,7 @@ pub(super) fn pin_in_order(
     let prov_reqs: Vec<Requirements> = provs.iter().map(|p| p.node_requirements()).collect();
     let key_domains: Vec<KeyDomains> = keys
         .iter()
-        .map(|k| KeyDomains::new(k, provs, &prov_reqs, catalog, nodes))
+        .map(|k| KeyDomains::new(k, offer, &prov_reqs, nodes))
         .collect();
     let free = free_room(nodes, pods);
     // A class whose pods may land both on nodes a filtered spread counts and on others (a
@@ -709,5 +700,61 @@ pub(super) fn pods_of_templates<'a>(
         .flatten()
         .chain(slots.iter().flatten())
         .map(|c| &pods[c.template])
+        .collect()
+}
+
+/// Per group, the running pods it counts in each domain: pods its scope matches on nodes
+/// carrying its key (and counted by its node filter). A trial of a large cluster counts every
+/// running pod, so each node's domain per key and each filter's verdict per node are worked
+/// out once, not per pod and group.
+fn running_counts(
+    pods: &[Pod],
+    nodes: &[Node],
+    keys: &[String],
+    groups: &[Group],
+) -> Vec<BTreeMap<String, i64>> {
+    // A name given twice is the later node's, as everywhere in the pinning.
+    let index: foldhash::HashMap<&str, usize> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name.as_str(), i))
+        .collect();
+    // Per key, each node's value (`None`: the node lacks the key).
+    let values: Vec<Vec<Option<&str>>> = keys
+        .iter()
+        .map(|k| {
+            nodes
+                .iter()
+                .map(|n| n.labels.get(k).map(String::as_str))
+                .collect()
+        })
+        .collect();
+    // Per group with a node filter, whether it counts each node.
+    let counted: Vec<Option<Vec<bool>>> = groups
+        .iter()
+        .map(|g| {
+            g.nodes
+                .as_ref()
+                .map(|f| nodes.iter().map(|n| f.counts_on(n)).collect())
+        })
+        .collect();
+    let mut count: Vec<foldhash::HashMap<&str, i64>> = vec![Default::default(); groups.len()];
+    for p in pods {
+        let Some(&i) = p.node_name.as_deref().and_then(|n| index.get(n)) else {
+            continue;
+        };
+        for (g, group) in groups.iter().enumerate() {
+            let Some(d) = values[group.key][i] else {
+                continue;
+            };
+            let counts = counted[g].as_ref().is_none_or(|c| c[i]);
+            if counts && group.scope.matches(p) {
+                *count[g].entry(d).or_default() += 1;
+            }
+        }
+    }
+    count
+        .into_iter()
+        .map(|c| c.into_iter().map(|(d, n)| (d.to_string(), n)).collect())
         .collect()
 }
