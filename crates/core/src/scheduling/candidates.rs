@@ -42,6 +42,8 @@ pub struct ProvisionerView<'a> {
     pub provider_keys: Vec<&'static str>,
     /// Every capped resource: (name, limit, what is left of it).
     pub limits_left: Vec<(String, i64, i64)>,
+    /// Where frontiers are kept between the simulations of a plan ([`super::Options::memo`]).
+    memo: Option<std::sync::Arc<super::memo::Memo>>,
     /// Types label-compatible with a requirement set, Pareto-pruned, cheapest first.
     frontier: HashMap<ReqId, Vec<usize>>,
     /// Label compatibility of (requirement set, local type).
@@ -96,6 +98,7 @@ impl<'a> ProvisionerView<'a> {
         daemonsets: &[DaemonSet],
         used: &Resources,
         table: &mut ReqTable,
+        memo: Option<std::sync::Arc<super::memo::Memo>>,
     ) -> Self {
         let node_reqs = prov.node_requirements();
         let node_req_id = table.intern(node_reqs.clone());
@@ -151,6 +154,7 @@ impl<'a> ProvisionerView<'a> {
                 .into_iter()
                 .map(|(name, limit)| (name.to_string(), limit, limit - used.get(name)))
                 .collect(),
+            memo,
             frontier: HashMap::new(),
             label_ok: Vec::new(),
             price: Vec::new(),
@@ -280,6 +284,27 @@ impl<'a> ProvisionerView<'a> {
         if let Some(f) = self.frontier.get(&req) {
             return f.clone();
         }
+        let kept = match self.memo.clone() {
+            Some(memo) => {
+                let name = self.prov.name.clone();
+                memo.frontier(&name, table.get(req), || {
+                    self.compute_frontier(catalog, table, req)
+                })
+                .to_vec()
+            }
+            None => self.compute_frontier(catalog, table, req),
+        };
+        self.frontier.insert(req, kept.clone());
+        kept
+    }
+
+    /// [`ProvisionerView::frontier`], worked out.
+    fn compute_frontier(
+        &mut self,
+        catalog: &[InstanceType],
+        table: &ReqTable,
+        req: ReqId,
+    ) -> Vec<usize> {
         let mut priced: Vec<(f64, usize)> = Vec::new();
         for i in 0..self.types.len() {
             if self.type_allows(catalog, table, req, i) {
@@ -300,7 +325,6 @@ impl<'a> ProvisionerView<'a> {
                 kept.push(i);
             }
         }
-        self.frontier.insert(req, kept.clone());
         kept
     }
 

@@ -106,14 +106,34 @@ impl PodClass {
 }
 
 /// Every label key a topology spread or pod (anti-)affinity selector of any pod reads.
-fn selected_label_keys(pods: &[Pod]) -> HashSet<&str> {
+fn selected_label_keys<'p>(pods: &'p [Pod], pending: &[usize]) -> HashSet<&'p str> {
+    // Only the pending pods' own label keys are ever asked about (`ClassKey::of`): a
+    // disruption trial of a large cluster has a few pending pods and thousands of running
+    // ones, so the running pods' selectors are read for those keys alone, and no further
+    // once all of them are found.
+    let mut wanted: Vec<&str> = pending
+        .iter()
+        .flat_map(|&i| pods[i].labels.keys().map(String::as_str))
+        .collect();
+    wanted.sort_unstable();
+    wanted.dedup();
     let mut keys = HashSet::new();
+    if wanted.is_empty() {
+        return keys;
+    }
     for p in pods {
-        for s in &p.topology_spread {
-            keys.extend(s.selector.iter().map(|(k, _)| k.as_str()));
+        let selectors = p
+            .topology_spread
+            .iter()
+            .map(|s| &s.selector)
+            .chain(p.affinity.iter().map(|a| &a.selector));
+        for (k, _) in selectors.flat_map(|s| s.iter()) {
+            if wanted.binary_search(&k.as_str()).is_ok() {
+                keys.insert(k.as_str());
+            }
         }
-        for a in &p.affinity {
-            keys.extend(a.selector.iter().map(|(k, _)| k.as_str()));
+        if keys.len() == wanted.len() {
+            break;
         }
     }
     keys
@@ -126,14 +146,24 @@ fn selected_label_keys(pods: &[Pod]) -> HashSet<&str> {
 /// pod, pending or running, names the key) are one class: a Deployment's `app` label alone
 /// does not split a fleet of identical shapes into thousands of classes.
 pub fn build(pods: &[Pod], pending: &[usize]) -> Vec<PodClass> {
-    let selected = selected_label_keys(pods);
-    // The claims running pods attach.
-    let attached: HashSet<&str> = pods
+    let selected = selected_label_keys(pods, pending);
+    // The claims running pods attach, of those the pending pods attach (the only ones asked
+    // about).
+    let claims: HashSet<&str> = pending
         .iter()
-        .filter(|p| p.node_name.is_some())
-        .flat_map(|p| p.attachments())
+        .flat_map(|&i| pods[i].attachments())
         .map(|a| a.claim.as_str())
         .collect();
+    let attached: HashSet<&str> = if claims.is_empty() {
+        HashSet::new()
+    } else {
+        pods.iter()
+            .filter(|p| p.node_name.is_some())
+            .flat_map(|p| p.attachments())
+            .map(|a| a.claim.as_str())
+            .filter(|c| claims.contains(c))
+            .collect()
+    };
     let mut index: HashMap<ClassKey<'_>, usize> = HashMap::new();
     let mut classes: Vec<PodClass> = Vec::new();
     for &i in pending {

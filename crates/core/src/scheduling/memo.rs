@@ -1,16 +1,21 @@
 //! What a run of many simulations over one catalog and one set of Provisioners keeps between
 //! them. The disruption planner simulates hundreds of trials of one cluster, and each worked
-//! out again, per topology key and Provisioner, the values that Provisioner's nodes can take
-//! with the most each holds: a scan of the whole catalog that no trial changes.
+//! out again what no trial changes: per topology key and Provisioner, the values that
+//! Provisioner's nodes can take with the most each holds, and per Provisioner and requirement
+//! set, the price frontier of its types (each a scan of the whole catalog).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
+use crate::requirements::Requirements;
 use crate::resources::Resources;
 
 /// A topology key's values for one Provisioner, each with the largest allocatable of its
 /// types offering it.
 pub(crate) type Values = Arc<BTreeMap<String, Resources>>;
+
+/// A Provisioner view's price frontier: local type indices, cheapest first.
+type Frontier = Arc<Vec<usize>>;
 
 /// Kept between the simulations of one plan ([`super::Options::memo`]). It is valid only
 /// while the catalog and the Provisioners stay as they were: its keys are topology keys and
@@ -19,6 +24,23 @@ pub(crate) type Values = Arc<BTreeMap<String, Resources>>;
 #[derive(Debug, Default)]
 pub struct Memo {
     values: Mutex<HashMap<(String, String), Values>>,
+    frontiers: Mutex<HashMap<(String, Requirements), Frontier>>,
+}
+
+/// The value kept in `map` under `key`, or `compute`d and kept.
+fn kept<K: std::hash::Hash + Eq, V: Clone>(
+    map: &Mutex<HashMap<K, V>>,
+    key: K,
+    compute: impl FnOnce() -> V,
+) -> V {
+    let lock = || map.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(v) = lock().get(&key).cloned() {
+        return v;
+    }
+    // Computed without the lock held: `compute` may ask the memo for something else.
+    let v = compute();
+    lock().insert(key, v.clone());
+    v
 }
 
 impl Memo {
@@ -29,21 +51,26 @@ impl Memo {
         provisioner: &str,
         compute: impl FnOnce() -> BTreeMap<String, Resources>,
     ) -> Values {
-        let found = self
-            .values
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .get(&(key.to_string(), provisioner.to_string()))
-            .cloned();
-        if let Some(v) = found {
-            return v;
-        }
-        let v = Arc::new(compute());
-        self.values
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .insert((key.to_string(), provisioner.to_string()), v.clone());
-        v
+        kept(
+            &self.values,
+            (key.to_string(), provisioner.to_string()),
+            || Arc::new(compute()),
+        )
+    }
+
+    /// Provisioner `provisioner`'s price frontier under `reqs` (its view's local type
+    /// indices, cheapest first): kept, or `compute`d and kept.
+    pub(crate) fn frontier(
+        &self,
+        provisioner: &str,
+        reqs: &Requirements,
+        compute: impl FnOnce() -> Vec<usize>,
+    ) -> Frontier {
+        kept(
+            &self.frontiers,
+            (provisioner.to_string(), reqs.clone()),
+            || Arc::new(compute()),
+        )
     }
 }
 
@@ -67,5 +94,27 @@ mod tests {
         assert_eq!(a, b);
         assert!(c.contains_key("zone-gpu"));
         assert_eq!(computed, 2);
+    }
+
+    #[test]
+    fn a_frontier_is_kept_per_provisioner_and_requirement_set() {
+        let memo = Memo::default();
+        let mut zonal = Requirements::new();
+        zonal.add(
+            crate::labels::ZONE,
+            crate::requirements::Requirement::single("a"),
+        );
+        let mut computed = 0;
+        let mut get = |prov: &str, reqs: &Requirements, f: Vec<usize>| {
+            memo.frontier(prov, reqs, || {
+                computed += 1;
+                f
+            })
+        };
+        assert_eq!(*get("default", &zonal, vec![3, 1]), vec![3, 1]);
+        assert_eq!(*get("default", &zonal, vec![9]), vec![3, 1]);
+        assert_eq!(*get("default", &Requirements::new(), vec![2]), vec![2]);
+        assert_eq!(*get("gpu", &zonal, vec![0]), vec![0]);
+        assert_eq!(computed, 3);
     }
 }

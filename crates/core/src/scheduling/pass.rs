@@ -218,6 +218,7 @@ impl<'a> Pass<'a> {
             self.catalog,
             &self.provisioners[i],
             &mut self.table,
+            &self.opts,
         )
     }
 
@@ -474,7 +475,13 @@ impl<'a> Pass<'a> {
 
     /// Opens the nodes one Provisioner needs for the classes it accepts.
     fn place_with(&mut self, prov: &Provisioner) {
-        let mut view = view_of(self.snapshot, self.catalog, prov, &mut self.table);
+        let mut view = view_of(
+            self.snapshot,
+            self.catalog,
+            prov,
+            &mut self.table,
+            &self.opts,
+        );
         let members = self.members_of(&mut view);
         if members.is_empty() {
             return;
@@ -818,6 +825,7 @@ fn view_of<'p>(
     catalog: &[InstanceType],
     prov: &'p Provisioner,
     table: &mut ReqTable,
+    opts: &Options,
 ) -> ProvisionerView<'p> {
     // Only limits read what is used: without any, counting every node would be wasted (a
     // disruption trial builds a view per Provisioner on the whole cluster).
@@ -826,7 +834,14 @@ fn view_of<'p>(
     } else {
         limits_used(snapshot, prov)
     };
-    ProvisionerView::new(prov, catalog, &snapshot.daemonsets, &used, table)
+    ProvisionerView::new(
+        prov,
+        catalog,
+        &snapshot.daemonsets,
+        &used,
+        table,
+        opts.memo.clone(),
+    )
 }
 
 /// What counts against `prov`'s limits: the capacity of the existing and in-flight nodes it
