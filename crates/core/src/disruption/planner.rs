@@ -153,6 +153,15 @@ pub(crate) fn plan_simulating_all(input: &Input) -> DisruptionPlan {
     run(p)
 }
 
+/// [`plan`] with nothing kept between its simulations (no [`Memo`]): what the property tests
+/// hold [`plan`] to, decisions and reasons alike.
+#[cfg(test)]
+pub(crate) fn plan_keeping_nothing(input: &Input) -> DisruptionPlan {
+    let mut p = Planner::new(input);
+    p.opts.memo = None;
+    run(p)
+}
+
 fn run(mut p: Planner<'_>) -> DisruptionPlan {
     let allowed = p.budgets_now();
     // Pending pods do not halt disruption: every trial simulates them with the moved pods,

@@ -16,14 +16,12 @@ use super::reasons::Reason;
 use super::reqtable::{ReqId, ReqTable};
 use super::typeset::TypeSet;
 
-/// A provisioner with its allowed instance types.
-pub struct ProvisionerView<'a> {
-    /// The provisioner.
-    pub prov: &'a Provisioner,
+/// What a Provisioner's view holds of the catalog whatever its nodes hold: the same for every
+/// simulation of a plan, so a plan keeps it ([`super::memo::Memo`]).
+#[derive(Debug)]
+pub struct ViewBase {
     /// Requirements every node it launches satisfies.
     pub node_reqs: Requirements,
-    /// Interned `node_reqs`.
-    pub node_req_id: ReqId,
     /// Catalog indices of the allowed types (local index → catalog index).
     pub types: Vec<usize>,
     /// Allocatable minus DaemonSet overhead, per local index.
@@ -40,6 +38,16 @@ pub struct ProvisionerView<'a> {
     /// The instance label keys the catalog's provider defines (see
     /// [`InstanceType::provider_keys`]).
     pub provider_keys: Vec<&'static str>,
+}
+
+/// A provisioner with its allowed instance types.
+pub struct ProvisionerView<'a> {
+    /// The provisioner.
+    pub prov: &'a Provisioner,
+    /// Its types and what they hold ([`ViewBase`]).
+    pub base: std::sync::Arc<ViewBase>,
+    /// Interned `base.node_reqs`.
+    pub node_req_id: ReqId,
     /// Every capped resource: (name, limit, what is left of it).
     pub limits_left: Vec<(String, i64, i64)>,
     /// Where frontiers are kept between the simulations of a plan ([`super::Options::memo`]).
@@ -83,25 +91,11 @@ fn provider_keys(catalog: &[InstanceType]) -> Vec<&'static str> {
     keys
 }
 
-impl<'a> ProvisionerView<'a> {
-    /// True when `key` is an instance label (well-known or a provider key of the catalog), which
-    /// the chosen type decides, rather than a custom label the Provisioner must define.
-    pub fn defines(&self, key: &str) -> bool {
-        labels::is_well_known(key) || self.provider_keys.binary_search(&key).is_ok()
-    }
-
-    /// Builds the view: filters the catalog by the provisioner's requirements and computes the
-    /// DaemonSet overhead on each type.
-    pub fn new(
-        prov: &'a Provisioner,
-        catalog: &[InstanceType],
-        daemonsets: &[DaemonSet],
-        used: &Resources,
-        table: &mut ReqTable,
-        memo: Option<std::sync::Arc<super::memo::Memo>>,
-    ) -> Self {
+impl ViewBase {
+    /// Filters the catalog by the provisioner's requirements and computes the DaemonSet
+    /// overhead on each type.
+    fn new(prov: &Provisioner, catalog: &[InstanceType], daemonsets: &[DaemonSet]) -> Self {
         let node_reqs = prov.node_requirements();
-        let node_req_id = table.intern(node_reqs.clone());
         let mut excluded: HashMap<String, usize> = HashMap::new();
         let mut types = Vec::new();
         for (i, t) in catalog.iter().enumerate() {
@@ -136,18 +130,46 @@ impl<'a> ProvisionerView<'a> {
         }
         let mut excluded_by_key: Vec<(String, usize)> = excluded.into_iter().collect();
         excluded_by_key.sort();
-        let provider_keys = provider_keys(catalog);
-        ProvisionerView {
-            prov,
+        ViewBase {
             node_reqs,
-            node_req_id,
             types,
             effective,
             capacity,
             overhead,
             daemon_ports,
             excluded_by_key,
-            provider_keys,
+            provider_keys: provider_keys(catalog),
+        }
+    }
+}
+
+impl<'a> ProvisionerView<'a> {
+    /// True when `key` is an instance label (well-known or a provider key of the catalog), which
+    /// the chosen type decides, rather than a custom label the Provisioner must define.
+    pub fn defines(&self, key: &str) -> bool {
+        labels::is_well_known(key) || self.base.provider_keys.binary_search(&key).is_ok()
+    }
+
+    /// Builds the view: filters the catalog by the provisioner's requirements and computes the
+    /// DaemonSet overhead on each type.
+    pub fn new(
+        prov: &'a Provisioner,
+        catalog: &[InstanceType],
+        daemonsets: &[DaemonSet],
+        used: &Resources,
+        table: &mut ReqTable,
+        memo: Option<std::sync::Arc<super::memo::Memo>>,
+    ) -> Self {
+        let build = || ViewBase::new(prov, catalog, daemonsets);
+        let base = match &memo {
+            Some(memo) => memo.view(&prov.name, build),
+            None => std::sync::Arc::new(build()),
+        };
+        let node_req_id = table.intern(base.node_reqs.clone());
+        ProvisionerView {
+            prov,
+            base,
+            node_req_id,
             limits_left: prov
                 .limits
                 .all()
@@ -163,12 +185,12 @@ impl<'a> ProvisionerView<'a> {
 
     /// Number of allowed types.
     pub fn len(&self) -> usize {
-        self.types.len()
+        self.base.types.len()
     }
 
     /// True when the provisioner allows no type at all.
     pub fn is_empty(&self) -> bool {
-        self.types.is_empty()
+        self.base.types.is_empty()
     }
 
     /// True when local type `i` satisfies requirement set `req` (labels and an offering).
@@ -184,7 +206,7 @@ impl<'a> ProvisionerView<'a> {
             self.label_ok.resize(r + 1, Vec::new());
         }
         if self.label_ok[r].is_empty() {
-            self.label_ok[r] = vec![0; self.types.len()];
+            self.label_ok[r] = vec![0; self.base.types.len()];
         }
         match self.label_ok[r][i] {
             1 => return false,
@@ -192,7 +214,7 @@ impl<'a> ProvisionerView<'a> {
             _ => {}
         }
         let reqs = table.get(req);
-        let t = &catalog[self.types[i]];
+        let t = &catalog[self.base.types[i]];
         let ok = t.first_label_conflict(reqs).is_none() && t.cheapest_offering(reqs).is_some();
         self.label_ok[r][i] = if ok { 2 } else { 1 };
         ok
@@ -211,12 +233,12 @@ impl<'a> ProvisionerView<'a> {
             self.price.resize(r + 1, Vec::new());
         }
         if self.price[r].is_empty() {
-            self.price[r] = vec![None; self.types.len()];
+            self.price[r] = vec![None; self.base.types.len()];
         }
         if let Some(p) = self.price[r][i] {
             return p;
         }
-        let t = &catalog[self.types[i]];
+        let t = &catalog[self.base.types[i]];
         let p = t.cheapest_offering(table.get(req)).map(|o| o.price);
         self.price[r][i] = Some(p);
         p
@@ -229,7 +251,7 @@ impl<'a> ProvisionerView<'a> {
 
     /// The limit that blocks local type `i`, if any.
     pub fn blocking_limit(&self, i: usize) -> Option<Reason> {
-        let cap = &self.capacity[i];
+        let cap = &self.base.capacity[i];
         self.limits_left
             .iter()
             .find(|(name, _, left)| cap.get(name) > *left)
@@ -244,7 +266,7 @@ impl<'a> ProvisionerView<'a> {
     pub fn largest(&self, options: &[usize]) -> Resources {
         let mut most = Resources::default();
         for &i in options {
-            let cap = &self.capacity[i];
+            let cap = &self.base.capacity[i];
             for (name, _, _) in &self.limits_left {
                 if cap.get(name) > most.get(name) {
                     most.set(name, cap.get(name));
@@ -306,7 +328,7 @@ impl<'a> ProvisionerView<'a> {
         req: ReqId,
     ) -> Vec<usize> {
         let mut priced: Vec<(f64, usize)> = Vec::new();
-        for i in 0..self.types.len() {
+        for i in 0..self.base.types.len() {
             if self.type_allows(catalog, table, req, i) {
                 if let Some(p) = self.price(catalog, table, req, i) {
                     priced.push((p, i));
@@ -316,10 +338,11 @@ impl<'a> ProvisionerView<'a> {
         priced.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         let mut kept: Vec<usize> = Vec::new();
         for &(_, i) in &priced {
-            let e = &self.effective[i];
-            let accel = catalog[self.types[i]].is_accelerated();
+            let e = &self.base.effective[i];
+            let accel = catalog[self.base.types[i]].is_accelerated();
             let dominated = kept.iter().any(|&j| {
-                catalog[self.types[j]].is_accelerated() == accel && e.fits(&self.effective[j])
+                catalog[self.base.types[j]].is_accelerated() == accel
+                    && e.fits(&self.base.effective[j])
             });
             if !dominated {
                 kept.push(i);
@@ -353,7 +376,7 @@ impl<'a> ProvisionerView<'a> {
                 ClassFit::Fits { req, types } => {
                     let plain = types
                         .iter()
-                        .any(|i| !catalog[self.types[i]].is_accelerated());
+                        .any(|i| !catalog[self.base.types[i]].is_accelerated());
                     if wants_accel || plain {
                         return ClassFit::Fits { req, types };
                     }
@@ -405,7 +428,7 @@ impl<'a> ProvisionerView<'a> {
         };
         // Provisioner requirements and custom labels first.
         for (k, r) in term.iter() {
-            match self.node_reqs.get(k) {
+            match self.base.node_reqs.get(k) {
                 Some(mine) => {
                     if !mine.compatible(r) {
                         let conflict = Reason::ProvisionerRequirement {
@@ -431,16 +454,17 @@ impl<'a> ProvisionerView<'a> {
                 }
             }
         }
-        let mut merged = self.node_reqs.intersect(term);
+        let mut merged = self.base.node_reqs.intersect(term);
         drop_invalid_values(&mut merged);
         let req = table.intern(merged);
-        let n = self.types.len();
+        let n = self.base.types.len();
         let mut by_labels = Vec::new();
         let mut label_conflicts: HashMap<String, usize> = HashMap::new();
         for i in 0..n {
             if self.type_allows(catalog, table, req, i) {
                 by_labels.push(i);
-            } else if let Some(k) = catalog[self.types[i]].first_label_conflict(table.get(req)) {
+            } else if let Some(k) = catalog[self.base.types[i]].first_label_conflict(table.get(req))
+            {
                 *label_conflicts.entry(k.to_string()).or_default() += 1;
             }
         }
@@ -476,7 +500,7 @@ impl<'a> ProvisionerView<'a> {
         if !pod.host_ports.is_empty() {
             let mut clash = None;
             by_labels.retain(
-                |&i| match first_clash(&pod.host_ports, &self.daemon_ports[i]) {
+                |&i| match first_clash(&pod.host_ports, &self.base.daemon_ports[i]) {
                     Some(k) => {
                         clash.get_or_insert(k);
                         false
@@ -495,10 +519,10 @@ impl<'a> ProvisionerView<'a> {
         let mut any = false;
         let mut any_plain = false;
         for &i in &by_labels {
-            if pod.requests.fits(&self.effective[i]) {
+            if pod.requests.fits(&self.base.effective[i]) {
                 fitting.insert(i);
                 any = true;
-                if !catalog[self.types[i]].is_accelerated() {
+                if !catalog[self.base.types[i]].is_accelerated() {
                     fitting_plain.insert(i);
                     any_plain = true;
                 }
@@ -533,10 +557,10 @@ impl<'a> ProvisionerView<'a> {
             let best = types
                 .iter()
                 .copied()
-                .max_by_key(|&i| self.effective[i].get(&name));
-            let largest = best.map_or(0, |i| self.effective[i].get(&name));
+                .max_by_key(|&i| self.base.effective[i].get(&name));
+            let largest = best.map_or(0, |i| self.base.effective[i].get(&name));
             if want > largest {
-                let daemons = best.map_or(0, |i| self.overhead[i].get(&name));
+                let daemons = best.map_or(0, |i| self.base.overhead[i].get(&name));
                 return Reason::Resource {
                     largest: largest.saturating_add(daemons).max(0),
                     daemons,

@@ -253,13 +253,14 @@ fn filter(
 ) -> ProvisionerFilter {
     let prov = view.prov;
     let mut excluded: BTreeMap<(u8, String), usize> = BTreeMap::new();
-    for (k, n) in &view.excluded_by_key {
+    for (k, n) in &view.base.excluded_by_key {
         let what = if k == "offerings" {
             "no available offering the provisioner allows".to_string()
         } else {
             format!(
                 "provisioner requirement {k} {}",
-                view.node_reqs
+                view.base
+                    .node_reqs
                     .get(k)
                     .map(|r| r.to_string())
                     .unwrap_or_default()
@@ -275,31 +276,34 @@ fn filter(
     } else {
         pod.node_terms.clone()
     };
-    let merged: Vec<Requirements> = terms.iter().map(|t| view.node_reqs.intersect(t)).collect();
+    let merged: Vec<Requirements> = terms
+        .iter()
+        .map(|t| view.base.node_reqs.intersect(t))
+        .collect();
     let with_pin: Vec<Requirements> = merged.iter().map(|m| m.intersect(pinned)).collect();
     let wants_accel = pod.requests.has_extended();
     let mut left = 0;
     let mut left_plain = 0;
     let mut accelerated_left = 0;
-    for (i, &ci) in view.types.iter().enumerate() {
+    for (i, &ci) in view.base.types.iter().enumerate() {
         let t = &catalog[ci];
         let why: Option<(u8, String)> = if let Some(taint) = &taint {
             Some((1, format!("taint {taint} (not tolerated)")))
-        } else if let Some(k) = label_conflict(t, &merged, &terms, &view.node_reqs) {
+        } else if let Some(k) = label_conflict(t, &merged, &terms, &view.base.node_reqs) {
             Some((2, k))
         } else if !pinned.is_empty() && with_pin.iter().all(|m| t.cheapest_offering(m).is_none()) {
             Some((3, format!("topology pin {pinned}")))
-        } else if let Some(k) = first_clash(&pod.host_ports, &view.daemon_ports[i]) {
+        } else if let Some(k) = first_clash(&pod.host_ports, &view.base.daemon_ports[i]) {
             Some((
                 4,
                 format!("host port {} bound by a DaemonSet", k.describe()),
             ))
-        } else if !pod.requests.fits(&view.effective[i]) {
+        } else if !pod.requests.fits(&view.base.effective[i]) {
             Some((
                 5,
                 format!(
                     "resource {}",
-                    short_resource(&pod.requests, &view.effective[i])
+                    short_resource(&pod.requests, &view.base.effective[i])
                 ),
             ))
         } else if !view.within_limits(i) {

@@ -1,14 +1,16 @@
 //! What a run of many simulations over one catalog and one set of Provisioners keeps between
 //! them. The disruption planner simulates hundreds of trials of one cluster, and each worked
 //! out again what no trial changes: per topology key and Provisioner, the values that
-//! Provisioner's nodes can take with the most each holds, and per Provisioner and requirement
-//! set, the price frontier of its types (each a scan of the whole catalog).
+//! Provisioner's nodes can take with the most each holds; per Provisioner, the types it allows
+//! and what each holds after DaemonSet overhead; and per Provisioner and requirement set, the
+//! price frontier of its types (each a scan of the whole catalog).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use crate::requirements::Requirements;
 use crate::resources::Resources;
+use crate::scheduling::candidates::ViewBase;
 
 /// A topology key's values for one Provisioner, each with the largest allocatable of its
 /// types offering it.
@@ -25,6 +27,7 @@ type Frontier = Arc<Vec<usize>>;
 pub struct Memo {
     values: Mutex<HashMap<(String, String), Values>>,
     frontiers: Mutex<HashMap<(String, Requirements), Frontier>>,
+    views: Mutex<HashMap<String, Arc<ViewBase>>>,
 }
 
 /// The value kept in `map` under `key`, or `compute`d and kept.
@@ -56,6 +59,16 @@ impl Memo {
             (key.to_string(), provisioner.to_string()),
             || Arc::new(compute()),
         )
+    }
+
+    /// What Provisioner `provisioner`'s view holds of the catalog: kept, or `compute`d and
+    /// kept.
+    pub(crate) fn view(
+        &self,
+        provisioner: &str,
+        compute: impl FnOnce() -> ViewBase,
+    ) -> Arc<ViewBase> {
+        kept(&self.views, provisioner.to_string(), || Arc::new(compute()))
     }
 
     /// Provisioner `provisioner`'s price frontier under `reqs` (its view's local type

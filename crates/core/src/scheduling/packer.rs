@@ -246,7 +246,7 @@ impl<'p, 'v> Packer<'p, 'v> {
                 }
                 continue;
             }
-            let k = self.view.effective[t].copies_fitting(seed_requests, self.alone[seed]);
+            let k = self.view.base.effective[t].copies_fitting(seed_requests, self.alone[seed]);
             if let (true, Some(p)) = (k > 0, self.view.price(catalog, self.table, seed_req, t)) {
                 ranked.push((p / k as f64, t));
             }
@@ -274,8 +274,8 @@ impl<'p, 'v> Packer<'p, 'v> {
                 .iter()
                 .copied()
                 .filter(|&(_, t)| {
-                    self.view.effective[t].copies_fitting(seed_requests, want) >= want
-                        && need.fits(&self.view.effective[t])
+                    self.view.base.effective[t].copies_fitting(seed_requests, want) >= want
+                        && need.fits(&self.view.base.effective[t])
                 })
                 .collect();
             if !whole.is_empty() {
@@ -283,7 +283,8 @@ impl<'p, 'v> Packer<'p, 'v> {
             } else {
                 // None holds it all: the types that hold the most of it, since what does not
                 // fit can go nowhere else.
-                let most = |t: usize| self.view.effective[t].copies_fitting(seed_requests, want);
+                let most =
+                    |t: usize| self.view.base.effective[t].copies_fitting(seed_requests, want);
                 if let Some(best) = ranked.iter().map(|&(_, t)| most(t)).max() {
                     ranked.retain(|&(_, t)| most(t) == best);
                 }
@@ -370,7 +371,7 @@ impl<'p, 'v> Packer<'p, 'v> {
         }
         let mut options: Vec<(f64, usize)> = Vec::new();
         for t in allowed.iter() {
-            if fill.used.fits(&self.view.effective[t])
+            if fill.used.fits(&self.view.base.effective[t])
                 && self.view.type_allows(catalog, self.table, fill.req, t)
                 && self.view.within_limits(t)
             {
@@ -457,7 +458,7 @@ impl<'p, 'v> Packer<'p, 'v> {
         let (catalog, classes, members, rules) =
             (self.catalog, self.classes, self.members, self.rules);
         let (min_cpu, min_mem) = smallest;
-        let mut free = self.view.effective[t].clone();
+        let mut free = self.view.base.effective[t].clone();
         let mut cur = members[seed].req;
         let mut counts: Vec<(usize, i64)> = Vec::new();
         let mut state = NodeState::default();
@@ -676,7 +677,7 @@ impl<'p, 'v> Packer<'p, 'v> {
             if !member.types.contains(t) {
                 continue;
             }
-            let k = self.view.effective[t].copies_fitting(requests, cap);
+            let k = self.view.base.effective[t].copies_fitting(requests, cap);
             if k == 0 {
                 continue;
             }

@@ -567,7 +567,7 @@ impl<'a> Pass<'a> {
         zone_turn: &mut BTreeMap<String, usize>,
     ) {
         let catalog = self.catalog;
-        let t = &catalog[view.types[d.chosen]];
+        let t = &catalog[view.base.types[d.chosen]];
         let reqs = self.table.get(d.req).clone();
         let cheapest = cheapest_offerings(t, &reqs);
         // The options and their prices are the same for every copy of one capacity type:
@@ -618,7 +618,7 @@ impl<'a> Pass<'a> {
             .options
             .iter()
             .take(self.opts.max_instance_type_options)
-            .map(|&o| &catalog[view.types[o]])
+            .map(|&o| &catalog[view.base.types[o]])
             .collect();
         NodeOptions {
             names: options.iter().map(|t| t.name.clone()).collect(),
@@ -649,7 +649,7 @@ impl<'a> Pass<'a> {
         options: &NodeOptions,
     ) -> NewNode {
         let catalog = self.catalog;
-        let t = &catalog[view.types[d.chosen]];
+        let t = &catalog[view.base.types[d.chosen]];
         let pods = &self.snapshot.pods;
         let mut node_pods = Vec::new();
         let mut pod_indices = Vec::new();
@@ -662,7 +662,7 @@ impl<'a> Pass<'a> {
             self.cursor[*c] = end;
         }
         let mut requests = d.pod_requests.clone();
-        requests.add(&view.overhead[d.chosen]);
+        requests.add(&view.base.overhead[d.chosen]);
         NewNode {
             name: format!("{}-{}", view.prov.name, self.new_nodes.len() + 1),
             provisioner: view.prov.name.clone(),

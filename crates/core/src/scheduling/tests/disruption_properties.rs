@@ -12,7 +12,9 @@ use proptest::prelude::*;
 use super::constraint_properties::{build, class_spec, config, node_spec};
 use super::simulation::catalog;
 use crate::disruption::candidates::leaves_with_node;
-use crate::disruption::planner::{plan, plan_simulating_all, DisruptionPlan, Input};
+use crate::disruption::planner::{
+    plan, plan_keeping_nothing, plan_simulating_all, DisruptionPlan, Input,
+};
 use crate::disruption::settings::{Budget, BudgetNodes};
 use crate::disruption::working::node_of;
 use crate::disruption::{ConsolidationPolicy, DisruptionSettings, Reason};
@@ -201,6 +203,22 @@ proptest! {
         let fast = consolidate(&running, expire);
         let all = consolidate_with(&running, expire, plan_simulating_all);
         prop_assert_eq!(fast.decisions, all.decisions);
+    }
+
+    /// What a plan keeps between its simulations (`scheduling::memo`) changes nothing it
+    /// decides or says.
+    #[test]
+    fn keeping_catalog_work_between_trials_changes_nothing(
+        classes in prop::collection::vec(class_spec(), 1..8),
+        nodes in prop::collection::vec(node_spec(), 0..4),
+        finished in prop::collection::vec(any::<bool>(), 64),
+        expire in any::<bool>(),
+    ) {
+        let running = running(&classes, &nodes, &finished);
+        let kept = consolidate(&running, expire);
+        let fresh = consolidate_with(&running, expire, plan_keeping_nothing);
+        prop_assert_eq!(kept.decisions, fresh.decisions);
+        prop_assert_eq!(kept.kept, fresh.kept);
     }
 
     #[test]
