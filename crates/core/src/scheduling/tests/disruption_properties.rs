@@ -185,6 +185,19 @@ fn running(
     running
 }
 
+/// A running cluster from the generated workload, and whether its older nodes expire.
+fn cases() -> impl Strategy<Value = (Snapshot, bool)> {
+    (
+        prop::collection::vec(class_spec(), 1..8),
+        prop::collection::vec(node_spec(), 0..4),
+        prop::collection::vec(any::<bool>(), 64),
+        any::<bool>(),
+    )
+        .prop_map(|(classes, nodes, finished, expire)| {
+            (running(&classes, &nodes, &finished), expire)
+        })
+}
+
 proptest! {
     #![proptest_config(config())]
 
@@ -194,12 +207,8 @@ proptest! {
     /// simulated.
     #[test]
     fn refusing_by_room_alone_changes_no_decision(
-        classes in prop::collection::vec(class_spec(), 1..8),
-        nodes in prop::collection::vec(node_spec(), 0..4),
-        finished in prop::collection::vec(any::<bool>(), 64),
-        expire in any::<bool>(),
+        (running, expire) in cases(),
     ) {
-        let running = running(&classes, &nodes, &finished);
         let fast = consolidate(&running, expire);
         let all = consolidate_with(&running, expire, plan_simulating_all);
         prop_assert_eq!(fast.decisions, all.decisions);
@@ -209,12 +218,8 @@ proptest! {
     /// decides or says.
     #[test]
     fn keeping_catalog_work_between_trials_changes_nothing(
-        classes in prop::collection::vec(class_spec(), 1..8),
-        nodes in prop::collection::vec(node_spec(), 0..4),
-        finished in prop::collection::vec(any::<bool>(), 64),
-        expire in any::<bool>(),
+        (running, expire) in cases(),
     ) {
-        let running = running(&classes, &nodes, &finished);
         let kept = consolidate(&running, expire);
         let fresh = consolidate_with(&running, expire, plan_keeping_nothing);
         prop_assert_eq!(kept.decisions, fresh.decisions);
@@ -223,12 +228,8 @@ proptest! {
 
     #[test]
     fn consolidation_saves_and_keeps_every_pod_placed(
-        classes in prop::collection::vec(class_spec(), 1..8),
-        nodes in prop::collection::vec(node_spec(), 0..4),
-        finished in prop::collection::vec(any::<bool>(), 64),
-        expire in any::<bool>(),
+        (running, expire) in cases(),
     ) {
-        let running = running(&classes, &nodes, &finished);
         let out = consolidate(&running, expire);
         for d in out.decisions.iter().filter(|d| d.reason != Reason::Expired) {
             prop_assert!(
