@@ -30,7 +30,7 @@ use super::candidates::{candidates, leaves_with_node, Candidate, Prices};
 use super::consolidation::{evaluate, score, Action, Totals};
 use super::cost::reschedule_cost;
 use super::drift::visible_drift;
-use super::room::{self, FreeRoom, NewRoom};
+use super::room::{self, Apart, FreeRoom, NewRoom};
 use super::trial;
 use super::working::apply;
 use super::{DisruptionSettings, Reason};
@@ -213,6 +213,8 @@ struct Planner<'a> {
     free: FreeRoom,
     /// What the catalog offers a replacement, by CPU and memory.
     new_room: NewRoom,
+    /// The working nodes each required anti-affinity term keeps its pods off.
+    apart: Apart,
     /// False: no candidate is refused by room alone (tests).
     room_shortcut: bool,
     /// Nodes that took pods from a decision.
@@ -303,7 +305,8 @@ impl<'a> Planner<'a> {
             disrupting,
             decided: HashSet::new(),
             free: FreeRoom::default(),
-            new_room: NewRoom::of(input.catalog),
+            new_room: NewRoom::of(input.catalog, &s.provisioners, &s.daemonsets),
+            apart: Apart::default(),
             room_shortcut: true,
             fresh: HashSet::new(),
             why,
@@ -433,6 +436,7 @@ impl<'a> Planner<'a> {
         for n in &decision.nodes {
             self.free.remove(n);
         }
+        self.apart.clear();
         for used in &plan.existing_nodes {
             for k in used.pods.iter().filter(|k| moved_pods.contains_key(*k)) {
                 decision.moves.push((k.clone(), used.name.clone()));
@@ -1060,8 +1064,8 @@ impl<'a> Planner<'a> {
     }
 
     /// Why removing `c` cannot be taken, when that shows without a simulation: even deleting
-    /// it scores below the threshold, or CPU and memory alone say no cheaper way holds its
-    /// pods ([`room::refusal`]).
+    /// it scores below the threshold, or CPU and memory (and its pods' required
+    /// anti-affinity) alone say no cheaper way holds its pods ([`room::refusal`]).
     fn hopeless(&mut self, c: &Candidate) -> Option<String> {
         let settings = self.settings.get(&c.provisioner)?;
         if let Some(threshold) = settings.score_threshold() {
@@ -1079,12 +1083,24 @@ impl<'a> Planner<'a> {
         let bound = settings.price_bound(c.price);
         let improvement = settings.improvement_words();
         let name = self.name(c);
-        let pods: Vec<(String, room::Room)> = c
+        let all = &self.input.snapshot.pods;
+        // The room counted leaves out nodes with no pod slot free: sound only for pods that
+        // take a slot (every pod the cluster reports does).
+        if c.pods.iter().any(|&i| all[i].requests.pods < 1) {
+            return None;
+        }
+        self.apart
+            .learn(&self.work, c.pods.iter().map(|&i| &all[i]));
+        let pods: Vec<room::Moving> = c
             .pods
             .iter()
             .map(|&i| {
-                let p = &self.input.snapshot.pods[i];
-                (p.key(), [p.requests.cpu, p.requests.memory])
+                let p = &all[i];
+                room::Moving {
+                    key: p.key(),
+                    room: [p.requests.cpu, p.requests.memory],
+                    not_on: self.apart.not_on(p),
+                }
             })
             .collect();
         room::refusal(

@@ -2,15 +2,21 @@
 //! consolidation of one node can be refused for without a simulation.
 //!
 //! A simulation of a large cluster costs tens of milliseconds, and on a packed cluster nearly
-//! every one fails. Each check here is a relaxation of the simulation — fewer constraints (no
-//! affinity, spread, port, volume, pod-count or requirement), more room (a node's allocatable
-//! less only what its pods request, a type's raw capacity, any zone and capacity type) — so a
-//! move it refuses is one the simulation refuses too, and the plan's decisions are the same
-//! with or without it (a property test holds the planner to that).
+//! every one fails. Each check here is a relaxation of the simulation — fewer constraints (of
+//! a pod's constraints only its required anti-affinity to pods already running, and no
+//! spread, port, volume, pod-count or requirement), more room (a node's allocatable less only
+//! what its pods request, a type's raw capacity, any zone and capacity type) — so a move it
+//! refuses is one the simulation refuses too, and the plan's decisions are the same with or
+//! without it (a property test holds the planner to that).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::instance_type::InstanceType;
+use crate::pod::DaemonSet;
+use crate::pod::Pod;
+use crate::provisioner::Provisioner;
+use crate::scheduling::affinity::Scope;
+use crate::scheduling::candidates::ViewBase;
 use crate::snapshot::Snapshot;
 
 use super::PriceBound;
@@ -20,9 +26,12 @@ pub type Room = [i64; 2];
 
 /// The CPU and memory free on each working node that can take pods, kept up to date as
 /// decisions move pods, with the maximal points of it for "does any other node hold this pod".
+/// A node with no pod slot left holds no pod, whatever its CPU and memory: it has no room.
 #[derive(Debug, Default)]
 pub struct FreeRoom {
     per_node: HashMap<String, Room>,
+    /// The pod slots free on each node of `per_node` (at least one).
+    slots: HashMap<String, i64>,
     total: Room,
     /// The nodes no other node beats on both CPU and memory, CPU descending (so memory
     /// ascending); `None` once a change made it stale.
@@ -30,11 +39,12 @@ pub struct FreeRoom {
 }
 
 impl FreeRoom {
-    /// Counts the room on `snapshot`'s schedulable, initialized, Ready nodes: allocatable less
-    /// the requests of the pods bound there. Terminating pods are not counted (the
-    /// simulation may not count them either; counting more room keeps the checks sound).
+    /// Counts the room on `snapshot`'s schedulable, initialized, Ready nodes with a pod slot
+    /// free: allocatable less the requests of the pods bound there. Terminating pods are not
+    /// counted (the simulation may not count them either; counting more room keeps the
+    /// checks sound).
     pub fn count(snapshot: &Snapshot) -> Self {
-        let mut used: HashMap<&str, Room> = HashMap::new();
+        let mut used: HashMap<&str, [i64; 3]> = HashMap::new();
         for p in &snapshot.pods {
             if p.disruption.terminating {
                 continue;
@@ -43,6 +53,7 @@ impl FreeRoom {
                 let u = used.entry(n).or_default();
                 u[0] += p.requests.cpu;
                 u[1] += p.requests.memory;
+                u[2] += p.requests.pods;
             }
         }
         let mut room = FreeRoom::default();
@@ -51,6 +62,10 @@ impl FreeRoom {
                 continue;
             }
             let u = used.get(n.name.as_str()).copied().unwrap_or_default();
+            let slots = n.allocatable.pods - u[2];
+            if slots < 1 {
+                continue;
+            }
             let f = [
                 (n.allocatable.cpu - u[0]).max(0),
                 (n.allocatable.memory - u[1]).max(0),
@@ -58,19 +73,21 @@ impl FreeRoom {
             room.total[0] += f[0];
             room.total[1] += f[1];
             room.per_node.insert(n.name.clone(), f);
+            room.slots.insert(n.name.clone(), slots);
         }
         room
     }
 
-    /// A node leaves (a decision removes it): its room is gone.
+    /// A node leaves (a decision removes it, or its last pod slot is taken): its room is gone.
     pub fn remove(&mut self, node: &str) {
         let f = self.per_node.remove(node).unwrap_or_default();
+        self.slots.remove(node);
         self.total[0] -= f[0];
         self.total[1] -= f[1];
         self.front = None;
     }
 
-    /// A moved pod takes `request` on `node`.
+    /// A moved pod takes `request` and one pod slot on `node`.
     pub fn take(&mut self, node: &str, request: Room) {
         if let Some(f) = self.per_node.get_mut(node) {
             for d in 0..2 {
@@ -80,6 +97,12 @@ impl FreeRoom {
             }
             self.front = None;
         }
+        if let Some(slots) = self.slots.get_mut(node) {
+            *slots -= 1;
+            if *slots < 1 {
+                self.remove(node);
+            }
+        }
     }
 
     /// The room on every node but `except`.
@@ -88,8 +111,14 @@ impl FreeRoom {
         [self.total[0] - own[0], self.total[1] - own[1]]
     }
 
-    /// Whether a node other than `except` has `request` free.
-    pub fn holds_elsewhere(&mut self, request: Room, except: &str) -> bool {
+    /// Whether a node other than `except`, and in none of the sets `not_on`, has `request`
+    /// free.
+    pub fn holds_elsewhere(
+        &mut self,
+        request: Room,
+        except: &str,
+        not_on: &[&HashSet<String>],
+    ) -> bool {
         let front = self.front.get_or_insert_with(|| front_of(&self.per_node));
         // The nodes with enough CPU are a prefix; the last of it has the most memory.
         let k = front.partition_point(|(f, _)| f[0] >= request[0]);
@@ -99,11 +128,75 @@ impl FreeRoom {
         if best[1] < request[1] {
             return false;
         }
-        name != except
+        let open = |n: &String| n != except && !not_on.iter().any(|s| s.contains(n));
+        open(name)
             || self
                 .per_node
                 .iter()
-                .any(|(n, f)| n != except && f[0] >= request[0] && f[1] >= request[1])
+                .any(|(n, f)| f[0] >= request[0] && f[1] >= request[1] && open(n))
+    }
+}
+
+/// Per required pod anti-affinity term (its scope and topology key), the working nodes that
+/// carry the key and run a pod the scope matches: a pod with the term cannot move there, in
+/// the simulation as in the kube-scheduler. Worked out when a candidate's pod first needs a
+/// term, and forgotten whenever a decision moves pods.
+#[derive(Debug, Default)]
+pub struct Apart {
+    nodes: HashMap<(Scope, String), HashSet<String>>,
+}
+
+impl Apart {
+    /// Forgets every term's nodes: pods moved.
+    pub fn clear(&mut self) {
+        self.nodes.clear();
+    }
+
+    /// The terms a required anti-affinity of `pod` states: those a namespace selector still
+    /// names by labels are left out (no set is sure to be the simulation's).
+    fn terms(pod: &Pod) -> impl Iterator<Item = (Scope, String)> + '_ {
+        pod.affinity
+            .iter()
+            .filter(|a| a.anti && a.weight.is_none() && a.namespace_selector.is_none())
+            .map(|a| (Scope::of_term(pod, a), a.topology_key.clone()))
+    }
+
+    /// Works out, on `snapshot`, the nodes of each term of `pods` not known yet. A pod being
+    /// deleted is not counted (the simulation may not count it; fewer nodes keep the checks
+    /// sound), nor one on a node without the term's key.
+    pub fn learn<'p>(&mut self, snapshot: &Snapshot, pods: impl IntoIterator<Item = &'p Pod>) {
+        let missing: HashSet<(Scope, String)> = pods
+            .into_iter()
+            .flat_map(Self::terms)
+            .filter(|t| !self.nodes.contains_key(t))
+            .collect();
+        for (scope, key) in missing {
+            let keyed: HashSet<&str> = snapshot
+                .nodes
+                .iter()
+                .filter(|n| n.labels.contains_key(&key))
+                .map(|n| n.name.as_str())
+                .collect();
+            let on: HashSet<String> = snapshot
+                .pods
+                .iter()
+                .filter(|p| !p.disruption.terminating)
+                .filter_map(|p| {
+                    let n = p.node_name.as_deref()?;
+                    (keyed.contains(n) && scope.matches(p)).then(|| n.to_string())
+                })
+                .collect();
+            self.nodes.insert((scope, key), on);
+        }
+    }
+
+    /// The nodes `pod`'s required anti-affinity keeps it off, one set per term [`learn`]ed.
+    ///
+    /// [`learn`]: Apart::learn
+    pub fn not_on(&self, pod: &Pod) -> Vec<&HashSet<String>> {
+        Self::terms(pod)
+            .filter_map(|t| self.nodes.get(&t))
+            .collect()
     }
 }
 
@@ -127,38 +220,77 @@ fn front_of(per_node: &HashMap<String, Room>) -> Vec<(Room, String)> {
     front
 }
 
-/// What the catalog offers a replacement, by CPU and memory: each type's raw capacity and its
-/// cheapest available offering, and the least $/h any offering asks per millicore and per byte.
+/// What the catalog offers a replacement, by CPU and memory: what each type a Provisioner may
+/// launch holds there (its allocatable less the DaemonSets' requests, as the simulation
+/// counts it) and its cheapest offering that Provisioner allows, and the least $/h any such
+/// offering asks per millicore and per byte of that room.
 #[derive(Debug)]
 pub struct NewRoom {
     types: Vec<(Room, f64)>,
     per_unit: [f64; 2],
+    /// The types no cheaper (or equally priced) type beats on both CPU and memory, cheapest
+    /// first: the first of them holding a request is the cheapest type that does.
+    frontier: Vec<(Room, f64)>,
 }
 
 impl NewRoom {
-    /// Reads `catalog`; types with no available offering are left out.
-    pub fn of(catalog: &[InstanceType]) -> Self {
+    /// Reads `catalog` as `provisioners` may launch it (the default Provisioner when there
+    /// is none, as in the simulation), with `daemonsets` on every node: a type counts under a
+    /// Provisioner whose node requirements allow it, at the cheapest offering they allow (a
+    /// spot price does not make an on-demand-only cluster's replacement cheaper). The moved
+    /// pods' own requirements are not read: any of them only narrows the choice.
+    pub fn of(
+        catalog: &[InstanceType],
+        provisioners: &[Provisioner],
+        daemonsets: &[DaemonSet],
+    ) -> Self {
+        let default;
+        let provisioners = if provisioners.is_empty() {
+            default = [Provisioner::default_provisioner()];
+            &default[..]
+        } else {
+            provisioners
+        };
         let mut types = Vec::new();
         let mut per_unit = [f64::INFINITY; 2];
-        for t in catalog {
-            let Some(price) = t
-                .offerings
-                .iter()
-                .filter(|o| o.available)
-                .map(|o| o.price)
-                .min_by(f64::total_cmp)
-            else {
-                continue;
-            };
-            let cap = [t.capacity.cpu, t.capacity.memory];
-            for d in 0..2 {
-                if cap[d] > 0 {
-                    per_unit[d] = per_unit[d].min(price / cap[d] as f64);
+        for prov in provisioners {
+            let view = ViewBase::new(prov, catalog, daemonsets);
+            for (t, holds) in view.types.iter().zip(&view.effective) {
+                let Some(price) = catalog[*t]
+                    .cheapest_offering(&view.node_reqs)
+                    .map(|o| o.price)
+                else {
+                    continue;
+                };
+                let cap = [holds.cpu.max(0), holds.memory.max(0)];
+                for d in 0..2 {
+                    if cap[d] > 0 {
+                        per_unit[d] = per_unit[d].min(price / cap[d] as f64);
+                    }
                 }
+                types.push((cap, price));
             }
-            types.push((cap, price));
         }
-        NewRoom { types, per_unit }
+        let mut by_price = types.clone();
+        by_price.sort_by(|a, b| {
+            a.1.total_cmp(&b.1)
+                .then(b.0[0].cmp(&a.0[0]))
+                .then(b.0[1].cmp(&a.0[1]))
+        });
+        let mut frontier: Vec<(Room, f64)> = Vec::new();
+        for (cap, price) in by_price {
+            if !frontier
+                .iter()
+                .any(|(f, _)| f[0] >= cap[0] && f[1] >= cap[1])
+            {
+                frontier.push((cap, price));
+            }
+        }
+        NewRoom {
+            types,
+            per_unit,
+            frontier,
+        }
     }
 
     /// The largest CPU and the largest memory of a type with an offering `bound` allows.
@@ -188,24 +320,93 @@ impl NewRoom {
             .map(|d| request[d] as f64 * self.per_unit[d])
             .fold(0.0, f64::max)
     }
+
+    /// The $/h of the cheapest type holding `request` on one node; infinite when none does.
+    fn cheapest_holding(&self, request: Room) -> f64 {
+        self.frontier
+            .iter()
+            .find(|(cap, _)| cap[0] >= request[0] && cap[1] >= request[1])
+            .map_or(f64::INFINITY, |(_, price)| *price)
+    }
+
+    /// The least $/h of new nodes holding each of `pods` whole, by CPU and memory: the
+    /// cheapest way to split them into groups, each on the cheapest type holding it (every
+    /// split is weighed, so it is exact for what it counts, and infinite when some pod fits
+    /// no type). `None` for more than [`MOST_PACKED`] pods, whose splits are too many.
+    pub fn least_packed_price(&self, pods: &[Room]) -> Option<f64> {
+        let n = pods.len();
+        if n > MOST_PACKED {
+            return None;
+        }
+        let sets = 1usize << n;
+        // The cheapest single node for each set of the pods.
+        let mut one = vec![0.0f64; sets];
+        for (set, price) in one.iter_mut().enumerate().skip(1) {
+            let mut sum = [0i64; 2];
+            for (i, r) in pods.iter().enumerate() {
+                if set & (1 << i) != 0 {
+                    sum[0] += r[0];
+                    sum[1] += r[1];
+                }
+            }
+            *price = self.cheapest_holding(sum);
+        }
+        // The cheapest split of each set: the group holding its lowest pod, and the rest.
+        let mut best = vec![0.0f64; sets];
+        for set in 1..sets {
+            let low = set & set.wrapping_neg();
+            let rest = set ^ low;
+            let mut least = f64::INFINITY;
+            // Every subset of `rest`, joined to `low`, as the first group.
+            let mut sub = rest;
+            loop {
+                let group = sub | low;
+                least = least.min(one[group] + best[set ^ group]);
+                if sub == 0 {
+                    break;
+                }
+                sub = (sub - 1) & rest;
+            }
+            best[set] = least;
+        }
+        Some(best[sets - 1])
+    }
 }
 
-/// Why removing a node whose movable pods request `pods` cannot save under `bound`, when
-/// that shows without a simulation; `node` is the node's name, `free` the working cluster's
-/// room. Each pod no other node has room for needs a new node: refused when one of them fits
-/// no type `bound` allows, or when together they cost at least what `bound` allows.
+/// The most pods [`NewRoom::least_packed_price`] splits every way (3^10 steps at most); more
+/// are bounded by [`NewRoom::least_price`] alone.
+pub const MOST_PACKED: usize = 10;
+
+/// A pod a consolidation would move: its key, its CPU and memory requests, and the nodes its
+/// required anti-affinity keeps it off ([`Apart::not_on`]).
+#[derive(Debug)]
+pub struct Moving<'a> {
+    /// `namespace/name`.
+    pub key: String,
+    /// Its requests.
+    pub room: Room,
+    /// Nodes it cannot go to.
+    pub not_on: Vec<&'a HashSet<String>>,
+}
+
+/// Why removing a node whose movable pods are `pods` cannot save under `bound`, when that
+/// shows without a simulation; `node` is the node's name, `free` the working cluster's room.
+/// Each pod no other node has room for (or that its anti-affinity keeps off every node with
+/// room) needs a new node: refused when one of them fits no type `bound` allows, or when
+/// together they cost at least what `bound` allows, on the cheapest split of them into new
+/// nodes ([`NewRoom::least_packed_price`]).
 pub fn refusal(
     node: &str,
-    pods: &[(String, Room)],
+    pods: &[Moving],
     free: &mut FreeRoom,
     new: &NewRoom,
     bound: PriceBound,
     improvement: &str,
 ) -> Option<String> {
     let mut need = [0i64; 2];
-    for (_, r) in pods {
-        need[0] += r[0];
-        need[1] += r[1];
+    for p in pods {
+        need[0] += p.room[0];
+        need[1] += p.room[1];
     }
     let mut room = free.except(node);
     let largest = new.largest(bound);
@@ -218,19 +419,26 @@ pub fn refusal(
         ));
     }
     let mut homeless = [0i64; 2];
-    for (key, r) in pods {
-        if free.holds_elsewhere(*r, node) {
+    let mut each = Vec::new();
+    for p in pods {
+        let r = &p.room;
+        if free.holds_elsewhere(*r, node, &p.not_on) {
             continue;
         }
         if !new.holds(*r, bound) {
             return Some(format!(
-                "pod {key} fits on no other node, and no type {improvement} holds it"
+                "pod {} fits on no other node, and no type {improvement} holds it",
+                p.key
             ));
         }
         homeless[0] += r[0];
         homeless[1] += r[1];
+        each.push(*r);
     }
-    let least = new.least_price(homeless);
+    // Whole pods on whole nodes when they are few; the cheapest $/h per unit otherwise.
+    let least = new
+        .least_packed_price(&each)
+        .unwrap_or_else(|| new.least_price(homeless));
     (least > 0.0 && !bound.allows(least)).then(|| {
         format!(
             "the pods no other node has room for need new nodes of at least ${least:.4}/h, none of it {improvement}"
@@ -255,6 +463,14 @@ mod tests {
         n
     }
 
+    fn moving(key: &str, room: Room) -> Moving<'static> {
+        Moving {
+            key: key.into(),
+            room,
+            not_on: Vec::new(),
+        }
+    }
+
     fn room(free: &[(&str, i64, i64)]) -> FreeRoom {
         let snapshot = Snapshot {
             nodes: free.iter().map(|(n, c, m)| node(n, *c, *m)).collect(),
@@ -269,7 +485,9 @@ mod tests {
             .enumerate()
             .map(|(i, (cpu, memory, price, available))| InstanceType {
                 name: format!("t{i}"),
-                labels: Default::default(),
+                labels: [(crate::labels::OS.to_string(), "linux".to_string())]
+                    .into_iter()
+                    .collect(),
                 capacity: Resources::new(*cpu, *memory, 0, 110),
                 allocatable: Resources::new(*cpu, *memory, 0, 110),
                 offerings: vec![Offering {
@@ -292,39 +510,66 @@ mod tests {
     #[test]
     fn another_node_holds_a_pod_only_when_it_has_both_cpu_and_memory_free() {
         let mut free = room(&[("a", 4000, 1000), ("b", 1000, 8000), ("c", 2000, 2000)]);
-        assert!(free.holds_elsewhere([2000, 2000], "x"));
-        assert!(free.holds_elsewhere([4000, 500], "x"));
-        assert!(free.holds_elsewhere([500, 8000], "x"));
-        assert!(!free.holds_elsewhere([3000, 3000], "x"));
-        assert!(!free.holds_elsewhere([5000, 1], "x"));
+        assert!(free.holds_elsewhere([2000, 2000], "x", &[]));
+        assert!(free.holds_elsewhere([4000, 500], "x", &[]));
+        assert!(free.holds_elsewhere([500, 8000], "x", &[]));
+        assert!(!free.holds_elsewhere([3000, 3000], "x", &[]));
+        assert!(!free.holds_elsewhere([5000, 1], "x", &[]));
     }
 
     #[test]
     fn the_node_itself_does_not_count_but_a_node_it_hides_does() {
         // b is beaten by a on both, so a alone is on the front; without a, b still holds.
         let mut free = room(&[("a", 4000, 4000), ("b", 2000, 2000)]);
-        assert!(free.holds_elsewhere([2000, 2000], "a"));
-        assert!(!free.holds_elsewhere([3000, 3000], "a"));
-        assert!(free.holds_elsewhere([3000, 3000], "b"));
+        assert!(free.holds_elsewhere([2000, 2000], "a", &[]));
+        assert!(!free.holds_elsewhere([3000, 3000], "a", &[]));
+        assert!(free.holds_elsewhere([3000, 3000], "b", &[]));
+    }
+
+    #[test]
+    fn a_node_with_no_pod_slot_left_has_no_room() {
+        let mut s = Snapshot {
+            nodes: vec![node("full", 4000, 4000), node("one-left", 4000, 4000)],
+            ..Snapshot::default()
+        };
+        s.nodes[0].allocatable.pods = 2;
+        s.nodes[1].allocatable.pods = 3;
+        for (i, on) in ["full", "full", "one-left", "one-left"].iter().enumerate() {
+            s.pods.push(Pod {
+                namespace: "ns".into(),
+                name: format!("p{i}"),
+                node_name: Some(on.to_string()),
+                requests: Resources::new(100, 100, 0, 1),
+                ..Pod::default()
+            });
+        }
+        let mut free = FreeRoom::count(&s);
+        assert_eq!(free.except("x"), [3800, 3800]);
+        assert!(free.holds_elsewhere([3000, 3000], "x", &[]));
+        // The last slot taken, by however small a pod, the node holds nothing more.
+        free.take("one-left", [1, 1]);
+        assert!(!free.holds_elsewhere([100, 100], "x", &[]));
+        assert_eq!(free.except("x"), [0, 0]);
     }
 
     #[test]
     fn taken_and_removed_room_is_gone() {
         let mut free = room(&[("a", 4000, 4000), ("b", 2000, 2000)]);
         free.take("a", [3000, 0]);
-        assert!(!free.holds_elsewhere([2500, 1000], "x"));
-        assert!(free.holds_elsewhere([2000, 1000], "x"));
+        assert!(!free.holds_elsewhere([2500, 1000], "x", &[]));
+        assert!(free.holds_elsewhere([2000, 1000], "x", &[]));
         free.remove("b");
-        assert!(!free.holds_elsewhere([2000, 1000], "x"));
+        assert!(!free.holds_elsewhere([2000, 1000], "x", &[]));
         assert_eq!(free.except("x"), [1000, 4000]);
     }
 
     #[test]
     fn a_pod_no_node_and_no_cheaper_type_holds_refuses_the_move() {
-        let new = NewRoom::of(&catalog(&[
-            (2000, 4000, 0.5, true),
-            (8000, 16000, 2.0, true),
-        ]));
+        let new = NewRoom::of(
+            &catalog(&[(2000, 4000, 0.5, true), (8000, 16000, 2.0, true)]),
+            &[],
+            &[],
+        );
         let mut free = room(&[
             ("candidate", 8000, 16000),
             ("o1", 2000, 16000),
@@ -333,8 +578,8 @@ mod tests {
         // Room for the small pod elsewhere, and in all for both; the large one needs the
         // 2.0 $/h type.
         let pods = vec![
-            ("ns/small".to_string(), [1000, 1000]),
-            ("ns/large".to_string(), [4000, 8000]),
+            moving("ns/small", [1000, 1000]),
+            moving("ns/large", [4000, 8000]),
         ];
         let why = refusal("candidate", &pods, &mut free, &new, UNDER_ONE, "cheaper");
         assert_eq!(
@@ -353,30 +598,65 @@ mod tests {
     }
 
     #[test]
+    fn only_offerings_a_provisioner_may_launch_price_a_new_node() {
+        // One type: 2.0 $/h on demand, 0.5 $/h as spot. The pod fits on no node.
+        let mut types = catalog(&[(8000, 16000, 2.0, true)]);
+        let mut spot = types[0].offerings[0].clone();
+        spot.capacity_type = CapacityType::Spot;
+        spot.price = 0.5;
+        types[0].offerings.push(spot);
+        let pods = vec![moving("ns/p", [4000, 8000])];
+        let mut free = room(&[("candidate", 8000, 16000)]);
+        let refused = |new: &NewRoom, free: &mut FreeRoom| {
+            refusal("candidate", &pods, free, new, UNDER_ONE, "cheaper").is_some()
+        };
+        // The default Provisioner launches on-demand only: the spot price is no way out.
+        assert!(refused(&NewRoom::of(&types, &[], &[]), &mut free));
+        let mut both = Provisioner::default_provisioner();
+        both.requirements.add(
+            crate::labels::CAPACITY_TYPE,
+            crate::requirements::Requirement::one_of(["spot", "on-demand"]),
+        );
+        assert!(!refused(
+            &NewRoom::of(&types, &[both.clone()], &[]),
+            &mut free
+        ));
+        // A Provisioner whose requirements exclude the type does not launch it at all.
+        let mut other_os = both;
+        other_os.requirements.add(
+            crate::labels::OS,
+            crate::requirements::Requirement::single("windows"),
+        );
+        assert!(refused(&NewRoom::of(&types, &[other_os], &[]), &mut free));
+    }
+
+    #[test]
     fn pods_that_need_new_nodes_together_costing_too_much_refuse_the_move() {
-        // 0.25 $/h per 1000 millicores at best (the cheaper type is unavailable); three
-        // 1500-millicore pods no node holds need at least 4500 millicores of new nodes:
-        // 1.125 $/h, not under 1. The nodes have room for them in all.
-        let new = NewRoom::of(&catalog(&[
-            (2000, 64_000, 0.5, true),
-            (16_000, 64_000, 0.1, false),
-        ]));
+        // One type on offer, 2000m for 0.5 $/h (the cheaper one is unavailable): each of the
+        // 1500-millicore pods no node holds needs its own node, so two cost 1.0 $/h, not
+        // under 1. The nodes have room for them in all.
+        let new = NewRoom::of(
+            &catalog(&[(2000, 64_000, 0.5, true), (16_000, 64_000, 0.1, false)]),
+            &[],
+            &[],
+        );
         let mut free = room(&[
             ("candidate", 8000, 64_000),
             ("o1", 1000, 64_000),
             ("o2", 1000, 64_000),
             ("o3", 1000, 64_000),
         ]);
-        let pods: Vec<(String, Room)> =
-            (0..3).map(|i| (format!("ns/p{i}"), [1500, 1000])).collect();
+        let pods: Vec<Moving> = (0..2)
+            .map(|i| moving(&format!("ns/p{i}"), [1500, 1000]))
+            .collect();
         let why =
             refusal("candidate", &pods, &mut free, &new, UNDER_ONE, "cheaper").expect("refused");
-        assert!(why.contains("at least $1.1250/h"), "{why}");
-        // Two such pods cost at least 0.75 $/h: a simulation decides.
+        assert!(why.contains("at least $1.0000/h"), "{why}");
+        // One such pod costs 0.5 $/h: a simulation decides.
         assert_eq!(
             refusal(
                 "candidate",
-                &pods[..2],
+                &pods[..1],
                 &mut free,
                 &new,
                 UNDER_ONE,
@@ -387,16 +667,69 @@ mod tests {
     }
 
     #[test]
+    fn the_frontier_finds_the_cheapest_type_holding_a_request() {
+        // Types drawn from a small grid, so ties and dominated types abound.
+        let mut seed = 7u64;
+        let mut draw = |n: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        let specs: Vec<(i64, i64, f64, bool)> = (0..60)
+            .map(|_| {
+                let cpu = 1000 * (1 + draw(8) as i64);
+                let memory = 1000 * (1 + draw(8) as i64);
+                let price = (1 + draw(20)) as f64 / 10.0;
+                (cpu, memory, price, draw(5) > 0)
+            })
+            .collect();
+        let new = NewRoom::of(&catalog(&specs), &[], &[]);
+        for cpu in (0..=9000).step_by(500) {
+            for memory in (0..=9000).step_by(500) {
+                let brute = specs
+                    .iter()
+                    .filter(|(c, m, _, available)| *available && *c >= cpu && *m >= memory)
+                    .map(|s| s.2)
+                    .fold(f64::INFINITY, f64::min);
+                assert_eq!(new.cheapest_holding([cpu, memory]), brute, "{cpu} {memory}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_cheapest_split_of_whole_pods_over_new_nodes_is_their_least_price() {
+        // 2000m for 1.0 $/h or 4000m for 1.5 $/h: three 1500m pods go two on the larger
+        // and one on the smaller (2.5 $/h), not three small (3.0) nor two large (3.0).
+        let new = NewRoom::of(
+            &catalog(&[(2000, 8000, 1.0, true), (4000, 8000, 1.5, true)]),
+            &[],
+            &[],
+        );
+        let pods = [[1500, 1000]; 3];
+        assert_eq!(new.least_packed_price(&pods), Some(2.5));
+        // By the cheapest $/h per millicore (0.375 per 1000m), only 1.6875 $/h.
+        assert_eq!(new.least_price([4500, 3000]), 1.6875);
+        // Memory counts as much: two pods of 5000 bytes cannot share a node.
+        assert_eq!(new.least_packed_price(&[[100, 5000]; 2]), Some(2.0));
+        // A pod no type holds makes every split impossible.
+        assert_eq!(
+            new.least_packed_price(&[[100, 100], [5000, 100]]),
+            Some(f64::INFINITY)
+        );
+        assert_eq!(new.least_packed_price(&[]), Some(0.0));
+        assert_eq!(new.least_packed_price(&[[1, 1]; MOST_PACKED + 1]), None);
+    }
+
+    #[test]
     fn more_than_the_other_nodes_and_the_largest_cheaper_type_hold_is_refused() {
-        let new = NewRoom::of(&catalog(&[
-            (2000, 4000, 0.5, true),
-            (8000, 16000, 2.0, true),
-        ]));
+        let new = NewRoom::of(
+            &catalog(&[(2000, 4000, 0.5, true), (8000, 16000, 2.0, true)]),
+            &[],
+            &[],
+        );
         let mut free = room(&[("candidate", 8000, 16000), ("o1", 1000, 16000)]);
-        let pods = vec![
-            ("ns/a".to_string(), [1000, 1000]),
-            ("ns/b".to_string(), [2500, 1000]),
-        ];
+        let pods = vec![moving("ns/a", [1000, 1000]), moving("ns/b", [2500, 1000])];
         let why = refusal("candidate", &pods, &mut free, &new, UNDER_ONE, "cheaper");
         assert_eq!(
             why.as_deref(),
@@ -406,15 +739,143 @@ mod tests {
 
     #[test]
     fn pods_that_fit_elsewhere_are_never_refused_here() {
-        let new = NewRoom::of(&catalog(&[(2000, 4000, 5.0, true)]));
+        let new = NewRoom::of(&catalog(&[(2000, 4000, 5.0, true)]), &[], &[]);
         let mut free = room(&[("candidate", 8000, 16000), ("other", 8000, 16000)]);
-        let pods = vec![
-            ("ns/a".to_string(), [3000, 3000]),
-            ("ns/b".to_string(), [3000, 3000]),
-        ];
+        let pods = vec![moving("ns/a", [3000, 3000]), moving("ns/b", [3000, 3000])];
         assert_eq!(
             refusal("candidate", &pods, &mut free, &new, UNDER_ONE, "cheaper"),
             None
         );
+    }
+
+    fn labelled(name: &str, cpu: i64, memory: i64) -> Node {
+        let mut n = node(name, cpu, memory);
+        n.labels
+            .insert(crate::labels::HOSTNAME.into(), name.to_string());
+        n
+    }
+
+    fn web(namespace: &str, name: &str, on: Option<&str>) -> Pod {
+        let mut selector = crate::requirements::Requirements::default();
+        selector.add("app", crate::requirements::Requirement::single("web"));
+        let mut p = Pod {
+            namespace: namespace.into(),
+            name: name.into(),
+            node_name: on.map(str::to_string),
+            requests: Resources::new(500, 500, 0, 1),
+            ..Pod::default()
+        };
+        p.labels.insert("app".into(), "web".into());
+        p.affinity.push(crate::pod::PodAffinityTerm {
+            topology_key: crate::labels::HOSTNAME.into(),
+            selector,
+            namespaces: Vec::new(),
+            namespace_selector: None,
+            anti: true,
+            weight: None,
+        });
+        p
+    }
+
+    /// a runs a web pod; b one in another namespace; c one but lacks the hostname label;
+    /// d one being deleted; e nothing. The candidate runs the web pod that moves.
+    fn spread_web() -> Snapshot {
+        let mut c = node("c", 4000, 4000);
+        c.labels.clear();
+        let mut gone = web("ns", "going", Some("d"));
+        gone.disruption.terminating = true;
+        Snapshot {
+            nodes: vec![
+                labelled("candidate", 4000, 4000),
+                labelled("a", 4000, 4000),
+                labelled("b", 4000, 4000),
+                c,
+                labelled("d", 4000, 4000),
+                labelled("e", 4000, 4000),
+            ],
+            pods: vec![
+                web("ns", "moving", Some("candidate")),
+                web("ns", "on-a", Some("a")),
+                web("other", "on-b", Some("b")),
+                web("ns", "on-c", Some("c")),
+                gone,
+            ],
+            ..Snapshot::default()
+        }
+    }
+
+    #[test]
+    fn a_required_anti_affinity_keeps_a_pod_off_the_keyed_nodes_running_what_it_avoids() {
+        let s = spread_web();
+        let mut apart = Apart::default();
+        apart.learn(&s, [&s.pods[0]]);
+        let not_on = apart.not_on(&s.pods[0]);
+        assert_eq!(not_on.len(), 1);
+        let mut names: Vec<&str> = not_on[0].iter().map(String::as_str).collect();
+        names.sort();
+        // The candidate's own pod counts too: the candidate is left out by name anyway.
+        assert_eq!(names, ["a", "candidate"]);
+        // A preferred term, or one still naming namespaces by labels, keeps it off nothing.
+        let mut soft = s.pods[0].clone();
+        soft.affinity[0].weight = Some(10);
+        assert!(apart.not_on(&soft).is_empty());
+        let mut by_labels = s.pods[0].clone();
+        by_labels.affinity[0].namespace_selector = Some(Default::default());
+        apart.learn(&s, [&by_labels]);
+        assert!(apart.not_on(&by_labels).is_empty());
+    }
+
+    #[test]
+    fn a_pod_its_anti_affinity_keeps_off_every_node_with_room_needs_a_new_node() {
+        let mut s = spread_web();
+        // Only a has room: the rest are full.
+        for n in &mut s.nodes {
+            if !["candidate", "a"].contains(&n.name.as_str()) {
+                n.allocatable = Resources::new(0, 0, 0, 110);
+            }
+        }
+        let mut free = FreeRoom::count(&s);
+        let mut apart = Apart::default();
+        apart.learn(&s, [&s.pods[0]]);
+        let new = NewRoom::of(&catalog(&[(2000, 4000, 1.5, true)]), &[], &[]);
+        let pods = vec![Moving {
+            key: "ns/moving".into(),
+            room: [500, 500],
+            not_on: apart.not_on(&s.pods[0]),
+        }];
+        let why = refusal("candidate", &pods, &mut free, &new, UNDER_ONE, "cheaper");
+        assert_eq!(
+            why.as_deref(),
+            Some("pod ns/moving fits on no other node, and no type cheaper holds it")
+        );
+        // Without the term, a holds it.
+        let free_to_move = vec![moving("ns/moving", [500, 500])];
+        assert_eq!(
+            refusal(
+                "candidate",
+                &free_to_move,
+                &mut free,
+                &new,
+                UNDER_ONE,
+                "cheaper"
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn forgotten_terms_are_learnt_again_from_where_pods_run_now() {
+        let mut s = spread_web();
+        let mut apart = Apart::default();
+        apart.learn(&s, [&s.pods[0]]);
+        assert!(!apart.not_on(&s.pods[0])[0].contains("e"));
+        s.pods[1].node_name = Some("e".into());
+        // Until cleared, what was learnt stands.
+        apart.learn(&s, [&s.pods[0]]);
+        assert!(!apart.not_on(&s.pods[0])[0].contains("e"));
+        apart.clear();
+        apart.learn(&s, [&s.pods[0]]);
+        let not_on = apart.not_on(&s.pods[0]);
+        assert!(not_on[0].contains("e") && !not_on[0].contains("a"));
     }
 }

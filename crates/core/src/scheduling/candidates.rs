@@ -94,7 +94,11 @@ fn provider_keys(catalog: &[InstanceType]) -> Vec<&'static str> {
 impl ViewBase {
     /// Filters the catalog by the provisioner's requirements and computes the DaemonSet
     /// overhead on each type.
-    fn new(prov: &Provisioner, catalog: &[InstanceType], daemonsets: &[DaemonSet]) -> Self {
+    pub(crate) fn new(
+        prov: &Provisioner,
+        catalog: &[InstanceType],
+        daemonsets: &[DaemonSet],
+    ) -> Self {
         let node_reqs = prov.node_requirements();
         let mut excluded: HashMap<String, usize> = HashMap::new();
         let mut types = Vec::new();
