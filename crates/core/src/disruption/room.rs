@@ -471,6 +471,11 @@ mod tests {
         }
     }
 
+    /// What `types` offer, under the default Provisioner with no DaemonSet.
+    fn offered(types: &[(i64, i64, f64, bool)]) -> NewRoom {
+        NewRoom::of(&catalog(types), &[], &[])
+    }
+
     fn room(free: &[(&str, i64, i64)]) -> FreeRoom {
         let snapshot = Snapshot {
             nodes: free.iter().map(|(n, c, m)| node(n, *c, *m)).collect(),
@@ -565,11 +570,7 @@ mod tests {
 
     #[test]
     fn a_pod_no_node_and_no_cheaper_type_holds_refuses_the_move() {
-        let new = NewRoom::of(
-            &catalog(&[(2000, 4000, 0.5, true), (8000, 16000, 2.0, true)]),
-            &[],
-            &[],
-        );
+        let new = offered(&[(2000, 4000, 0.5, true), (8000, 16000, 2.0, true)]);
         let mut free = room(&[
             ("candidate", 8000, 16000),
             ("o1", 2000, 16000),
@@ -635,11 +636,7 @@ mod tests {
         // One type on offer, 2000m for 0.5 $/h (the cheaper one is unavailable): each of the
         // 1500-millicore pods no node holds needs its own node, so two cost 1.0 $/h, not
         // under 1. The nodes have room for them in all.
-        let new = NewRoom::of(
-            &catalog(&[(2000, 64_000, 0.5, true), (16_000, 64_000, 0.1, false)]),
-            &[],
-            &[],
-        );
+        let new = offered(&[(2000, 64_000, 0.5, true), (16_000, 64_000, 0.1, false)]);
         let mut free = room(&[
             ("candidate", 8000, 64_000),
             ("o1", 1000, 64_000),
@@ -684,7 +681,7 @@ mod tests {
                 (cpu, memory, price, draw(5) > 0)
             })
             .collect();
-        let new = NewRoom::of(&catalog(&specs), &[], &[]);
+        let new = offered(&specs);
         for cpu in (0..=9000).step_by(500) {
             for memory in (0..=9000).step_by(500) {
                 let brute = specs
@@ -701,11 +698,7 @@ mod tests {
     fn the_cheapest_split_of_whole_pods_over_new_nodes_is_their_least_price() {
         // 2000m for 1.0 $/h or 4000m for 1.5 $/h: three 1500m pods go two on the larger
         // and one on the smaller (2.5 $/h), not three small (3.0) nor two large (3.0).
-        let new = NewRoom::of(
-            &catalog(&[(2000, 8000, 1.0, true), (4000, 8000, 1.5, true)]),
-            &[],
-            &[],
-        );
+        let new = offered(&[(2000, 8000, 1.0, true), (4000, 8000, 1.5, true)]);
         let pods = [[1500, 1000]; 3];
         assert_eq!(new.least_packed_price(&pods), Some(2.5));
         // By the cheapest $/h per millicore (0.375 per 1000m), only 1.6875 $/h.
@@ -723,11 +716,7 @@ mod tests {
 
     #[test]
     fn more_than_the_other_nodes_and_the_largest_cheaper_type_hold_is_refused() {
-        let new = NewRoom::of(
-            &catalog(&[(2000, 4000, 0.5, true), (8000, 16000, 2.0, true)]),
-            &[],
-            &[],
-        );
+        let new = offered(&[(2000, 4000, 0.5, true), (8000, 16000, 2.0, true)]);
         let mut free = room(&[("candidate", 8000, 16000), ("o1", 1000, 16000)]);
         let pods = vec![moving("ns/a", [1000, 1000]), moving("ns/b", [2500, 1000])];
         let why = refusal("candidate", &pods, &mut free, &new, UNDER_ONE, "cheaper");
@@ -739,7 +728,7 @@ mod tests {
 
     #[test]
     fn pods_that_fit_elsewhere_are_never_refused_here() {
-        let new = NewRoom::of(&catalog(&[(2000, 4000, 5.0, true)]), &[], &[]);
+        let new = offered(&[(2000, 4000, 5.0, true)]);
         let mut free = room(&[("candidate", 8000, 16000), ("other", 8000, 16000)]);
         let pods = vec![moving("ns/a", [3000, 3000]), moving("ns/b", [3000, 3000])];
         assert_eq!(
@@ -837,7 +826,7 @@ mod tests {
         let mut free = FreeRoom::count(&s);
         let mut apart = Apart::default();
         apart.learn(&s, [&s.pods[0]]);
-        let new = NewRoom::of(&catalog(&[(2000, 4000, 1.5, true)]), &[], &[]);
+        let new = offered(&[(2000, 4000, 1.5, true)]);
         let pods = vec![Moving {
             key: "ns/moving".into(),
             room: [500, 500],
