@@ -476,6 +476,11 @@ mod tests {
         NewRoom::of(&catalog(types), &[], &[])
     }
 
+    /// Why removing "candidate" with `pods` cannot save under 1 $/h, if the room says so.
+    fn refused_under_one(pods: &[Moving], free: &mut FreeRoom, new: &NewRoom) -> Option<String> {
+        refusal("candidate", pods, free, new, UNDER_ONE, "cheaper")
+    }
+
     fn room(free: &[(&str, i64, i64)]) -> FreeRoom {
         let snapshot = Snapshot {
             nodes: free.iter().map(|(n, c, m)| node(n, *c, *m)).collect(),
@@ -582,7 +587,7 @@ mod tests {
             moving("ns/small", [1000, 1000]),
             moving("ns/large", [4000, 8000]),
         ];
-        let why = refusal("candidate", &pods, &mut free, &new, UNDER_ONE, "cheaper");
+        let why = refused_under_one(&pods, &mut free, &new);
         assert_eq!(
             why.as_deref(),
             Some("pod ns/large fits on no other node, and no type cheaper holds it")
@@ -608,9 +613,8 @@ mod tests {
         types[0].offerings.push(spot);
         let pods = vec![moving("ns/p", [4000, 8000])];
         let mut free = room(&[("candidate", 8000, 16000)]);
-        let refused = |new: &NewRoom, free: &mut FreeRoom| {
-            refusal("candidate", &pods, free, new, UNDER_ONE, "cheaper").is_some()
-        };
+        let refused =
+            |new: &NewRoom, free: &mut FreeRoom| refused_under_one(&pods, free, new).is_some();
         // The default Provisioner launches on-demand only: the spot price is no way out.
         assert!(refused(&NewRoom::of(&types, &[], &[]), &mut free));
         let mut both = Provisioner::default_provisioner();
@@ -646,21 +650,10 @@ mod tests {
         let pods: Vec<Moving> = (0..2)
             .map(|i| moving(&format!("ns/p{i}"), [1500, 1000]))
             .collect();
-        let why =
-            refusal("candidate", &pods, &mut free, &new, UNDER_ONE, "cheaper").expect("refused");
+        let why = refused_under_one(&pods, &mut free, &new).expect("refused");
         assert!(why.contains("at least $1.0000/h"), "{why}");
         // One such pod costs 0.5 $/h: a simulation decides.
-        assert_eq!(
-            refusal(
-                "candidate",
-                &pods[..1],
-                &mut free,
-                &new,
-                UNDER_ONE,
-                "cheaper"
-            ),
-            None
-        );
+        assert_eq!(refused_under_one(&pods[..1], &mut free, &new), None);
     }
 
     #[test]
@@ -719,7 +712,7 @@ mod tests {
         let new = offered(&[(2000, 4000, 0.5, true), (8000, 16000, 2.0, true)]);
         let mut free = room(&[("candidate", 8000, 16000), ("o1", 1000, 16000)]);
         let pods = vec![moving("ns/a", [1000, 1000]), moving("ns/b", [2500, 1000])];
-        let why = refusal("candidate", &pods, &mut free, &new, UNDER_ONE, "cheaper");
+        let why = refused_under_one(&pods, &mut free, &new);
         assert_eq!(
             why.as_deref(),
             Some("its pods need more room than the other nodes have free plus the largest type cheaper")
@@ -731,10 +724,7 @@ mod tests {
         let new = offered(&[(2000, 4000, 5.0, true)]);
         let mut free = room(&[("candidate", 8000, 16000), ("other", 8000, 16000)]);
         let pods = vec![moving("ns/a", [3000, 3000]), moving("ns/b", [3000, 3000])];
-        assert_eq!(
-            refusal("candidate", &pods, &mut free, &new, UNDER_ONE, "cheaper"),
-            None
-        );
+        assert_eq!(refused_under_one(&pods, &mut free, &new), None);
     }
 
     fn labelled(name: &str, cpu: i64, memory: i64) -> Node {
@@ -832,24 +822,14 @@ mod tests {
             room: [500, 500],
             not_on: apart.not_on(&s.pods[0]),
         }];
-        let why = refusal("candidate", &pods, &mut free, &new, UNDER_ONE, "cheaper");
+        let why = refused_under_one(&pods, &mut free, &new);
         assert_eq!(
             why.as_deref(),
             Some("pod ns/moving fits on no other node, and no type cheaper holds it")
         );
         // Without the term, a holds it.
         let free_to_move = vec![moving("ns/moving", [500, 500])];
-        assert_eq!(
-            refusal(
-                "candidate",
-                &free_to_move,
-                &mut free,
-                &new,
-                UNDER_ONE,
-                "cheaper"
-            ),
-            None
-        );
+        assert_eq!(refused_under_one(&free_to_move, &mut free, &new), None);
     }
 
     #[test]
