@@ -278,6 +278,124 @@ fn the_default_budget_is_ten_percent_rounded_up() {
 }
 
 #[test]
+fn pods_spread_over_zones_are_not_gathered_on_one_replacement() {
+    // Three on-demand c5.large, one per zone, with 3, 2 and 2 pods of a zone spread (maxSkew
+    // 1) that must run on demand, and a pod of a hostname spread; spot nodes besides. One
+    // m5.xlarge holds all their pods for less, but 7 against 0 in one zone: the
+    // kube-scheduler would leave them pending. Every decision keeps the spread. (Found by
+    // `consolidation_saves_and_keeps_every_pod_placed`: the multi-node trial that holds the
+    // pods on one node gathered them.)
+    let zones = ["z-a", "z-b", "z-c"];
+    let mut selector = crate::requirements::Requirements::new();
+    selector.add("app", crate::requirements::Requirement::single("web"));
+    let spread = crate::pod::TopologySpread {
+        topology_key: crate::labels::ZONE.into(),
+        max_skew: 1,
+        min_domains: None,
+        hard: true,
+        selector,
+        honor_node_affinity: false,
+        honor_node_taints: false,
+    };
+    let in_zone = |name: &str, itype: &str, capacity: &str, zone: &str| {
+        let mut n = node(name, itype, capacity);
+        n.labels
+            .insert(crate::labels::ZONE.into(), zone.to_string());
+        n
+    };
+    let mut nodes: Vec<Node> = zones
+        .iter()
+        .map(|z| in_zone(&format!("od-{z}"), "c5.large", "on-demand", z))
+        .collect();
+    nodes.extend(
+        zones
+            .iter()
+            .map(|z| in_zone(&format!("spot-{z}"), "c5.large", "spot", z)),
+    );
+    nodes.push(in_zone("busy", "m5.large", "spot", "z-a"));
+    let mut pods: Vec<Pod> = zones
+        .iter()
+        .zip([3, 2, 2])
+        .flat_map(|(z, n)| (0..n).map(move |i| (z, i)))
+        .map(|(z, i)| {
+            let mut p = pod(&format!("web-{z}-{i}"), &format!("od-{z}"), 500);
+            p.labels.insert("app".into(), "web".into());
+            p.topology_spread.push(spread.clone());
+            let mut on_demand = crate::requirements::Requirements::new();
+            on_demand.add(
+                crate::labels::CAPACITY_TYPE,
+                crate::requirements::Requirement::single("on-demand"),
+            );
+            p.node_terms.push(on_demand);
+            p
+        })
+        .collect();
+    let team = |name: &str, on: &str, cpu: i64| {
+        let mut p = pod(name, on, cpu);
+        p.namespace = "team".into();
+        p.labels.insert("app".into(), "a".into());
+        p
+    };
+    pods.extend((0..12).map(|i| team(&format!("other-{i}"), "busy", 100)));
+    let mut a = crate::requirements::Requirements::new();
+    a.add("app", crate::requirements::Requirement::single("a"));
+    for (name, on) in [("host-0", "od-z-c"), ("host-1", "spot-z-a")] {
+        let mut p = team(name, on, 250);
+        p.topology_spread.push(crate::pod::TopologySpread {
+            topology_key: crate::labels::HOSTNAME.into(),
+            selector: a.clone(),
+            honor_node_affinity: true,
+            ..spread.clone()
+        });
+        pods.push(p);
+    }
+    let zone_of_node: std::collections::BTreeMap<String, String> = nodes
+        .iter()
+        .map(|n| (n.name.clone(), n.labels[crate::labels::ZONE].clone()))
+        .collect();
+    let s = spot_cluster(nodes, pods);
+    let all = DisruptionSettings {
+        budgets: vec![budget("100%")],
+        ..aggressive()
+    };
+    let p = run(&s, &all, 100);
+    // Each decision in turn, as the kube-scheduler sees it: the spread's pods per zone stay
+    // within one of each other.
+    let mut zone_of: std::collections::BTreeMap<String, String> = s
+        .pods
+        .iter()
+        .filter(|p| p.labels.get("app").is_some_and(|a| a == "web"))
+        .filter_map(|p| Some((p.key(), zone_of_node.get(p.node_name.as_deref()?)?.clone())))
+        .collect();
+    for d in &p.decisions {
+        let web: Vec<&(String, String)> = d
+            .moves
+            .iter()
+            .filter(|(k, _)| zone_of.contains_key(k))
+            .collect();
+        for (pod, to) in web {
+            let zone = d
+                .replacements
+                .iter()
+                .find(|r| &r.name == to)
+                .map_or_else(|| zone_of_node[to].clone(), |r| r.zone.clone());
+            zone_of.insert(pod.clone(), zone);
+        }
+        let counts: Vec<usize> = zones
+            .iter()
+            .map(|z| zone_of.values().filter(|v| v == z).count())
+            .collect();
+        let (most, least) = (counts.iter().max(), counts.iter().min());
+        assert!(
+            most.zip(least).is_some_and(|(m, l)| m - l <= 1),
+            "{:?} leaves the zones at {counts:?}: {:?}",
+            d.nodes,
+            decisions(&p)
+        );
+    }
+}
+
+#[test]
 fn three_nodes_are_replaced_by_one_cheaper_node() {
     // Three 1,000m pods on three m5.xlarge ($0.576/h) fit one c5.xlarge ($0.17/h, 3,930m,
     // 7.5 GiB); the longest prefix that works is all three.

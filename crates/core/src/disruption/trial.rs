@@ -90,6 +90,24 @@ pub fn run_together(
         .iter()
         .flat_map(|u| u.pods.iter().map(move |k| (k.as_str(), u.name.as_str())))
         .collect();
+    // The pods are held together by a hostname affinity this trial adds, and the simulation
+    // places a hostname-affine group without weighing its pods' zone (or other non-host)
+    // spreads against each other: it gathered a zone spread's pods from three zones on one
+    // node. Such pods keep the first trial's placement, which weighed the spreads.
+    let spread_apart = |p: &crate::pod::Pod| {
+        p.topology_spread
+            .iter()
+            .any(|s| s.hard && s.topology_key != crate::labels::HOSTNAME)
+    };
+    if let Some(p) = snapshot.pods.iter().find(|p| {
+        let key = p.key();
+        (on_new.contains(key.as_str()) || on_existing.contains_key(key.as_str())) && spread_apart(p)
+    }) {
+        return Err(format!(
+            "pod {} has a topology spread that one new node for all the pods could break",
+            p.key()
+        ));
+    }
     let hostname_of = |name: &str| {
         snapshot.nodes.iter().find(|n| n.name == name).map(|n| {
             n.labels
