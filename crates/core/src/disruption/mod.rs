@@ -7,8 +7,9 @@
 //! moving a node's pods costs, and [`consolidation`] whether removing some candidates is a
 //! move worth taking. [`drift`] finds what a node shows of its Provisioner's changes,
 //! [`trial`] simulates the cluster without some nodes, [`room`] what CPU and memory alone
-//! refuse without a simulation, [`working`] applies a decision to it,
-//! and [`planner`] runs the methods in order and says why every other node stays.
+//! refuse without a simulation ([`together`]: where a pod's required affinity lets it go),
+//! [`working`] applies a decision to it, and [`planner`] runs the methods in order and says
+//! why every other node stays.
 
 pub mod budgets;
 pub mod candidates;
@@ -26,6 +27,7 @@ pub mod room;
 #[cfg(test)]
 mod scenarios;
 pub mod settings;
+pub mod together;
 pub mod trial;
 pub mod working;
 

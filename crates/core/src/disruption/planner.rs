@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::instance_type::InstanceType;
-use crate::pod::Node;
+use crate::pod::{Node, Pod};
 use crate::provisioner::Provisioner;
 use crate::scheduling::memo::Memo;
 use crate::scheduling::{NewNode, Options};
@@ -31,6 +31,7 @@ use super::consolidation::{evaluate, score, Action, Totals};
 use super::cost::reschedule_cost;
 use super::drift::visible_drift;
 use super::room::{self, Apart, FreeRoom, NewRoom};
+use super::together::Together;
 use super::trial;
 use super::working::apply;
 use super::{DisruptionSettings, Reason};
@@ -215,6 +216,8 @@ struct Planner<'a> {
     new_room: NewRoom,
     /// The working nodes each required anti-affinity term keeps its pods off.
     apart: Apart,
+    /// The working nodes each required affinity term keeps its pods off.
+    together: Together,
     /// False: no candidate is refused by room alone (tests).
     room_shortcut: bool,
     /// Nodes that took pods from a decision.
@@ -307,6 +310,7 @@ impl<'a> Planner<'a> {
             free: FreeRoom::default(),
             new_room: NewRoom::of(input.catalog, &s.provisioners, &s.daemonsets),
             apart: Apart::default(),
+            together: Together::default(),
             room_shortcut: true,
             fresh: HashSet::new(),
             why,
@@ -437,6 +441,7 @@ impl<'a> Planner<'a> {
             self.free.remove(n);
         }
         self.apart.clear();
+        self.together.clear();
         for used in &plan.existing_nodes {
             for k in used.pods.iter().filter(|k| moved_pods.contains_key(*k)) {
                 decision.moves.push((k.clone(), used.name.clone()));
@@ -1065,7 +1070,8 @@ impl<'a> Planner<'a> {
 
     /// Why removing `c` cannot be taken, when that shows without a simulation: even deleting
     /// it scores below the threshold, or CPU and memory (and its pods' required
-    /// anti-affinity) alone say no cheaper way holds its pods ([`room::refusal`]).
+    /// anti-affinity and affinity) alone say no cheaper way holds its pods
+    /// ([`room::refusal`]).
     fn hopeless(&mut self, c: &Candidate) -> Option<String> {
         let settings = self.settings.get(&c.provisioner)?;
         if let Some(threshold) = settings.score_threshold() {
@@ -1089,17 +1095,18 @@ impl<'a> Planner<'a> {
         if c.pods.iter().any(|&i| all[i].requests.pods < 1) {
             return None;
         }
-        self.apart
-            .learn(&self.work, c.pods.iter().map(|&i| &all[i]));
-        let pods: Vec<room::Moving> = c
-            .pods
+        let moving: Vec<&Pod> = c.pods.iter().map(|&i| &all[i]).collect();
+        self.apart.learn(&self.work, moving.iter().copied());
+        self.together.learn(&self.work, moving.iter().copied());
+        let pods: Vec<room::Moving> = moving
             .iter()
-            .map(|&i| {
-                let p = &all[i];
+            .map(|p| {
+                let mut not_on = self.apart.not_on(p);
+                not_on.extend(self.together.not_on(p, &name, &moving));
                 room::Moving {
                     key: p.key(),
                     room: [p.requests.cpu, p.requests.memory],
-                    not_on: self.apart.not_on(p),
+                    not_on,
                 }
             })
             .collect();

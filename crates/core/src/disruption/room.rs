@@ -3,11 +3,13 @@
 //!
 //! A simulation of a large cluster costs tens of milliseconds, and on a packed cluster nearly
 //! every one fails. Each check here is a relaxation of the simulation — fewer constraints (of
-//! a pod's constraints only its required anti-affinity to pods already running, and no
-//! spread, port, volume, pod-count or requirement), more room (a node's allocatable less only
-//! what its pods request, a type's raw capacity, any zone and capacity type) — so a move it
-//! refuses is one the simulation refuses too, and the plan's decisions are the same with or
-//! without it (a property test holds the planner to that).
+//! a pod's constraints only its required anti-affinity to pods already running and its
+//! required affinity to pods that stay ([`super::together`]); no spread, port, volume or node
+//! requirement), more room (a node's allocatable less only what its pods request; a new node
+//! at the cheapest offering its Provisioner allows, in any zone; pods that each fit somewhere
+//! counted as fitting together as far as the least of them does) — so a move it refuses is one
+//! the simulation refuses too, and the plan's decisions are the same with or without it (a
+//! property test holds the planner to that).
 
 use std::collections::{HashMap, HashSet};
 
@@ -36,6 +38,8 @@ pub struct FreeRoom {
     /// The nodes no other node beats on both CPU and memory, CPU descending (so memory
     /// ascending); `None` once a change made it stale.
     front: Option<Vec<(Room, String)>>,
+    /// Every node of `per_node` with its room and slots, CPU descending; `None` once stale.
+    by_cpu: Option<Vec<(Room, i64, String)>>,
 }
 
 impl FreeRoom {
@@ -85,6 +89,7 @@ impl FreeRoom {
         self.total[0] -= f[0];
         self.total[1] -= f[1];
         self.front = None;
+        self.by_cpu = None;
     }
 
     /// A moved pod takes `request` and one pod slot on `node`.
@@ -96,6 +101,7 @@ impl FreeRoom {
                 self.total[d] -= took;
             }
             self.front = None;
+            self.by_cpu = None;
         }
         if let Some(slots) = self.slots.get_mut(node) {
             *slots -= 1;
@@ -134,6 +140,54 @@ impl FreeRoom {
                 .per_node
                 .iter()
                 .any(|(n, f)| f[0] >= request[0] && f[1] >= request[1] && open(n))
+    }
+
+    /// At most how many of `pods` the nodes other than `except` hold together: each node
+    /// counts as many as its room and slots hold of the least CPU and the least memory any of
+    /// them requests (none for a node every one of them must avoid). An upper bound, so the
+    /// rest surely need new nodes: each pod can have room on some node while one node's room
+    /// is all they have between them.
+    pub fn most_held(&mut self, pods: &[&Moving], except: &str) -> usize {
+        let n = pods.len();
+        let least = [0, 1].map(|d| pods.iter().map(|p| p.room[d]).min().unwrap_or(0));
+        let slots = &self.slots;
+        let by_cpu = self.by_cpu.get_or_insert_with(|| {
+            let mut all: Vec<(Room, i64, String)> = self
+                .per_node
+                .iter()
+                .map(|(name, f)| (*f, slots.get(name).copied().unwrap_or(0), name.clone()))
+                .collect();
+            all.sort_by(|a, b| b.0[0].cmp(&a.0[0]).then(a.2.cmp(&b.2)));
+            all
+        });
+        let copies = |free: i64, each: i64| {
+            if each <= 0 {
+                n
+            } else {
+                usize::try_from(free / each).unwrap_or(0)
+            }
+        };
+        let mut held = 0usize;
+        for (f, slots, name) in by_cpu.iter() {
+            if f[0] < least[0] {
+                break;
+            }
+            if name == except
+                || pods
+                    .iter()
+                    .all(|p| p.not_on.iter().any(|s| s.contains(name)))
+            {
+                continue;
+            }
+            let k = copies(f[0], least[0])
+                .min(copies(f[1], least[1]))
+                .min(usize::try_from(*slots).unwrap_or(0));
+            held += k;
+            if held >= n {
+                return n;
+            }
+        }
+        held
     }
 }
 
@@ -392,9 +446,11 @@ pub struct Moving<'a> {
 /// Why removing a node whose movable pods are `pods` cannot save under `bound`, when that
 /// shows without a simulation; `node` is the node's name, `free` the working cluster's room.
 /// Each pod no other node has room for (or that its anti-affinity keeps off every node with
-/// room) needs a new node: refused when one of them fits no type `bound` allows, or when
-/// together they cost at least what `bound` allows, on the cheapest split of them into new
-/// nodes ([`NewRoom::least_packed_price`]).
+/// room) needs a new node, and so do as many of the others as the other nodes cannot hold
+/// together ([`FreeRoom::most_held`], each counted as the least request among them): refused
+/// when one of them fits no type `bound` allows, or when together they cost at least what
+/// `bound` allows, on the cheapest split of them into new nodes
+/// ([`NewRoom::least_packed_price`]).
 pub fn refusal(
     node: &str,
     pods: &[Moving],
@@ -420,9 +476,11 @@ pub fn refusal(
     }
     let mut homeless = [0i64; 2];
     let mut each = Vec::new();
+    let mut elsewhere = Vec::new();
     for p in pods {
         let r = &p.room;
         if free.holds_elsewhere(*r, node, &p.not_on) {
+            elsewhere.push(p);
             continue;
         }
         if !new.holds(*r, bound) {
@@ -434,6 +492,22 @@ pub fn refusal(
         homeless[0] += r[0];
         homeless[1] += r[1];
         each.push(*r);
+    }
+    // Of the pods with room somewhere, those the other nodes cannot hold together need new
+    // nodes too; each is at least as large as the least CPU and memory any of them asks.
+    let crowded = elsewhere.len() - free.most_held(&elsewhere, node);
+    if crowded > 0 {
+        let least = [0, 1].map(|d| elsewhere.iter().map(|p| p.room[d]).min().unwrap_or(0));
+        if !new.holds(least, bound) {
+            return Some(format!(
+                "{crowded} of its pods fit on no other node together, and no type {improvement} holds one"
+            ));
+        }
+        for _ in 0..crowded {
+            homeless[0] += least[0];
+            homeless[1] += least[1];
+            each.push(least);
+        }
     }
     // Whole pods on whole nodes when they are few; the cheapest $/h per unit otherwise.
     let least = new
@@ -725,6 +799,68 @@ mod tests {
         let mut free = room(&[("candidate", 8000, 16000), ("other", 8000, 16000)]);
         let pods = vec![moving("ns/a", [3000, 3000]), moving("ns/b", [3000, 3000])];
         assert_eq!(refused_under_one(&pods, &mut free, &new), None);
+    }
+
+    #[test]
+    fn pods_that_each_have_room_elsewhere_but_not_together_need_new_nodes() {
+        // A type of 600m for 0.6 $/h holds one 500m pod. Node o has room for one of the
+        // three pods only (by memory): two need new nodes, 1.2 $/h, not under 1.
+        let new = offered(&[(600, 4000, 0.6, true)]);
+        let pods: Vec<Moving> = (0..3)
+            .map(|i| moving(&format!("ns/p{i}"), [500, 1000]))
+            .collect();
+        let mut free = room(&[("candidate", 4000, 8000), ("o", 2000, 1500)]);
+        let why = refused_under_one(&pods, &mut free, &new).expect("refused");
+        assert!(why.contains("at least $1.2000/h"), "{why}");
+        // With room for two on o, one needs a new node (0.6 $/h): a simulation decides.
+        let mut free = room(&[("candidate", 4000, 8000), ("o", 2000, 2500)]);
+        assert_eq!(refused_under_one(&pods, &mut free, &new), None);
+        // With no type holding even one of them, the crowded pod alone refuses the move.
+        let small = offered(&[(400, 4000, 0.1, true)]);
+        let mut free = room(&[("candidate", 4000, 8000), ("o", 2000, 1500)]);
+        assert_eq!(
+            refused_under_one(&pods, &mut free, &small).as_deref(),
+            Some("2 of its pods fit on no other node together, and no type cheaper holds one")
+        );
+    }
+
+    #[test]
+    fn the_pods_other_nodes_hold_together_are_counted_by_slots_and_the_least_request() {
+        let mut s = Snapshot {
+            nodes: vec![node("a", 2000, 2000), node("b", 1000, 4000)],
+            ..Snapshot::default()
+        };
+        s.nodes[0].allocatable.pods = 1;
+        let mut free = FreeRoom::count(&s);
+        // The least request is 500m and 500 bytes: a has one slot, b room for two; the node
+        // left out is the candidate's.
+        let sizes = [[500, 500], [1000, 1000], [1000, 500], [500, 2000]];
+        let pods: Vec<Moving> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, r)| moving(&format!("ns/p{i}"), *r))
+            .collect();
+        let refs: Vec<&Moving> = pods.iter().collect();
+        assert_eq!(free.most_held(&refs[..2], "candidate"), 2);
+        assert_eq!(free.most_held(&refs, "candidate"), 3);
+        assert_eq!(free.most_held(&refs, "b"), 1);
+        // A node every pod must avoid holds none of them; one only some avoid still counts.
+        let avoided: HashSet<String> = ["a".to_string()].into_iter().collect();
+        let apart: Vec<Moving> = sizes
+            .iter()
+            .map(|r| Moving {
+                key: "ns/x".into(),
+                room: *r,
+                not_on: vec![&avoided],
+            })
+            .collect();
+        let mut refs: Vec<&Moving> = apart.iter().collect();
+        assert_eq!(free.most_held(&refs, "candidate"), 2);
+        refs.push(&pods[0]);
+        assert_eq!(free.most_held(&refs, "candidate"), 3);
+        // Taking room on b leaves it one.
+        free.take("b", [500, 500]);
+        assert_eq!(free.most_held(&refs, "candidate"), 2);
     }
 
     fn labelled(name: &str, cpu: i64, memory: i64) -> Node {

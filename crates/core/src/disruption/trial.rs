@@ -79,16 +79,24 @@ pub fn run_together(
     removed: &[usize],
     first: &Outcome,
 ) -> Result<Outcome, String> {
-    let on_new: HashSet<&str> = first
+    // Pods by namespace and name, as `namespace/name` keys split: a large cluster's pods are
+    // matched against them without a key made for each.
+    fn id(key: &str) -> (&str, &str) {
+        key.split_once('/').unwrap_or(("", key))
+    }
+    fn of(p: &crate::pod::Pod) -> (&str, &str) {
+        (p.namespace.as_str(), p.name.as_str())
+    }
+    let on_new: HashSet<(&str, &str)> = first
         .replacements
         .iter()
-        .flat_map(|r| r.pods.iter().map(String::as_str))
+        .flat_map(|r| r.pods.iter().map(|k| id(k)))
         .collect();
-    let on_existing: std::collections::HashMap<&str, &str> = first
+    let on_existing: std::collections::HashMap<(&str, &str), &str> = first
         .plan
         .existing_nodes
         .iter()
-        .flat_map(|u| u.pods.iter().map(move |k| (k.as_str(), u.name.as_str())))
+        .flat_map(|u| u.pods.iter().map(move |k| (id(k), u.name.as_str())))
         .collect();
     // The pods are held together by a hostname affinity this trial adds, and the simulation
     // places a hostname-affine group without weighing its pods' zone (or other non-host)
@@ -99,10 +107,11 @@ pub fn run_together(
             .iter()
             .any(|s| s.hard && s.topology_key != crate::labels::HOSTNAME)
     };
-    if let Some(p) = snapshot.pods.iter().find(|p| {
-        let key = p.key();
-        (on_new.contains(key.as_str()) || on_existing.contains_key(key.as_str())) && spread_apart(p)
-    }) {
+    if let Some(p) = snapshot
+        .pods
+        .iter()
+        .find(|p| (on_new.contains(&of(p)) || on_existing.contains_key(&of(p))) && spread_apart(p))
+    {
         return Err(format!(
             "pod {} has a topology spread that one new node for all the pods could break",
             p.key()
@@ -116,16 +125,11 @@ pub fn run_together(
                 .unwrap_or_else(|| n.name.clone())
         })
     };
-    let pins: std::collections::HashMap<&str, String> = on_existing
+    let pins: std::collections::HashMap<(&str, &str), String> = on_existing
         .iter()
         .filter_map(|(k, n)| hostname_of(n).map(|h| (*k, h)))
         .collect();
-    let mut namespaces: Vec<String> = snapshot
-        .pods
-        .iter()
-        .filter(|p| on_new.contains(p.key().as_str()))
-        .map(|p| p.namespace.clone())
-        .collect();
+    let mut namespaces: Vec<String> = on_new.iter().map(|(ns, _)| ns.to_string()).collect();
     namespaces.sort();
     namespaces.dedup();
     let mut selector = crate::requirements::Requirements::new();
@@ -144,8 +148,8 @@ pub fn run_together(
     // Changed for the trial, and put back as they were.
     let mut saved = Vec::new();
     for (i, p) in snapshot.pods.iter_mut().enumerate() {
-        let key = p.key();
-        if on_new.contains(key.as_str()) {
+        let key = (p.namespace.as_str(), p.name.as_str());
+        if on_new.contains(&key) {
             saved.push((
                 i,
                 p.labels.clone(),
@@ -155,7 +159,7 @@ pub fn run_together(
             p.labels
                 .insert(TOGETHER_LABEL.to_string(), "true".to_string());
             p.affinity.push(together.clone());
-        } else if let Some(host) = pins.get(key.as_str()) {
+        } else if let Some(host) = pins.get(&key) {
             saved.push((
                 i,
                 p.labels.clone(),

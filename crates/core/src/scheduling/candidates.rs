@@ -61,6 +61,8 @@ pub struct ProvisionerView<'a> {
     /// Cheapest offering price under a requirement set, per local type.
     /// Indexed like `label_ok`; `None` while unknown.
     price: Vec<Vec<Option<Option<f64>>>>,
+    /// With a memo, both of the above per requirement id, as the plan keeps them.
+    offers: Vec<Option<super::memo::Offers>>,
 }
 
 /// How a pod class may use a provisioner.
@@ -184,6 +186,7 @@ impl<'a> ProvisionerView<'a> {
             frontier: HashMap::new(),
             label_ok: Vec::new(),
             price: Vec::new(),
+            offers: Vec::new(),
         }
     }
 
@@ -197,6 +200,42 @@ impl<'a> ProvisionerView<'a> {
         self.base.types.is_empty()
     }
 
+    /// What requirement set `req` allows of every type, as the memo keeps it for the plan;
+    /// `None` without a memo, or for a set naming a node (a pin to one host is a trial's
+    /// own, so working out every type for it once would be wasted).
+    fn kept_offers(
+        &mut self,
+        catalog: &[InstanceType],
+        table: &ReqTable,
+        req: ReqId,
+    ) -> Option<&super::memo::Offers> {
+        let memo = self.memo.clone()?;
+        if table.get(req).get(labels::HOSTNAME).is_some() {
+            return None;
+        }
+        let r = req as usize;
+        if self.offers.len() <= r {
+            self.offers.resize(r + 1, None);
+        }
+        if self.offers[r].is_none() {
+            let reqs = table.get(req);
+            let types = &self.base.types;
+            let offers = memo.offers(&self.prov.name, reqs, || {
+                types
+                    .iter()
+                    .map(|&ci| {
+                        let t = &catalog[ci];
+                        let cheapest = t.cheapest_offering(reqs).map(|o| o.price);
+                        let ok = cheapest.is_some() && t.first_label_conflict(reqs).is_none();
+                        (ok, cheapest)
+                    })
+                    .collect()
+            });
+            self.offers[r] = Some(offers);
+        }
+        self.offers[r].as_ref()
+    }
+
     /// True when local type `i` satisfies requirement set `req` (labels and an offering).
     pub fn type_allows(
         &mut self,
@@ -205,6 +244,9 @@ impl<'a> ProvisionerView<'a> {
         req: ReqId,
         i: usize,
     ) -> bool {
+        if let Some(offers) = self.kept_offers(catalog, table, req) {
+            return offers.get(i).is_some_and(|o| o.0);
+        }
         let r = req as usize;
         if self.label_ok.len() <= r {
             self.label_ok.resize(r + 1, Vec::new());
@@ -232,6 +274,9 @@ impl<'a> ProvisionerView<'a> {
         req: ReqId,
         i: usize,
     ) -> Option<f64> {
+        if let Some(offers) = self.kept_offers(catalog, table, req) {
+            return offers.get(i).and_then(|o| o.1);
+        }
         let r = req as usize;
         if self.price.len() <= r {
             self.price.resize(r + 1, Vec::new());

@@ -3,7 +3,8 @@
 //! out again what no trial changes: per topology key and Provisioner, the values that
 //! Provisioner's nodes can take with the most each holds; per Provisioner, the types it allows
 //! and what each holds after DaemonSet overhead; and per Provisioner and requirement set, the
-//! price frontier of its types (each a scan of the whole catalog).
+//! price frontier of its types and which of them it allows at what price (each a scan of the
+//! whole catalog).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -19,6 +20,11 @@ pub(crate) type Values = Arc<BTreeMap<String, Resources>>;
 /// A Provisioner view's price frontier: local type indices, cheapest first.
 type Frontier = Arc<Vec<usize>>;
 
+/// What a requirement set allows of a Provisioner view's types, per local type: whether its
+/// labels and one of its offerings meet the requirements, and the price of its cheapest
+/// offering that does (whatever its labels).
+pub(crate) type Offers = Arc<Vec<(bool, Option<f64>)>>;
+
 /// Kept between the simulations of one plan ([`super::Options::memo`]). It is valid only
 /// while the catalog and the Provisioners stay as they were: its keys are topology keys and
 /// Provisioner names, so a caller makes a new one for each plan and never shares it between
@@ -28,6 +34,7 @@ pub struct Memo {
     values: Mutex<HashMap<(String, String), Values>>,
     frontiers: Mutex<HashMap<(String, Requirements), Frontier>>,
     views: Mutex<HashMap<String, Arc<ViewBase>>>,
+    offers: Mutex<HashMap<(String, Requirements), Offers>>,
 }
 
 /// The value kept in `map` under `key`, or `compute`d and kept.
@@ -85,6 +92,22 @@ impl Memo {
             || Arc::new(compute()),
         )
     }
+
+    /// What `reqs` allow of Provisioner `provisioner`'s types ([`Offers`]): kept, or
+    /// `compute`d and kept. Each simulation asked it of every type it tried, per requirement
+    /// set, by a scan of each type's offerings.
+    pub(crate) fn offers(
+        &self,
+        provisioner: &str,
+        reqs: &Requirements,
+        compute: impl FnOnce() -> Vec<(bool, Option<f64>)>,
+    ) -> Offers {
+        kept(
+            &self.offers,
+            (provisioner.to_string(), reqs.clone()),
+            || Arc::new(compute()),
+        )
+    }
 }
 
 #[cfg(test)]
@@ -128,6 +151,32 @@ mod tests {
         assert_eq!(*get("default", &zonal, vec![9]), vec![3, 1]);
         assert_eq!(*get("default", &Requirements::new(), vec![2]), vec![2]);
         assert_eq!(*get("gpu", &zonal, vec![0]), vec![0]);
+        assert_eq!(computed, 3);
+    }
+
+    #[test]
+    fn offers_are_kept_per_provisioner_and_requirement_set() {
+        let memo = Memo::default();
+        let mut spot = Requirements::new();
+        spot.add(
+            crate::labels::CAPACITY_TYPE,
+            crate::requirements::Requirement::single("spot"),
+        );
+        let mut computed = 0;
+        let mut get = |prov: &str, reqs: &Requirements, f: Vec<(bool, Option<f64>)>| {
+            memo.offers(prov, reqs, || {
+                computed += 1;
+                f
+            })
+        };
+        let first = vec![(true, Some(0.1)), (false, None)];
+        assert_eq!(*get("default", &spot, first.clone()), first);
+        assert_eq!(*get("default", &spot, vec![]), first);
+        assert_eq!(*get("default", &Requirements::new(), vec![]), vec![]);
+        assert_eq!(
+            *get("gpu", &spot, vec![(false, Some(2.0))]),
+            vec![(false, Some(2.0))]
+        );
         assert_eq!(computed, 3);
     }
 }

@@ -2,6 +2,7 @@
 //! to a domain, the counts per (term, domain) kept as it goes.
 
 use super::*;
+use crate::scheduling::affinity::ScopeIndex;
 
 /// [`pin`] with the classes taken in `order`; also gives the order it took them in.
 pub(super) fn pin_in_order(
@@ -739,16 +740,16 @@ fn running_counts(
         })
         .collect();
     let mut count: Vec<foldhash::HashMap<&str, i64>> = vec![Default::default(); groups.len()];
+    let scopes = ScopeIndex::new(groups.iter().map(|g| &g.scope));
     for p in pods {
         let Some(&i) = p.node_name.as_deref().and_then(|n| index.get(n)) else {
             continue;
         };
-        for (g, group) in groups.iter().enumerate() {
-            let Some(d) = values[group.key][i] else {
+        for g in scopes.matching(p) {
+            let Some(d) = values[groups[g].key][i] else {
                 continue;
             };
-            let counts = counted[g].as_ref().is_none_or(|c| c[i]);
-            if counts && group.scope.matches(p) {
+            if counted[g].as_ref().is_none_or(|c| c[i]) {
                 *count[g].entry(d).or_default() += 1;
             }
         }
