@@ -11,16 +11,16 @@ use joiner_core::{InstanceType, Pod, Provisioner, Requirement, Requirements, Sna
 
 use crate::workload::Rng;
 
-/// The cluster `pending` makes once joiner has launched its plan on `catalog` with the default
-/// Provisioner (nodes initialized, launched at time 0; pods it could not place left out), after
-/// `finished_percent` % of the pods, drawn with `seed`, have finished.
+/// The cluster `pending` makes once joiner has launched its plan on `catalog` with
+/// `provisioner` (nodes initialized, launched at time 0; pods it could not place left out),
+/// after `finished_percent` % of the pods, drawn with `seed`, have finished.
 pub fn running(
     pending: Vec<Pod>,
     catalog: &[InstanceType],
+    provisioner: Provisioner,
     seed: u64,
     finished_percent: u64,
 ) -> Snapshot {
-    let provisioner = Provisioner::default_provisioner();
     let mut s = Snapshot {
         pods: pending,
         provisioners: vec![provisioner],

@@ -10,15 +10,16 @@ use joiner_bench::cluster::running;
 use joiner_controller::disruption::decide::EVALUATIONS_PER_PASS;
 use joiner_core::disruption::{plan, DisruptionSettings, Input};
 use joiner_core::scheduling::Options;
-use joiner_core::{InstanceType, Pod};
+use joiner_core::{InstanceType, Pod, Provisioner};
 
-/// Builds each cluster, times the planner `repeat` times (median) and returns a Markdown
-/// table.
+/// Builds each cluster with `provisioner`, times the planner `repeat` times (median) and
+/// returns a Markdown table.
 pub fn run(
     sizes: &[usize],
     repeat: usize,
     finished_percent: u64,
     types: &[InstanceType],
+    provisioner: &Provisioner,
     pending: &dyn Fn(usize) -> Vec<Pod>,
 ) -> String {
     let mut out = String::new();
@@ -33,7 +34,7 @@ pub fn run(
     };
     let settings_of = |_: &str| Some(settings.clone());
     for &n in sizes {
-        let cluster = running(pending(n), types, 7, finished_percent);
+        let cluster = running(pending(n), types, provisioner.clone(), 7, finished_percent);
         // The controller's pass (one decision at most, a bounded number of simulations), the
         // first decision however many simulations it takes, and the dry run's whole plan.
         let mut pass: Vec<Duration> = Vec::new();

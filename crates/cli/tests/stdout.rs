@@ -59,3 +59,41 @@ fn the_memory_benchmark_measures_every_part_a_controller_holds() {
     assert!(types > 100, "{stdout}");
     assert!(stdout.contains("pods unschedulable"), "{stdout}");
 }
+
+/// `joiner bench --consolidate --node-cpus N` launches the workload on types of at least N
+/// vCPUs: the same pods on far fewer nodes (the 1,000-node, 20,000-pod shape).
+#[test]
+fn the_disruption_benchmark_can_launch_on_larger_nodes() {
+    let nodes = |extra: &[&str]| -> usize {
+        let out = Command::new(env!("CARGO_BIN_EXE_joiner"))
+            .args([
+                "bench",
+                "--consolidate",
+                "30",
+                "--pods",
+                "1000",
+                "--repeat",
+                "1",
+            ])
+            .args(extra)
+            .output()
+            .expect("run joiner bench");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{:?}: {stderr}", out.status);
+        let row = stdout
+            .lines()
+            .find(|l| l.starts_with("| 1000 |"))
+            .unwrap_or_else(|| panic!("the measured row: {stdout}"));
+        row.split('|')
+            .filter_map(|c| c.trim().parse::<usize>().ok())
+            .nth(2)
+            .unwrap_or_else(|| panic!("the node count: {row}"))
+    };
+    let small = nodes(&[]);
+    let large = nodes(&["--node-cpus", "32"]);
+    assert!(
+        large > 0 && large * 2 < small,
+        "{large} nodes of 32 vCPUs or more, {small} of any size"
+    );
+}

@@ -87,17 +87,28 @@ pub fn run_together(
     fn of(p: &crate::pod::Pod) -> (&str, &str) {
         (p.namespace.as_str(), p.name.as_str())
     }
-    let on_new: HashSet<(&str, &str)> = first
+    let on_new: foldhash::HashSet<(&str, &str)> = first
         .replacements
         .iter()
         .flat_map(|r| r.pods.iter().map(|k| id(k)))
         .collect();
-    let on_existing: std::collections::HashMap<(&str, &str), &str> = first
+    let on_existing: foldhash::HashMap<(&str, &str), &str> = first
         .plan
         .existing_nodes
         .iter()
         .flat_map(|u| u.pods.iter().map(move |k| (id(k), u.name.as_str())))
         .collect();
+    let hostname_of = |name: &str| {
+        snapshot.nodes.iter().find(|n| n.name == name).map(|n| {
+            n.labels
+                .get(crate::labels::HOSTNAME)
+                .cloned()
+                .unwrap_or_else(|| n.name.clone())
+        })
+    };
+    // The pods this trial changes, in one pass over the cluster's pods: those on the new
+    // node (no host) and those pinned to the host they went to.
+    //
     // The pods are held together by a hostname affinity this trial adds, and the simulation
     // places a hostname-affine group without weighing its pods' zone (or other non-host)
     // spreads against each other: it gathered a zone spread's pods from three zones on one
@@ -107,28 +118,25 @@ pub fn run_together(
             .iter()
             .any(|s| s.hard && s.topology_key != crate::labels::HOSTNAME)
     };
-    if let Some(p) = snapshot
-        .pods
-        .iter()
-        .find(|p| (on_new.contains(&of(p)) || on_existing.contains_key(&of(p))) && spread_apart(p))
-    {
-        return Err(format!(
-            "pod {} has a topology spread that one new node for all the pods could break",
-            p.key()
-        ));
+    let mut changed: Vec<(usize, Option<String>)> = Vec::new();
+    for (i, p) in snapshot.pods.iter().enumerate() {
+        let new = on_new.contains(&of(p));
+        let went_to = if new { None } else { on_existing.get(&of(p)) };
+        if !new && went_to.is_none() {
+            continue;
+        }
+        if spread_apart(p) {
+            return Err(format!(
+                "pod {} has a topology spread that one new node for all the pods could break",
+                p.key()
+            ));
+        }
+        if new {
+            changed.push((i, None));
+        } else if let Some(host) = went_to.and_then(|n| hostname_of(n)) {
+            changed.push((i, Some(host)));
+        }
     }
-    let hostname_of = |name: &str| {
-        snapshot.nodes.iter().find(|n| n.name == name).map(|n| {
-            n.labels
-                .get(crate::labels::HOSTNAME)
-                .cloned()
-                .unwrap_or_else(|| n.name.clone())
-        })
-    };
-    let pins: std::collections::HashMap<(&str, &str), String> = on_existing
-        .iter()
-        .filter_map(|(k, n)| hostname_of(n).map(|h| (*k, h)))
-        .collect();
     let mut namespaces: Vec<String> = on_new.iter().map(|(ns, _)| ns.to_string()).collect();
     namespaces.sort();
     namespaces.dedup();
@@ -146,34 +154,31 @@ pub fn run_together(
         weight: None,
     };
     // Changed for the trial, and put back as they were.
-    let mut saved = Vec::new();
-    for (i, p) in snapshot.pods.iter_mut().enumerate() {
-        let key = (p.namespace.as_str(), p.name.as_str());
-        if on_new.contains(&key) {
-            saved.push((
-                i,
-                p.labels.clone(),
-                p.affinity.clone(),
-                p.node_terms.clone(),
-            ));
-            p.labels
-                .insert(TOGETHER_LABEL.to_string(), "true".to_string());
-            p.affinity.push(together.clone());
-        } else if let Some(host) = pins.get(&key) {
-            saved.push((
-                i,
-                p.labels.clone(),
-                p.affinity.clone(),
-                p.node_terms.clone(),
-            ));
-            if p.node_terms.is_empty() {
-                p.node_terms.push(crate::requirements::Requirements::new());
+    let mut saved = Vec::with_capacity(changed.len());
+    for (i, host) in changed {
+        let p = &mut snapshot.pods[i];
+        saved.push((
+            i,
+            p.labels.clone(),
+            p.affinity.clone(),
+            p.node_terms.clone(),
+        ));
+        match host {
+            None => {
+                p.labels
+                    .insert(TOGETHER_LABEL.to_string(), "true".to_string());
+                p.affinity.push(together.clone());
             }
-            for term in &mut p.node_terms {
-                term.add(
-                    crate::labels::HOSTNAME,
-                    crate::requirements::Requirement::single(host),
-                );
+            Some(host) => {
+                if p.node_terms.is_empty() {
+                    p.node_terms.push(crate::requirements::Requirements::new());
+                }
+                for term in &mut p.node_terms {
+                    term.add(
+                        crate::labels::HOSTNAME,
+                        crate::requirements::Requirement::single(&host),
+                    );
+                }
             }
         }
     }
