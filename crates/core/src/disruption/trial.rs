@@ -398,7 +398,8 @@ fn without(
     hosts: VolumeHosts,
     pending: Pending,
 ) -> Trial {
-    let elsewhere: HashSet<String> = leaving
+    // Looked up for every pod of the cluster in every trial: a fast hash of node names.
+    let elsewhere: foldhash::HashSet<String> = leaving
         .iter()
         .filter_map(|&i| snapshot.nodes.get(i))
         .map(|n| n.name.clone())
@@ -412,7 +413,7 @@ fn without(
     for &i in removed.iter().rev() {
         nodes_out.push((i, snapshot.nodes.remove(i)));
     }
-    let gone: HashSet<String> = nodes_out.iter().map(|(_, n)| n.name.clone()).collect();
+    let gone: foldhash::HashSet<String> = nodes_out.iter().map(|(_, n)| n.name.clone()).collect();
 
     let (swaps, mut aside) = match pending {
         Pending::SetAside => set_aside_pending(&mut snapshot.pods),
@@ -439,7 +440,7 @@ fn without(
         }
         if p.node_name
             .as_ref()
-            .is_some_and(|on| elsewhere.contains(on))
+            .is_some_and(|on| !elsewhere.is_empty() && elsewhere.contains(on))
         {
             let others = snapshot
                 .nodes
@@ -526,7 +527,7 @@ fn needs_stranded_partner(
     p: &crate::pod::Pod,
     stranded: &[usize],
     pods: &[crate::pod::Pod],
-    gone: &HashSet<String>,
+    gone: &foldhash::HashSet<String>,
 ) -> bool {
     p.affinity
         .iter()
