@@ -191,6 +191,16 @@ impl FreeRoom {
     }
 }
 
+/// The required pod anti-affinity (`anti`) or affinity terms of `pod`, each as its scope and
+/// topology key: those a namespace selector still names by labels are left out (no set is
+/// sure to be the simulation's).
+pub(super) fn required_terms(pod: &Pod, anti: bool) -> impl Iterator<Item = (Scope, String)> + '_ {
+    pod.affinity
+        .iter()
+        .filter(move |a| a.anti == anti && a.weight.is_none() && a.namespace_selector.is_none())
+        .map(|a| (Scope::of_term(pod, a), a.topology_key.clone()))
+}
+
 /// Per required pod anti-affinity term (its scope and topology key), the working nodes that
 /// carry the key and run a pod the scope matches: a pod with the term cannot move there, in
 /// the simulation as in the kube-scheduler. Worked out when a candidate's pod first needs a
@@ -206,13 +216,9 @@ impl Apart {
         self.nodes.clear();
     }
 
-    /// The terms a required anti-affinity of `pod` states: those a namespace selector still
-    /// names by labels are left out (no set is sure to be the simulation's).
+    /// The terms a required anti-affinity of `pod` states ([`required_terms`]).
     fn terms(pod: &Pod) -> impl Iterator<Item = (Scope, String)> + '_ {
-        pod.affinity
-            .iter()
-            .filter(|a| a.anti && a.weight.is_none() && a.namespace_selector.is_none())
-            .map(|a| (Scope::of_term(pod, a), a.topology_key.clone()))
+        required_terms(pod, true)
     }
 
     /// Works out, on `snapshot`, the nodes of each term of `pods` not known yet. A pod being

@@ -48,13 +48,9 @@ impl Together {
         self.terms.clear();
     }
 
-    /// The required affinity terms of `pod`: those a namespace selector still names by labels
-    /// are left out (no set is sure to be the simulation's).
+    /// The required affinity terms of `pod` ([`super::room::required_terms`]).
     fn terms(pod: &Pod) -> impl Iterator<Item = Term> + '_ {
-        pod.affinity
-            .iter()
-            .filter(|a| !a.anti && a.weight.is_none() && a.namespace_selector.is_none())
-            .map(|a| (Scope::of_term(pod, a), a.topology_key.clone()))
+        super::room::required_terms(pod, false)
     }
 
     /// Works out, on `snapshot`, each term of `pods` not known yet.
